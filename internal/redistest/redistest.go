@@ -1,0 +1,182 @@
+// Package redistest starts real redis-server processes on free loopback
+// ports for tests. Nothing here is faked: tests talk to the real server, and
+// can stop, freeze (SIGSTOP) or kill it to produce real outages.
+package redistest
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Server is one running redis-server. It is not safe for concurrent use
+// by several goroutines that start and stop it at once.
+type Server struct {
+	Addr string // host:port on 127.0.0.1
+	Port int
+	dir  string
+	args []string
+	cmd  *exec.Cmd
+	t    testing.TB
+}
+
+// Binary returns the path of redis-server, or fails the test with an
+// explanation of how to install it.
+func Binary(t testing.TB) string {
+	t.Helper()
+	p, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatalf("redis-server not found on PATH: install it with `apt-get install -y redis-server` (make test and .ci/run do this): %v", err)
+	}
+	return p
+}
+
+// FreePort returns a loopback TCP port that was free a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// Start runs a fresh redis-server on a free loopback port with persistence
+// off, and stops it when the test ends. extra are further redis-server
+// arguments, such as "--notify-keyspace-events", "KEA".
+func Start(t testing.TB, extra ...string) *Server {
+	t.Helper()
+	s := &Server{t: t, dir: t.TempDir()}
+	s.Port = FreePort(t)
+	s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port))
+	s.args = append([]string{
+		"--port", strconv.Itoa(s.Port),
+		"--bind", "127.0.0.1",
+		"--save", "",
+		"--appendonly", "no",
+		"--dir", s.dir,
+		"--logfile", filepath.Join(s.dir, "redis.log"),
+	}, extra...)
+	s.start()
+	t.Cleanup(s.Stop)
+	return s
+}
+
+func (s *Server) start() {
+	s.t.Helper()
+	cmd := exec.Command(Binary(s.t), s.args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		s.t.Fatalf("start redis-server: %v", err)
+	}
+	s.cmd = cmd
+	if err := waitPing(s.Addr, 10*time.Second); err != nil {
+		_ = cmd.Process.Kill()
+		_, _ = cmd.Process.Wait()
+		log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+		s.t.Fatalf("redis-server on %s did not answer: %v\n%s", s.Addr, err, log)
+	}
+}
+
+// Kill ends the server with SIGKILL, as a crash would.
+func (s *Server) Kill() {
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGCONT) // a stopped process must run to die
+	_ = s.cmd.Process.Kill()
+	_, _ = s.cmd.Process.Wait()
+	s.cmd = nil
+}
+
+// Freeze stops the server with SIGSTOP: connections stay open and nothing
+// answers, as with a hung server.
+func (s *Server) Freeze() {
+	if s.cmd != nil {
+		_ = s.cmd.Process.Signal(syscall.SIGSTOP)
+	}
+}
+
+// Thaw resumes a frozen server with SIGCONT.
+func (s *Server) Thaw() {
+	if s.cmd != nil {
+		_ = s.cmd.Process.Signal(syscall.SIGCONT)
+	}
+}
+
+// Restart starts the server again on the same port after Kill.
+func (s *Server) Restart() {
+	s.t.Helper()
+	if s.cmd != nil {
+		s.Kill()
+	}
+	s.start()
+}
+
+// Stop ends the server; it is called at the end of the test.
+func (s *Server) Stop() { s.Kill() }
+
+// Do sends one command with the RESP protocol on a fresh connection and
+// returns the first reply line. It is for tests that want to see Redis
+// without going through the code under test (INFO, CONFIG, FLUSHALL).
+func (s *Server) Do(args ...string) (string, error) {
+	return do(s.Addr, args...)
+}
+
+func do(addr string, args ...string) (string, error) {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	req := fmt.Sprintf("*%d\r\n", len(args))
+	for _, a := range args {
+		req += fmt.Sprintf("$%d\r\n%s\r\n", len(a), a)
+	}
+	if _, err := c.Write([]byte(req)); err != nil {
+		return "", err
+	}
+	r := bufio.NewReader(c)
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	if len(line) > 0 && line[0] == '$' {
+		n, _ := strconv.Atoi(line[1 : len(line)-2])
+		if n < 0 {
+			return "", nil
+		}
+		buf := make([]byte, n+2)
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return "", err
+		}
+		return string(buf[:n]), nil
+	}
+	if len(line) > 0 && line[0] == '-' {
+		return "", fmt.Errorf("redis: %s", line[1:len(line)-2])
+	}
+	return line[1 : len(line)-2], nil
+}
+
+func waitPing(addr string, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	var err error
+	for time.Now().Before(deadline) {
+		var out string
+		if out, err = do(addr, "PING"); err == nil && out == "PONG" {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return err
+}
