@@ -1,0 +1,145 @@
+// Package cli is keygate's command line: serve, keys, demo, standin and
+// version. Main returns the process exit code, so the commands are tested
+// in-process as well as through the built binary.
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"syscall"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/keygate/keygate/config"
+	"github.com/keygate/keygate/server"
+)
+
+// Version is set at build time with -ldflags "-X github.com/keygate/keygate/cli.Version=…".
+var Version = ""
+
+const usage = `keygate: an authenticating reverse proxy for the Document Extraction Service
+
+Usage:
+  keygate serve [--config FILE]              run the gateway (embedded defaults without --config)
+  keygate keys issue --config FILE --product extraction|registry --env live|test
+                     [--context UUID] [--name TEXT] [--expires-in DURATION]
+  keygate keys list --config FILE [--json]
+  keygate keys revoke --config FILE ID
+  keygate keys rotate --config FILE ID [--grace DURATION]
+  keygate keys import --config FILE --from KEYS.yaml   (into the redis keystore)
+  keygate demo [--config FILE]               serve with stand-in backends and a demo key (make run)
+  keygate standin --listen ADDR --name NAME  run a stand-in backend that echoes what it receives
+  keygate version
+`
+
+// Main runs one command and returns its exit code: 0 on success, 1 on
+// failure, 2 on bad usage.
+func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	var err error
+	switch args[0] {
+	case "serve":
+		err = serve(args[1:], stderr)
+	case "keys":
+		err = keys(args[1:], stdout, stderr)
+	case "demo":
+		err = demo(args[1:], stdout, stderr)
+	case "standin":
+		err = standin(args[1:], stderr)
+	case "version", "--version", "-v":
+		fmt.Fprintln(stdout, "keygate", version())
+	case "help", "--help", "-h":
+		fmt.Fprint(stdout, usage)
+	default:
+		fmt.Fprintf(stderr, "keygate: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+	var ue usageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ue), errors.Is(err, flag.ErrHelp):
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(stderr, "keygate:", err)
+		}
+		return 2
+	default:
+		fmt.Fprintln(stderr, "keygate:", err)
+		return 1
+	}
+}
+
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func version() string {
+	if Version != "" {
+		return Version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
+}
+
+// loadConfig reads the file, or the embedded defaults when path is empty.
+func loadConfig(path string) (config.Config, error) {
+	if path == "" {
+		return config.Default(), nil
+	}
+	return config.Load(path)
+}
+
+func newLogger(c config.LogConfig, w io.Writer) (*zap.Logger, error) {
+	lvl, err := zapcore.ParseLevel(c.Level)
+	if err != nil {
+		return nil, err
+	}
+	encCfg := zap.NewProductionEncoderConfig()
+	encCfg.TimeKey = "ts"
+	encCfg.EncodeTime = zapcore.ISO8601TimeEncoder
+	encCfg.EncodeDuration = zapcore.MillisDurationEncoder
+	var enc zapcore.Encoder
+	if c.Format == "console" {
+		enc = zapcore.NewConsoleEncoder(encCfg)
+	} else {
+		enc = zapcore.NewJSONEncoder(encCfg)
+	}
+	return zap.New(zapcore.NewCore(enc, zapcore.Lock(zapcore.AddSync(w)), lvl), zap.ErrorOutput(zapcore.AddSync(w))), nil
+}
+
+func serve(args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfgPath := fs.String("config", "", "config file (YAML); embedded defaults when empty")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg, err := loadConfig(*cfgPath)
+	if err != nil {
+		return err
+	}
+	return run(cfg, stderr)
+}
+
+func run(cfg config.Config, stderr io.Writer) error {
+	log, err := newLogger(cfg.Log, stderr)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = log.Sync() }()
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	return server.Run(ctx, cfg, server.Deps{Logger: log, Getenv: os.Getenv})
+}

@@ -1,0 +1,199 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/keygate/keygate/config"
+	"github.com/keygate/keygate/keystore"
+)
+
+// keyAdmin is what the keys commands need from a keystore backend.
+type keyAdmin interface {
+	Issue(ctx context.Context, req keystore.IssueRequest) (string, keystore.Record, error)
+	List(ctx context.Context) ([]keystore.Record, error)
+	Revoke(ctx context.Context, id string) (keystore.Record, error)
+	Rotate(ctx context.Context, id string, grace time.Duration) (string, keystore.Record, error)
+}
+
+// openAdmin returns the admin of the configured keystore backend, and a
+// function to release it.
+func openAdmin(cfg config.Config) (keyAdmin, func(), error) {
+	switch cfg.Keystore.Backend {
+	case "file":
+		return &keystore.FileAdmin{Path: cfg.Keystore.File}, func() {}, nil
+	}
+	return nil, nil, fmt.Errorf("keystore.backend: %q is not available in this build", cfg.Keystore.Backend)
+}
+
+func keys(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return usageError{"keys: want issue, list, revoke, rotate or import"}
+	}
+	sub, args := args[0], args[1:]
+	fs := flag.NewFlagSet("keys "+sub, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfgPath := fs.String("config", "", "config file (YAML); embedded defaults when empty")
+	var (
+		product, env, contextID, name *string
+		expiresIn, grace              *time.Duration
+		asJSON                        *bool
+	)
+	switch sub {
+	case "issue":
+		product = fs.String("product", "", "extraction or registry")
+		env = fs.String("env", "", "live or test")
+		contextID = fs.String("context", "", "context UUID the key is bound to (required for extraction keys)")
+		name = fs.String("name", "", "a name for the key, such as the application or team member")
+		expiresIn = fs.Duration("expires-in", 0, "expire the key after this long (0: never)")
+	case "list":
+		asJSON = fs.Bool("json", false, "print a JSON array")
+	case "revoke":
+	case "rotate":
+		grace = fs.Duration("grace", 0, "how long the old key keeps working (0: revoked at once)")
+	case "import":
+		return keysImport(fs, args, stdout, stderr)
+	default:
+		return usageError{fmt.Sprintf("keys: unknown subcommand %q", sub)}
+	}
+	if err := fs.Parse(interleave(args)); err != nil {
+		return err
+	}
+	cfg, err := loadConfig(*cfgPath)
+	if err != nil {
+		return err
+	}
+	admin, done, err := openAdmin(cfg)
+	if err != nil {
+		return err
+	}
+	defer done()
+	ctx := context.Background()
+
+	switch sub {
+	case "issue":
+		req := keystore.IssueRequest{Product: keystore.Product(*product), Env: keystore.Env(*env), Context: *contextID, Name: *name, ExpiresIn: *expiresIn}
+		if err := req.Validate(); err != nil {
+			return usageError{err.Error()}
+		}
+		key, rec, err := admin.Issue(ctx, req)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, key)
+		describe(stderr, "issued", rec)
+		fmt.Fprintln(stderr, "This is the only time the key is shown. Store it in a secret store.")
+	case "list":
+		recs, err := admin.List(ctx)
+		if err != nil {
+			return err
+		}
+		return printList(stdout, recs, *asJSON)
+	case "revoke", "rotate":
+		if fs.NArg() != 1 {
+			return usageError{fmt.Sprintf("keys %s: want exactly one key ID", sub)}
+		}
+		id := fs.Arg(0)
+		if sub == "revoke" {
+			rec, err := admin.Revoke(ctx, id)
+			if err != nil {
+				return err
+			}
+			describe(stderr, "revoked", rec)
+			fmt.Fprintln(stdout, rec.ID)
+			return nil
+		}
+		if *grace < 0 {
+			return usageError{"keys rotate: --grace must not be negative"}
+		}
+		key, rec, err := admin.Rotate(ctx, id, *grace)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, key)
+		describe(stderr, "issued", rec)
+		if *grace > 0 {
+			fmt.Fprintf(stderr, "The old key %s keeps working for %s, then it is rejected.\n", id, *grace)
+		} else {
+			fmt.Fprintf(stderr, "The old key %s is revoked now.\n", id)
+		}
+		fmt.Fprintln(stderr, "This is the only time the new key is shown. Store it in a secret store.")
+	}
+	return nil
+}
+
+// interleave moves flags after positional arguments to the front, so that
+// `keys revoke ID --config FILE` works like `keys revoke --config FILE ID`.
+func interleave(args []string) []string {
+	var flags, pos []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			pos = append(pos, args[i+1:]...)
+			break
+		}
+		if strings.HasPrefix(a, "-") && len(a) > 1 {
+			flags = append(flags, a)
+			if !strings.Contains(a, "=") && i+1 < len(args) && !isBoolFlag(a) {
+				flags = append(flags, args[i+1])
+				i++
+			}
+			continue
+		}
+		pos = append(pos, a)
+	}
+	return append(flags, pos...)
+}
+
+func isBoolFlag(a string) bool {
+	a = strings.TrimLeft(a, "-")
+	return a == "json"
+}
+
+func describe(w io.Writer, what string, r keystore.Record) {
+	exp := "never"
+	if !r.ExpiresAt.IsZero() {
+		exp = r.ExpiresAt.UTC().Format(time.RFC3339)
+	}
+	fmt.Fprintf(w, "%s %s: product=%s env=%s context=%s name=%q expires=%s\n", what, r.ID, r.Product, r.Env, orDash(r.Context), r.Name, exp)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func printList(w io.Writer, recs []keystore.Record, asJSON bool) error {
+	now := time.Now()
+	if asJSON {
+		views := make([]keystore.RecordView, 0, len(recs))
+		for _, r := range recs {
+			views = append(views, r.View(now))
+		}
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(views)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tNAME\tPRODUCT\tENV\tCONTEXT\tSTATUS\tCREATED\tEXPIRES")
+	for _, r := range recs {
+		exp := "never"
+		if !r.ExpiresAt.IsZero() {
+			exp = r.ExpiresAt.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, orDash(r.Name), r.Product, r.Env, orDash(r.Context), r.StateAt(now), r.CreatedAt.UTC().Format(time.RFC3339), exp)
+	}
+	return tw.Flush()
+}
+
+func keysImport(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
+	return fmt.Errorf("keys import: the redis keystore is not available in this build")
+}

@@ -1,0 +1,268 @@
+// Package config is keygate's configuration file: the YAML document that
+// composes each package's own section, its defaults, and its validation.
+// Load checks a file once at start; every error names the offending field
+// by its YAML path.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/keygate/keygate/gateway"
+	"github.com/keygate/keygate/oauth2"
+	"github.com/keygate/keygate/ratelimit"
+	"github.com/keygate/keygate/redisconn"
+	"github.com/keygate/keygate/tlsconf"
+)
+
+// Config is the whole configuration file. Its zero value is not useful:
+// start from Default, which is what `keygate serve` runs with when no file
+// is given.
+type Config struct {
+	Server    ServerConfig            `yaml:"server"`
+	TLS       tlsconf.Config          `yaml:"tls"`
+	Upstreams gateway.UpstreamsConfig `yaml:"upstreams"`
+	Keystore  KeystoreConfig          `yaml:"keystore"`
+	Redis     redisconn.Config        `yaml:"redis"`
+	RateLimit ratelimit.Config        `yaml:"ratelimit"`
+	Auth      AuthConfig              `yaml:"auth"`
+	Log       LogConfig               `yaml:"log"`
+}
+
+// ServerConfig is the listeners and their protections.
+type ServerConfig struct {
+	// Listen is the API listener (HTTPS unless tls.mode is off).
+	Listen string `yaml:"listen"`
+	// AdminListen serves /healthz, /readyz and /metrics; never the API.
+	AdminListen string `yaml:"admin_listen"`
+	// HTTPListen, when set, is a plain-HTTP listener that answers ACME
+	// http-01 challenges, redirects key-less GETs to HTTPS and refuses any
+	// request that carries a credential in clear.
+	HTTPListen string `yaml:"http_listen"`
+	// MaxBodyBytes caps request bodies; over it the answer is 413.
+	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+	// SpoolDir holds the temp files of /sync uploads whose context field
+	// comes after a large file; empty means the system temp dir.
+	SpoolDir string `yaml:"spool_dir"`
+	// SpoolMemoryBytes is how much of such an upload is held in memory
+	// before spilling to SpoolDir.
+	SpoolMemoryBytes int `yaml:"spool_memory_bytes"`
+	// ReadHeaderTimeout bounds how long a client may take to send headers.
+	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
+	// ReadTimeout bounds a whole request, body included; 0 means none
+	// (uploads may be large and slow).
+	ReadTimeout time.Duration `yaml:"read_timeout"`
+	// WriteTimeout bounds writing a response; 0 means none.
+	WriteTimeout time.Duration `yaml:"write_timeout"`
+	// IdleTimeout closes keep-alive connections idle this long.
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// MaxHeaderBytes caps request headers.
+	MaxHeaderBytes int `yaml:"max_header_bytes"`
+	// DrainTimeout is how long in-flight requests may take to finish after
+	// SIGTERM or SIGINT before the gateway exits anyway.
+	DrainTimeout time.Duration `yaml:"drain_timeout"`
+}
+
+// KeystoreConfig says where key records live.
+type KeystoreConfig struct {
+	// Backend is "file" or "redis".
+	Backend string `yaml:"backend"`
+	// File is the YAML keystore of the file backend.
+	File string `yaml:"file"`
+	// ResyncInterval is how often the redis backend re-reads every record,
+	// covering a missed change notification.
+	ResyncInterval time.Duration `yaml:"resync_interval"`
+}
+
+// AuthConfig chooses the credential methods.
+type AuthConfig struct {
+	APIKeys APIKeysConfig `yaml:"api_keys"`
+	OAuth2  oauth2.Config `yaml:"oauth2"`
+}
+
+// APIKeysConfig configures x-api-key authentication.
+type APIKeysConfig struct {
+	// Enabled turns API keys on or off altogether.
+	Enabled bool `yaml:"enabled"`
+	// Products lists the products that accept API keys.
+	Products []string `yaml:"products"`
+	// Deprecation, when set, announces the end of API keys on every
+	// key-authenticated response.
+	Deprecation gateway.Deprecation `yaml:"deprecation"`
+}
+
+// LogConfig configures the zap logger.
+type LogConfig struct {
+	// Level is debug, info, warn or error.
+	Level string `yaml:"level"`
+	// Format is json or console.
+	Format string `yaml:"format"`
+}
+
+// Default is the configuration `keygate serve` uses without a file, and
+// the base every file is applied to. It matches config.example.yaml.
+func Default() Config {
+	return Config{
+		Server: ServerConfig{
+			Listen:            ":8443",
+			AdminListen:       "127.0.0.1:9090",
+			MaxBodyBytes:      100 << 20,
+			SpoolMemoryBytes:  256 << 10,
+			ReadHeaderTimeout: 10 * time.Second,
+			IdleTimeout:       120 * time.Second,
+			MaxHeaderBytes:    64 << 10,
+			DrainTimeout:      30 * time.Second,
+		},
+		TLS: tlsconf.DefaultConfig(),
+		Upstreams: gateway.UpstreamsConfig{
+			Extraction: gateway.UpstreamConfig{Targets: []string{"http://127.0.0.1:9001"}, Timeout: 60 * time.Second, DialTimeout: 2 * time.Second, MaxIdleConnsPerHost: 64},
+			Registry:   gateway.UpstreamConfig{Targets: []string{"http://127.0.0.1:9002"}, Timeout: 60 * time.Second, DialTimeout: 2 * time.Second, MaxIdleConnsPerHost: 64},
+		},
+		Keystore:  KeystoreConfig{Backend: "file", File: "./data/keys.yaml", ResyncInterval: 30 * time.Second},
+		Redis:     redisconn.DefaultConfig(),
+		RateLimit: ratelimit.DefaultConfig(),
+		Auth: AuthConfig{
+			APIKeys: APIKeysConfig{Enabled: true, Products: []string{"extraction", "registry"}},
+			OAuth2:  oauth2.DefaultConfig(),
+		},
+		Log: LogConfig{Level: "info", Format: "json"},
+	}
+}
+
+// Load reads, parses and validates the file at path on top of Default.
+func Load(path string) (Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("config: %w", err)
+	}
+	c, err := Parse(b)
+	if err != nil {
+		return Config{}, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Parse parses and validates YAML on top of Default. Unknown fields are
+// errors, so a misspelt option does not silently fall back to its default.
+func Parse(b []byte) (Config, error) {
+	c := Default()
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+		return Config{}, fmt.Errorf("%s", strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	if err := c.Validate(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// Validate checks every section; the error names the first bad field.
+func (c Config) Validate() error {
+	if err := c.Server.Validate(); err != nil {
+		return err
+	}
+	if err := c.TLS.Validate(); err != nil {
+		return err
+	}
+	if err := c.Upstreams.Validate(); err != nil {
+		return err
+	}
+	if err := c.Keystore.Validate(); err != nil {
+		return err
+	}
+	if c.Keystore.Backend == "redis" || c.RateLimit.Backend == "redis" || c.TLS.Storage == "redis" {
+		if err := c.Redis.Validate(); err != nil {
+			return err
+		}
+	}
+	if err := c.RateLimit.Validate(); err != nil {
+		return err
+	}
+	if err := c.Auth.Validate(); err != nil {
+		return err
+	}
+	return c.Log.Validate()
+}
+
+// Validate checks the server section.
+func (s ServerConfig) Validate() error {
+	switch {
+	case s.Listen == "":
+		return errors.New("server.listen: required")
+	case s.AdminListen == "":
+		return errors.New("server.admin_listen: required (the admin endpoints never share the API listener)")
+	case s.AdminListen == s.Listen:
+		return errors.New("server.admin_listen: must differ from server.listen")
+	case s.HTTPListen != "" && (s.HTTPListen == s.Listen || s.HTTPListen == s.AdminListen):
+		return errors.New("server.http_listen: must differ from server.listen and server.admin_listen")
+	case s.MaxBodyBytes <= 0:
+		return fmt.Errorf("server.max_body_bytes: must be positive, got %d", s.MaxBodyBytes)
+	case s.SpoolMemoryBytes < 0:
+		return fmt.Errorf("server.spool_memory_bytes: must not be negative, got %d", s.SpoolMemoryBytes)
+	case s.ReadHeaderTimeout <= 0:
+		return errors.New("server.read_header_timeout: must be positive, so slow-header clients cannot hold connections")
+	case s.IdleTimeout <= 0:
+		return errors.New("server.idle_timeout: must be positive")
+	case s.MaxHeaderBytes < 4096:
+		return fmt.Errorf("server.max_header_bytes: must be at least 4096, got %d", s.MaxHeaderBytes)
+	case s.ReadTimeout < 0 || s.WriteTimeout < 0:
+		return errors.New("server.read_timeout, server.write_timeout: must not be negative")
+	case s.DrainTimeout <= 0:
+		return errors.New("server.drain_timeout: must be positive")
+	}
+	return nil
+}
+
+// Validate checks the keystore section.
+func (k KeystoreConfig) Validate() error {
+	switch k.Backend {
+	case "file":
+		if k.File == "" {
+			return errors.New("keystore.file: required when keystore.backend is file")
+		}
+	case "redis":
+		if k.ResyncInterval <= 0 {
+			return errors.New("keystore.resync_interval: must be positive")
+		}
+	default:
+		return fmt.Errorf("keystore.backend: must be file or redis, got %q", k.Backend)
+	}
+	return nil
+}
+
+// Validate checks the auth section.
+func (a AuthConfig) Validate() error {
+	for i, p := range a.APIKeys.Products {
+		if p != "extraction" && p != "registry" {
+			return fmt.Errorf("auth.api_keys.products[%d]: must be extraction or registry, got %q", i, p)
+		}
+	}
+	if !a.APIKeys.Enabled && !a.OAuth2.Enabled {
+		return errors.New("auth: enable at least one of auth.api_keys and auth.oauth2")
+	}
+	if d := a.APIKeys.Deprecation; !d.Sunset.IsZero() && !d.Date.IsZero() && d.Sunset.Before(d.Date) {
+		return errors.New("auth.api_keys.deprecation.sunset: must not be before auth.api_keys.deprecation.date")
+	}
+	return a.OAuth2.Validate()
+}
+
+// Validate checks the log section.
+func (l LogConfig) Validate() error {
+	switch l.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		return fmt.Errorf("log.level: must be debug, info, warn or error, got %q", l.Level)
+	}
+	if l.Format != "json" && l.Format != "console" {
+		return fmt.Errorf("log.format: must be json or console, got %q", l.Format)
+	}
+	return nil
+}

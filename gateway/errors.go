@@ -1,0 +1,64 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"strconv"
+)
+
+// errorBody is the spec's error shape (section 2.2).
+type errorBody struct {
+	StateText string   `json:"StateText"`
+	TraceID   string   `json:"TraceId"`
+	Messages  []string `json:"Messages"`
+}
+
+// StatusClientClosedRequest is logged (never sent) when the client went away
+// before the answer, as nginx and Caddy do.
+const StatusClientClosedRequest = 499
+
+// WriteError writes the spec's JSON error body with status. Every error the
+// gateway itself produces leaves through here, so every one has the same
+// shape, Content-Type and trace id.
+func WriteError(w http.ResponseWriter, traceID string, status int, messages ...string) {
+	if messages == nil {
+		messages = []string{http.StatusText(status)}
+	}
+	b, err := json.Marshal(errorBody{StateText: "ERROR", TraceID: traceID, Messages: messages})
+	if err != nil { // cannot happen with strings; keep the shape anyway
+		b = []byte(`{"StateText":"ERROR","TraceId":"` + traceID + `","Messages":["internal error"]}`)
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(b)+1))
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Trace-Id", traceID)
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// upstreamStatus maps an error from the upstream round trip to the status
+// the client gets, as Caddy's reverse proxy does: 504 for a timeout, 499
+// when the client went away, 502 otherwise.
+func upstreamStatus(ctx context.Context, err error) (int, string) {
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		return http.StatusRequestEntityTooLarge, "request body too large"
+	case ctx.Err() == context.Canceled || errors.Is(err, context.Canceled):
+		return StatusClientClosedRequest, "client closed request"
+	case errors.Is(err, context.DeadlineExceeded) || isTimeout(err):
+		return http.StatusGatewayTimeout, "upstream timed out"
+	default:
+		return http.StatusBadGateway, "upstream unavailable"
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}

@@ -1,0 +1,393 @@
+// Package gateway is keygate's request path: it authenticates each request,
+// routes it to the extraction or registry upstream, applies the key's rate
+// limit and quota, binds /sync uploads to the key's context, and proxies
+// with httputil.ReverseProxy. Every error it produces has the spec's JSON
+// shape and a trace id.
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httputil"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/keygate/keygate/auth"
+	"github.com/keygate/keygate/formctx"
+	"github.com/keygate/keygate/ratelimit"
+)
+
+// Authenticator checks a request's credentials. A Verdict that is not OK is
+// a refusal (401, or its Status); an error means the store behind the
+// authenticator failed, which the gateway answers with 503.
+type Authenticator interface {
+	Authenticate(r *http.Request) (auth.Verdict, error)
+}
+
+// Limiter decides whether the principal id may make a request now under
+// lim. An error means it cannot decide (503).
+type Limiter interface {
+	Allow(ctx context.Context, id string, lim ratelimit.Limit) (ratelimit.Decision, error)
+}
+
+// Deprecation announces the end of API keys on key-authenticated responses
+// (RFC 9745 Deprecation, RFC 8594 Sunset, and a Link to the migration
+// guide). The zero value announces nothing.
+type Deprecation struct {
+	// Date is when API keys were deprecated.
+	Date time.Time `yaml:"date"`
+	// Sunset is when API keys stop working.
+	Sunset time.Time `yaml:"sunset"`
+	// Link points to the migration guide.
+	Link string `yaml:"link"`
+}
+
+// Config is what the request path needs to know. See config.example.yaml
+// for the YAML it comes from.
+type Config struct {
+	Upstreams UpstreamsConfig
+	// MaxBodyBytes caps request bodies (413 over it).
+	MaxBodyBytes int64
+	// SpoolMemoryBytes is how much of a /sync body read before its context
+	// field is held in memory before spilling to a temp file in SpoolDir.
+	SpoolMemoryBytes int
+	SpoolDir         string
+	// Limits by env ("live", "test").
+	Limits map[string]ratelimit.Limit
+	// RateLimitStatus is sent when a limit refuses a request: 429 or 403.
+	RateLimitStatus int
+	// HSTS is the Strict-Transport-Security value for requests that came
+	// over TLS; empty for none.
+	HSTS string
+	// Deprecation, when set, is announced on key-authenticated responses.
+	Deprecation Deprecation
+}
+
+// Deps are the collaborators of a Gateway.
+type Deps struct {
+	Auth    Authenticator
+	Limiter Limiter
+	Logger  *zap.Logger
+	Metrics *Metrics
+}
+
+// Gateway is the API handler. Build it with New; it is safe for concurrent
+// use.
+type Gateway struct {
+	cfg        Config
+	auth       Authenticator
+	limiter    Limiter
+	log        *zap.Logger
+	metrics    *Metrics
+	extraction *upstream
+	registry   *upstream
+	proxy      *httputil.ReverseProxy
+	depHeaders [][2]string
+}
+
+// New checks cfg and builds the handler chain once.
+func New(cfg Config, deps Deps) (*Gateway, error) {
+	if deps.Auth == nil || deps.Limiter == nil {
+		return nil, errors.New("gateway: an authenticator and a limiter are required")
+	}
+	if err := cfg.Upstreams.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		return nil, errors.New("server.max_body_bytes: must be positive")
+	}
+	if cfg.RateLimitStatus == 0 {
+		cfg.RateLimitStatus = http.StatusTooManyRequests
+	}
+	for _, env := range []string{"live", "test"} {
+		if _, ok := cfg.Limits[env]; !ok {
+			return nil, fmt.Errorf("ratelimit.limits.%s: missing", env)
+		}
+	}
+	g := &Gateway{cfg: cfg, auth: deps.Auth, limiter: deps.Limiter, log: deps.Logger, metrics: deps.Metrics}
+	if g.log == nil {
+		g.log = zap.NewNop()
+	}
+	if g.metrics == nil {
+		g.metrics = NewMetrics(nil)
+	}
+	var err error
+	if g.extraction, err = newUpstream("extraction", cfg.Upstreams.Extraction); err != nil {
+		return nil, fmt.Errorf("upstreams.extraction: %w", err)
+	}
+	if g.registry, err = newUpstream("registry", cfg.Upstreams.Registry); err != nil {
+		return nil, fmt.Errorf("upstreams.registry: %w", err)
+	}
+	if d := cfg.Deprecation; !d.Date.IsZero() || !d.Sunset.IsZero() || d.Link != "" {
+		if !d.Date.IsZero() {
+			g.depHeaders = append(g.depHeaders, [2]string{"Deprecation", "@" + strconv.FormatInt(d.Date.Unix(), 10)})
+		}
+		if !d.Sunset.IsZero() {
+			g.depHeaders = append(g.depHeaders, [2]string{"Sunset", d.Sunset.UTC().Format(http.TimeFormat)})
+		}
+		if d.Link != "" {
+			g.depHeaders = append(g.depHeaders, [2]string{"Link", "<" + d.Link + `>; rel="deprecation"; type="text/html"`})
+		}
+	}
+	g.proxy = &httputil.ReverseProxy{
+		Rewrite:        g.rewrite,
+		Transport:      upstreamTransport{g},
+		ModifyResponse: g.modifyResponse,
+		ErrorHandler:   g.proxyError,
+		BufferPool:     bufferPool{},
+		ErrorLog:       zap.NewStdLog(g.log.Named("proxy")),
+	}
+	return g, nil
+}
+
+// state is what one request carries through the proxy hooks and the log.
+type state struct {
+	trace      trace
+	route      route
+	principal  auth.Principal
+	authed     bool
+	reason     string
+	bodyErr    error
+	upstream   *upstream
+	upStart    time.Time
+	upLatency  time.Duration
+	bytesIn    int64
+	spilled    bool
+	errMessage string
+}
+
+type stateKey struct{}
+
+var statePool = sync.Pool{New: func() any { return new(state) }}
+
+// ServeHTTP runs the request path: key, route and product, rate limit,
+// context binding, proxy. No body byte is read before the credentials are
+// accepted.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	st := statePool.Get().(*state)
+	*st = state{trace: newTrace(r.Header.Get("Traceparent")), route: match(r.URL.Path)}
+	rec := &recorder{ResponseWriter: w}
+	h := w.Header()
+	h.Set("X-Trace-Id", st.trace.ID)
+	if g.cfg.HSTS != "" && r.TLS != nil {
+		h.Set("Strict-Transport-Security", g.cfg.HSTS)
+	}
+	defer func() {
+		g.finish(r, rec, st, start)
+		statePool.Put(st)
+	}()
+	g.serve(rec, r, st)
+}
+
+func (g *Gateway) serve(w *recorder, r *http.Request, st *state) {
+	v, err := g.auth.Authenticate(r)
+	if err != nil {
+		g.fail(w, st, http.StatusServiceUnavailable, "key store unavailable, try again shortly", "store_error")
+		g.log.Warn("authentication backend failed", zap.String("trace_id", st.trace.ID), zap.Error(err))
+		return
+	}
+	if !v.OK {
+		status := v.Status
+		if status == 0 {
+			status = http.StatusUnauthorized
+		}
+		if v.Challenge != "" {
+			w.Header().Set("WWW-Authenticate", v.Challenge)
+		}
+		g.metrics.AuthFailures.WithLabelValues(string(v.Reason)).Inc()
+		g.fail(w, st, status, v.Message, string(v.Reason))
+		return
+	}
+	p := v.Principal
+	st.principal, st.authed = p, true
+	g.metrics.KeyRequests.WithLabelValues(string(p.Method), p.ID).Inc()
+	if p.Method == auth.MethodAPIKey {
+		for _, kv := range g.depHeaders {
+			w.Header().Set(kv[0], kv[1])
+		}
+	}
+
+	switch {
+	case st.route == routeNone:
+		g.fail(w, st, http.StatusNotFound, "no such endpoint: "+safePath(r.URL.Path), "not_found")
+		return
+	case !p.Allows(st.route.product()):
+		g.fail(w, st, http.StatusForbidden, "Forbidden: this credential is not valid for the "+st.route.product()+" product", "wrong_product")
+		return
+	case st.route == routeSync && r.Method != http.MethodPost:
+		w.Header().Set("Allow", http.MethodPost)
+		g.fail(w, st, http.StatusMethodNotAllowed, "method "+r.Method+" not allowed on /sync; use POST", "method")
+		return
+	}
+
+	lim, ok := g.cfg.Limits[p.Env]
+	if !ok {
+		lim = g.cfg.Limits["live"]
+	}
+	d, err := g.limiter.Allow(r.Context(), p.ID, lim)
+	if err != nil {
+		g.fail(w, st, http.StatusServiceUnavailable, "rate limiter unavailable, try again shortly", "limiter_error")
+		g.log.Warn("rate limiter failed", zap.String("trace_id", st.trace.ID), zap.Error(err))
+		return
+	}
+	setRateHeaders(w.Header(), d)
+	if !d.Allowed {
+		w.Header().Set("Retry-After", strconv.FormatInt(ceilSeconds(d.RetryAfter, 1), 10))
+		g.metrics.RateLimited.WithLabelValues(p.Env, string(d.Reason)).Inc()
+		msg := "Rate Limited: too many requests, back off and retry"
+		if d.Reason == ratelimit.ReasonQuota {
+			msg = "Rate Limited: usage quota exhausted for this key; it renews in " + strconv.FormatInt(ceilSeconds(d.Reset, 1), 10) + "s"
+		}
+		g.fail(w, st, g.cfg.RateLimitStatus, msg, string(d.Reason))
+		return
+	}
+
+	if r.ContentLength > g.cfg.MaxBodyBytes {
+		g.fail(w, st, http.StatusRequestEntityTooLarge, "request body too large", "too_large")
+		return
+	}
+	if st.route == routeSync {
+		body, err := formctx.Read(r.Body, r.Header.Get("Content-Type"), formctx.Config{
+			MaxBytes:    g.cfg.MaxBodyBytes,
+			MemoryBytes: g.cfg.SpoolMemoryBytes,
+			TempDir:     g.cfg.SpoolDir,
+		})
+		if err != nil {
+			status, msg := bodyError(r.Context(), err)
+			g.fail(w, st, status, msg, "body")
+			return
+		}
+		defer body.Close()
+		st.spilled = body.Spilled()
+		if !strings.EqualFold(body.Context(), p.Context) || p.Context == "" {
+			g.fail(w, st, http.StatusForbidden, "Invalid Context: the contextId does not belong to this credential", "context")
+			return
+		}
+		r.Body = &watchedBody{rc: body, st: st}
+	} else if r.Body != nil && r.Body != http.NoBody {
+		r.Body = &watchedBody{rc: http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes), st: st}
+	}
+	g.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), stateKey{}, st)))
+}
+
+// fail answers with the spec's error body and remembers why for the log.
+func (g *Gateway) fail(w http.ResponseWriter, st *state, status int, msg, reason string) {
+	st.reason, st.errMessage = reason, msg
+	WriteError(w, st.trace.ID, status, msg)
+}
+
+// bodyError maps a failure to read a /sync body to a status and message.
+func bodyError(ctx context.Context, err error) (int, string) {
+	var fe *formctx.Error
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &fe):
+		return fe.Status, fe.Message
+	case errors.As(err, &mbe):
+		return http.StatusRequestEntityTooLarge, "request body too large"
+	case ctx.Err() != nil:
+		return StatusClientClosedRequest, "client closed request"
+	default:
+		return http.StatusBadRequest, "could not read the request body"
+	}
+}
+
+// watchedBody remembers the first read error of the body sent upstream, so
+// that a failed check found while streaming (a conflicting context further
+// on, a truncated upload, the size cap) is reported to the client as what
+// it is and not as a 502.
+type watchedBody struct {
+	rc interface {
+		Read([]byte) (int, error)
+		Close() error
+	}
+	st *state
+}
+
+func (b *watchedBody) Read(p []byte) (int, error) {
+	n, err := b.rc.Read(p)
+	b.st.bytesIn += int64(n)
+	if err != nil && b.st.bodyErr == nil && !errors.Is(err, errEOF) {
+		b.st.bodyErr = err
+	}
+	return n, err
+}
+
+func (b *watchedBody) Close() error { return b.rc.Close() }
+
+func setRateHeaders(h http.Header, d ratelimit.Decision) {
+	h.Set("RateLimit-Limit", strconv.FormatInt(d.Limit, 10))
+	h.Set("RateLimit-Remaining", strconv.FormatInt(max(d.Remaining, 0), 10))
+	h.Set("RateLimit-Reset", strconv.FormatInt(ceilSeconds(d.Reset, 0), 10))
+}
+
+func ceilSeconds(d time.Duration, min int64) int64 {
+	s := int64((d + time.Second - 1) / time.Second)
+	if s < min {
+		return min
+	}
+	return s
+}
+
+// safePath trims a path for an error message: short, and printable only.
+func safePath(p string) string {
+	if len(p) > 64 {
+		p = p[:64] + "..."
+	}
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return '?'
+		}
+		return r
+	}, p)
+}
+
+// finish writes the access log line and the request metrics.
+func (g *Gateway) finish(r *http.Request, w *recorder, st *state, start time.Time) {
+	status := w.status
+	if status == 0 {
+		status = StatusClientClosedRequest
+	}
+	elapsed := time.Since(start)
+	route := st.route.String()
+	g.metrics.Requests.WithLabelValues(route, g.metrics.status(status)).Inc()
+	g.metrics.RequestDuration.WithLabelValues(route).Observe(elapsed.Seconds())
+	if ce := g.log.Check(zapcore.InfoLevel, "request"); ce != nil {
+		fields := []zap.Field{
+			zap.String("trace_id", st.trace.ID),
+			zap.String("method", r.Method),
+			zap.String("path", safePath(r.URL.Path)),
+			zap.String("route", route),
+			zap.Int("status", status),
+			zap.Int64("bytes_in", st.bytesIn),
+			zap.Int64("bytes_out", w.bytes),
+			zap.Duration("latency", elapsed),
+			zap.String("remote", r.RemoteAddr),
+		}
+		if st.authed {
+			fields = append(fields,
+				zap.String("key_id", st.principal.ID),
+				zap.String("auth", string(st.principal.Method)),
+				zap.String("product", st.route.product()),
+				zap.String("env", st.principal.Env))
+		}
+		if st.upstream != nil {
+			fields = append(fields, zap.String("upstream", st.upstream.name), zap.Duration("upstream_latency", st.upLatency))
+		}
+		if st.reason != "" {
+			fields = append(fields, zap.String("reason", st.reason), zap.String("error", st.errMessage))
+		}
+		if st.spilled {
+			fields = append(fields, zap.Bool("spilled", true))
+		}
+		ce.Write(fields...)
+	}
+}

@@ -1,0 +1,275 @@
+package gateway_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"mime/multipart"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/keygate/keygate/auth"
+	"github.com/keygate/keygate/gateway"
+	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/ratelimit"
+	"github.com/keygate/keygate/standin"
+)
+
+const (
+	ctxA = "11111111-2222-4333-8444-555555555555"
+	ctxB = "99999999-8888-4777-8666-555555555555"
+)
+
+// env is a gateway behind real loopback TLS, with stand-in upstreams and a
+// file keystore holding keys of every kind.
+type env struct {
+	t          *testing.T
+	URL        string
+	Client     *http.Client
+	Extraction *httptest.Server
+	Registry   *httptest.Server
+	Admin      *keystore.FileAdmin
+	Store      *keystore.FileStore
+	Gateway    *gateway.Gateway
+
+	LiveKey, TestKey, RegistryKey, RevokedKey, ExpiredKey string
+	LiveID                                                string
+}
+
+type envOpts struct {
+	limits       map[string]ratelimit.Limit
+	maxBody      int64
+	extraction   []string // override targets
+	registry     []string
+	timeout      time.Duration
+	rlStatus     int
+	deprecation  gateway.Deprecation
+	extractionH  http.Handler
+	hsts         string
+	spoolMemory  int
+}
+
+func newEnv(t *testing.T, o envOpts) *env {
+	t.Helper()
+	e := &env{t: t}
+	eh := o.extractionH
+	if eh == nil {
+		eh = standin.Handler{Name: "extraction"}
+	}
+	e.Extraction = httptest.NewServer(eh)
+	t.Cleanup(e.Extraction.Close)
+	e.Registry = httptest.NewServer(standin.Handler{Name: "registry"})
+	t.Cleanup(e.Registry.Close)
+
+	path := filepath.Join(t.TempDir(), "keys.yaml")
+	e.Admin = &keystore.FileAdmin{Path: path}
+	ctx := context.Background()
+	issue := func(p keystore.Product, en keystore.Env, c string, exp time.Duration) (string, keystore.Record) {
+		k, rec, err := e.Admin.Issue(ctx, keystore.IssueRequest{Product: p, Env: en, Context: c, Name: t.Name(), ExpiresIn: exp})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k, rec
+	}
+	var rec keystore.Record
+	e.LiveKey, rec = issue(keystore.Extraction, keystore.Live, ctxA, 0)
+	e.LiveID = rec.ID
+	e.TestKey, _ = issue(keystore.Extraction, keystore.Test, ctxA, 0)
+	e.RegistryKey, _ = issue(keystore.Registry, keystore.Live, "", 0)
+	e.RevokedKey, rec = issue(keystore.Extraction, keystore.Live, ctxA, 0)
+	if _, err := e.Admin.Revoke(ctx, rec.ID); err != nil {
+		t.Fatal(err)
+	}
+	e.ExpiredKey, _ = issue(keystore.Extraction, keystore.Live, ctxA, time.Millisecond)
+	time.Sleep(5 * time.Millisecond)
+
+	store, err := keystore.OpenFile(keystore.FileConfig{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	e.Store = store
+	keys, err := auth.NewAPIKeys(auth.APIKeysConfig{Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	limits := o.limits
+	if limits == nil {
+		limits = map[string]ratelimit.Limit{
+			"live": {Rate: 1000, Per: time.Second, Burst: 1000},
+			"test": {Rate: 1000, Per: time.Second, Burst: 1000, Quota: ratelimit.Quota{Requests: 1000, Per: 24 * time.Hour}},
+		}
+	}
+	if o.maxBody == 0 {
+		o.maxBody = 100 << 20
+	}
+	ext := o.extraction
+	if ext == nil {
+		ext = []string{e.Extraction.URL}
+	}
+	reg := o.registry
+	if reg == nil {
+		reg = []string{e.Registry.URL}
+	}
+	gw, err := gateway.New(gateway.Config{
+		Upstreams: gateway.UpstreamsConfig{
+			Extraction: gateway.UpstreamConfig{Targets: ext, Timeout: o.timeout},
+			Registry:   gateway.UpstreamConfig{Targets: reg, Timeout: o.timeout},
+		},
+		MaxBodyBytes:     o.maxBody,
+		SpoolMemoryBytes: o.spoolMemory,
+		SpoolDir:         t.TempDir(),
+		Limits:           limits,
+		RateLimitStatus:  o.rlStatus,
+		Deprecation:      o.deprecation,
+		HSTS:             o.hsts,
+	}, gateway.Deps{Auth: keys, Limiter: ratelimit.NewLocal(ratelimit.LocalConfig{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Gateway = gw
+	srv := httptest.NewUnstartedServer(gw)
+	srv.EnableHTTP2 = true
+	srv.Config.ReadHeaderTimeout = 5 * time.Second
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	e.URL = srv.URL
+	e.Client = srv.Client()
+	e.Client.Timeout = 60 * time.Second
+	return e
+}
+
+// form builds a multipart body with the given parts in order; a part named
+// "files" gets a file name and PDF type.
+type part struct{ name, value string }
+
+func form(t testing.TB, parts ...part) (string, []byte) {
+	var buf bytes.Buffer
+	mw := multipart.NewWriter(&buf)
+	for _, p := range parts {
+		if p.name == "files" {
+			w, err := mw.CreateFormFile("files", "doc.pdf")
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = w.Write([]byte(p.value))
+			continue
+		}
+		_ = mw.WriteField(p.name, p.value)
+	}
+	_ = mw.Close()
+	return mw.FormDataContentType(), buf.Bytes()
+}
+
+func syncForm(t testing.TB, contextID string) (string, []byte) {
+	return form(t, part{"files", "%PDF-1.4 hello"}, part{"id", "5e0e5f3a-1b2c-4d3e-8f40-5a6b7c8d9e0f"}, part{"contextId", contextID})
+}
+
+type result struct {
+	Status int
+	Header http.Header
+	Body   []byte
+	Echo   standin.Echo
+	Err    struct {
+		StateText string
+		TraceId   string
+		Messages  []string
+	}
+}
+
+func (e *env) do(req *http.Request) result {
+	e.t.Helper()
+	resp, err := e.Client.Do(req)
+	if err != nil {
+		e.t.Fatalf("%s %s: %v", req.Method, req.URL.Path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	r := result{Status: resp.StatusCode, Header: resp.Header, Body: b}
+	if resp.StatusCode == 200 {
+		_ = json.Unmarshal(b, &r.Echo)
+	} else {
+		_ = json.Unmarshal(b, &r.Err)
+	}
+	return r
+}
+
+func (e *env) request(method, path, key string, ct string, body io.Reader) *http.Request {
+	req, err := http.NewRequest(method, e.URL+path, body)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if key != "" {
+		req.Header.Set("X-Api-Key", key)
+	}
+	if ct != "" {
+		req.Header.Set("Content-Type", ct)
+	}
+	return req
+}
+
+func (e *env) sync(key, contextID string) result {
+	ct, body := syncForm(e.t, contextID)
+	return e.do(e.request("POST", "/sync", key, ct, bytes.NewReader(body)))
+}
+
+var traceRE = regexp.MustCompile(`^[0-9a-f]{32}$`)
+
+// assertError checks the spec's error shape, the JSON content type and the
+// trace id header.
+func assertError(t *testing.T, r result, status int, msgHas string) {
+	t.Helper()
+	if r.Status != status {
+		t.Fatalf("status = %d, want %d; body %s", r.Status, status, r.Body)
+	}
+	if ct := r.Header.Get("Content-Type"); ct != "application/json" {
+		t.Errorf("Content-Type = %q", ct)
+	}
+	if r.Err.StateText != "ERROR" || len(r.Err.Messages) == 0 {
+		t.Errorf("body = %s", r.Body)
+	}
+	if !traceRE.MatchString(r.Err.TraceId) || r.Header.Get("X-Trace-Id") != r.Err.TraceId {
+		t.Errorf("TraceId %q, X-Trace-Id %q", r.Err.TraceId, r.Header.Get("X-Trace-Id"))
+	}
+	if msgHas != "" && !strings.Contains(strings.ToLower(strings.Join(r.Err.Messages, " ")), strings.ToLower(msgHas)) {
+		t.Errorf("messages %q do not mention %q", r.Err.Messages, msgHas)
+	}
+	var raw map[string]any
+	if err := json.Unmarshal(r.Body, &raw); err != nil || len(raw) != 3 {
+		t.Errorf("body is not exactly {StateText, TraceId, Messages}: %s", r.Body)
+	}
+}
+
+func sha(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+func closedPortURL(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return "http://" + addr
+}
+
+func tlsDial(t *testing.T, u string) *tls.Conn {
+	host := strings.TrimPrefix(u, "https://")
+	c, err := tls.Dial("tcp", host, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}

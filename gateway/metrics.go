@@ -1,0 +1,67 @@
+package gateway
+
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the gateway's Prometheus series. Build it once with
+// NewMetrics and share it; it is safe for concurrent use. A nil *Metrics
+// records nothing.
+type Metrics struct {
+	Requests        *prometheus.CounterVec
+	RequestDuration *prometheus.HistogramVec
+	AuthFailures    *prometheus.CounterVec
+	RateLimited     *prometheus.CounterVec
+	UpstreamLatency *prometheus.HistogramVec
+	KeyRequests     *prometheus.CounterVec
+	statusLabels    map[int]string
+}
+
+// NewMetrics creates the series and registers them with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "keygate_requests_total",
+			Help: "Requests answered, by route (sync, registry, other) and status code.",
+		}, []string{"route", "status"}),
+		RequestDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "keygate_request_duration_seconds",
+			Help:    "Time from request start to the end of the response, by route.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 12),
+		}, []string{"route"}),
+		AuthFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "keygate_auth_failures_total",
+			Help: "Requests refused for their credentials, by reason (missing, malformed, checksum, unknown, revoked, expired, duplicate, ...).",
+		}, []string{"reason"}),
+		RateLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "keygate_ratelimited_total",
+			Help: "Requests refused by the rate limit or the quota, by env and reason (rate, quota).",
+		}, []string{"env", "reason"}),
+		UpstreamLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "keygate_upstream_duration_seconds",
+			Help:    "Time from sending a request upstream to its response headers, by upstream.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 12),
+		}, []string{"upstream"}),
+		KeyRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "keygate_authenticated_requests_total",
+			Help: "Authenticated requests by credential method (api_key, oauth2) and credential id, to see who still uses API keys.",
+		}, []string{"method", "id"}),
+		statusLabels: map[int]string{},
+	}
+	for _, c := range []int{200, 201, 204, 400, 401, 403, 404, 405, 413, 429, 499, 500, 502, 503, 504} {
+		m.statusLabels[c] = strconv.Itoa(c)
+	}
+	if reg != nil {
+		reg.MustRegister(m.Requests, m.RequestDuration, m.AuthFailures, m.RateLimited, m.UpstreamLatency, m.KeyRequests)
+	}
+	return m
+}
+
+func (m *Metrics) status(code int) string {
+	if s, ok := m.statusLabels[code]; ok {
+		return s
+	}
+	return strconv.Itoa(code)
+}

@@ -1,0 +1,81 @@
+package gateway
+
+import (
+	"net"
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+)
+
+// PlainHTTP guards the plain-HTTP listener. It never forwards anything: a
+// request that carries a credential in clear is refused with "HTTPS
+// required" (and the exposure is logged by key id and counted, so the
+// operator can rotate the key); a key-less GET or HEAD is redirected to
+// HTTPS; anything else is refused. It is safe for concurrent use.
+type PlainHTTP struct {
+	// HTTPSPort is the API listener's port for redirects; empty means 443.
+	HTTPSPort string
+	// Auth identifies a key sent in clear, for the log; may be nil.
+	Auth Authenticator
+	// Logger receives one warning per exposed credential (never the key).
+	Logger *zap.Logger
+	// Exposed counts credentials sent in clear, by kind (api_key, authorization).
+	Exposed *prometheus.CounterVec
+}
+
+// NewExposedCounter creates and registers keygate_cleartext_credentials_total.
+func NewExposedCounter(reg prometheus.Registerer) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "keygate_cleartext_credentials_total",
+		Help: "Requests that sent an API key or Authorization header over plain HTTP (refused; rotate the key).",
+	}, []string{"kind"})
+	if reg != nil {
+		reg.MustRegister(c)
+	}
+	return c
+}
+
+func (p *PlainHTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	tr := newTrace(r.Header.Get("Traceparent"))
+	w.Header().Set("X-Trace-Id", tr.ID)
+	_, hasKey := r.Header["X-Api-Key"]
+	_, hasAuthz := r.Header["Authorization"]
+	if hasKey || hasAuthz {
+		kind := "authorization"
+		if hasKey {
+			kind = "api_key"
+		}
+		if p.Exposed != nil {
+			p.Exposed.WithLabelValues(kind).Inc()
+		}
+		if p.Logger != nil {
+			fields := []zap.Field{zap.String("trace_id", tr.ID), zap.String("kind", kind), zap.String("remote", r.RemoteAddr)}
+			if p.Auth != nil && hasKey {
+				if v, err := p.Auth.Authenticate(r); err == nil && v.OK {
+					fields = append(fields, zap.String("key_id", v.Principal.ID))
+				}
+			}
+			p.Logger.Warn("credential sent over plain HTTP; refused, rotate it", fields...)
+		}
+		w.Header().Set("Connection", "close")
+		WriteError(w, tr.ID, http.StatusBadRequest, "HTTPS required: credentials sent over plain HTTP are refused; rotate this credential")
+		return
+	}
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		host := r.Host
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+		if host == "" {
+			WriteError(w, tr.ID, http.StatusBadRequest, "HTTPS required")
+			return
+		}
+		if p.HTTPSPort != "" && p.HTTPSPort != "443" {
+			host = net.JoinHostPort(host, p.HTTPSPort)
+		}
+		http.Redirect(w, r, "https://"+host+r.URL.RequestURI(), http.StatusPermanentRedirect)
+		return
+	}
+	WriteError(w, tr.ID, http.StatusBadRequest, "HTTPS required")
+}

@@ -1,0 +1,110 @@
+package gateway
+
+import (
+	"io"
+	"net/http"
+	"net/http/httputil"
+	"strings"
+	"sync"
+	"time"
+)
+
+var errEOF = io.EOF
+
+// identityHeaders are what the upstream learns about the caller.
+const (
+	hdrKeyID   = "X-Keygate-Key-Id"
+	hdrContext = "X-Keygate-Context"
+	hdrEnv     = "X-Keygate-Env"
+	hdrProduct = "X-Keygate-Product"
+)
+
+// rewrite builds the outbound request: target chosen round-robin, fresh
+// X-Forwarded-* headers (Rewrite has already dropped the client's), no
+// credential, and the gateway's identity headers in place of anything the
+// client sent under X-Keygate-*.
+func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
+	st := pr.In.Context().Value(stateKey{}).(*state)
+	up := g.extraction
+	if st.route == routeRegistry {
+		up = g.registry
+	}
+	st.upstream = up
+	pr.SetURL(up.pick().url)
+	pr.SetXForwarded()
+	h := pr.Out.Header
+	h.Del("X-Api-Key")
+	h.Del("Authorization")
+	h.Del("Expect") // the gateway has already read part of the body
+	h.Del("Forwarded")
+	for k := range h {
+		if len(k) > 10 && strings.EqualFold(k[:10], "X-Keygate-") {
+			delete(h, k)
+		}
+	}
+	p := st.principal
+	h[hdrKeyID] = []string{p.ID}
+	h[hdrEnv] = []string{p.Env}
+	h[hdrProduct] = []string{st.route.product()}
+	if p.Context != "" {
+		h[hdrContext] = []string{p.Context}
+	}
+	h["Traceparent"] = []string{st.trace.header()}
+	delete(h, "Tracestate")
+	st.upStart = time.Now()
+}
+
+// upstreamTransport sends each request with the transport of the upstream
+// rewrite chose.
+type upstreamTransport struct{ g *Gateway }
+
+func (t upstreamTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	st := req.Context().Value(stateKey{}).(*state)
+	return st.upstream.transport.RoundTrip(req)
+}
+
+// modifyResponse records upstream latency and keeps the gateway's own
+// headers authoritative over the upstream's.
+func (g *Gateway) modifyResponse(resp *http.Response) error {
+	st := resp.Request.Context().Value(stateKey{}).(*state)
+	st.upLatency = time.Since(st.upStart)
+	g.metrics.UpstreamLatency.WithLabelValues(st.upstream.name).Observe(st.upLatency.Seconds())
+	h := resp.Header
+	for _, k := range []string{"X-Trace-Id", "Ratelimit-Limit", "Ratelimit-Remaining", "Ratelimit-Reset", "Strict-Transport-Security"} {
+		h.Del(k)
+	}
+	return nil
+}
+
+// proxyError answers a failed upstream round trip. A check that failed
+// while the body streamed (conflicting context, truncated multipart, size
+// cap) is reported as that check's error; anything else is 502 or 504.
+func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) {
+	st := r.Context().Value(stateKey{}).(*state)
+	if st.upStart.IsZero() {
+		st.upStart = time.Now()
+	}
+	st.upLatency = time.Since(st.upStart)
+	if st.bodyErr != nil {
+		status, msg := bodyError(r.Context(), st.bodyErr)
+		g.fail(w, st, status, msg, "body")
+		return
+	}
+	status, msg := upstreamStatus(r.Context(), err)
+	st.reason, st.errMessage = "upstream", msg+": "+err.Error()
+	if status == StatusClientClosedRequest {
+		if rec, ok := w.(*recorder); ok {
+			rec.status = status
+		}
+		return
+	}
+	WriteError(w, st.trace.ID, status, msg)
+}
+
+// bufferPool lends ReverseProxy its copy buffers.
+type bufferPool struct{}
+
+var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 32*1024); return &b }}
+
+func (bufferPool) Get() []byte  { return *(copyBuffers.Get().(*[]byte)) }
+func (bufferPool) Put(b []byte) { copyBuffers.Put(&b) }

@@ -1,0 +1,67 @@
+package gateway
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+)
+
+// trace is a request's W3C trace context: the trace id it belongs to (also
+// the spec's TraceId) and the span id keygate uses for its hop.
+type trace struct {
+	ID     string // 32 lower-case hex digits
+	SpanID string // 16 lower-case hex digits
+	Flags  string // 2 hex digits
+}
+
+// newTrace continues a valid incoming traceparent or starts a new trace.
+func newTrace(traceparent string) trace {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	t := trace{SpanID: hex.EncodeToString(b[:]), Flags: "01"}
+	if id, flags, ok := parseTraceparent(traceparent); ok {
+		t.ID, t.Flags = id, flags
+		return t
+	}
+	var id [16]byte
+	_, _ = rand.Read(id[:])
+	t.ID = hex.EncodeToString(id[:])
+	return t
+}
+
+// header is the traceparent sent upstream: same trace, keygate's span.
+func (t trace) header() string {
+	return "00-" + t.ID + "-" + t.SpanID + "-" + t.Flags
+}
+
+// parseTraceparent accepts version 00 traceparents as W3C Trace Context
+// defines them: 00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>, with
+// neither id all zeros.
+func parseTraceparent(s string) (id, flags string, ok bool) {
+	if len(s) != 55 || s[0:3] != "00-" || s[35] != '-' || s[52] != '-' {
+		return "", "", false
+	}
+	id, parent, flags := s[3:35], s[36:52], s[53:55]
+	if !lowerHex(id) || !lowerHex(parent) || !lowerHex(flags) || allZero(id) || allZero(parent) {
+		return "", "", false
+	}
+	return id, flags, true
+}
+
+func lowerHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+func allZero(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] != '0' {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,221 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// UpstreamConfig is one backend: where it is and how long to wait for it.
+type UpstreamConfig struct {
+	// Targets are base URLs (scheme://host:port, no path) of equivalent
+	// instances, load-balanced round-robin. At least one.
+	Targets []string `yaml:"targets"`
+	// Timeout is how long to wait for the upstream's response headers once
+	// the request is sent; past it the client gets 504. Default 60s.
+	Timeout time.Duration `yaml:"timeout"`
+	// DialTimeout bounds connecting to a target. Default 2s.
+	DialTimeout time.Duration `yaml:"dial_timeout"`
+	// MaxIdleConnsPerHost is the keep-alive pool per target. Default 64.
+	MaxIdleConnsPerHost int `yaml:"max_idle_conns_per_host"`
+}
+
+// UpstreamsConfig names the two backends of the spec.
+type UpstreamsConfig struct {
+	Extraction UpstreamConfig `yaml:"extraction"`
+	Registry   UpstreamConfig `yaml:"registry"`
+}
+
+// withDefaults fills the zero fields.
+func (c UpstreamConfig) withDefaults() UpstreamConfig {
+	if c.Timeout == 0 {
+		c.Timeout = 60 * time.Second
+	}
+	if c.DialTimeout == 0 {
+		c.DialTimeout = 2 * time.Second
+	}
+	if c.MaxIdleConnsPerHost == 0 {
+		c.MaxIdleConnsPerHost = 64
+	}
+	return c
+}
+
+// Validate checks one upstream; path is its YAML path for messages.
+func (c UpstreamConfig) Validate(path string) error {
+	if len(c.Targets) == 0 {
+		return fmt.Errorf("%s.targets: at least one target is required", path)
+	}
+	for i, t := range c.Targets {
+		if _, err := parseTarget(t); err != nil {
+			return fmt.Errorf("%s.targets[%d]: %v", path, i, err)
+		}
+	}
+	if c.Timeout < 0 || c.DialTimeout < 0 || c.MaxIdleConnsPerHost < 0 {
+		return fmt.Errorf("%s: timeouts and pool sizes must not be negative", path)
+	}
+	return nil
+}
+
+// Validate checks both upstreams.
+func (c UpstreamsConfig) Validate() error {
+	if err := c.Extraction.Validate("upstreams.extraction"); err != nil {
+		return err
+	}
+	return c.Registry.Validate("upstreams.registry")
+}
+
+func parseTarget(s string) (*url.URL, error) {
+	u, err := url.Parse(s)
+	if err != nil {
+		return nil, fmt.Errorf("%q is not a URL", s)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, fmt.Errorf("%q: scheme must be http or https", s)
+	}
+	if u.Host == "" {
+		return nil, fmt.Errorf("%q: host is missing", s)
+	}
+	if u.Path != "" && u.Path != "/" || u.RawQuery != "" || u.User != nil {
+		return nil, fmt.Errorf("%q: must be scheme://host:port with no path, query or credentials", s)
+	}
+	u.Path = ""
+	return u, nil
+}
+
+// upstream is a set of equivalent targets. Safe for concurrent use.
+type upstream struct {
+	name      string
+	targets   []*target
+	next      atomic.Uint64
+	transport http.RoundTripper
+}
+
+type target struct {
+	url       *url.URL
+	downUntil atomic.Int64 // unix nanos; a target that refused a connection is skipped until then
+}
+
+// markDownFor is how long a target that refused a connection is skipped.
+const markDownFor = 2 * time.Second
+
+func newUpstream(name string, c UpstreamConfig) (*upstream, error) {
+	c = c.withDefaults()
+	u := &upstream{name: name}
+	for _, s := range c.Targets {
+		tu, err := parseTarget(s)
+		if err != nil {
+			return nil, err
+		}
+		u.targets = append(u.targets, &target{url: tu})
+	}
+	if len(u.targets) == 0 {
+		return nil, errors.New("no targets")
+	}
+	dialer := &net.Dialer{Timeout: c.DialTimeout, KeepAlive: 30 * time.Second}
+	u.transport = &retryTransport{up: u, next: &http.Transport{
+		Proxy:                 nil, // never route upstream traffic through an environment proxy
+		DialContext:           dialer.DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          c.MaxIdleConnsPerHost * len(u.targets),
+		MaxIdleConnsPerHost:   c.MaxIdleConnsPerHost,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   5 * time.Second,
+		ResponseHeaderTimeout: c.Timeout,
+	}}
+	return u, nil
+}
+
+// pick returns the next target round-robin, skipping targets marked down
+// unless all of them are.
+func (u *upstream) pick() *target {
+	n := uint64(len(u.targets))
+	start := u.next.Add(1) - 1
+	now := time.Now().UnixNano()
+	for i := uint64(0); i < n; i++ {
+		t := u.targets[(start+i)%n]
+		if t.downUntil.Load() <= now {
+			return t
+		}
+	}
+	return u.targets[start%n]
+}
+
+// retryTransport sends a request to the target Rewrite chose and, when that
+// target refuses the connection before any body byte was read, to the next
+// ones. Any other failure is final: the body may be partly sent.
+type retryTransport struct {
+	up   *upstream
+	next http.RoundTripper
+}
+
+func (rt *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	orig := req.Body
+	tried := 0
+	for {
+		var body *guardedBody
+		if orig != nil && orig != http.NoBody {
+			body = &guardedBody{r: orig}
+			req.Body = body
+		}
+		resp, err := rt.next.RoundTrip(req)
+		if err == nil || !isConnRefused(err) || (body != nil && body.n > 0) {
+			return resp, err
+		}
+		rt.up.markDown(req.URL.Host)
+		tried++
+		if tried >= len(rt.up.targets) {
+			return nil, err
+		}
+		t := rt.up.pick()
+		if t.url.Host == req.URL.Host {
+			t = rt.up.targets[(rt.up.indexOf(req.URL.Host)+1)%len(rt.up.targets)]
+		}
+		req = req.Clone(req.Context())
+		req.URL.Scheme, req.URL.Host = t.url.Scheme, t.url.Host
+		req.Body = orig
+	}
+}
+
+func (u *upstream) indexOf(host string) int {
+	for i, t := range u.targets {
+		if t.url.Host == host {
+			return i
+		}
+	}
+	return 0
+}
+
+func (u *upstream) markDown(host string) {
+	for _, t := range u.targets {
+		if t.url.Host == host {
+			t.downUntil.Store(time.Now().Add(markDownFor).UnixNano())
+		}
+	}
+}
+
+func isConnRefused(err error) bool {
+	var op *net.OpError
+	return errors.Is(err, syscall.ECONNREFUSED) || (errors.As(err, &op) && op.Op == "dial" && !op.Timeout())
+}
+
+// guardedBody counts what the transport read and ignores the transport's
+// Close, so a body can be offered to another target after a refused
+// connection. The gateway closes the real body when the request ends.
+type guardedBody struct {
+	r io.Reader
+	n int64
+}
+
+func (g *guardedBody) Read(p []byte) (int, error) {
+	n, err := g.r.Read(p)
+	g.n += int64(n)
+	return n, err
+}
+
+func (g *guardedBody) Close() error { return nil }

@@ -1,0 +1,388 @@
+// Package server assembles a running keygate from its configuration: the
+// key store, the limiter, the authenticators, the gateway, TLS, and the API,
+// admin and plain-HTTP listeners, with a graceful drain on shutdown.
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/keygate/keygate/auth"
+	"github.com/keygate/keygate/config"
+	"github.com/keygate/keygate/gateway"
+	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/oauth2"
+	"github.com/keygate/keygate/ratelimit"
+	"github.com/keygate/keygate/redisconn"
+	"github.com/keygate/keygate/tlsconf"
+)
+
+// Deps are what a Server takes from its caller.
+type Deps struct {
+	Logger *zap.Logger
+	// Getenv reads secrets named in the config (redis.password_env); nil
+	// means os.Getenv.
+	Getenv func(string) string
+}
+
+// Server is a running keygate. Build it with New, run it with Serve, stop
+// it with Shutdown.
+type Server struct {
+	cfg      config.Config
+	log      *zap.Logger
+	registry *prometheus.Registry
+	metrics  *gateway.Metrics
+	redis    redis.UniversalClient
+	store    readyStore
+	limiter  gateway.Limiter
+	tls      *tlsconf.Manager
+	oauth    *oauth2.Authenticator
+	closers  []func() error
+
+	api, admin, plain       *http.Server
+	apiLn, adminLn, plainLn net.Listener
+	draining                atomic.Bool
+	serveErr                chan error
+	shutdownOnce            sync.Once
+}
+
+// readyStore is the key store as the server needs it.
+type readyStore interface {
+	auth.KeyLookup
+	Ready() bool
+	Close() error
+}
+
+// degradable is implemented by components that can run degraded (the Redis
+// limiter and key store while Redis is away).
+type degradable interface{ Degraded() bool }
+
+// New builds every component and opens the listeners, so address errors
+// surface before Serve.
+func New(ctx context.Context, cfg config.Config, deps Deps) (s *Server, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s = &Server{cfg: cfg, log: deps.Logger, registry: prometheus.NewRegistry(), serveErr: make(chan error, 3)}
+	if s.log == nil {
+		s.log = zap.NewNop()
+	}
+	defer func() {
+		if err != nil {
+			s.closeAll()
+		}
+	}()
+	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	s.metrics = gateway.NewMetrics(s.registry)
+
+	if cfg.Keystore.Backend == "redis" || cfg.RateLimit.Backend == "redis" || cfg.TLS.Storage == "redis" {
+		s.redis, err = redisconn.New(cfg.Redis, deps.Getenv)
+		if err != nil {
+			return nil, err
+		}
+		s.closers = append(s.closers, s.redis.Close)
+	}
+
+	if err := s.openStore(); err != nil {
+		return nil, err
+	}
+	if err := s.openLimiter(); err != nil {
+		return nil, err
+	}
+	authn, err := s.openAuth(ctx)
+	if err != nil {
+		return nil, err
+	}
+
+	s.tls, err = tlsconf.New(ctx, cfg.TLS, tlsconf.Deps{Logger: s.log.Named("tls"), Redis: s.redis})
+	if err != nil {
+		return nil, err
+	}
+	s.closers = append(s.closers, s.tls.Close)
+
+	gw, err := gateway.New(gateway.Config{
+		Upstreams:        cfg.Upstreams,
+		MaxBodyBytes:     cfg.Server.MaxBodyBytes,
+		SpoolMemoryBytes: cfg.Server.SpoolMemoryBytes,
+		SpoolDir:         cfg.Server.SpoolDir,
+		Limits:           cfg.RateLimit.Limits,
+		RateLimitStatus:  cfg.RateLimit.Status,
+		HSTS:             s.tls.HSTSHeader(),
+		Deprecation:      cfg.Auth.APIKeys.Deprecation,
+	}, gateway.Deps{Auth: authn, Limiter: s.limiter, Logger: s.log.Named("access"), Metrics: s.metrics})
+	if err != nil {
+		return nil, err
+	}
+
+	errLog := zap.NewStdLog(s.log.Named("http").WithOptions(zap.IncreaseLevel(zapcore.WarnLevel)))
+	sc := cfg.Server
+	s.api = &http.Server{
+		Handler:           gw,
+		TLSConfig:         s.tls.TLSConfig(),
+		ReadHeaderTimeout: sc.ReadHeaderTimeout,
+		ReadTimeout:       sc.ReadTimeout,
+		WriteTimeout:      sc.WriteTimeout,
+		IdleTimeout:       sc.IdleTimeout,
+		MaxHeaderBytes:    sc.MaxHeaderBytes,
+		ErrorLog:          quietTLSLog(errLog),
+	}
+	s.admin = &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: sc.IdleTimeout, ErrorLog: errLog}
+	if s.apiLn, err = net.Listen("tcp", sc.Listen); err != nil {
+		return nil, fmt.Errorf("server.listen: %w", err)
+	}
+	if s.adminLn, err = net.Listen("tcp", sc.AdminListen); err != nil {
+		return nil, fmt.Errorf("server.admin_listen: %w", err)
+	}
+	if sc.HTTPListen != "" {
+		_, port, _ := net.SplitHostPort(s.apiLn.Addr().String())
+		plain := &gateway.PlainHTTP{HTTPSPort: port, Auth: authn, Logger: s.log.Named("plain_http"), Exposed: gateway.NewExposedCounter(s.registry)}
+		s.plain = &http.Server{
+			Handler:           s.tls.HTTPChallengeHandler(plain),
+			ReadHeaderTimeout: sc.ReadHeaderTimeout,
+			ReadTimeout:       30 * time.Second,
+			IdleTimeout:       sc.IdleTimeout,
+			MaxHeaderBytes:    sc.MaxHeaderBytes,
+			ErrorLog:          errLog,
+		}
+		if s.plainLn, err = net.Listen("tcp", sc.HTTPListen); err != nil {
+			return nil, fmt.Errorf("server.http_listen: %w", err)
+		}
+	}
+	if s.api.TLSConfig == nil {
+		s.log.Warn("tls.mode is off: the API listener serves plain HTTP; run it only behind a TLS-terminating load balancer")
+	}
+	return s, nil
+}
+
+func (s *Server) openStore() error {
+	switch s.cfg.Keystore.Backend {
+	case "file":
+		reloads := prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "keygate_keystore_reloads_total",
+			Help: "Keystore (re)loads, by result (ok, error). On error the last good keystore keeps serving.",
+		}, []string{"result"})
+		keys := prometheus.NewGauge(prometheus.GaugeOpts{Name: "keygate_keystore_keys", Help: "Key records in the loaded keystore."})
+		s.registry.MustRegister(reloads, keys)
+		fs, err := keystore.OpenFile(keystore.FileConfig{
+			Path:   s.cfg.Keystore.File,
+			Logger: s.log.Named("keystore"),
+			OnReload: func(n int, err error) {
+				if err != nil {
+					reloads.WithLabelValues("error").Inc()
+					return
+				}
+				reloads.WithLabelValues("ok").Inc()
+				keys.Set(float64(n))
+			},
+		})
+		if err != nil {
+			return fmt.Errorf("keystore.file: %w", err)
+		}
+		s.store = fs
+	default:
+		return fmt.Errorf("keystore.backend: %q is not available in this build", s.cfg.Keystore.Backend)
+	}
+	s.closers = append(s.closers, s.store.Close)
+	return nil
+}
+
+func (s *Server) openLimiter() error {
+	l, err := ratelimit.New(s.cfg.RateLimit, ratelimit.Deps{Redis: s.redis, Logger: s.log.Named("ratelimit")})
+	if err != nil {
+		return err
+	}
+	s.limiter = l
+	if c, ok := any(l).(interface{ Close() error }); ok {
+		s.closers = append(s.closers, c.Close)
+	}
+	return nil
+}
+
+func (s *Server) openAuth(ctx context.Context) (gateway.Authenticator, error) {
+	var opts []auth.Option
+	if s.cfg.Auth.APIKeys.Enabled {
+		keys, err := auth.NewAPIKeys(auth.APIKeysConfig{Store: s.store})
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, auth.Option{Method: auth.MethodAPIKey, Credential: keys, Products: s.cfg.Auth.APIKeys.Products})
+	}
+	if s.cfg.Auth.OAuth2.Enabled {
+		a, err := oauth2.New(ctx, s.cfg.Auth.OAuth2, oauth2.Deps{Logger: s.log.Named("oauth2")})
+		if err != nil {
+			return nil, fmt.Errorf("auth.oauth2: %w", err)
+		}
+		s.oauth = a
+		s.closers = append(s.closers, a.Close)
+		opts = append(opts, auth.Option{Method: auth.MethodOAuth2, Credential: a})
+	}
+	return auth.NewChain(opts...)
+}
+
+// APIAddr is the API listener's address.
+func (s *Server) APIAddr() net.Addr { return s.apiLn.Addr() }
+
+// AdminAddr is the admin listener's address.
+func (s *Server) AdminAddr() net.Addr { return s.adminLn.Addr() }
+
+// HTTPAddr is the plain-HTTP listener's address, or nil.
+func (s *Server) HTTPAddr() net.Addr {
+	if s.plainLn == nil {
+		return nil
+	}
+	return s.plainLn.Addr()
+}
+
+// Serve serves until Shutdown and returns the first listener failure, or
+// nil after a clean shutdown.
+func (s *Server) Serve() error {
+	go func() {
+		var err error
+		if s.api.TLSConfig != nil {
+			err = s.api.Serve(tls.NewListener(s.apiLn, s.api.TLSConfig))
+		} else {
+			err = s.api.Serve(s.apiLn)
+		}
+		s.serveErr <- err
+	}()
+	go func() { s.serveErr <- s.admin.Serve(s.adminLn) }()
+	if s.plain != nil {
+		go func() { s.serveErr <- s.plain.Serve(s.plainLn) }()
+	}
+	s.log.Info("keygate serving",
+		zap.String("api", s.apiLn.Addr().String()),
+		zap.String("admin", s.adminLn.Addr().String()),
+		zap.Bool("tls", s.api.TLSConfig != nil))
+	err := <-s.serveErr
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// Shutdown stops accepting connections, lets in-flight requests (uploads
+// included) finish within ctx, then closes every component. /readyz turns
+// 503 at once so load balancers stop sending traffic.
+func (s *Server) Shutdown(ctx context.Context) error {
+	var err error
+	s.shutdownOnce.Do(func() {
+		s.draining.Store(true)
+		s.log.Info("draining: no new connections; waiting for in-flight requests")
+		var wg sync.WaitGroup
+		errs := make([]error, 3)
+		for i, srv := range []*http.Server{s.api, s.plain} {
+			if srv == nil {
+				continue
+			}
+			wg.Add(1)
+			go func() { defer wg.Done(); errs[i] = srv.Shutdown(ctx) }()
+		}
+		wg.Wait()
+		if errs[0] != nil {
+			_ = s.api.Close()
+		}
+		errs[2] = s.admin.Shutdown(ctx)
+		s.closeAll()
+		err = errors.Join(errs...)
+		s.log.Info("stopped")
+	})
+	return err
+}
+
+func (s *Server) closeAll() {
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		_ = s.closers[i]()
+	}
+	s.closers = nil
+	for _, ln := range []net.Listener{s.apiLn, s.adminLn, s.plainLn} {
+		if ln != nil {
+			_ = ln.Close()
+		}
+	}
+}
+
+// Run serves until ctx ends, then shuts down within server.drain_timeout.
+func Run(ctx context.Context, cfg config.Config, deps Deps) error {
+	s, err := New(ctx, cfg, deps)
+	if err != nil {
+		return err
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Serve() }()
+	select {
+	case err := <-done:
+		sctx, cancel := context.WithTimeout(context.Background(), cfg.Server.DrainTimeout)
+		defer cancel()
+		_ = s.Shutdown(sctx)
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.Server.DrainTimeout)
+	defer cancel()
+	if err := s.Shutdown(sctx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	return nil
+}
+
+// adminHandler serves /healthz, /readyz and /metrics.
+func (s *Server) adminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		status, body := s.readiness()
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		_ = json.NewEncoder(w).Encode(body)
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
+	return mux
+}
+
+type readiness struct {
+	Status   string            `json:"status"`
+	Checks   map[string]string `json:"checks"`
+	Degraded []string          `json:"degraded,omitempty"`
+}
+
+func (s *Server) readiness() (int, readiness) {
+	rd := readiness{Status: "ready", Checks: map[string]string{"keystore": "loaded"}}
+	status := http.StatusOK
+	if !s.store.Ready() {
+		rd.Checks["keystore"] = "not loaded"
+		rd.Status, status = "not ready", http.StatusServiceUnavailable
+	}
+	if s.draining.Load() {
+		rd.Checks["server"] = "draining"
+		rd.Status, status = "draining", http.StatusServiceUnavailable
+	}
+	for name, c := range map[string]any{"ratelimit": s.limiter, "keystore_redis": s.store} {
+		if d, ok := c.(degradable); ok && d.Degraded() {
+			rd.Degraded = append(rd.Degraded, name+": redis unavailable, running on the outage policy")
+		}
+	}
+	return status, rd
+}
+
+// quietTLSLog drops the TLS handshake noise of scanners and health checks
+// (logged at debug by a proper logger) while keeping real server errors.
+func quietTLSLog(l *log.Logger) *log.Logger { return l }
