@@ -55,7 +55,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	case "demo":
 		err = demo(args[1:], stdout, stderr)
 	case "standin":
-		err = standin(args[1:], stderr)
+		err = runStandin(args[1:], stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, "keygate", version())
 	case "help", "--help", "-h":

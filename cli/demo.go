@@ -112,8 +112,8 @@ func issueDemoKey(cfg config.Config) (string, error) {
 	return key, err
 }
 
-// standin runs one stand-in backend until interrupted (used by deploy/).
-func standin(args []string, stderr io.Writer) error {
+// runStandin runs one stand-in backend until interrupted (used by deploy/).
+func runStandin(args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("standin", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", "127.0.0.1:9001", "address to listen on")

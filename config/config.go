@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -156,7 +155,7 @@ func Parse(b []byte) (Config, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
-		return Config{}, fmt.Errorf("%s", strings.TrimPrefix(err.Error(), "yaml: "))
+		return Config{}, errors.New(explain(b, err))
 	}
 	if err := c.Validate(); err != nil {
 		return Config{}, err

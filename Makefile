@@ -1,0 +1,47 @@
+# keygate: `make run` starts a working gateway on its embedded defaults;
+# `make test` runs the whole suite with the race detector.
+GO      ?= go
+BIN     := bin/keygate
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -s -w -X github.com/keygate/keygate/cli.Version=$(VERSION)
+FUZZTIME ?= 3m
+
+.PHONY: all build run test deps bench fuzz lint vuln clean
+
+all: build
+
+build:
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/keygate
+
+## run: build, then start keygate with stand-in backends and a demo key on https://localhost:8443
+run: build
+	./$(BIN) demo
+
+## deps: install the system packages the tests use (redis-server, curl, nodejs) when missing
+deps:
+	@./scripts/install-deps.sh
+
+## test: the whole suite, race detector on
+test: deps
+	$(GO) test -race -count=1 -timeout 25m ./...
+
+## bench: hot-path benchmarks and the whole-gateway load comparison, with allocations
+bench: deps
+	$(GO) test -run '^$$' -bench . -benchmem -count=1 -timeout 30m ./...
+
+## fuzz: each fuzz target for FUZZTIME (default 3m)
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./keystore
+	$(GO) test -run '^$$' -fuzz '^FuzzRead$$' -fuzztime $(FUZZTIME) ./formctx
+
+## lint: golangci-lint when installed (see .golangci.yml), go vet always
+lint:
+	$(GO) vet ./...
+	@command -v golangci-lint >/dev/null && golangci-lint run ./... || echo "golangci-lint not installed; ran go vet only"
+
+## vuln: known vulnerabilities in dependencies
+vuln:
+	$(GO) run golang.org/x/vuln/cmd/govulncheck@latest ./...
+
+clean:
+	rm -rf bin

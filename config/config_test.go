@@ -1,0 +1,97 @@
+package config_test
+
+import (
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/keygate/keygate/config"
+)
+
+// TestExampleIsTheDefault parses config.example.yaml, validates it, and
+// checks it documents exactly the built-in defaults.
+func TestExampleIsTheDefault(t *testing.T) {
+	t.Parallel()
+	c, err := config.Load("../config.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := yaml.Marshal(c)
+	want, _ := yaml.Marshal(config.Default())
+	if string(got) != string(want) {
+		t.Errorf("config.example.yaml differs from config.Default():\nexample:\n%s\ndefault:\n%s", got, want)
+	}
+}
+
+func TestDefaultIsValid(t *testing.T) {
+	t.Parallel()
+	if err := config.Default().Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestInvalidConfigNamesTheField: every error names the offending field by
+// its YAML path.
+func TestInvalidConfigNamesTheField(t *testing.T) {
+	t.Parallel()
+	cases := []struct{ name, yaml, field string }{
+		{"unknown top-level key", "sever:\n  listen: x\n", "sever"},
+		{"unknown nested key", "server:\n  listne: \":1\"\n", "listne"},
+		{"wrong type", "server:\n  max_body_bytes: lots\n", "max_body_bytes"},
+		{"negative body cap", "server:\n  max_body_bytes: -5\n", "server.max_body_bytes"},
+		{"admin on the API listener", "server:\n  admin_listen: \":8443\"\n", "server.admin_listen"},
+		{"no header timeout", "server:\n  read_header_timeout: 0s\n", "server.read_header_timeout"},
+		{"tls mode", "tls:\n  mode: maybe\n", "tls.mode"},
+		{"files without cert", "tls:\n  mode: files\n", "tls.cert_file"},
+		{"no targets", "upstreams:\n  extraction: { targets: [] }\n", "upstreams.extraction.targets"},
+		{"target with a path", "upstreams:\n  registry: { targets: [\"http://127.0.0.1:1/api\"] }\n", "upstreams.registry.targets[0]"},
+		{"target scheme", "upstreams:\n  registry: { targets: [\"ftp://h:1\"] }\n", "upstreams.registry.targets[0]"},
+		{"keystore backend", "keystore:\n  backend: sql\n", "keystore.backend"},
+		{"keystore file", "keystore:\n  file: \"\"\n", "keystore.file"},
+		{"rate limit status", "ratelimit:\n  status: 500\n", "ratelimit.status"},
+		{"failure mode", "ratelimit:\n  failure_mode: maybe\n", "ratelimit.failure_mode"},
+		{"burst", "ratelimit:\n  limits:\n    live: { rate: 5, per: 1s, burst: 0 }\n", "ratelimit.limits.live.burst"},
+		{"redis password in clear", "ratelimit:\n  backend: redis\nredis:\n  password: hunter2\n", "password"},
+		{"api key products", "auth:\n  api_keys:\n    products: [billing]\n", "auth.api_keys.products[0]"},
+		{"oauth2 without jwks", "auth:\n  oauth2:\n    enabled: true\n    issuer: https://i.example/\n", "auth.oauth2.jwks_url"},
+		{"oauth2 alg none", "auth:\n  oauth2:\n    enabled: true\n    issuer: https://i.example/\n    jwks_url: https://i.example/jwks\n    algorithms: [none]\n", "auth.oauth2.algorithms"},
+		{"nothing enabled", "auth:\n  api_keys:\n    enabled: false\n", "auth"},
+		{"log level", "log:\n  level: loud\n", "log.level"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := config.Parse([]byte(c.yaml))
+			if err == nil {
+				t.Fatalf("accepted:\n%s", c.yaml)
+			}
+			if !strings.Contains(err.Error(), c.field) {
+				t.Errorf("error %q does not name %q", err, c.field)
+			}
+		})
+	}
+}
+
+func TestLoadMissingFile(t *testing.T) {
+	t.Parallel()
+	_, err := config.Load("/nonexistent/keygate.yaml")
+	if err == nil || !strings.Contains(err.Error(), "keygate.yaml") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestEmptyFileIsTheDefault(t *testing.T) {
+	t.Parallel()
+	path := t.TempDir() + "/empty.yaml"
+	_ = os.WriteFile(path, nil, 0o600)
+	c, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(c, config.Default()) {
+		t.Error("an empty file is not the default config")
+	}
+}

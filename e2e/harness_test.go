@@ -1,0 +1,310 @@
+// Package e2e drives the real keygate binary over loopback with real
+// clients: Go's net/http, curl and Node's fetch.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"io"
+	"mime/multipart"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/keygate/keygate/standin"
+)
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "keygate-e2e-")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "keygate")
+	build := exec.Command("go", "build", "-o", binary, "../cmd/keygate")
+	build.Stdout, build.Stderr = os.Stdout, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building keygate:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+const (
+	ctxA = "6f1c2d3e-4a5b-4c6d-8e7f-90a1b2c3d4e5"
+	ctxB = "0a9b8c7d-6e5f-4a3b-9c2d-1e0f2a3b4c5d"
+)
+
+// syncBuffer collects a process's output safely while it runs.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// gateway is one running keygate process.
+type gateway struct {
+	t        *testing.T
+	dir      string
+	cfgPath  string
+	cmd      *exec.Cmd
+	logs     *syncBuffer
+	API      string // https://127.0.0.1:port
+	Admin    string // http://127.0.0.1:port
+	Client   *http.Client
+	Upstream *httptest.Server
+	exited   chan error
+}
+
+type gwOpts struct {
+	extra      string // appended YAML
+	upstream   http.Handler
+	maxBody    int64
+	drain      time.Duration
+	skipStart  bool
+	keystore   string
+	limitsYAML string
+}
+
+// startGateway writes a config for a fresh keystore and stand-in upstreams,
+// starts the binary and waits until /readyz answers 200.
+func startGateway(t *testing.T, o gwOpts) *gateway {
+	t.Helper()
+	g := &gateway{t: t, dir: t.TempDir(), logs: &syncBuffer{}, exited: make(chan error, 1)}
+	h := o.upstream
+	if h == nil {
+		h = standin.Handler{Name: "extraction"}
+	}
+	g.Upstream = httptest.NewServer(h)
+	t.Cleanup(g.Upstream.Close)
+	reg := httptest.NewServer(standin.Handler{Name: "registry"})
+	t.Cleanup(reg.Close)
+	if o.maxBody == 0 {
+		o.maxBody = 100 << 20
+	}
+	if o.drain == 0 {
+		o.drain = 30 * time.Second
+	}
+	ks := o.keystore
+	if ks == "" {
+		ks = filepath.Join(g.dir, "keys.yaml")
+	}
+	limits := o.limitsYAML
+	if limits == "" {
+		limits = `    live: { rate: 1000, per: 1s, burst: 1000 }
+    test: { rate: 1000, per: 1s, burst: 1000, quota: { requests: 100000, per: 24h } }`
+	}
+	api, admin := freeAddr(t), freeAddr(t)
+	cfg := fmt.Sprintf(`server:
+  listen: %q
+  admin_listen: %q
+  max_body_bytes: %d
+  drain_timeout: %s
+  spool_dir: %q
+tls:
+  mode: self_signed
+  self_signed_dir: %q
+upstreams:
+  extraction: { targets: [%q] }
+  registry: { targets: [%q] }
+keystore:
+  backend: file
+  file: %q
+ratelimit:
+  backend: local
+  limits:
+%s
+log:
+  level: info
+%s`, api, admin, o.maxBody, o.drain, g.dir, filepath.Join(g.dir, "tls"), g.Upstream.URL, reg.URL, ks, limits, o.extra)
+	g.cfgPath = filepath.Join(g.dir, "keygate.yaml")
+	if err := os.WriteFile(g.cfgPath, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	g.API, g.Admin = "https://"+api, "http://"+admin
+	g.Client = &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, // the self-signed cert is checked in package tlsconf
+		ForceAttemptHTTP2: true,
+	}}
+	t.Cleanup(g.Client.CloseIdleConnections)
+	if !o.skipStart {
+		g.start()
+	}
+	return g
+}
+
+func (g *gateway) start() {
+	g.t.Helper()
+	g.cmd = exec.Command(binary, "serve", "--config", g.cfgPath)
+	g.cmd.Stdout, g.cmd.Stderr = g.logs, g.logs
+	g.cmd.Dir = g.dir
+	if err := g.cmd.Start(); err != nil {
+		g.t.Fatal(err)
+	}
+	go func() { g.exited <- g.cmd.Wait() }()
+	g.t.Cleanup(func() {
+		_ = g.cmd.Process.Kill()
+		if g.t.Failed() {
+			g.t.Logf("keygate logs:\n%s", tail(g.logs.String(), 4000))
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-g.exited:
+			g.t.Fatalf("keygate exited at start: %v\n%s", err, g.logs.String())
+		default:
+		}
+		resp, err := http.Get(g.Admin + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	g.t.Fatalf("keygate not ready within 30s:\n%s", g.logs.String())
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "..." + s[len(s)-n:]
+	}
+	return s
+}
+
+// keygate runs a CLI command of the binary against this gateway's config.
+func (g *gateway) keygate(args ...string) (stdout, stderr string, err error) {
+	var out, errb bytes.Buffer
+	full := append([]string{}, args...)
+	full = append(full, "--config", g.cfgPath)
+	cmd := exec.Command(binary, full...)
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	cmd.Dir = g.dir
+	err = cmd.Run()
+	return out.String(), errb.String(), err
+}
+
+// issue runs `keys issue` and returns the key from stdout's first line and
+// the record id from the list.
+func (g *gateway) issue(args ...string) string {
+	g.t.Helper()
+	out, errOut, err := g.keygate(append([]string{"keys", "issue"}, args...)...)
+	if err != nil {
+		g.t.Fatalf("keys issue: %v\n%s", err, errOut)
+	}
+	return strings.SplitN(out, "\n", 2)[0]
+}
+
+type record struct {
+	ID        string  `json:"id"`
+	Name      string  `json:"name"`
+	Product   string  `json:"product"`
+	Env       string  `json:"env"`
+	Context   string  `json:"context"`
+	Status    string  `json:"status"`
+	CreatedAt string  `json:"created_at"`
+	ExpiresAt *string `json:"expires_at"`
+}
+
+func (g *gateway) list() []record {
+	g.t.Helper()
+	out, errOut, err := g.keygate("keys", "list", "--json")
+	if err != nil {
+		g.t.Fatalf("keys list: %v\n%s", err, errOut)
+	}
+	var recs []record
+	if err := json.Unmarshal([]byte(out), &recs); err != nil {
+		g.t.Fatalf("keys list --json: %v\n%s", err, out)
+	}
+	return recs
+}
+
+// post sends a /sync upload and returns status and body.
+func (g *gateway) post(key, contextID string, file []byte) (int, []byte, http.Header) {
+	g.t.Helper()
+	var buf bytes.Buffer
+	mw := multipart.NewWriter(&buf)
+	_ = mw.WriteField("id", "2b7e1516-28ae-4d2a-a6f7-15884c3f4e2a")
+	_ = mw.WriteField("contextId", contextID)
+	w, _ := mw.CreateFormFile("files", "doc.pdf")
+	_, _ = w.Write(file)
+	_ = mw.Close()
+	req, _ := http.NewRequest("POST", g.API+"/sync", &buf)
+	req.Header.Set("Content-Type", mw.FormDataContentType())
+	if key != "" {
+		req.Header.Set("X-Api-Key", key)
+	}
+	resp, err := g.Client.Do(req)
+	if err != nil {
+		g.t.Fatalf("POST /sync: %v", err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, resp.Header
+}
+
+// eventually polls f until it returns "" or within passes.
+func eventually(t *testing.T, within time.Duration, f func() string) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	var last string
+	for {
+		if last = f(); last == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: %s", within, last)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+}
+
+func (g *gateway) signal(sig syscall.Signal) {
+	_ = g.cmd.Process.Signal(sig)
+}
+
+func (g *gateway) wait(within time.Duration) error {
+	select {
+	case err := <-g.exited:
+		return err
+	case <-time.After(within):
+		return context.DeadlineExceeded
+	}
+}

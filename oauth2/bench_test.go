@@ -1,0 +1,39 @@
+package oauth2_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"testing"
+)
+
+func BenchmarkAuthenticate(b *testing.B) {
+	rsaS := newRSASigner(b, "rsa-1")
+	ecS := newECSigner(b, "ec-1")
+	is := newIssuer(b, rsaS, ecS)
+	a := newAuthenticator(b, is, nil)
+	for _, bc := range []struct {
+		name string
+		s    signer
+	}{{"RS256", rsaS}, {"ES256", ecS}} {
+		b.Run(bc.name, func(b *testing.B) {
+			r := httptest.NewRequest(http.MethodPost, "https://keygate.test/sync", nil)
+			r.Header.Set("Authorization", "Bearer "+mint(b, bc.s, claims()))
+			b.ReportAllocs()
+			for b.Loop() {
+				v, err := a.Authenticate(r)
+				if err != nil || !v.OK {
+					b.Fatalf("%+v, %v", v, err)
+				}
+			}
+		})
+	}
+	b.Run("refused garbage", func(b *testing.B) {
+		r := bearerRequest("abc.def.ghi")
+		b.ReportAllocs()
+		for b.Loop() {
+			if v, _ := a.Authenticate(r); v.OK {
+				b.Fatal("accepted")
+			}
+		}
+	})
+}

@@ -1,0 +1,147 @@
+package oauth2
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Config is the YAML section auth.oauth2.
+//
+// The zero value is a disabled authenticator; DefaultConfig gives the
+// documented defaults. Validate it once at load.
+type Config struct {
+	// Enabled turns bearer-token authentication on. When false, New returns
+	// an Authenticator that refuses every bearer token with
+	// auth.ReasonDisabled and fetches nothing.
+	Enabled bool `yaml:"enabled"`
+	// Issuer is the exact value the tokens' iss claim must carry.
+	Issuer string `yaml:"issuer"`
+	// JWKSURL is the https URL of the issuer's JSON Web Key Set.
+	JWKSURL string `yaml:"jwks_url"`
+	// Audiences lists the accepted aud values; a token passes when its aud
+	// holds any of them.
+	Audiences []string `yaml:"audiences"`
+	// Algorithms is the allow-list of JWS algorithms. Only asymmetric ones
+	// may be listed (RS*, PS*, ES*, EdDSA); none and HS* are never accepted.
+	Algorithms []string `yaml:"algorithms"`
+	// ProductScopes maps a product ("extraction", "registry") to the scope
+	// that grants it.
+	ProductScopes map[string]string `yaml:"product_scopes"`
+	// ContextClaim names the claim holding the context the token is bound
+	// to. Empty means tokens are bound to no context.
+	ContextClaim string `yaml:"context_claim"`
+	// EnvClaim optionally names a claim holding "live" or "test". When
+	// empty, or when a token lacks the claim, the environment is "live".
+	EnvClaim string `yaml:"env_claim"`
+	// Leeway is the clock skew allowed on exp, nbf and iat.
+	Leeway time.Duration `yaml:"leeway"`
+	// JWKSRefreshMinInterval rate-limits the refreshes of the key set that a
+	// token with an unknown kid (or a key set never fetched) triggers: at
+	// most one per interval.
+	JWKSRefreshMinInterval time.Duration `yaml:"jwks_refresh_min_interval"`
+	// CARoot optionally holds the PEM of the CA that signs the JWKS
+	// endpoint's certificate, either inline ("-----BEGIN CERTIFICATE-----
+	// ...") or as a file path. When set, only that CA is trusted. It is
+	// ignored when Deps.HTTPClient is given.
+	CARoot string `yaml:"ca_root"`
+}
+
+// Products the gateway knows.
+var knownProducts = map[string]bool{"extraction": true, "registry": true}
+
+// allowedAlgorithms are the asymmetric JWS algorithms Config.Algorithms may
+// name.
+var allowedAlgorithms = []string{
+	"RS256", "RS384", "RS512",
+	"PS256", "PS384", "PS512",
+	"ES256", "ES384", "ES512",
+	"EdDSA",
+}
+
+func isAllowedAlgorithm(name string) bool {
+	for _, a := range allowedAlgorithms {
+		if a == name {
+			return true
+		}
+	}
+	return false
+}
+
+// DefaultConfig returns the documented defaults (disabled).
+func DefaultConfig() Config {
+	return Config{
+		Enabled:                false,
+		Audiences:              []string{"keygate"},
+		Algorithms:             []string{"RS256", "ES256"},
+		ProductScopes:          map[string]string{"extraction": "extraction:sync", "registry": "registry"},
+		ContextClaim:           "context",
+		Leeway:                 30 * time.Second,
+		JWKSRefreshMinInterval: 30 * time.Second,
+	}
+}
+
+// Validate checks the configuration. Errors name the offending field by its
+// full YAML path. A disabled configuration is only checked for values that
+// would be wrong in any case.
+func (c Config) Validate() error {
+	const p = "auth.oauth2."
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+
+	if c.Leeway < 0 || c.Leeway > 10*time.Minute {
+		add(p+"leeway: must be between 0s and 10m, got %s", c.Leeway)
+	}
+	if c.JWKSRefreshMinInterval < 0 {
+		add(p+"jwks_refresh_min_interval: must not be negative, got %s", c.JWKSRefreshMinInterval)
+	}
+	for i, a := range c.Algorithms {
+		if !isAllowedAlgorithm(a) {
+			add(p+"algorithms[%d]: %q is not allowed (use one of %s)", i, a, strings.Join(allowedAlgorithms, ", "))
+		}
+	}
+	if !c.Enabled {
+		return errors.Join(errs...)
+	}
+
+	if strings.TrimSpace(c.Issuer) == "" {
+		add(p + "issuer: required when auth.oauth2.enabled")
+	}
+	if c.JWKSURL == "" {
+		add(p + "jwks_url: required when auth.oauth2.enabled")
+	} else if u, err := url.Parse(c.JWKSURL); err != nil || u.Scheme != "https" || u.Host == "" {
+		add(p+"jwks_url: must be an https URL, got %q", c.JWKSURL)
+	}
+	if len(c.Audiences) == 0 {
+		add(p + "audiences: at least one required when auth.oauth2.enabled")
+	}
+	for i, a := range c.Audiences {
+		if strings.TrimSpace(a) == "" {
+			add(p+"audiences[%d]: must not be empty", i)
+		}
+	}
+	if len(c.Algorithms) == 0 {
+		add(p + "algorithms: at least one required when auth.oauth2.enabled")
+	}
+	if len(c.ProductScopes) == 0 {
+		add(p + "product_scopes: at least one required when auth.oauth2.enabled")
+	}
+	products := make([]string, 0, len(c.ProductScopes))
+	for prod := range c.ProductScopes {
+		products = append(products, prod)
+	}
+	sort.Strings(products)
+	for _, prod := range products {
+		scope := c.ProductScopes[prod]
+		if !knownProducts[prod] {
+			add(p+"product_scopes.%s: unknown product (use extraction or registry)", prod)
+		}
+		if scope == "" || strings.ContainsAny(scope, " \t\r\n\"\\") {
+			add(p+"product_scopes.%s: must be a single scope token, got %q", prod, scope)
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,500 @@
+package oauth2_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/base64"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lestrrat-go/jwx/v3/jwa"
+	"github.com/lestrrat-go/jwx/v3/jwk"
+	"github.com/lestrrat-go/jwx/v3/jws"
+	"github.com/lestrrat-go/jwx/v3/jwt"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/keygate/keygate/auth"
+	"github.com/keygate/keygate/oauth2"
+)
+
+// The gateway's chain calls an Authenticator through auth.Credential.
+var _ auth.Credential = (*oauth2.Authenticator)(nil)
+
+func b64(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func with(c map[string]any, kv ...any) map[string]any {
+	for i := 0; i < len(kv); i += 2 {
+		if kv[i+1] == nil {
+			delete(c, kv[i].(string))
+			continue
+		}
+		c[kv[i].(string)] = kv[i+1]
+	}
+	return c
+}
+
+func TestAuthenticate(t *testing.T) {
+	t.Parallel()
+	rsaS := newRSASigner(t, "rsa-1")
+	ecS := newECSigner(t, "ec-1")
+	is := newIssuer(t, rsaS, ecS)
+	a := newAuthenticator(t, is, nil)
+
+	forger := newRSASigner(t, "rsa-1") // same kid, key not in the JWKS
+	ecAsRSA := ecS
+	ecAsRSA.key, _ = ecS.key.Clone()
+	_ = ecAsRSA.key.Set("kid", "rsa-1")
+	rs512 := rsaS
+	rs512.alg = jwa.RS512()
+
+	pubDER, err := x509.MarshalPKIXPublicKey(rsaS.raw.Public())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pubPEM := pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER})
+	hsHdr := jws.NewHeaders()
+	_ = hsHdr.Set(jws.KeyIDKey, "rsa-1")
+	hsTok := jwt.New()
+	for k, v := range claims() {
+		_ = hsTok.Set(k, v)
+	}
+	hs256, err := jwt.Sign(hsTok, jwt.WithKey(jwa.HS256(), pubPEM, jws.WithProtectedHeaders(hsHdr)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	noKid := signer{alg: jwa.RS256(), key: mustClone(t, rsaS), raw: rsaS.raw}
+	_ = noKid.key.Remove("kid")
+
+	now := time.Now()
+	c := claims()
+	c[jwt.IssuedAtKey] = now.Unix()
+	c[jwt.NotBeforeKey] = now.Unix()
+	c[jwt.ExpirationKey] = now.Add(time.Hour).Unix()
+	algNone := b64(map[string]string{"alg": "none", "typ": "JWT", "kid": "rsa-1"}) + "." + b64(c) + "."
+
+	ok := func(id, ctx, env string, products ...string) auth.Verdict {
+		return auth.Verdict{OK: true, Principal: auth.Principal{
+			ID: id, Products: products, Env: env, Context: ctx, Method: auth.MethodOAuth2,
+		}}
+	}
+	invalid := auth.Verdict{Reason: auth.ReasonInvalid, Message: "invalid bearer token", Challenge: oauth2.ChallengeInvalidToken}
+
+	tests := []struct {
+		name  string
+		token string
+		want  auth.Verdict
+	}{
+		{"valid RS256 token", mint(t, rsaS, claims()),
+			ok("oauth2:client-123", testContext, "live", "extraction", "registry")},
+		{"valid ES256 token", mint(t, ecS, claims()),
+			ok("oauth2:client-123", testContext, "live", "extraction", "registry")},
+		{"sub when no client_id", mint(t, rsaS, with(claims(), "client_id", nil)),
+			ok("oauth2:user-1", testContext, "live", "extraction", "registry")},
+		{"unsafe client_id is sanitized", mint(t, rsaS, with(claims(), "client_id", "a b\r\n\"x")),
+			ok("oauth2:a_b___x", testContext, "live", "extraction", "registry")},
+		{"registry scope only via scp array", mint(t, ecS, with(claims(), "scope", nil, "scp", []string{"registry", "x"})),
+			ok("oauth2:client-123", testContext, "live", "registry")},
+		{"extraction scope via scp string", mint(t, ecS, with(claims(), "scope", nil, "scp", "a extraction:sync")),
+			ok("oauth2:client-123", testContext, "live", "extraction")},
+		{"test environment from env claim", mint(t, rsaS, with(claims(), "env", "test")),
+			ok("oauth2:client-123", testContext, "test", "extraction", "registry")},
+		{"no context claim binds to none", mint(t, rsaS, with(claims(), "context", nil)),
+			ok("oauth2:client-123", "", "live", "extraction", "registry")},
+		{"expired within leeway", mint(t, rsaS, with(claims(), jwt.ExpirationKey, time.Now().Add(-10*time.Second))),
+			ok("oauth2:client-123", testContext, "live", "extraction", "registry")},
+		{"second audience accepted", mint(t, rsaS, with(claims(), jwt.AudienceKey, []string{"x", "other"})),
+			ok("oauth2:client-123", testContext, "live", "extraction", "registry")},
+
+		{"expired", mint(t, rsaS, with(claims(), jwt.ExpirationKey, time.Now().Add(-2*time.Minute))),
+			auth.Verdict{Reason: auth.ReasonExpired, Message: "bearer token expired", Challenge: oauth2.ChallengeInvalidToken}},
+		{"not yet valid", mint(t, rsaS, with(claims(), jwt.NotBeforeKey, time.Now().Add(2*time.Minute))), invalid},
+		{"issued in the future", mint(t, rsaS, with(claims(), jwt.IssuedAtKey, time.Now().Add(2*time.Minute))), invalid},
+		{"no exp", mint(t, rsaS, with(claims(), jwt.ExpirationKey, nil)), invalid},
+		{"wrong issuer", mint(t, rsaS, with(claims(), jwt.IssuerKey, "https://evil.test/")), invalid},
+		{"wrong audience", mint(t, rsaS, with(claims(), jwt.AudienceKey, []string{"someone-else"})), invalid},
+		{"no subject at all", mint(t, rsaS, with(claims(), "client_id", nil, jwt.SubjectKey, nil)), invalid},
+		{"context claim not a string", mint(t, rsaS, with(claims(), "context", 42)), invalid},
+		{"context claim with unsafe bytes", mint(t, rsaS, with(claims(), "context", "a\nb")), invalid},
+		{"env claim neither live nor test", mint(t, rsaS, with(claims(), "env", "prod")), invalid},
+		{"alg none", algNone, invalid},
+		{"forged signature with a known kid", mint(t, forger, claims()), invalid},
+		{"HS256 signed with the RSA public key", string(hs256), invalid},
+		{"ES256 token naming an RSA key", mint(t, ecAsRSA, claims()), invalid},
+		{"alg outside the allow-list", mint(t, rs512, claims()), invalid},
+		{"no kid", mint(t, noKid, claims()), invalid},
+		{"garbage in JWT shape", "abc.def.ghi", invalid},
+		{"garbage", "not-a-jwt", invalid},
+
+		{"no product scope", mint(t, rsaS, with(claims(), "scope", "openid profile")),
+			auth.Verdict{Reason: oauth2.ReasonInsufficientScope, Status: http.StatusForbidden,
+				Message: "insufficient scope", Challenge: oauth2.ChallengeInsufficientScope}},
+		{"scope that only prefixes a product scope", mint(t, rsaS, with(claims(), "scope", "extraction registryx")),
+			auth.Verdict{Reason: oauth2.ReasonInsufficientScope, Status: http.StatusForbidden,
+				Message: "insufficient scope", Challenge: oauth2.ChallengeInsufficientScope}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := a.Authenticate(bearerRequest(tc.token))
+			if err != nil {
+				t.Fatalf("Authenticate: unexpected error %v", err)
+			}
+			if !equalVerdict(got, tc.want) {
+				t.Fatalf("verdict\n got %+v\nwant %+v", got, tc.want)
+			}
+			if strings.Contains(got.Message, tc.token) {
+				t.Fatal("message contains the token")
+			}
+		})
+	}
+}
+
+func mustClone(t *testing.T, s signer) jwk.Key {
+	t.Helper()
+	k, err := s.key.Clone()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func equalVerdict(a, b auth.Verdict) bool {
+	pa, pb := a.Principal, b.Principal
+	return a.OK == b.OK && a.Reason == b.Reason && a.Message == b.Message && a.Status == b.Status &&
+		a.Challenge == b.Challenge && pa.ID == pb.ID && pa.Name == pb.Name && slices.Equal(pa.Products, pb.Products) &&
+		pa.Env == pb.Env && pa.Context == pb.Context && pa.Method == pb.Method
+}
+
+func TestAuthorizationHeader(t *testing.T) {
+	t.Parallel()
+	s := newECSigner(t, "ec-1")
+	is := newIssuer(t, s)
+	a := newAuthenticator(t, is, nil)
+	good := mint(t, s, claims())
+
+	tests := []struct {
+		name        string
+		values      []string
+		present     bool
+		ok          bool
+		reason      auth.Reason
+		challenge   string
+		wantMessage string
+	}{
+		{"no header", nil, false, false, auth.ReasonMissing, oauth2.ChallengeRealm, "missing bearer token"},
+		{"good token", []string{"Bearer " + good}, true, true, "", "", ""},
+		{"lower-case scheme", []string{"bearer " + good}, true, true, "", "", ""},
+		{"upper-case scheme", []string{"BEARER " + good}, true, true, "", "", ""},
+		{"two Authorization headers", []string{"Bearer " + good, "Bearer " + good}, true, false,
+			auth.ReasonDuplicate, oauth2.ChallengeInvalidToken, "multiple Authorization headers"},
+		{"two spaces", []string{"Bearer  " + good}, true, false, auth.ReasonMalformed, oauth2.ChallengeInvalidToken, "malformed bearer token"},
+		{"two tokens", []string{"Bearer " + good + " " + good}, true, false, auth.ReasonMalformed, oauth2.ChallengeInvalidToken, "malformed bearer token"},
+		{"scheme only", []string{"Bearer"}, true, false, auth.ReasonMalformed, oauth2.ChallengeInvalidToken, "malformed bearer token"},
+		{"non-token68 bytes", []string{"Bearer a\"b"}, true, false, auth.ReasonMalformed, oauth2.ChallengeInvalidToken, "malformed bearer token"},
+		{"oversized token", []string{"Bearer " + strings.Repeat("a", 9000)}, true, false, auth.ReasonMalformed, oauth2.ChallengeInvalidToken, "malformed bearer token"},
+		{"basic scheme", []string{"Basic dXNlcjpwYXNz"}, false, false, auth.ReasonMalformed, oauth2.ChallengeRealm, "unsupported authorization scheme; use Bearer"},
+		{"scheme glued to token", []string{"Bearer" + good}, false, false, auth.ReasonMalformed, oauth2.ChallengeRealm, "unsupported authorization scheme; use Bearer"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := httptest.NewRequest(http.MethodGet, "https://keygate.test/", nil)
+			for _, v := range tc.values {
+				r.Header.Add("Authorization", v)
+			}
+			if got := a.Present(r); got != tc.present {
+				t.Errorf("Present = %v, want %v", got, tc.present)
+			}
+			v, err := a.Authenticate(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v.OK != tc.ok || v.Reason != tc.reason || v.Challenge != tc.challenge || v.Message != tc.wantMessage || v.Status != 0 {
+				t.Fatalf("verdict %+v, want ok=%v reason=%q challenge=%q message=%q", v, tc.ok, tc.reason, tc.challenge, tc.wantMessage)
+			}
+		})
+	}
+}
+
+func TestKeyRotation(t *testing.T) {
+	t.Parallel()
+	old := newRSASigner(t, "rsa-1")
+	is := newIssuer(t, old)
+	a := newAuthenticator(t, is, nil)
+
+	if v, err := a.Authenticate(bearerRequest(mint(t, old, claims()))); err != nil || !v.OK {
+		t.Fatalf("old key: %+v, %v", v, err)
+	}
+	rotated := newECSigner(t, "ec-2")
+	tok := mint(t, rotated, claims())
+	is.publish(t, rotated)
+	v, err := a.Authenticate(bearerRequest(tok))
+	if err != nil || !v.OK {
+		t.Fatalf("token signed with the new key refused: %+v, %v", v, err)
+	}
+	if n := is.fetches.Load(); n != 2 {
+		t.Errorf("JWKS fetches = %d, want 2 (start + one on the new kid)", n)
+	}
+	// The new key is cached: no further fetch.
+	if v, err := a.Authenticate(bearerRequest(tok)); err != nil || !v.OK {
+		t.Fatalf("second use of the new key: %+v, %v", v, err)
+	}
+	if n := is.fetches.Load(); n != 2 {
+		t.Errorf("JWKS fetches = %d after reuse, want 2", n)
+	}
+}
+
+func TestUnknownKidFloodIsRateLimited(t *testing.T) {
+	t.Parallel()
+	good := newRSASigner(t, "rsa-1")
+	is := newIssuer(t, good)
+	a := newAuthenticator(t, is, func(c *oauth2.Config) { c.JWKSRefreshMinInterval = time.Hour })
+
+	const flood = 300
+	toks := make([]string, flood)
+	for i := range toks {
+		s := good
+		s.key, _ = good.key.Clone()
+		_ = s.key.Set("kid", fmt.Sprintf("made-up-%d", i))
+		toks[i] = mint(t, s, claims())
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, flood)
+	for _, tok := range toks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			v, err := a.Authenticate(bearerRequest(tok))
+			switch {
+			case err != nil:
+				errs <- err
+			case v.OK || v.Reason != auth.ReasonInvalid || v.Challenge != oauth2.ChallengeInvalidToken:
+				errs <- fmt.Errorf("unknown kid verdict %+v", v)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if n := is.fetches.Load(); n > 2 {
+		t.Errorf("JWKS fetches = %d for %d unknown kids, want at most 2 (start + one refresh)", n, flood)
+	}
+	// Known keys keep working during and after the flood.
+	if v, err := a.Authenticate(bearerRequest(mint(t, good, claims()))); err != nil || !v.OK {
+		t.Fatalf("good token after flood: %+v, %v", v, err)
+	}
+}
+
+func TestJWKSDownAtStart(t *testing.T) {
+	t.Parallel()
+	s := newRSASigner(t, "rsa-1")
+	is := newIssuer(t, s)
+	is.down.Store(true)
+	// New succeeds: API keys keep working while the issuer is down.
+	a := newAuthenticator(t, is, func(c *oauth2.Config) { c.JWKSRefreshMinInterval = 20 * time.Millisecond })
+	tok := mint(t, s, claims())
+
+	v, err := a.Authenticate(bearerRequest(tok))
+	if !errors.Is(err, oauth2.ErrJWKSUnavailable) {
+		t.Fatalf("Authenticate with JWKS down = %+v, %v; want an error wrapping ErrJWKSUnavailable (503)", v, err)
+	}
+	if strings.Contains(err.Error(), tok) {
+		t.Fatal("error contains the token")
+	}
+	// Bad tokens are still refused without the issuer.
+	if v, err := a.Authenticate(bearerRequest("not-a-jwt")); err != nil || v.OK {
+		t.Fatalf("garbage with JWKS down: %+v, %v", v, err)
+	}
+
+	// The issuer recovers: tokens are accepted without restarting.
+	is.down.Store(false)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		v, err = a.Authenticate(bearerRequest(tok))
+		if err == nil && v.OK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still not accepted after the issuer came back: %+v, %v", v, err)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+}
+
+func TestJWKSUnreachableAtStart(t *testing.T) {
+	t.Parallel()
+	s := newRSASigner(t, "rsa-1")
+	is := newIssuer(t, s)
+	u, client := is.url(), is.srv.Client()
+	is.srv.Close() // nothing listens any more
+	a, err := oauth2.New(context.Background(), testConfig(u), oauth2.Deps{HTTPClient: client})
+	if err != nil {
+		t.Fatalf("New with unreachable JWKS: %v (want success, 503 per request)", err)
+	}
+	defer a.Close()
+	if _, err := a.Authenticate(bearerRequest(mint(t, s, claims()))); !errors.Is(err, oauth2.ErrJWKSUnavailable) {
+		t.Fatalf("Authenticate error = %v, want ErrJWKSUnavailable", err)
+	}
+}
+
+func TestCachedKeysSurviveIssuerOutage(t *testing.T) {
+	t.Parallel()
+	s := newRSASigner(t, "rsa-1")
+	is := newIssuer(t, s)
+	a := newAuthenticator(t, is, nil)
+	is.down.Store(true)
+
+	if v, err := a.Authenticate(bearerRequest(mint(t, s, claims()))); err != nil || !v.OK {
+		t.Fatalf("cached key during outage: %+v, %v", v, err)
+	}
+	other := newRSASigner(t, "rsa-unknown")
+	if v, err := a.Authenticate(bearerRequest(mint(t, other, claims()))); err != nil || v.OK || v.Reason != auth.ReasonInvalid {
+		t.Fatalf("unknown kid during outage: %+v, %v; want a 401 refusal", v, err)
+	}
+}
+
+func TestCARoot(t *testing.T) {
+	t.Parallel()
+	s := newECSigner(t, "ec-1")
+	is := newIssuer(t, s)
+	caPEM := string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: is.srv.Certificate().Raw}))
+
+	t.Run("trusted through ca_root", func(t *testing.T) {
+		t.Parallel()
+		cfg := testConfig(is.url())
+		cfg.CARoot = caPEM
+		a, err := oauth2.New(context.Background(), cfg, oauth2.Deps{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer a.Close()
+		if v, err := a.Authenticate(bearerRequest(mint(t, s, claims()))); err != nil || !v.OK {
+			t.Fatalf("%+v, %v", v, err)
+		}
+	})
+	t.Run("untrusted certificate makes the key set unavailable", func(t *testing.T) {
+		t.Parallel()
+		cfg := testConfig(is.url())
+		cfg.CARoot = selfSignedCA(t)
+		a, err := oauth2.New(context.Background(), cfg, oauth2.Deps{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer a.Close()
+		if _, err := a.Authenticate(bearerRequest(mint(t, s, claims()))); !errors.Is(err, oauth2.ErrJWKSUnavailable) {
+			t.Fatalf("err = %v, want ErrJWKSUnavailable", err)
+		}
+	})
+	t.Run("ca_root without a certificate", func(t *testing.T) {
+		t.Parallel()
+		cfg := testConfig(is.url())
+		cfg.CARoot = "-----BEGIN nothing"
+		if _, err := oauth2.New(context.Background(), cfg, oauth2.Deps{}); err == nil || !strings.Contains(err.Error(), "auth.oauth2.ca_root") {
+			t.Fatalf("err = %v, want one naming auth.oauth2.ca_root", err)
+		}
+	})
+}
+
+func TestDisabled(t *testing.T) {
+	t.Parallel()
+	a, err := oauth2.New(context.Background(), oauth2.DefaultConfig(), oauth2.Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	r := bearerRequest("abc.def.ghi")
+	if !a.Present(r) {
+		t.Error("Present = false for a bearer header")
+	}
+	v, err := a.Authenticate(r)
+	if err != nil || v.OK || v.Reason != auth.ReasonDisabled {
+		t.Fatalf("disabled: %+v, %v", v, err)
+	}
+}
+
+func TestTokensNeverLogged(t *testing.T) {
+	t.Parallel()
+	s := newRSASigner(t, "rsa-1")
+	is := newIssuer(t, s)
+	core, logs := observer.New(zapcore.DebugLevel)
+	cfg := testConfig(is.url())
+	a, err := oauth2.New(context.Background(), cfg, oauth2.Deps{Logger: zap.New(core), HTTPClient: is.srv.Client()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+
+	toks := []string{
+		mint(t, s, with(claims(), jwt.ExpirationKey, time.Now().Add(-time.Hour))),
+		mint(t, s, with(claims(), jwt.IssuerKey, "https://evil.test/")),
+		mint(t, s, with(claims(), "scope", "none")),
+		mint(t, newRSASigner(t, "nope"), claims()),
+		"abc.def.ghi",
+	}
+	for _, tok := range toks {
+		if v, err := a.Authenticate(bearerRequest(tok)); err != nil || v.OK {
+			t.Fatalf("%+v, %v", v, err)
+		}
+	}
+	if logs.Len() == 0 {
+		t.Fatal("no refusal was logged at debug level")
+	}
+	for _, e := range logs.All() {
+		line, _ := json.Marshal(e.ContextMap())
+		for _, tok := range toks {
+			parts := strings.Split(tok, ".")
+			for _, part := range parts {
+				if len(part) > 8 && (strings.Contains(e.Message, part) || strings.Contains(string(line), part)) {
+					t.Fatalf("log entry %q %s contains part of a token", e.Message, line)
+				}
+			}
+		}
+	}
+}
+
+// selfSignedCA returns the PEM of a fresh CA that signed nothing.
+func selfSignedCA(t *testing.T) string {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "unrelated test CA"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
+}
