@@ -158,7 +158,7 @@ log:
 	}
 	g.API, g.Admin = "https://"+api, "http://"+admin
 	g.Client = &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{
-		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, // the self-signed cert is checked in package tlsconf
+		TLSClientConfig:   &tls.Config{InsecureSkipVerify: true}, // the self-signed cert is checked in package tlsconf
 		ForceAttemptHTTP2: true,
 	}}
 	t.Cleanup(g.Client.CloseIdleConnections)

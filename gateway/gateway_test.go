@@ -78,7 +78,6 @@ func flip(c byte) string {
 	return "a"
 }
 
-
 var noCtxCT, noCtxBody = func() (string, []byte) {
 	return form(&testing.T{}, part{"files", "x"}, part{"id", "1"})
 }()

@@ -47,16 +47,16 @@ type env struct {
 }
 
 type envOpts struct {
-	limits       map[string]ratelimit.Limit
-	maxBody      int64
-	extraction   []string // override targets
-	registry     []string
-	timeout      time.Duration
-	rlStatus     int
-	deprecation  gateway.Deprecation
-	extractionH  http.Handler
-	hsts         string
-	spoolMemory  int
+	limits      map[string]ratelimit.Limit
+	maxBody     int64
+	extraction  []string // override targets
+	registry    []string
+	timeout     time.Duration
+	rlStatus    int
+	deprecation gateway.Deprecation
+	extractionH http.Handler
+	hsts        string
+	spoolMemory int
 }
 
 func newEnv(t *testing.T, o envOpts) *env {

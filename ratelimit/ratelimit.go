@@ -6,7 +6,11 @@
 // Local keeps its state in process memory; Redis shares it across replicas.
 package ratelimit
 
-import "time"
+import (
+	"errors"
+	"fmt"
+	"time"
+)
 
 // Quota is a number of requests allowed per period (for example 1000 per
 // 24h). The zero value means no quota.
@@ -62,4 +66,36 @@ type Decision struct {
 	// Reset is the time until Remaining is back to Limit (or, for a quota,
 	// until the period ends).
 	Reset time.Duration
+}
+
+// ErrUnavailable is returned (wrapped) by Allow when the limiter cannot
+// decide: Redis failed and failure_mode is closed. The gateway answers 503.
+var ErrUnavailable = errors.New("ratelimit: limiter unavailable")
+
+// ErrInvalid is returned (wrapped) by Allow for an empty id or a Limit that
+// cannot limit anything (rate, per or burst not positive). It is a
+// programming or configuration error, not a refusal.
+var ErrInvalid = errors.New("ratelimit: invalid request")
+
+// check reports whether id and l can be decided on.
+func check(id string, l Limit) error {
+	switch {
+	case id == "":
+		return fmt.Errorf("%w: empty id", ErrInvalid)
+	case l.Rate <= 0 || l.Per <= 0 || l.Burst < 1:
+		return fmt.Errorf("%w: limit needs rate > 0, per > 0 and burst >= 1", ErrInvalid)
+	case l.Quota.Requests < 0 || l.Quota.Per < 0:
+		return fmt.Errorf("%w: negative quota", ErrInvalid)
+	}
+	return nil
+}
+
+// combine builds a Decision from the bucket's and the quota's views. The
+// quota is reported when it is the tighter constraint.
+func combine(l Limit, bucketRemaining int64, bucketReset time.Duration, quotaRemaining int64, quotaReset time.Duration) Decision {
+	d := Decision{Allowed: true, Limit: int64(l.Burst), Remaining: bucketRemaining, Reset: bucketReset}
+	if l.Quota.Enabled() && quotaRemaining < bucketRemaining {
+		d.Limit, d.Remaining, d.Reset = l.Quota.Requests, quotaRemaining, quotaReset
+	}
+	return d
 }
