@@ -1,0 +1,69 @@
+package ratelimit_test
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/keygate/keygate/internal/redistest"
+	"github.com/keygate/keygate/ratelimit"
+	"github.com/redis/go-redis/v9"
+)
+
+func TestRedisClusterQuotaIsExact(t *testing.T) {
+	t.Parallel()
+	c := redistest.StartCluster(t, 3)
+	var replicas []*ratelimit.Redis
+	for range 3 {
+		r := newRedis(t, c.Addrs, ratelimit.RedisConfig{Replicas: 3})
+		replicas = append(replicas, r)
+	}
+	if _, ok := newClient(t, time.Second, c.Addrs...).(*redis.ClusterClient); !ok {
+		t.Fatal("several addresses did not give a ClusterClient")
+	}
+	lim := ratelimit.Limit{Rate: 1e6, Per: time.Second, Burst: 1e6, Quota: ratelimit.Quota{Requests: 20, Per: time.Hour}}
+	const ids = 8 // spread over the cluster's slots
+	var admitted [ids]atomic.Int64
+	var wg sync.WaitGroup
+	for _, r := range replicas {
+		for g := range 3 {
+			wg.Go(func() {
+				for i := range 40 {
+					id := (g + i) % ids
+					d, err := r.Allow(context.Background(), "key_"+strconv.Itoa(id), lim)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if d.Allowed {
+						admitted[id].Add(1)
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	for id := range admitted {
+		if n := admitted[id].Load(); n != 20 {
+			t.Errorf("key_%d: %d admitted, want exactly 20", id, n)
+		}
+	}
+	for i, r := range replicas {
+		if st := r.Stats(); st.FallbackDecisions != 0 || st.RedisErrors != 0 {
+			t.Errorf("replica %d: %+v", i, st)
+		}
+	}
+	// The keys landed on more than one node.
+	nodesWithKeys := 0
+	for _, n := range c.Nodes {
+		if size, _ := n.Do("DBSIZE"); size != "0" {
+			nodesWithKeys++
+		}
+	}
+	if nodesWithKeys < 2 {
+		t.Errorf("keys on %d node(s), want them spread", nodesWithKeys)
+	}
+}

@@ -1,0 +1,123 @@
+package ratelimit_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/keygate/keygate/internal/redistest"
+	"github.com/keygate/keygate/ratelimit"
+	"gopkg.in/yaml.v3"
+)
+
+func TestDefaultConfigIsValid(t *testing.T) {
+	t.Parallel()
+	if err := ratelimit.DefaultConfig().Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestConfigFromYAML(t *testing.T) {
+	t.Parallel()
+	const doc = `
+ratelimit:
+  backend: redis
+  failure_mode: closed
+  status: 403
+  replicas: 3
+  redis_timeout: 50ms
+  local_max_keys: 5000
+  limits:
+    live: { rate: 100, per: 1m, burst: 20 }
+    test: { rate: 5, per: 1s, burst: 10, quota: { requests: 1000, per: 24h } }
+`
+	var file struct {
+		RateLimit ratelimit.Config `yaml:"ratelimit"`
+	}
+	file.RateLimit = ratelimit.DefaultConfig()
+	if err := yaml.Unmarshal([]byte(doc), &file); err != nil {
+		t.Fatal(err)
+	}
+	c := file.RateLimit
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	want := ratelimit.Limit{Rate: 100, Per: time.Minute, Burst: 20}
+	if c.Backend != "redis" || c.FailureMode != ratelimit.FailClosed || c.Status != 403 || c.Replicas != 3 ||
+		c.RedisTimeout != 50*time.Millisecond || c.LocalMaxKeys != 5000 || c.Limits["live"] != want ||
+		c.Limits["test"].Quota != (ratelimit.Quota{Requests: 1000, Per: 24 * time.Hour}) ||
+		c.BreakerBackoff != ratelimit.DefaultBreakerBackoff {
+		t.Fatalf("decoded %+v", c)
+	}
+}
+
+func TestConfigValidateNamesTheField(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name   string
+		change func(*ratelimit.Config)
+		want   string
+	}{
+		{"unknown backend", func(c *ratelimit.Config) { c.Backend = "memcached" }, `ratelimit.backend: must be "local" or "redis", got "memcached"`},
+		{"unknown failure mode", func(c *ratelimit.Config) { c.FailureMode = "maybe" }, "ratelimit.failure_mode: "},
+		{"status other than 429 or 403", func(c *ratelimit.Config) { c.Status = 500 }, "ratelimit.status: must be 429 or 403, got 500"},
+		{"no replicas", func(c *ratelimit.Config) { c.Replicas = 0 }, "ratelimit.replicas: must be at least 1"},
+		{"zero redis timeout", func(c *ratelimit.Config) { c.RedisTimeout = 0 }, "ratelimit.redis_timeout: must be positive"},
+		{"zero local keys", func(c *ratelimit.Config) { c.LocalMaxKeys = 0 }, "ratelimit.local_max_keys: must be at least 1"},
+		{"zero breaker failures", func(c *ratelimit.Config) { c.BreakerFailures = 0 }, "ratelimit.breaker_failures: "},
+		{"zero breaker back-off", func(c *ratelimit.Config) { c.BreakerBackoff = 0 }, "ratelimit.breaker_backoff: "},
+		{"no limits", func(c *ratelimit.Config) { c.Limits = nil }, "ratelimit.limits: must name at least one"},
+		{"zero burst", func(c *ratelimit.Config) { l := c.Limits["test"]; l.Burst = 0; c.Limits["test"] = l }, "ratelimit.limits.test.burst: must be at least 1"},
+		{"zero rate", func(c *ratelimit.Config) { l := c.Limits["live"]; l.Rate = 0; c.Limits["live"] = l }, "ratelimit.limits.live.rate: must be positive"},
+		{"missing per", func(c *ratelimit.Config) { l := c.Limits["live"]; l.Per = 0; c.Limits["live"] = l }, "ratelimit.limits.live.per: "},
+		{"quota without period", func(c *ratelimit.Config) { l := c.Limits["test"]; l.Quota.Per = 0; c.Limits["test"] = l }, "ratelimit.limits.test.quota.per: "},
+		{"quota without requests", func(c *ratelimit.Config) { l := c.Limits["test"]; l.Quota.Requests = 0; c.Limits["test"] = l }, "ratelimit.limits.test.quota.requests: "},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c := ratelimit.DefaultConfig()
+			tc.change(&c)
+			err := c.Validate()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Validate() = %v, want it to contain %q", err, tc.want)
+			}
+			if _, err := ratelimit.New(c, ratelimit.Deps{}); err == nil {
+				t.Fatal("New accepted an invalid config")
+			}
+		})
+	}
+}
+
+func TestNewBuildsTheConfiguredBackend(t *testing.T) {
+	t.Parallel()
+	c := ratelimit.DefaultConfig()
+	l, err := ratelimit.New(c, ratelimit.Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	live, ok := l.Limit("live")
+	if !ok || l.Status() != 429 || l.Degraded() {
+		t.Fatalf("local limiter: live=%v ok=%v status=%d", live, ok, l.Status())
+	}
+	if d, err := l.Allow(context.Background(), "key_a", live); err != nil || !d.Allowed || d.Limit != 100 {
+		t.Fatalf("local: %+v %v", d, err)
+	}
+
+	c.Backend = ratelimit.BackendRedis
+	if _, err := ratelimit.New(c, ratelimit.Deps{}); err == nil || !strings.Contains(err.Error(), "ratelimit.backend") {
+		t.Fatalf("redis backend without a client: %v", err)
+	}
+	s := redistest.Start(t)
+	l, err = ratelimit.New(c, ratelimit.Deps{Redis: newClient(t, time.Second, s.Addr), KeyPrefix: "kg:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err := l.Allow(context.Background(), "key_a", live); err != nil || !d.Allowed || l.Stats().RedisDecisions != 1 {
+		t.Fatalf("redis: %+v %v %+v", d, err, l.Stats())
+	}
+	if n, _ := s.Do("EXISTS", "kg:rl:{key_a}"); n != "1" {
+		t.Fatal("the key prefix from Deps was not used")
+	}
+}

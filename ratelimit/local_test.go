@@ -1,0 +1,251 @@
+package ratelimit_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/keygate/keygate/ratelimit"
+)
+
+// clock is a settable clock for deterministic tests.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newClock() *clock { return &clock{t: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)} }
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// step is one request in a scripted sequence.
+type step struct {
+	advance time.Duration    // clock advance before the request
+	lim     *ratelimit.Limit // nil: the case's limit
+	allowed bool
+	reason  ratelimit.Reason
+	limit   int64 // RateLimit-Limit; 0: don't check
+	remain  int64 // checked when allowed
+	retry   time.Duration
+	reset   time.Duration // 0: don't check
+}
+
+func TestLocalAllow(t *testing.T) {
+	t.Parallel()
+	tenPerSecBurst3 := ratelimit.Limit{Rate: 10, Per: time.Second, Burst: 3}
+	burst5 := ratelimit.Limit{Rate: 10, Per: time.Second, Burst: 5}
+	cases := []struct {
+		name  string
+		lim   ratelimit.Limit
+		steps []step
+	}{
+		{
+			name: "burst is admitted then the bucket refuses with retry-after of one token",
+			lim:  tenPerSecBurst3,
+			steps: []step{
+				{allowed: true, limit: 3, remain: 2, reset: 100 * time.Millisecond},
+				{allowed: true, limit: 3, remain: 1, reset: 200 * time.Millisecond},
+				{allowed: true, limit: 3, remain: 0, reset: 300 * time.Millisecond},
+				{reason: ratelimit.ReasonRate, limit: 3, retry: 100 * time.Millisecond, reset: 300 * time.Millisecond},
+				{advance: 40 * time.Millisecond, reason: ratelimit.ReasonRate, limit: 3, retry: 60 * time.Millisecond},
+			},
+		},
+		{
+			name: "tokens come back at the configured rate",
+			lim:  tenPerSecBurst3,
+			steps: []step{
+				{allowed: true, remain: 2}, {allowed: true, remain: 1}, {allowed: true, remain: 0},
+				{reason: ratelimit.ReasonRate},
+				{advance: 100 * time.Millisecond, allowed: true, remain: 0},
+				{reason: ratelimit.ReasonRate},
+				{advance: time.Second, allowed: true, remain: 2},
+			},
+		},
+		{
+			name: "quota admits exactly its count and reports itself when tighter",
+			lim:  ratelimit.Limit{Rate: 1000, Per: time.Second, Burst: 1000, Quota: ratelimit.Quota{Requests: 3, Per: time.Hour}},
+			steps: []step{
+				{allowed: true, limit: 3, remain: 2, reset: time.Hour},
+				{advance: time.Minute, allowed: true, limit: 3, remain: 1, reset: 59 * time.Minute},
+				{allowed: true, limit: 3, remain: 0},
+				{reason: ratelimit.ReasonQuota, limit: 3, retry: 59 * time.Minute, reset: 59 * time.Minute},
+				{advance: 58 * time.Minute, reason: ratelimit.ReasonQuota, retry: time.Minute},
+				{advance: time.Minute, allowed: true, limit: 3, remain: 2, reset: time.Hour},
+			},
+		},
+		{
+			name: "a request refused by the bucket consumes no quota",
+			lim:  ratelimit.Limit{Rate: 1, Per: time.Second, Burst: 1, Quota: ratelimit.Quota{Requests: 2, Per: time.Hour}},
+			steps: []step{
+				{allowed: true},
+				{reason: ratelimit.ReasonRate}, {reason: ratelimit.ReasonRate}, {reason: ratelimit.ReasonRate},
+				{advance: time.Second, allowed: true, remain: 0},
+				{advance: time.Second, reason: ratelimit.ReasonQuota},
+			},
+		},
+		{
+			name: "a request refused by the quota consumes no token",
+			lim:  ratelimit.Limit{Rate: 1, Per: time.Hour, Burst: 2, Quota: ratelimit.Quota{Requests: 1, Per: time.Minute}},
+			steps: []step{
+				{allowed: true},
+				{reason: ratelimit.ReasonQuota}, {reason: ratelimit.ReasonQuota}, {reason: ratelimit.ReasonQuota},
+				{advance: time.Minute, allowed: true},
+			},
+		},
+		{
+			name: "a changed limit replaces the bucket",
+			lim:  ratelimit.Limit{Rate: 1, Per: time.Hour, Burst: 1},
+			steps: []step{
+				{allowed: true},
+				{reason: ratelimit.ReasonRate},
+				{lim: &burst5, allowed: true, limit: 5, remain: 4},
+			},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			clk := newClock()
+			l := ratelimit.NewLocal(ratelimit.LocalConfig{Now: clk.Now})
+			for i, s := range tc.steps {
+				clk.Advance(s.advance)
+				lim := tc.lim
+				if s.lim != nil {
+					lim = *s.lim
+				}
+				d, err := l.Allow(context.Background(), "key_0123abcd", lim)
+				if err != nil {
+					t.Fatalf("step %d: %v", i, err)
+				}
+				checkStep(t, i, d, s)
+			}
+		})
+	}
+}
+
+func checkStep(t *testing.T, i int, d ratelimit.Decision, s step) {
+	t.Helper()
+	if d.Allowed != s.allowed || d.Reason != s.reason {
+		t.Fatalf("step %d: got allowed=%v reason=%q, want allowed=%v reason=%q (%+v)", i, d.Allowed, d.Reason, s.allowed, s.reason, d)
+	}
+	if s.limit != 0 && d.Limit != s.limit {
+		t.Errorf("step %d: Limit = %d, want %d", i, d.Limit, s.limit)
+	}
+	if s.allowed && d.Remaining != s.remain {
+		t.Errorf("step %d: Remaining = %d, want %d", i, d.Remaining, s.remain)
+	}
+	if !s.allowed && d.Remaining != 0 {
+		t.Errorf("step %d: refused with Remaining = %d, want 0", i, d.Remaining)
+	}
+	if s.allowed && d.RetryAfter != 0 {
+		t.Errorf("step %d: admitted with RetryAfter = %s", i, d.RetryAfter)
+	}
+	if !s.allowed && s.retry != 0 && d.RetryAfter != s.retry {
+		t.Errorf("step %d: RetryAfter = %s, want %s", i, d.RetryAfter, s.retry)
+	}
+	if !s.allowed && d.RetryAfter <= 0 {
+		t.Errorf("step %d: refused with RetryAfter = %s, want > 0", i, d.RetryAfter)
+	}
+	if s.reset != 0 && d.Reset != s.reset {
+		t.Errorf("step %d: Reset = %s, want %s", i, d.Reset, s.reset)
+	}
+	if d.Reset < d.RetryAfter {
+		t.Errorf("step %d: Reset %s before RetryAfter %s", i, d.Reset, d.RetryAfter)
+	}
+}
+
+func TestLocalRejectsUnusableInput(t *testing.T) {
+	t.Parallel()
+	l := ratelimit.NewLocal(ratelimit.LocalConfig{})
+	good := ratelimit.Limit{Rate: 1, Per: time.Second, Burst: 1}
+	for name, tc := range map[string]struct {
+		id  string
+		lim ratelimit.Limit
+	}{
+		"empty id":   {"", good},
+		"zero burst": {"key_a", ratelimit.Limit{Rate: 1, Per: time.Second}},
+		"zero rate":  {"key_a", ratelimit.Limit{Per: time.Second, Burst: 1}},
+		"zero per":   {"key_a", ratelimit.Limit{Rate: 1, Burst: 1}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := l.Allow(context.Background(), tc.id, tc.lim); err == nil {
+				t.Fatal("no error")
+			}
+		})
+	}
+}
+
+func TestLocalMemoryIsBounded(t *testing.T) {
+	t.Parallel()
+	l := ratelimit.NewLocal(ratelimit.LocalConfig{MaxKeys: 100})
+	lim := ratelimit.Limit{Rate: 1, Per: time.Hour, Burst: 1}
+	for i := range 1000 {
+		if d, err := l.Allow(context.Background(), "key_"+strconv.Itoa(i), lim); err != nil || !d.Allowed {
+			t.Fatalf("id %d: %+v %v", i, d, err)
+		}
+	}
+	if n := l.Len(); n != 100 {
+		t.Fatalf("Len = %d after 1000 ids, want 100", n)
+	}
+	// The most recent id is still limited.
+	if d, _ := l.Allow(context.Background(), "key_999", lim); d.Allowed {
+		t.Fatal("key_999 was forgotten")
+	}
+}
+
+func TestLocalConcurrentExactCounts(t *testing.T) {
+	t.Parallel()
+	l := ratelimit.NewLocal(ratelimit.LocalConfig{MaxKeys: 16})
+	lim := ratelimit.Limit{Rate: 1, Per: time.Hour, Burst: 50, Quota: ratelimit.Quota{Requests: 40, Per: time.Hour}}
+	var admitted [4]atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Go(func() {
+			for i := range 50 {
+				id := (g + i) % 4
+				d, err := l.Allow(context.Background(), "key_"+strconv.Itoa(id), lim)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Allowed {
+					admitted[id].Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for id := range admitted {
+		if n := admitted[id].Load(); n != 40 {
+			t.Errorf("key_%d: %d admitted, want the quota of 40", id, n)
+		}
+	}
+}
+
+func ExampleLocal() {
+	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	l := ratelimit.NewLocal(ratelimit.LocalConfig{Now: func() time.Time { return now }})
+	lim := ratelimit.Limit{Rate: 1, Per: time.Second, Burst: 2}
+	for range 3 {
+		d, _ := l.Allow(context.Background(), "key_0123abcd", lim)
+		fmt.Printf("allowed=%v limit=%d remaining=%d retry-after=%s reason=%q\n", d.Allowed, d.Limit, d.Remaining, d.RetryAfter, d.Reason)
+	}
+	// Output:
+	// allowed=true limit=2 remaining=1 retry-after=0s reason=""
+	// allowed=true limit=2 remaining=0 retry-after=0s reason=""
+	// allowed=false limit=2 remaining=0 retry-after=1s reason="rate"
+}

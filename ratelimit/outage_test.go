@@ -1,0 +1,186 @@
+package ratelimit_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/keygate/keygate/internal/redistest"
+	"github.com/keygate/keygate/ratelimit"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+)
+
+// outageLimiter is a limiter with the production timeout and a short
+// breaker back-off, and a record of breaker state changes.
+func outageLimiter(t *testing.T, s *redistest.Server, mode ratelimit.FailureMode) (*ratelimit.Redis, <-chan string, *observer.ObservedLogs) {
+	t.Helper()
+	changes := make(chan string, 100)
+	core, logs := observer.New(zap.InfoLevel)
+	r := newRedis(t, []string{s.Addr}, ratelimit.RedisConfig{
+		Logger:         zap.New(core),
+		Timeout:        100 * time.Millisecond,
+		FailureMode:    mode,
+		Replicas:       2,
+		BreakerBackoff: 300 * time.Millisecond,
+		OnBreakerStateChange: func(from, to string) {
+			select {
+			case changes <- from + "->" + to:
+			default:
+			}
+		},
+	})
+	return r, changes, logs
+}
+
+// waitOpen calls Allow until the breaker is open, checking each call with
+// check.
+func waitOpen(t *testing.T, r *ratelimit.Redis, lim ratelimit.Limit, check func(ratelimit.Decision, error)) {
+	t.Helper()
+	for i := 0; ; i++ {
+		check(allow(t, r, "key_during", lim))
+		if r.Stats().BreakerState == "open" {
+			return
+		}
+		if i == 50 {
+			t.Fatalf("breaker not open after 50 failing calls: %+v", r.Stats())
+		}
+	}
+}
+
+// waitRedis calls Allow until a decision comes from Redis again, within 5 s.
+func waitRedis(t *testing.T, r *ratelimit.Redis, lim ratelimit.Limit) {
+	t.Helper()
+	before := r.Stats().RedisDecisions
+	deadline := time.Now().Add(5 * time.Second)
+	for r.Stats().RedisDecisions == before || r.Degraded() {
+		if time.Now().After(deadline) {
+			t.Fatalf("Redis decisions did not resume within 5s: %+v", r.Stats())
+		}
+		_, _ = allow(t, r, "key_after", lim)
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestRedisKilledFailOpenDecidesLocallyAtLimitPerReplica(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t)
+	r, changes, logs := outageLimiter(t, s, ratelimit.FailOpen)
+	lim := ratelimit.Limit{Rate: 1, Per: time.Hour, Burst: 10, Quota: ratelimit.Quota{Requests: 6, Per: time.Hour}}
+	if d, err := allow(t, r, "key_before", lim); err != nil || !d.Allowed || r.Degraded() {
+		t.Fatalf("before the outage: %+v %v", d, err)
+	}
+
+	s.Kill()
+	waitOpen(t, r, lim, func(d ratelimit.Decision, err error) {
+		if err != nil {
+			t.Fatalf("fail open returned an error: %v", err)
+		}
+	})
+	if !r.Degraded() {
+		t.Fatal("not Degraded with the breaker open")
+	}
+	// A fresh id gets limit/replicas locally: burst 10/2 but quota 6/2=3 is tighter.
+	admitted := 0
+	for range 10 {
+		d, err := allow(t, r, "key_fresh", lim)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			admitted++
+		} else if d.Reason != ratelimit.ReasonQuota {
+			t.Fatalf("refusal %+v, want the quota", d)
+		}
+	}
+	if admitted != 3 {
+		t.Fatalf("admitted %d during the outage, want quota/replicas = 3", admitted)
+	}
+	// Without a quota, the burst is burst/replicas = 5.
+	noQuota := ratelimit.Limit{Rate: 1, Per: time.Hour, Burst: 10}
+	admitted = 0
+	for range 10 {
+		if d, err := allow(t, r, "key_fresh_burst", noQuota); err != nil {
+			t.Fatal(err)
+		} else if d.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 5 {
+		t.Fatalf("admitted %d during the outage, want burst/replicas = 5", admitted)
+	}
+	st := r.Stats()
+	if st.FallbackDecisions < 10 || st.RedisErrors < 3 || st.UnavailableErrors != 0 {
+		t.Fatalf("stats during the outage: %+v", st)
+	}
+
+	s.Restart()
+	waitRedis(t, r, lim)
+	if got := <-changes; got != "closed->open" {
+		t.Errorf("first breaker change %q, want closed->open", got)
+	}
+	if n := logs.FilterMessage("ratelimit: redis circuit breaker").FilterField(zap.String("to", "open")).Len(); n == 0 {
+		t.Errorf("breaker opening not logged: %v", logs.All())
+	}
+	if logs.FilterMessage("ratelimit: redis is back, circuit breaker closed").Len() == 0 {
+		t.Errorf("breaker closing not logged: %v", logs.All())
+	}
+}
+
+func TestRedisKilledFailClosedReturnsUnavailable(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t)
+	r, _, _ := outageLimiter(t, s, ratelimit.FailClosed)
+	lim := ratelimit.Limit{Rate: 10, Per: time.Second, Burst: 10}
+	if _, err := allow(t, r, "key_before", lim); err != nil {
+		t.Fatal(err)
+	}
+	s.Kill()
+	waitOpen(t, r, lim, func(_ ratelimit.Decision, err error) {
+		if !errors.Is(err, ratelimit.ErrUnavailable) {
+			t.Fatalf("fail closed: error %v, want ErrUnavailable", err)
+		}
+	})
+	if _, err := allow(t, r, "key_during", lim); !errors.Is(err, ratelimit.ErrUnavailable) {
+		t.Fatalf("with the breaker open: %v, want ErrUnavailable", err)
+	}
+	if st := r.Stats(); st.FallbackDecisions != 0 || st.UnavailableErrors == 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	s.Restart()
+	waitRedis(t, r, lim)
+	if _, err := allow(t, r, "key_after", lim); err != nil {
+		t.Fatalf("after the restart: %v", err)
+	}
+}
+
+func TestRedisFrozenNeverHangsAndRecovers(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []ratelimit.FailureMode{ratelimit.FailOpen, ratelimit.FailClosed} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			s := redistest.Start(t)
+			r, _, _ := outageLimiter(t, s, mode)
+			lim := ratelimit.Limit{Rate: 10, Per: time.Second, Burst: 10}
+			if _, err := allow(t, r, "key_before", lim); err != nil {
+				t.Fatal(err)
+			}
+			s.Freeze()
+			// Every call returns (allow fails the test after 2 s otherwise).
+			waitOpen(t, r, lim, func(_ ratelimit.Decision, err error) {
+				if mode == ratelimit.FailOpen && err != nil {
+					t.Fatalf("fail open: %v", err)
+				}
+				if mode == ratelimit.FailClosed && !errors.Is(err, ratelimit.ErrUnavailable) {
+					t.Fatalf("fail closed: %v, want ErrUnavailable", err)
+				}
+			})
+			for range 20 { // and keep returning while the breaker probes
+				_, _ = allow(t, r, "key_during", lim)
+				time.Sleep(20 * time.Millisecond)
+			}
+			s.Thaw()
+			waitRedis(t, r, lim)
+		})
+	}
+}

@@ -1,0 +1,127 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// gcra decides one request in one atomic step: a GCRA token bucket (one
+// theoretical arrival time, "tat", per id, as in go-redis/redis_rate) and a
+// fixed-window quota counter. Time comes from the Redis server, so the
+// replicas' clocks do not matter. Nothing is written unless the request is
+// admitted by both the bucket and the quota.
+//
+// KEYS[1] bucket key, KEYS[2] quota key (same hash slot).
+// ARGV: burst, emission interval in µs, quota requests (0 = none), quota
+// period in ms.
+// Reply: allowed (0/1), reason (0 none, 1 rate, 2 quota), bucket remaining,
+// retry-after µs, bucket reset µs, quota remaining, quota reset µs.
+var gcra = redis.NewScript(`
+local burst = tonumber(ARGV[1])
+local interval = tonumber(ARGV[2])
+local qlimit = tonumber(ARGV[3])
+local qperiod = tonumber(ARGV[4])
+
+local t = redis.call('TIME')
+local now = (tonumber(t[1]) - 1483228800) * 1000000 + tonumber(t[2])
+
+local tat = tonumber(redis.call('GET', KEYS[1]))
+if not tat or tat < now then tat = now end
+local diff = now - (tat + interval - interval * burst)
+
+local qused, qttl, qexpire = 0, qperiod, true
+if qlimit > 0 then
+  qused = tonumber(redis.call('GET', KEYS[2])) or 0
+  if qused > 0 then
+    local pttl = redis.call('PTTL', KEYS[2])
+    if pttl >= 0 then qttl, qexpire = pttl, false end
+  end
+  if qused >= qlimit then
+    local retry = qttl * 1000
+    if -diff > retry then retry = -diff end
+    return {0, 2, 0, math.ceil(retry), math.ceil(retry), 0, qttl * 1000}
+  end
+end
+
+if diff < 0 then
+  return {0, 1, 0, math.ceil(-diff), math.ceil(tat - now), qlimit - qused, qttl * 1000}
+end
+
+local new_tat = tat + interval
+redis.call('SET', KEYS[1], string.format('%.3f', new_tat), 'PX', math.ceil((new_tat - now) / 1000) + 1)
+local qrem = 0
+if qlimit > 0 then
+  local n = redis.call('INCR', KEYS[2])
+  if qexpire then
+    redis.call('PEXPIRE', KEYS[2], qperiod)
+    qttl = qperiod
+  end
+  qrem = qlimit - n
+end
+return {1, 0, math.floor(diff / interval + 0.000001), 0, math.ceil(new_tat - now), qrem, qttl * 1000}
+`)
+
+// Scripter is what Redis needs from a go-redis client: a *redis.Client,
+// *redis.ClusterClient, *redis.Ring or any redis.UniversalClient fits.
+type Scripter = redis.Scripter
+
+// DefaultKeyPrefix starts every Redis key the limiter writes.
+const DefaultKeyPrefix = "keygate:"
+
+// errReply means Redis answered something the script never returns.
+var errReply = errors.New("ratelimit: unexpected reply from rate limit script")
+
+// redisKeys returns the bucket and quota keys of id. They carry a Cluster
+// hash tag so that one script touches one slot, and contain nothing but
+// the prefix and the id.
+func (r *Redis) redisKeys(id string) []string {
+	return []string{r.bucketPrefix + id + "}", r.quotaPrefix + id + "}"}
+}
+
+// eval runs the script once (EVALSHA, or EVAL when Redis lost the
+// script) under the configured timeout.
+func (r *Redis) eval(ctx context.Context, id string, lim Limit) (Decision, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	var qReq, qPer int64
+	if lim.Quota.Enabled() {
+		qReq, qPer = lim.Quota.Requests, max(1, lim.Quota.Per.Milliseconds())
+	}
+	interval := float64(lim.Per) / lim.Rate / float64(time.Microsecond)
+	res, err := gcra.Run(ctx, r.client, r.redisKeys(id), lim.Burst, interval, qReq, qPer).Int64Slice()
+	if err != nil {
+		return Decision{}, err
+	}
+	if len(res) != 7 {
+		return Decision{}, fmt.Errorf("%w: %d values", errReply, len(res))
+	}
+	us := func(v int64) time.Duration { return time.Duration(v) * time.Microsecond }
+	switch res[1] {
+	case 2:
+		return Decision{Reason: ReasonQuota, Limit: lim.Quota.Requests, RetryAfter: us(res[3]), Reset: us(res[4])}, nil
+	case 1:
+		return Decision{Reason: ReasonRate, Limit: int64(lim.Burst), RetryAfter: us(res[3]), Reset: us(res[4])}, nil
+	}
+	if res[0] != 1 {
+		return Decision{}, fmt.Errorf("%w: allowed=%d reason=%d", errReply, res[0], res[1])
+	}
+	return combine(lim, min(max(res[2], 0), int64(lim.Burst)), us(res[4]), max(res[5], 0), us(res[6])), nil
+}
+
+// divide is lim shared among n replicas: what one replica may admit on its
+// own while Redis is unavailable.
+func divide(lim Limit, n int) Limit {
+	if n <= 1 {
+		return lim
+	}
+	lim.Rate /= float64(n)
+	lim.Burst = max(1, lim.Burst/n)
+	if lim.Quota.Enabled() {
+		lim.Quota.Requests = max(1, lim.Quota.Requests/int64(n))
+	}
+	return lim
+}

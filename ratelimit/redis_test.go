@@ -1,0 +1,280 @@
+package ratelimit_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/keygate/keygate/internal/redistest"
+	"github.com/keygate/keygate/ratelimit"
+	"github.com/keygate/keygate/redisconn"
+	"github.com/redis/go-redis/v9"
+)
+
+// newClient returns a go-redis client for addrs built the way keygate
+// builds it, with the given read/write timeout.
+func newClient(t testing.TB, timeout time.Duration, addrs ...string) redis.UniversalClient {
+	t.Helper()
+	cfg := redisconn.DefaultConfig()
+	cfg.Addrs = addrs
+	cfg.ReadTimeout, cfg.WriteTimeout, cfg.DialTimeout = timeout, timeout, timeout
+	c, err := redisconn.New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// newRedis returns a Redis limiter with its own client. Timeouts are
+// generous so that a loaded test machine does not trip the breaker.
+func newRedis(t testing.TB, addrs []string, cfg ratelimit.RedisConfig) *ratelimit.Redis {
+	t.Helper()
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 2 * time.Second
+	}
+	cfg.Client = newClient(t, cfg.Timeout, addrs...)
+	r, err := ratelimit.NewRedis(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// allow calls Allow and fails the test if it does not return within 2 s
+// (a hang check, not a speed assertion).
+func allow(t *testing.T, l interface {
+	Allow(context.Context, string, ratelimit.Limit) (ratelimit.Decision, error)
+}, id string, lim ratelimit.Limit) (ratelimit.Decision, error) {
+	t.Helper()
+	type result struct {
+		d   ratelimit.Decision
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		d, err := l.Allow(context.Background(), id, lim)
+		ch <- result{d, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.d, r.err
+	case <-time.After(2 * time.Second):
+		t.Fatalf("Allow(%s) did not return within 2s", id)
+		return ratelimit.Decision{}, nil
+	}
+}
+
+// commandCalls returns how many times Redis ran cmd (from INFO commandstats).
+func commandCalls(t *testing.T, s *redistest.Server, cmd string) int {
+	t.Helper()
+	info, err := s.Do("INFO", "commandstats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(info, "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":calls=")
+		if !ok {
+			continue
+		}
+		n, err := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	return 0
+}
+
+func TestRedisBurstThenRefusal(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t)
+	r := newRedis(t, []string{s.Addr}, ratelimit.RedisConfig{})
+	lim := ratelimit.Limit{Rate: 1, Per: 12 * time.Second, Burst: 5} // one token per 12 s
+	for i := range 5 {
+		d, err := allow(t, r, "key_burst", lim)
+		if err != nil || !d.Allowed {
+			t.Fatalf("request %d: %+v %v", i, d, err)
+		}
+		if d.Limit != 5 || d.Remaining != int64(4-i) {
+			t.Errorf("request %d: Limit=%d Remaining=%d, want 5 and %d", i, d.Limit, d.Remaining, 4-i)
+		}
+		if d.Reset <= time.Duration(i)*12*time.Second || d.Reset > time.Duration(i+1)*12*time.Second {
+			t.Errorf("request %d: Reset %s, want about %ds", i, d.Reset, (i+1)*12)
+		}
+	}
+	d, err := allow(t, r, "key_burst", lim)
+	if err != nil || d.Allowed || d.Reason != ratelimit.ReasonRate {
+		t.Fatalf("6th request: %+v %v, want a rate refusal", d, err)
+	}
+	if d.RetryAfter <= 10*time.Second || d.RetryAfter > 12*time.Second {
+		t.Errorf("RetryAfter %s, want just under 12s", d.RetryAfter)
+	}
+	if d.Reset < d.RetryAfter || d.Reset > 60*time.Second || d.Remaining != 0 || d.Limit != 5 {
+		t.Errorf("refusal %+v: want Remaining 0, Limit 5, RetryAfter <= Reset <= 60s", d)
+	}
+	if st := r.Stats(); st.RedisDecisions != 6 || st.FallbackDecisions != 0 || r.Degraded() {
+		t.Errorf("stats %+v degraded=%v", st, r.Degraded())
+	}
+}
+
+func TestRedisRefillsOverTime(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t)
+	r := newRedis(t, []string{s.Addr}, ratelimit.RedisConfig{})
+	lim := ratelimit.Limit{Rate: 20, Per: time.Second, Burst: 2}
+	for {
+		d, err := allow(t, r, "key_refill", lim)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !d.Allowed {
+			break
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		d, err := allow(t, r, "key_refill", lim)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still refused after 5s at 20/s: %+v", d)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestRedisQuotaIsExactAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t)
+	addrs := []string{s.Addr}
+	replicas := []*ratelimit.Redis{
+		newRedis(t, addrs, ratelimit.RedisConfig{Replicas: 3}),
+		newRedis(t, addrs, ratelimit.RedisConfig{Replicas: 3}),
+		newRedis(t, addrs, ratelimit.RedisConfig{Replicas: 3}),
+	}
+	lim := ratelimit.Limit{Rate: 1e6, Per: time.Second, Burst: 1e6, Quota: ratelimit.Quota{Requests: 50, Per: time.Hour}}
+	var admitted, quotaRefusals atomic.Int64
+	var wg sync.WaitGroup
+	for _, r := range replicas {
+		for range 4 {
+			wg.Go(func() {
+				for range 25 {
+					d, err := r.Allow(context.Background(), "key_quota", lim)
+					switch {
+					case err != nil:
+						t.Error(err)
+						return
+					case d.Allowed:
+						admitted.Add(1)
+					case d.Reason == ratelimit.ReasonQuota && d.RetryAfter > 0 && d.RetryAfter <= time.Hour:
+						quotaRefusals.Add(1)
+					default:
+						t.Errorf("unexpected refusal %+v", d)
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	if admitted.Load() != 50 || quotaRefusals.Load() != 250 {
+		t.Fatalf("admitted %d, refused for quota %d; want exactly 50 and 250", admitted.Load(), quotaRefusals.Load())
+	}
+	for i, r := range replicas {
+		if st := r.Stats(); st.FallbackDecisions != 0 || st.RedisErrors != 0 {
+			t.Errorf("replica %d decided without Redis: %+v", i, st)
+		}
+	}
+}
+
+func TestRedisOneRoundTripPerAdmittedRequest(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t)
+	r := newRedis(t, []string{s.Addr}, ratelimit.RedisConfig{})
+	lim := ratelimit.Limit{Rate: 1, Per: time.Hour, Burst: 20, Quota: ratelimit.Quota{Requests: 100, Per: time.Hour}}
+	if _, err := allow(t, r, "key_warmup", lim); err != nil { // the script is loaded by now
+		t.Fatal(err)
+	}
+	before, evalBefore := commandCalls(t, s, "evalsha"), commandCalls(t, s, "eval")
+	for i := range 20 {
+		if d, err := allow(t, r, "key_trips", lim); err != nil || !d.Allowed {
+			t.Fatalf("request %d: %+v %v", i, d, err)
+		}
+	}
+	if got := commandCalls(t, s, "evalsha") - before; got != 20 {
+		t.Fatalf("20 admitted requests made %d EVALSHA calls, want 20", got)
+	}
+	// The 21st is refused by Redis; the next ones from the local cache.
+	if d, _ := allow(t, r, "key_trips", lim); d.Allowed {
+		t.Fatal("21st request admitted")
+	}
+	for range 10 {
+		d, err := allow(t, r, "key_trips", lim)
+		if err != nil || d.Allowed || d.Reason != ratelimit.ReasonRate || d.RetryAfter <= 0 || d.Limit != 20 {
+			t.Fatalf("cached refusal: %+v %v", d, err)
+		}
+	}
+	if got := commandCalls(t, s, "evalsha") - before; got != 21 {
+		t.Fatalf("21 decisions by Redis and 10 from the cache made %d EVALSHA calls, want 21", got)
+	}
+	if got := commandCalls(t, s, "eval") - evalBefore; got != 0 {
+		t.Errorf("%d EVAL calls, want 0", got)
+	}
+	if st := r.Stats(); st.CachedRefusals != 10 {
+		t.Errorf("CachedRefusals = %d, want 10", st.CachedRefusals)
+	}
+}
+
+func TestRedisKeysAreTheIDOnlyAndExpire(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t)
+	r := newRedis(t, []string{s.Addr}, ratelimit.RedisConfig{})
+	withQuota := ratelimit.Limit{Rate: 10, Per: time.Second, Burst: 10, Quota: ratelimit.Quota{Requests: 1000, Per: 24 * time.Hour}}
+	noQuota := ratelimit.Limit{Rate: 10, Per: time.Second, Burst: 10}
+	for range 3 {
+		if _, err := allow(t, r, "key_0123abcd", withQuota); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := allow(t, r, "key_4567ef", noQuota); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, _ := s.Do("DBSIZE"); n != "3" {
+		t.Fatalf("DBSIZE = %s, want 3 keys", n)
+	}
+	for key, maxTTL := range map[string]time.Duration{
+		"keygate:rl:{key_0123abcd}": time.Second,
+		"keygate:q:{key_0123abcd}":  24 * time.Hour,
+		"keygate:rl:{key_4567ef}":   time.Second,
+	} {
+		out, err := s.Do("PTTL", key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms, _ := strconv.Atoi(out)
+		if ms <= 0 || time.Duration(ms)*time.Millisecond > maxTTL+time.Millisecond {
+			t.Errorf("PTTL %s = %s ms, want a TTL in (0, %s]", key, out, maxTTL)
+		}
+	}
+}
+
+func TestRedisRejectsUnusableInputWithoutRedis(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t)
+	r := newRedis(t, []string{s.Addr}, ratelimit.RedisConfig{})
+	if _, err := r.Allow(context.Background(), "", ratelimit.Limit{Rate: 1, Per: time.Second, Burst: 1}); !errors.Is(err, ratelimit.ErrInvalid) {
+		t.Fatalf("empty id: %v, want ErrInvalid", err)
+	}
+	if n, _ := s.Do("DBSIZE"); n != "0" {
+		t.Fatalf("DBSIZE = %s after an invalid request", n)
+	}
+}
