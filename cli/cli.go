@@ -13,6 +13,9 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -119,6 +122,13 @@ func newLogger(c config.LogConfig, w io.Writer) (*zap.Logger, error) {
 	return zap.New(zapcore.NewCore(enc, zapcore.Lock(zapcore.AddSync(w)), lvl), zap.ErrorOutput(zapcore.AddSync(w))), nil
 }
 
+// redisLogger adapts zap to go-redis's logging interface.
+type redisLogger struct{ l *zap.Logger }
+
+func (r redisLogger) Printf(_ context.Context, format string, v ...any) {
+	r.l.Warn(fmt.Sprintf(format, v...))
+}
+
 func serve(args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -139,6 +149,11 @@ func run(cfg config.Config, stderr io.Writer) error {
 		return err
 	}
 	defer func() { _ = log.Sync() }()
+	// go-redis logs through a process-wide logger; send it to zap, sampled
+	// to one line per message per second so an outage cannot flood stderr.
+	redis.SetLogger(redisLogger{log.Named("redis").WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core {
+		return zapcore.NewSamplerWithOptions(c, time.Second, 1, 0)
+	}))})
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	return server.Run(ctx, cfg, server.Deps{Logger: log, Getenv: os.Getenv})

@@ -308,3 +308,15 @@ func (g *gateway) wait(within time.Duration) error {
 		return context.DeadlineExceeded
 	}
 }
+
+// rewriteConfig edits the config file before start.
+func (g *gateway) rewriteConfig(f func(string) string) {
+	g.t.Helper()
+	b, err := os.ReadFile(g.cfgPath)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	if err := os.WriteFile(g.cfgPath, []byte(f(string(b))), 0o600); err != nil {
+		g.t.Fatal(err)
+	}
+}

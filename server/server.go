@@ -12,6 +12,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -110,7 +111,27 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (s *Server, err erro
 		return nil, err
 	}
 
-	s.tls, err = tlsconf.New(ctx, cfg.TLS, tlsconf.Deps{Logger: s.log.Named("tls"), Redis: s.redis})
+	// Listen before building TLS: ACME answers its challenges on these
+	// listeners, so certmagic must know their ports.
+	sc := cfg.Server
+	if s.apiLn, err = net.Listen("tcp", sc.Listen); err != nil {
+		return nil, fmt.Errorf("server.listen: %w", err)
+	}
+	if s.adminLn, err = net.Listen("tcp", sc.AdminListen); err != nil {
+		return nil, fmt.Errorf("server.admin_listen: %w", err)
+	}
+	if sc.HTTPListen != "" {
+		if s.plainLn, err = net.Listen("tcp", sc.HTTPListen); err != nil {
+			return nil, fmt.Errorf("server.http_listen: %w", err)
+		}
+	}
+	s.tls, err = tlsconf.New(ctx, cfg.TLS, tlsconf.Deps{
+		Logger:      s.log.Named("tls"),
+		Redis:       s.redis,
+		RedisPrefix: cfg.Redis.KeyPrefix + "certmagic:",
+		TLSPort:     port(s.apiLn),
+		HTTPPort:    port(s.plainLn),
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -131,7 +152,6 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (s *Server, err erro
 	}
 
 	errLog := zap.NewStdLog(s.log.Named("http").WithOptions(zap.IncreaseLevel(zapcore.WarnLevel)))
-	sc := cfg.Server
 	s.api = &http.Server{
 		Handler:           gw,
 		TLSConfig:         s.tls.TLSConfig(),
@@ -143,15 +163,8 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (s *Server, err erro
 		ErrorLog:          quietTLSLog(errLog),
 	}
 	s.admin = &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: sc.IdleTimeout, ErrorLog: errLog}
-	if s.apiLn, err = net.Listen("tcp", sc.Listen); err != nil {
-		return nil, fmt.Errorf("server.listen: %w", err)
-	}
-	if s.adminLn, err = net.Listen("tcp", sc.AdminListen); err != nil {
-		return nil, fmt.Errorf("server.admin_listen: %w", err)
-	}
-	if sc.HTTPListen != "" {
-		_, port, _ := net.SplitHostPort(s.apiLn.Addr().String())
-		plain := &gateway.PlainHTTP{HTTPSPort: port, Auth: authn, Logger: s.log.Named("plain_http"), Exposed: gateway.NewExposedCounter(s.registry)}
+	if s.plainLn != nil {
+		plain := &gateway.PlainHTTP{HTTPSPort: strconv.Itoa(port(s.apiLn)), Auth: authn, Logger: s.log.Named("plain_http"), Exposed: gateway.NewExposedCounter(s.registry)}
 		s.plain = &http.Server{
 			Handler:           s.tls.HTTPChallengeHandler(plain),
 			ReadHeaderTimeout: sc.ReadHeaderTimeout,
@@ -159,9 +172,6 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (s *Server, err erro
 			IdleTimeout:       sc.IdleTimeout,
 			MaxHeaderBytes:    sc.MaxHeaderBytes,
 			ErrorLog:          errLog,
-		}
-		if s.plainLn, err = net.Listen("tcp", sc.HTTPListen); err != nil {
-			return nil, fmt.Errorf("server.http_listen: %w", err)
 		}
 	}
 	if s.api.TLSConfig == nil {
@@ -211,7 +221,36 @@ func (s *Server) openLimiter() error {
 	if c, ok := any(l).(interface{ Close() error }); ok {
 		s.closers = append(s.closers, c.Close)
 	}
+	if s.cfg.RateLimit.Backend == ratelimit.BackendRedis {
+		registerLimiterMetrics(s.registry, l)
+	}
 	return nil
+}
+
+// registerLimiterMetrics exposes the Redis limiter's outage state: whether
+// it runs degraded, and how its decisions were made.
+func registerLimiterMetrics(reg prometheus.Registerer, l *ratelimit.Limiter) {
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "keygate_ratelimit_degraded",
+			Help: "1 while Redis is unavailable and the rate limiter runs on its outage policy (failure_mode).",
+		}, func() float64 {
+			if l.Degraded() {
+				return 1
+			}
+			return 0
+		}),
+	)
+	counter := func(name, help string, f func(ratelimit.Stats) uint64) {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
+			func() float64 { return float64(f(l.Stats())) }))
+	}
+	counter("keygate_ratelimit_redis_decisions_total", "Rate-limit decisions made by Redis.", func(s ratelimit.Stats) uint64 { return s.RedisDecisions })
+	counter("keygate_ratelimit_cached_refusals_total", "Refusals answered from the local over-limit cache without Redis.", func(s ratelimit.Stats) uint64 { return s.CachedRefusals })
+	counter("keygate_ratelimit_fallback_decisions_total", "Decisions made by the local fallback limiter during a Redis outage (failure_mode open).", func(s ratelimit.Stats) uint64 { return s.FallbackDecisions })
+	counter("keygate_ratelimit_unavailable_total", "Requests refused with 503 because Redis was unavailable (failure_mode closed).", func(s ratelimit.Stats) uint64 { return s.UnavailableErrors })
+	counter("keygate_ratelimit_redis_errors_total", "Failed Redis calls of the rate limiter.", func(s ratelimit.Stats) uint64 { return s.RedisErrors })
+	counter("keygate_ratelimit_breaker_changes_total", "Circuit-breaker state changes of the rate limiter's Redis connection.", func(s ratelimit.Stats) uint64 { return s.BreakerStateChanges })
 }
 
 func (s *Server) openAuth(ctx context.Context) (gateway.Authenticator, error) {
@@ -381,6 +420,17 @@ func (s *Server) readiness() (int, readiness) {
 		}
 	}
 	return status, rd
+}
+
+// port is a listener's TCP port, or 0 for none.
+func port(ln net.Listener) int {
+	if ln == nil {
+		return 0
+	}
+	if a, ok := ln.Addr().(*net.TCPAddr); ok {
+		return a.Port
+	}
+	return 0
 }
 
 // quietTLSLog drops the TLS handshake noise of scanners and health checks

@@ -1,0 +1,247 @@
+package e2e
+
+import (
+	"bytes"
+	"fmt"
+	"mime/multipart"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/keygate/keygate/internal/redistest"
+)
+
+// replicas starts n gateway processes that share one keystore and one
+// Redis-backed limiter, as operators run them behind a load balancer.
+func replicas(t *testing.T, n int, redisAddr, keystoreBackend, limits string, extra string) []*gateway {
+	t.Helper()
+	shared := t.TempDir() + "/keys.yaml"
+	var gs []*gateway
+	for i := 0; i < n; i++ {
+		g := startGateway(t, gwOpts{
+			keystore:   shared,
+			limitsYAML: limits,
+			extra: fmt.Sprintf(`redis:
+  addrs: [%q]
+  read_timeout: 100ms
+  write_timeout: 100ms
+  dial_timeout: 100ms
+%s`, redisAddr, extra),
+			skipStart: true,
+		})
+		// keystore and ratelimit sections are set through extra-less edits:
+		g.rewriteConfig(func(c string) string {
+			c = strings.Replace(c, "keystore:\n  backend: file", "keystore:\n  backend: "+keystoreBackend+"\n  resync_interval: 2s", 1)
+			c = strings.Replace(c, "ratelimit:\n  backend: local", fmt.Sprintf("ratelimit:\n  backend: redis\n  replicas: %d\n  breaker_backoff: 500ms", n), 1)
+			return c
+		})
+		gs = append(gs, g)
+	}
+	for _, g := range gs {
+		g.start()
+	}
+	return gs
+}
+
+// form is a small valid /sync body for ctxA.
+func smallForm() (string, []byte) {
+	var buf bytes.Buffer
+	mw := multipart.NewWriter(&buf)
+	_ = mw.WriteField("contextId", ctxA)
+	_ = mw.WriteField("id", "2b7e1516-28ae-4d2a-a6f7-15884c3f4e2a")
+	w, _ := mw.CreateFormFile("files", "a.pdf")
+	_, _ = w.Write([]byte("%PDF-1.4 replica"))
+	_ = mw.Close()
+	return mw.FormDataContentType(), buf.Bytes()
+}
+
+// send posts a small /sync upload and returns the status and body.
+func (g *gateway) send(key string) (int, string) {
+	ct, body := smallForm()
+	req, _ := http.NewRequest("POST", g.API+"/sync", bytes.NewReader(body))
+	req.Header.Set("Content-Type", ct)
+	req.Header.Set("X-Api-Key", key)
+	resp, err := g.Client.Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	var b bytes.Buffer
+	_, _ = b.ReadFrom(resp.Body)
+	return resp.StatusCode, b.String()
+}
+
+// TestReplicasShareOneLimit hammers one key at rate 5/s, burst 5, through
+// three replicas for 5 s. One limit across all of them admits about
+// burst + rate × elapsed, not three times that.
+func TestReplicasShareOneLimit(t *testing.T) {
+	rs := redistest.Start(t)
+	gs := replicas(t, 3, rs.Addr, "file", `    live: { rate: 5, per: 1s, burst: 5 }
+    test: { rate: 5, per: 1s, burst: 5 }`, "")
+	key := gs[0].issue("--product", "extraction", "--env", "live", "--context", ctxA)
+	waitKey(t, gs, key)
+
+	var admitted, refused, other atomic.Int64
+	start := time.Now()
+	stop := start.Add(5 * time.Second)
+	var wg sync.WaitGroup
+	for _, g := range gs {
+		for w := 0; w < 3; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for time.Now().Before(stop) {
+					switch s, _ := g.send(key); s {
+					case 200:
+						admitted.Add(1)
+					case 429:
+						refused.Add(1)
+					default:
+						other.Add(1)
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	elapsed := time.Since(start).Seconds()
+	want := 5 + 5*elapsed
+	ratio := float64(admitted.Load()) / want
+	t.Logf("3 replicas, rate 5/s burst 5, %.2fs: admitted %d, refused %d, expected %.1f: ratio %.3f", elapsed, admitted.Load(), refused.Load(), want, ratio)
+	if other.Load() != 0 {
+		t.Errorf("%d answers were neither 200 nor 429", other.Load())
+	}
+	if refused.Load() == 0 {
+		t.Fatal("nothing was refused: the test did not reach the limit")
+	}
+	if ratio < 0.9 || ratio > 1.1 {
+		t.Errorf("admitted/expected = %.3f, want within 10%%", ratio)
+	}
+}
+
+// waitKey waits until every replica knows key, without spending any of
+// its rate limit or quota: GET /sync is answered 405 after the key check
+// and before the limiter (401 while the key is unknown).
+func waitKey(t *testing.T, gs []*gateway, key string) {
+	t.Helper()
+	for _, g := range gs {
+		eventually(t, 2*time.Second, func() string {
+			req, _ := http.NewRequest("GET", g.API+"/sync", nil)
+			req.Header.Set("X-Api-Key", key)
+			resp, err := g.Client.Do(req)
+			if err != nil {
+				return err.Error()
+			}
+			resp.Body.Close()
+			if resp.StatusCode != 405 {
+				return fmt.Sprintf("replica %s: %d", g.API, resp.StatusCode)
+			}
+			return ""
+		})
+	}
+}
+
+// TestQuotaExactAcrossReplicas: a test key's quota of N is N across three
+// replicas, then 429 with "quota".
+func TestQuotaExactAcrossReplicas(t *testing.T) {
+	rs := redistest.Start(t)
+	const quota = 30
+	gs := replicas(t, 3, rs.Addr, "file", fmt.Sprintf(`    live: { rate: 1000, per: 1s, burst: 1000 }
+    test: { rate: 1000, per: 1s, burst: 1000, quota: { requests: %d, per: 24h } }`, quota), "")
+	key := gs[0].issue("--product", "extraction", "--env", "test", "--context", ctxA)
+	waitKey(t, gs, key)
+	var admitted, quotaRefusals atomic.Int64
+	var wg sync.WaitGroup
+	for i := 0; i < 3*quota; i++ {
+		wg.Add(1)
+		go func(g *gateway) {
+			defer wg.Done()
+			s, body := g.send(key)
+			switch {
+			case s == 200:
+				admitted.Add(1)
+			case s == 429 && strings.Contains(body, "quota"):
+				quotaRefusals.Add(1)
+			default:
+				t.Errorf("unexpected %d %s", s, body)
+			}
+		}(gs[i%3])
+	}
+	wg.Wait()
+	if admitted.Load() != quota || quotaRefusals.Load() != 2*quota {
+		t.Errorf("admitted %d, refused for quota %d; want exactly %d and %d", admitted.Load(), quotaRefusals.Load(), quota, 2*quota)
+	}
+}
+
+
+
+func commandCalls(t *testing.T, rs *redistest.Server) (evalsha int, others map[string]int) {
+	t.Helper()
+	out, err := rs.Do("INFO", "commandstats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	others = map[string]int{}
+	for _, line := range strings.Split(out, "\n") {
+		line = strings.TrimSpace(line)
+		if !strings.HasPrefix(line, "cmdstat_") {
+			continue
+		}
+		name := strings.TrimPrefix(line[:strings.Index(line, ":")], "cmdstat_")
+		m := regexp.MustCompile(`calls=(\d+)`).FindStringSubmatch(line)
+		n, _ := strconv.Atoi(m[1])
+		if name == "evalsha" {
+			evalsha = n
+		} else if name != "info" {
+			others[name] = n
+		}
+	}
+	return evalsha, others
+}
+
+// TestOneRedisRoundTripPerAdmittedRequest reads Redis INFO commandstats
+// before and after a run: each admitted request cost exactly one EVALSHA
+// and nothing else.
+func TestOneRedisRoundTripPerAdmittedRequest(t *testing.T) {
+	rs := redistest.Start(t)
+	gs := replicas(t, 3, rs.Addr, "file", "", "")
+	key := gs[0].issue("--product", "extraction", "--env", "live", "--context", ctxA)
+	waitKey(t, gs, key)
+	for i := 0; i < 6; i++ { // open each replica's Redis connection (HELLO, script) first
+		if s, b := gs[i%3].send(key); s != 200 {
+			t.Fatalf("warm-up %d: %d %s", i, s, b)
+		}
+	}
+	before, othersBefore := commandCalls(t, rs)
+	const n = 60
+	for i := 0; i < n; i++ {
+		if s, b := gs[i%3].send(key); s != 200 {
+			t.Fatalf("request %d: %d %s", i, s, b)
+		}
+	}
+	after, othersAfter := commandCalls(t, rs)
+	t.Logf("%d admitted requests: %d EVALSHA calls", n, after-before)
+	if after-before != n {
+		t.Errorf("EVALSHA calls = %d for %d admitted requests, want exactly one each", after-before, n)
+	}
+	// Redis counts the commands a script runs inside EVALSHA as well; those
+	// are no round trips. Anything else sent during the run would be one.
+	insideScript := map[string]int{"get": 2, "set": 1, "time": 1, "incr": 1, "pexpire": 1, "pttl": 1}
+	for name, c := range othersAfter {
+		d := c - othersBefore[name]
+		if per, ok := insideScript[name]; ok {
+			if d > per*n {
+				t.Errorf("%d %s calls from %d scripts", d, name, n)
+			}
+			continue
+		}
+		if d != 0 {
+			t.Errorf("%d extra %s round trips during the run", d, name)
+		}
+	}
+}
