@@ -178,8 +178,6 @@ func TestQuotaExactAcrossReplicas(t *testing.T) {
 	}
 }
 
-
-
 func commandCalls(t *testing.T, rs *redistest.Server) (evalsha int, others map[string]int) {
 	t.Helper()
 	out, err := rs.Do("INFO", "commandstats")
