@@ -1,0 +1,192 @@
+package keystore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// FileAdmin changes a keystore file: it issues, lists, revokes and rotates
+// keys for the `keygate keys` command. Each change takes an exclusive flock
+// on "<Path>.lock", reads the file (absent means empty), changes it and
+// replaces it atomically (temp file in the same directory, fsync, rename,
+// mode 0600), so that concurrent admins lose no change and a running
+// FileStore never reads half a file. The zero value is not usable: Path is
+// required. It is safe for concurrent use, also across processes.
+type FileAdmin struct {
+	// Path is the keystore file; it and its directory are created when
+	// needed.
+	Path string
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+func (a *FileAdmin) now() time.Time {
+	if a.Now != nil {
+		return a.Now()
+	}
+	return time.Now()
+}
+
+// update runs change on the records under the lock and writes the result
+// unless change fails.
+func (a *FileAdmin) update(ctx context.Context, change func([]Record) ([]Record, error)) error {
+	if a.Path == "" {
+		return errors.New("keystore: FileAdmin.Path is empty")
+	}
+	if err := os.MkdirAll(filepath.Dir(a.Path), 0o700); err != nil {
+		return fmt.Errorf("keystore: %w", err)
+	}
+	unlock, err := lockFile(ctx, a.Path+".lock")
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	recs, err := readFile(a.Path)
+	if err != nil {
+		return err
+	}
+	recs, err = change(recs)
+	if err != nil {
+		return err
+	}
+	if err := ValidateRecords(recs); err != nil {
+		return fmt.Errorf("keystore: refusing to write an invalid keystore: %w", err)
+	}
+	data, err := MarshalFile(recs)
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(a.Path, data)
+}
+
+// writeFileAtomic replaces path by data: temp file in the same directory,
+// fsync, rename, fsync of the directory. The file has mode 0600.
+func writeFileAtomic(path string, data []byte) (err error) {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("keystore: write: %w", err)
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			_ = os.Remove(tmp)
+		}
+	}()
+	if err := f.Chmod(0o600); err != nil {
+		f.Close()
+		return fmt.Errorf("keystore: write: %w", err)
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return fmt.Errorf("keystore: write: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("keystore: write: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("keystore: write: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("keystore: write: %w", err)
+	}
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync() // best effort: make the rename durable
+		_ = d.Close()
+	}
+	return nil
+}
+
+func findID(recs []Record, id string) int {
+	for i, r := range recs {
+		if r.ID == id {
+			return i
+		}
+	}
+	return -1
+}
+
+// Issue creates a key for req and stores its record. The key is returned
+// once and stored nowhere.
+func (a *FileAdmin) Issue(ctx context.Context, req IssueRequest) (key string, rec Record, err error) {
+	if err := req.Validate(); err != nil {
+		return "", Record{}, err
+	}
+	err = a.update(ctx, func(recs []Record) ([]Record, error) {
+		for {
+			key, rec, err = NewRecord(req, a.now())
+			if err != nil {
+				return nil, err
+			}
+			if findID(recs, rec.ID) < 0 {
+				return append(recs, rec), nil
+			}
+		}
+	})
+	if err != nil {
+		return "", Record{}, err
+	}
+	return key, rec, nil
+}
+
+// List returns the records in the order they were issued.
+func (a *FileAdmin) List(ctx context.Context) ([]Record, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return readFile(a.Path) // writes are atomic renames: no lock needed
+}
+
+// Revoke revokes the key with id at once. An unknown id is ErrNotFound, a
+// revoked key ErrRevoked.
+func (a *FileAdmin) Revoke(ctx context.Context, id string) (Record, error) {
+	var out Record
+	err := a.update(ctx, func(recs []Record) ([]Record, error) {
+		i := findID(recs, id)
+		if i < 0 {
+			return nil, fmt.Errorf("revoke %q: %w", id, ErrNotFound)
+		}
+		r, err := RevokeRecord(recs[i], a.now())
+		if err != nil {
+			return nil, err
+		}
+		recs[i], out = r, r
+		return recs, nil
+	})
+	if err != nil {
+		return Record{}, err
+	}
+	return out, nil
+}
+
+// Rotate issues a replacement for the key with id and returns the new key
+// and its record; see RotateRecord for what happens to the old key. An
+// unknown id is ErrNotFound.
+func (a *FileAdmin) Rotate(ctx context.Context, id string, grace time.Duration) (key string, rec Record, err error) {
+	err = a.update(ctx, func(recs []Record) ([]Record, error) {
+		i := findID(recs, id)
+		if i < 0 {
+			return nil, fmt.Errorf("rotate %q: %w", id, ErrNotFound)
+		}
+		for {
+			var old Record
+			key, old, rec, err = RotateRecord(recs[i], a.now(), grace)
+			if err != nil {
+				return nil, err
+			}
+			if findID(recs, rec.ID) < 0 {
+				recs[i] = old
+				return append(recs, rec), nil
+			}
+		}
+	})
+	if err != nil {
+		return "", Record{}, err
+	}
+	return key, rec, nil
+}

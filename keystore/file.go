@@ -1,0 +1,364 @@
+package keystore
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"go.uber.org/zap"
+	"gopkg.in/yaml.v3"
+)
+
+// FileVersion is the only keystore file format version.
+const FileVersion = 1
+
+// fileDoc is the keystore file: YAML with a version and the records.
+type fileDoc struct {
+	Version int      `yaml:"version"`
+	Keys    []Record `yaml:"keys"`
+}
+
+const fileComment = "keygate keystore: SHA-256 hashes of API keys, never the keys.\n" +
+	"Change it with `keygate keys issue|revoke|rotate`; running gateways reload it."
+
+// ParseFile parses and validates the bytes of a keystore file. An empty
+// (or whitespace-only) file is an empty keystore. Unknown fields are errors,
+// so that a misspelt expires_at cannot make a key live forever. Contexts
+// are returned in lower case.
+func ParseFile(data []byte) ([]Record, error) {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, nil
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	var doc fileDoc
+	if err := dec.Decode(&doc); err != nil {
+		return nil, fmt.Errorf("keystore file: %w", err)
+	}
+	if doc.Version != FileVersion {
+		return nil, fmt.Errorf("keystore file: version: must be %d, got %d", FileVersion, doc.Version)
+	}
+	for i := range doc.Keys {
+		doc.Keys[i].Context = strings.ToLower(doc.Keys[i].Context)
+	}
+	if err := ValidateRecords(doc.Keys); err != nil {
+		return nil, fmt.Errorf("keystore file: %w", err)
+	}
+	return doc.Keys, nil
+}
+
+// MarshalFile returns the bytes of a keystore file holding recs.
+func MarshalFile(recs []Record) ([]byte, error) {
+	if recs == nil {
+		recs = []Record{}
+	}
+	var node yaml.Node
+	if err := node.Encode(fileDoc{Version: FileVersion, Keys: recs}); err != nil {
+		return nil, fmt.Errorf("keystore file: %w", err)
+	}
+	node.HeadComment = fileComment
+	var buf bytes.Buffer
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(&node); err != nil {
+		return nil, fmt.Errorf("keystore file: %w", err)
+	}
+	if err := enc.Close(); err != nil {
+		return nil, fmt.Errorf("keystore file: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// readFile reads and parses the keystore at path; an absent file is an
+// empty keystore.
+func readFile(path string) ([]Record, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("keystore file: %w", err)
+	}
+	recs, err := ParseFile(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return recs, nil
+}
+
+// FileConfig configures a FileStore.
+type FileConfig struct {
+	// Path is the keystore file. It need not exist yet: an absent file is
+	// an empty keystore, picked up once it is created.
+	Path string `yaml:"path"`
+	// PollInterval is how often the file is stat'ed, as a fallback for
+	// filesystems that deliver no change events. Zero means 1s.
+	PollInterval time.Duration `yaml:"poll_interval"`
+	// NoWatch turns off change events (fsnotify) and relies on the poll
+	// alone.
+	NoWatch bool `yaml:"no_watch"`
+	// Logger receives reload messages; nil means none.
+	Logger *zap.Logger `yaml:"-"`
+	// OnReload, if set, is called after every load attempt, including the
+	// first, with the number of keys now served and the error, if any. After
+	// a failed reload the last good keystore keeps serving and keys is its
+	// size. It is called from one goroutine at a time.
+	OnReload func(keys int, err error) `yaml:"-"`
+}
+
+// DefaultPollInterval is the poll interval when FileConfig.PollInterval is
+// zero.
+const DefaultPollInterval = time.Second
+
+// DefaultFileConfig returns a FileConfig with the default poll interval and
+// no path.
+func DefaultFileConfig() FileConfig {
+	return FileConfig{PollInterval: DefaultPollInterval}
+}
+
+// Validate checks the config; messages name the field by its YAML path
+// under keystore.file.
+func (c FileConfig) Validate() error {
+	if c.Path == "" {
+		return errors.New("keystore.file.path: required")
+	}
+	if c.PollInterval < 0 {
+		return fmt.Errorf("keystore.file.poll_interval: must not be negative, got %s", c.PollInterval)
+	}
+	return nil
+}
+
+// FileStore serves key lookups from a YAML keystore file and reloads it
+// when it changes (fsnotify on the file's directory, plus a stat poll).
+// A reload that fails leaves the last good keystore serving; a file that is
+// deleted while running is an empty keystore, as at start. Its methods are
+// safe for concurrent use. Create it with OpenFile; the zero value is not
+// usable.
+type FileStore struct {
+	path     string
+	poll     time.Duration
+	log      *zap.Logger
+	onReload func(int, error)
+
+	snap atomic.Pointer[snapshot]
+
+	watcher   *fsnotify.Watcher // nil when not watching
+	stop      chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+	closeErr  error
+
+	// Owned by the run goroutine after OpenFile returns.
+	last     fileSig
+	watching bool
+}
+
+type snapshot struct {
+	byHash map[Hash]Record
+}
+
+// fileSig is what the poll compares to notice a change.
+type fileSig struct {
+	exists bool
+	info   os.FileInfo
+}
+
+func statSig(path string) fileSig {
+	info, err := os.Stat(path)
+	if err != nil {
+		return fileSig{}
+	}
+	return fileSig{exists: true, info: info}
+}
+
+func (a fileSig) same(b fileSig) bool {
+	if a.exists != b.exists {
+		return false
+	}
+	if !a.exists {
+		return true
+	}
+	return a.info.Size() == b.info.Size() &&
+		a.info.ModTime().Equal(b.info.ModTime()) &&
+		os.SameFile(a.info, b.info) // same device and inode
+}
+
+// OpenFile loads the keystore at cfg.Path and starts watching it. A file
+// that does not exist is an empty keystore; a file that exists and does not
+// parse is an error.
+func OpenFile(cfg FileConfig) (*FileStore, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &FileStore{
+		path:     filepath.Clean(cfg.Path),
+		poll:     cfg.PollInterval,
+		log:      cfg.Logger,
+		onReload: cfg.OnReload,
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
+	}
+	if s.poll == 0 {
+		s.poll = DefaultPollInterval
+	}
+	if s.log == nil {
+		s.log = zap.NewNop()
+	}
+	if err := s.reload(); err != nil {
+		return nil, err
+	}
+	if !cfg.NoWatch {
+		w, err := fsnotify.NewWatcher()
+		if err != nil {
+			s.log.Warn("keystore: file change events unavailable; polling", zap.String("path", s.path), zap.Error(err))
+		} else {
+			s.watcher = w
+			s.addWatch()
+		}
+	}
+	go s.run()
+	return s, nil
+}
+
+// addWatch watches the file's directory (writes replace the file by
+// rename, which a watch on the file itself would lose). The directory may
+// not exist yet; the poll retries.
+func (s *FileStore) addWatch() {
+	if s.watcher == nil || s.watching {
+		return
+	}
+	if err := s.watcher.Add(filepath.Dir(s.path)); err != nil {
+		return
+	}
+	s.watching = true
+	// The file may have changed before the watch began.
+	if !statSig(s.path).same(s.last) {
+		_ = s.reload()
+	}
+}
+
+// debounce lets a burst of events for one write settle before reloading.
+const debounce = 20 * time.Millisecond
+
+func (s *FileStore) run() {
+	defer close(s.done)
+	tick := time.NewTicker(s.poll)
+	defer tick.Stop()
+	var events <-chan fsnotify.Event
+	var errs <-chan error
+	if s.watcher != nil {
+		events, errs = s.watcher.Events, s.watcher.Errors
+	}
+	settle := time.NewTimer(time.Hour)
+	settle.Stop()
+	defer settle.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case ev, ok := <-events:
+			if !ok {
+				events = nil
+				continue
+			}
+			if filepath.Clean(ev.Name) == s.path {
+				settle.Reset(debounce)
+			}
+		case err, ok := <-errs:
+			if !ok {
+				errs = nil
+				continue
+			}
+			s.log.Warn("keystore: file watch error; polling continues", zap.String("path", s.path), zap.Error(err))
+		case <-settle.C:
+			_ = s.reload()
+		case <-tick.C:
+			s.addWatch()
+			if !statSig(s.path).same(s.last) {
+				_ = s.reload()
+			}
+		}
+	}
+}
+
+// reload reads the file and, if it is good, swaps it in.
+func (s *FileStore) reload() error {
+	sig := statSig(s.path)
+	recs, err := readFile(s.path)
+	s.last = sig // also after a failure, so that a bad file is reported once
+	if err != nil {
+		n := s.Len()
+		if s.snap.Load() != nil {
+			s.log.Error("keystore: reload failed; serving the last good keystore",
+				zap.String("path", s.path), zap.Int("keys", n), zap.Error(err))
+		}
+		if s.onReload != nil {
+			s.onReload(n, err)
+		}
+		return err
+	}
+	m := make(map[Hash]Record, len(recs))
+	for _, r := range recs {
+		m[r.Hash] = r
+	}
+	prev := s.snap.Swap(&snapshot{byHash: m})
+	if prev == nil {
+		s.log.Info("keystore: loaded", zap.String("path", s.path), zap.Int("keys", len(m)), zap.Bool("exists", sig.exists))
+	} else {
+		s.log.Info("keystore: reloaded", zap.String("path", s.path), zap.Int("keys", len(m)), zap.Bool("exists", sig.exists))
+	}
+	if s.onReload != nil {
+		s.onReload(len(m), nil)
+	}
+	return nil
+}
+
+// Lookup returns the record whose key hashes to h. It reports found for
+// revoked, rotated and expired keys too: the caller decides with
+// Record.StateAt. It never returns an error; the error is there for stores
+// that can fail.
+func (s *FileStore) Lookup(_ context.Context, h Hash) (Record, bool, error) {
+	snap := s.snap.Load()
+	if snap == nil {
+		return Record{}, false, nil
+	}
+	r, ok := snap.byHash[h]
+	if !ok || !r.Hash.Equal(h) {
+		return Record{}, false, nil
+	}
+	return r, true, nil
+}
+
+// Len returns the number of records being served.
+func (s *FileStore) Len() int {
+	if snap := s.snap.Load(); snap != nil {
+		return len(snap.byHash)
+	}
+	return 0
+}
+
+// Ready reports whether a keystore is loaded (an absent file counts as
+// loaded and empty). It is true from OpenFile on.
+func (s *FileStore) Ready() bool { return s.snap.Load() != nil }
+
+// Close stops watching the file; lookups keep answering from the last
+// keystore. It is safe to call more than once.
+func (s *FileStore) Close() error {
+	s.closeOnce.Do(func() {
+		close(s.stop)
+		<-s.done
+		if s.watcher != nil {
+			s.closeErr = s.watcher.Close()
+		}
+	})
+	return s.closeErr
+}

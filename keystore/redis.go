@@ -1,0 +1,617 @@
+package keystore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/golang-lru/v2/expirable"
+	"github.com/redis/go-redis/v9"
+	"github.com/sony/gobreaker/v2"
+	"go.uber.org/zap"
+	"golang.org/x/sync/singleflight"
+)
+
+// ErrUnavailable means the Redis keystore cannot answer for a key it has not
+// cached: Redis is unreachable or slow. The gateway answers 503, never 401.
+var ErrUnavailable = errors.New("keystore: key store unavailable")
+
+// Redis key layout. Both hashes share one Cluster hash tag, so every
+// transaction touches a single slot:
+//
+//	<prefix>keystore:{ks}:records  field "sha256:<hex>" -> record JSON
+//	<prefix>keystore:{ks}:ids      field "<key id>"     -> "sha256:<hex>"
+//
+// Changes are announced on <prefix>keystore:changes with the changed hashes
+// (comma-separated), or "*" for "re-read everything".
+type redisKeys struct {
+	records, ids, channel string
+}
+
+func newRedisKeys(prefix string) redisKeys {
+	if prefix == "" {
+		prefix = "keygate:"
+	}
+	return redisKeys{
+		records: prefix + "keystore:{ks}:records",
+		ids:     prefix + "keystore:{ks}:ids",
+		channel: prefix + "keystore:changes",
+	}
+}
+
+// storedRecord is a record as kept in Redis: the JSON form plus the hash,
+// which the JSON form leaves out.
+type storedRecord struct {
+	Record
+	Hash Hash `json:"hash"`
+}
+
+func encodeRecord(r Record) (string, error) {
+	b, err := json.Marshal(storedRecord{Record: r, Hash: r.Hash})
+	return string(b), err
+}
+
+func decodeRecord(field, value string) (Record, error) {
+	var s storedRecord
+	if err := json.Unmarshal([]byte(value), &s); err != nil {
+		return Record{}, fmt.Errorf("keystore: record %s: %w", field, err)
+	}
+	r := s.Record
+	r.Hash = s.Hash
+	if h, err := ParseHash(field); err != nil || h != r.Hash {
+		return Record{}, fmt.Errorf("keystore: record under %q does not match its hash", field)
+	}
+	return r, ValidateRecord(r)
+}
+
+// RedisConfig configures a RedisStore.
+type RedisConfig struct {
+	// Client is the shared Redis client (package redisconn). Required.
+	Client redis.UniversalClient
+	// Prefix starts every Redis key; default "keygate:".
+	Prefix string
+	// Logger receives reloads and outages; nil means none.
+	Logger *zap.Logger
+	// ResyncInterval is how often every record is re-read, covering a
+	// missed change message. Default 30s.
+	ResyncInterval time.Duration
+	// Timeout bounds each Redis call on the request path. Default 100ms.
+	Timeout time.Duration
+	// BreakerFailures consecutive failures stop calls to Redis for
+	// BreakerBackoff, after which one call probes it. Defaults 3 and 1s.
+	BreakerFailures int
+	BreakerBackoff  time.Duration
+	// NegativeTTL is how long an unknown key is remembered as unknown, so
+	// a flood of made-up keys costs Redis one lookup each per TTL. A change
+	// message for the key clears it at once. Default 1s.
+	NegativeTTL time.Duration
+	// OnReload is called after each full (re)load with the number of
+	// records, or the error; nil ok.
+	OnReload func(keys int, err error)
+}
+
+// RedisStore serves key lookups from an in-process copy of the Redis
+// keystore, kept current by change messages (pub/sub) and a periodic
+// resync. A lookup of a known key never touches Redis; an unknown key is
+// looked up once (identical concurrent misses share one lookup). While
+// Redis is unreachable, known keys keep working from the copy and unknown
+// keys get ErrUnavailable. It is safe for concurrent use.
+type RedisStore struct {
+	cfg     RedisConfig
+	keys    redisKeys
+	log     *zap.Logger
+	snap    atomic.Pointer[map[Hash]Record]
+	writeMu sync.Mutex // serializes snapshot writers
+	neg     *expirable.LRU[Hash, struct{}]
+	sf      singleflight.Group
+	breaker *gobreaker.CircuitBreaker[any]
+	synced  atomic.Bool // subscribed and loaded since the last error
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	resync  chan struct{}
+}
+
+// OpenRedis starts a RedisStore. It does not fail when Redis is down at
+// start: the store is then not Ready, lookups return ErrUnavailable, and it
+// loads as soon as Redis answers.
+func OpenRedis(cfg RedisConfig) (*RedisStore, error) {
+	if cfg.Client == nil {
+		return nil, errors.New("keystore: redis backend needs a Redis client")
+	}
+	if cfg.ResyncInterval <= 0 {
+		cfg.ResyncInterval = 30 * time.Second
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 100 * time.Millisecond
+	}
+	if cfg.BreakerFailures <= 0 {
+		cfg.BreakerFailures = 3
+	}
+	if cfg.BreakerBackoff <= 0 {
+		cfg.BreakerBackoff = time.Second
+	}
+	if cfg.NegativeTTL <= 0 {
+		cfg.NegativeTTL = time.Second
+	}
+	s := &RedisStore{cfg: cfg, keys: newRedisKeys(cfg.Prefix), log: cfg.Logger, resync: make(chan struct{}, 1)}
+	if s.log == nil {
+		s.log = zap.NewNop()
+	}
+	s.neg = expirable.NewLRU[Hash, struct{}](10_000, nil, cfg.NegativeTTL)
+	s.breaker = gobreaker.NewCircuitBreaker[any](gobreaker.Settings{
+		Name:        "keystore-redis",
+		MaxRequests: 1,
+		Timeout:     cfg.BreakerBackoff,
+		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= uint32(cfg.BreakerFailures) },
+		IsSuccessful: func(err error) bool {
+			return err == nil || errors.Is(err, redis.Nil) || errors.Is(err, context.Canceled)
+		},
+		OnStateChange: func(_ string, from, to gobreaker.State) {
+			if to == gobreaker.StateOpen {
+				s.log.Warn("keystore: Redis unavailable; serving cached keys, unknown keys get 503", zap.String("from", from.String()))
+			} else if to == gobreaker.StateClosed {
+				s.log.Info("keystore: Redis available again")
+				s.requestResync()
+			}
+		},
+	})
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	if err := s.reload(); err != nil {
+		s.log.Warn("keystore: initial load from Redis failed; retrying", zap.Error(err))
+	}
+	s.wg.Add(2)
+	go s.subscribeLoop()
+	go s.resyncLoop()
+	return s, nil
+}
+
+// Lookup finds a record by key hash.
+func (s *RedisStore) Lookup(ctx context.Context, h Hash) (Record, bool, error) {
+	if m := s.snap.Load(); m != nil {
+		if r, ok := (*m)[h]; ok {
+			return r, true, nil
+		}
+	} else {
+		return Record{}, false, ErrUnavailable
+	}
+	if s.neg.Contains(h) {
+		return Record{}, false, nil
+	}
+	v, err, _ := s.sf.Do(h.String(), func() (any, error) {
+		rec, ok, err := s.fetch(h)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			s.neg.Add(h, struct{}{})
+			return nil, nil
+		}
+		s.upsert(rec)
+		return rec, nil
+	})
+	if err != nil {
+		return Record{}, false, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	if v == nil {
+		return Record{}, false, nil
+	}
+	return v.(Record), true, nil
+}
+
+// fetch reads one record from Redis through the breaker.
+func (s *RedisStore) fetch(h Hash) (Record, bool, error) {
+	v, err := s.breaker.Execute(func() (any, error) {
+		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.Timeout)
+		defer cancel()
+		return s.cfg.Client.HGet(ctx, s.keys.records, h.String()).Result()
+	})
+	if errors.Is(err, redis.Nil) {
+		return Record{}, false, nil
+	}
+	if err != nil {
+		return Record{}, false, err
+	}
+	rec, err := decodeRecord(h.String(), v.(string))
+	if err != nil {
+		s.log.Error("keystore: bad record in Redis", zap.Error(err))
+		return Record{}, false, nil
+	}
+	return rec, true, nil
+}
+
+// upsert puts rec in the snapshot (copy on write).
+func (s *RedisStore) upsert(rec Record) {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	old := s.snap.Load()
+	if old == nil {
+		return
+	}
+	m := make(map[Hash]Record, len(*old)+1)
+	for k, v := range *old {
+		m[k] = v
+	}
+	m[rec.Hash] = rec
+	s.snap.Store(&m)
+}
+
+func (s *RedisStore) remove(h Hash) {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	old := s.snap.Load()
+	if old == nil {
+		return
+	}
+	if _, ok := (*old)[h]; !ok {
+		return
+	}
+	m := make(map[Hash]Record, len(*old))
+	for k, v := range *old {
+		if k != h {
+			m[k] = v
+		}
+	}
+	s.snap.Store(&m)
+}
+
+// reload replaces the snapshot with every record in Redis.
+func (s *RedisStore) reload() error {
+	ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
+	defer cancel()
+	all, err := s.cfg.Client.HGetAll(ctx, s.keys.records).Result()
+	if err != nil {
+		if s.cfg.OnReload != nil {
+			s.cfg.OnReload(0, err)
+		}
+		return err
+	}
+	m := make(map[Hash]Record, len(all))
+	for field, value := range all {
+		rec, err := decodeRecord(field, value)
+		if err != nil {
+			s.log.Error("keystore: skipping a bad record in Redis", zap.Error(err))
+			continue
+		}
+		m[rec.Hash] = rec
+	}
+	s.writeMu.Lock()
+	s.snap.Store(&m)
+	s.writeMu.Unlock()
+	s.neg.Purge()
+	if s.cfg.OnReload != nil {
+		s.cfg.OnReload(len(m), nil)
+	}
+	return nil
+}
+
+// apply handles one change message.
+func (s *RedisStore) apply(payload string) {
+	if payload == "*" {
+		s.requestResync()
+		return
+	}
+	for _, f := range strings.Split(payload, ",") {
+		h, err := ParseHash(f)
+		if err != nil {
+			continue
+		}
+		s.neg.Remove(h)
+		rec, ok, err := s.fetch(h)
+		switch {
+		case err != nil:
+			s.requestResync()
+		case ok:
+			s.upsert(rec)
+		default:
+			s.remove(h)
+		}
+	}
+}
+
+func (s *RedisStore) requestResync() {
+	select {
+	case s.resync <- struct{}{}:
+	default:
+	}
+}
+
+// subscribeLoop listens for change messages. Each (re)subscription is
+// followed by a full reload, since messages may have been missed while the
+// connection was down.
+func (s *RedisStore) subscribeLoop() {
+	defer s.wg.Done()
+	backoff := 100 * time.Millisecond
+	for s.ctx.Err() == nil {
+		ps := s.cfg.Client.Subscribe(s.ctx, s.keys.channel)
+		for s.ctx.Err() == nil {
+			msg, err := ps.ReceiveTimeout(s.ctx, 30*time.Second)
+			if err != nil {
+				var ne interface{ Timeout() bool }
+				if errors.As(err, &ne) && ne.Timeout() {
+					continue // idle; go-redis pings on its own
+				}
+				s.synced.Store(false)
+				break
+			}
+			switch m := msg.(type) {
+			case *redis.Subscription:
+				if m.Kind == "subscribe" {
+					s.synced.Store(true)
+					backoff = 100 * time.Millisecond
+					s.requestResync()
+				}
+			case *redis.Message:
+				s.apply(m.Payload)
+			}
+		}
+		_ = ps.Close()
+		select {
+		case <-s.ctx.Done():
+		case <-time.After(backoff):
+		}
+		if backoff < 2*time.Second {
+			backoff *= 2
+		}
+	}
+}
+
+// resyncLoop re-reads everything periodically and on request.
+func (s *RedisStore) resyncLoop() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.cfg.ResyncInterval)
+	defer t.Stop()
+	retry := time.NewTimer(time.Hour)
+	defer retry.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		case <-s.resync:
+		case <-retry.C:
+		}
+		if err := s.reload(); err != nil {
+			s.log.Warn("keystore: resync from Redis failed", zap.Error(err))
+			retry.Reset(500 * time.Millisecond)
+		}
+	}
+}
+
+// Ready reports whether a keystore has been loaded.
+func (s *RedisStore) Ready() bool { return s.snap.Load() != nil }
+
+// Degraded reports whether Redis is unavailable to the store: lookups of
+// unknown keys fail and changes may not arrive.
+func (s *RedisStore) Degraded() bool {
+	return s.breaker.State() != gobreaker.StateClosed || !s.synced.Load()
+}
+
+// Len is the number of cached records.
+func (s *RedisStore) Len() int {
+	if m := s.snap.Load(); m != nil {
+		return len(*m)
+	}
+	return 0
+}
+
+// Close stops the background work.
+func (s *RedisStore) Close() error {
+	s.cancel()
+	s.wg.Wait()
+	return nil
+}
+
+// RedisAdmin changes the Redis keystore for the `keygate keys` command and
+// announces every change, so running gateways see it within a second. Each
+// change is an optimistic transaction (WATCH/MULTI) on the keystore's two
+// hashes, which share one Cluster slot. It is safe for concurrent use.
+type RedisAdmin struct {
+	Client redis.UniversalClient
+	// Prefix starts every Redis key; default "keygate:".
+	Prefix string
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+func (a *RedisAdmin) now() time.Time {
+	if a.Now != nil {
+		return a.Now()
+	}
+	return time.Now()
+}
+
+// Issue creates a key and stores its record.
+func (a *RedisAdmin) Issue(ctx context.Context, req IssueRequest) (string, Record, error) {
+	key, rec, err := NewRecord(req, a.now())
+	if err != nil {
+		return "", Record{}, err
+	}
+	if err := a.write(ctx, nil, rec); err != nil {
+		return "", Record{}, err
+	}
+	return key, rec, nil
+}
+
+// List returns every record, oldest first.
+func (a *RedisAdmin) List(ctx context.Context) ([]Record, error) {
+	k := newRedisKeys(a.Prefix)
+	all, err := a.Client.HGetAll(ctx, k.records).Result()
+	if err != nil {
+		return nil, fmt.Errorf("keystore: %w", err)
+	}
+	recs := make([]Record, 0, len(all))
+	for f, v := range all {
+		r, err := decodeRecord(f, v)
+		if err != nil {
+			return nil, err
+		}
+		recs = append(recs, r)
+	}
+	sort.Slice(recs, func(i, j int) bool {
+		if !recs[i].CreatedAt.Equal(recs[j].CreatedAt) {
+			return recs[i].CreatedAt.Before(recs[j].CreatedAt)
+		}
+		return recs[i].ID < recs[j].ID
+	})
+	return recs, nil
+}
+
+// Revoke revokes the key with id.
+func (a *RedisAdmin) Revoke(ctx context.Context, id string) (Record, error) {
+	var out Record
+	err := a.change(ctx, id, func(old Record) ([]Record, error) {
+		r, err := RevokeRecord(old, a.now())
+		out = r
+		return []Record{r}, err
+	})
+	return out, err
+}
+
+// Rotate replaces the key with id by a new one; see RotateRecord.
+func (a *RedisAdmin) Rotate(ctx context.Context, id string, grace time.Duration) (string, Record, error) {
+	var key string
+	var out Record
+	err := a.change(ctx, id, func(old Record) ([]Record, error) {
+		k, oldAfter, repl, err := RotateRecord(old, a.now(), grace)
+		key, out = k, repl
+		return []Record{oldAfter, repl}, err
+	})
+	return key, out, err
+}
+
+// Import stores records (from a file keystore) that Redis does not hold
+// yet, and reports how many it added and skipped.
+func (a *RedisAdmin) Import(ctx context.Context, recs []Record) (added, skipped int, err error) {
+	if err := ValidateRecords(recs); err != nil {
+		return 0, 0, err
+	}
+	k := newRedisKeys(a.Prefix)
+	for _, r := range recs {
+		v, err := encodeRecord(r)
+		if err != nil {
+			return added, skipped, err
+		}
+		var ok bool
+		err = a.Client.Watch(ctx, func(tx *redis.Tx) error {
+			exists, err := tx.HExists(ctx, k.ids, r.ID).Result()
+			if err != nil {
+				return err
+			}
+			hexists, err := tx.HExists(ctx, k.records, r.Hash.String()).Result()
+			if err != nil {
+				return err
+			}
+			if exists || hexists {
+				return nil
+			}
+			_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+				p.HSet(ctx, k.records, r.Hash.String(), v)
+				p.HSet(ctx, k.ids, r.ID, r.Hash.String())
+				return nil
+			})
+			ok = err == nil
+			return err
+		}, k.records, k.ids)
+		if err != nil {
+			return added, skipped, fmt.Errorf("keystore: import %s: %w", r.ID, err)
+		}
+		if ok {
+			added++
+		} else {
+			skipped++
+		}
+	}
+	return added, skipped, a.Client.Publish(ctx, k.channel, "*").Err()
+}
+
+// change applies f to the record with id inside a transaction and
+// announces the records it returns.
+func (a *RedisAdmin) change(ctx context.Context, id string, f func(Record) ([]Record, error)) error {
+	k := newRedisKeys(a.Prefix)
+	var changed []Record
+	err := a.Client.Watch(ctx, func(tx *redis.Tx) error {
+		hs, err := tx.HGet(ctx, k.ids, id).Result()
+		if errors.Is(err, redis.Nil) {
+			return fmt.Errorf("%s: %w", id, ErrNotFound)
+		}
+		if err != nil {
+			return err
+		}
+		v, err := tx.HGet(ctx, k.records, hs).Result()
+		if err != nil {
+			return fmt.Errorf("keystore: record of %s: %w", id, err)
+		}
+		old, err := decodeRecord(hs, v)
+		if err != nil {
+			return err
+		}
+		if changed, err = f(old); err != nil {
+			return err
+		}
+		return a.put(ctx, tx, changed...)
+	}, k.records, k.ids)
+	if err != nil {
+		return err
+	}
+	return a.announce(ctx, changed...)
+}
+
+// write stores new records (ids must be unused) and announces them.
+func (a *RedisAdmin) write(ctx context.Context, _ *redis.Tx, recs ...Record) error {
+	k := newRedisKeys(a.Prefix)
+	err := a.Client.Watch(ctx, func(tx *redis.Tx) error {
+		for _, r := range recs {
+			if exists, err := tx.HExists(ctx, k.ids, r.ID).Result(); err != nil {
+				return err
+			} else if exists {
+				return fmt.Errorf("keystore: id %s already in use", r.ID)
+			}
+		}
+		return a.put(ctx, tx, recs...)
+	}, k.records, k.ids)
+	if err != nil {
+		return fmt.Errorf("keystore: %w", err)
+	}
+	return a.announce(ctx, recs...)
+}
+
+func (a *RedisAdmin) put(ctx context.Context, tx *redis.Tx, recs ...Record) error {
+	k := newRedisKeys(a.Prefix)
+	vals := make([]string, len(recs))
+	for i, r := range recs {
+		if err := ValidateRecord(r); err != nil {
+			return err
+		}
+		v, err := encodeRecord(r)
+		if err != nil {
+			return err
+		}
+		vals[i] = v
+	}
+	_, err := tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		for i, r := range recs {
+			p.HSet(ctx, k.records, r.Hash.String(), vals[i])
+			p.HSet(ctx, k.ids, r.ID, r.Hash.String())
+		}
+		return nil
+	})
+	return err
+}
+
+func (a *RedisAdmin) announce(ctx context.Context, recs ...Record) error {
+	hs := make([]string, len(recs))
+	for i, r := range recs {
+		hs[i] = r.Hash.String()
+	}
+	if err := a.Client.Publish(ctx, newRedisKeys(a.Prefix).channel, strings.Join(hs, ",")).Err(); err != nil {
+		return fmt.Errorf("keystore: change stored but not announced (replicas pick it up at their next resync): %w", err)
+	}
+	return nil
+}
