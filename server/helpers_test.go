@@ -1,0 +1,694 @@
+package server_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/pem"
+	"io"
+	"math/big"
+	"mime/multipart"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/lestrrat-go/jwx/v3/jwa"
+	"github.com/lestrrat-go/jwx/v3/jwk"
+	"github.com/lestrrat-go/jwx/v3/jwt"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/keygate/keygate/config"
+	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/ratelimit"
+	"github.com/keygate/keygate/server"
+	"github.com/keygate/keygate/standin"
+)
+
+const (
+	ctxA = "11111111-2222-4333-8444-555555555555"
+	ctxB = "99999999-8888-4777-8666-555555555555"
+
+	testIssuer = "https://issuer.test/"
+	docID      = "5e0e5f3a-1b2c-4d3e-8f40-5a6b7c8d9e0f"
+)
+
+// syncBuffer is the log sink: zap writes from many goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// upstream is a stand-in backend that counts the requests reaching it.
+type upstream struct {
+	*httptest.Server
+	hits atomic.Int64
+}
+
+func newUpstream(t *testing.T, name string) *upstream {
+	u := &upstream{}
+	h := standin.Handler{Name: name}
+	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u.hits.Add(1)
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(u.Close)
+	return u
+}
+
+// setup says how to build one server.
+type setup struct {
+	// mod changes the configuration the harness made.
+	mod func(*config.Config)
+	// roots are what the client trusts; nil means the self-signed
+	// certificate the server wrote.
+	roots *x509.CertPool
+	// serverName is the client's SNI and verified name; empty means none
+	// (the URL's IP address is verified).
+	serverName string
+	// noClientCheck skips waiting for a first successful handshake (acme
+	// mode, where the certificate comes later).
+	noClientCheck bool
+}
+
+// harness is one real keygate server on loopback with stand-in upstreams,
+// a file keystore holding an extraction key and a registry key, and a
+// logger writing JSON into Logs.
+type harness struct {
+	t      *testing.T
+	Server *server.Server
+	Cfg    config.Config
+	// API is https://127.0.0.1:PORT, Admin and Plain http://127.0.0.1:PORT.
+	API, Admin, Plain string
+	Client            *http.Client
+	Logs              *syncBuffer
+
+	Extraction, Registry *upstream
+	Keys                 *keystore.FileAdmin
+
+	LiveKey, LiveID         string // extraction, live, ctxA
+	LiveKey2                string // another one like it
+	RegistryKey, RegistryID string
+
+	mu      sync.Mutex
+	secrets []string
+}
+
+func newHarness(t *testing.T, s setup) *harness {
+	t.Helper()
+	h := &harness{t: t, Logs: &syncBuffer{}}
+	dir := t.TempDir()
+	h.Extraction = newUpstream(t, "extraction")
+	h.Registry = newUpstream(t, "registry")
+	h.Keys = &keystore.FileAdmin{Path: filepath.Join(dir, "keys.yaml")}
+	var rec keystore.Record
+	h.LiveKey, rec = h.issue(keystore.Extraction, ctxA)
+	h.LiveID = rec.ID
+	h.LiveKey2, _ = h.issue(keystore.Extraction, ctxA)
+	h.RegistryKey, rec = h.issue(keystore.Registry, "")
+	h.RegistryID = rec.ID
+
+	cfg := config.Default()
+	// config rejects equal listen strings, "127.0.0.1:0" included, so
+	// each listener gets a port of its own.
+	cfg.Server.Listen = loopbackAddr(t)
+	cfg.Server.AdminListen = loopbackAddr(t)
+	cfg.Server.SpoolDir = dir
+	cfg.Server.DrainTimeout = 5 * time.Second
+	cfg.TLS.SelfSignedDir = filepath.Join(dir, "tls")
+	cfg.TLS.StoragePath = filepath.Join(dir, "certmagic")
+	cfg.Upstreams.Extraction.Targets = []string{h.Extraction.URL}
+	cfg.Upstreams.Registry.Targets = []string{h.Registry.URL}
+	cfg.Keystore.File = h.Keys.Path
+	cfg.RateLimit.Limits = map[string]ratelimit.Limit{
+		"live": {Rate: 1000, Per: time.Second, Burst: 1000},
+		"test": {Rate: 1000, Per: time.Second, Burst: 1000},
+	}
+	cfg.Log.Level = "debug"
+	if s.mod != nil {
+		s.mod(&cfg)
+	}
+	h.Cfg = cfg
+
+	logger := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(h.Logs), zap.DebugLevel))
+	// Registered first, so it runs last: after shutdown, nothing secret
+	// may be anywhere in the log.
+	t.Cleanup(func() {
+		logs := h.Logs.String()
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		for i, sec := range h.secrets {
+			if strings.Contains(logs, sec) {
+				t.Errorf("credential #%d (never printed) appears in the log", i)
+			}
+		}
+		if strings.Contains(logs, "Bearer ey") {
+			t.Error("an Authorization value appears in the log")
+		}
+	})
+	srv, err := server.New(context.Background(), cfg, server.Deps{Logger: logger})
+	if err != nil {
+		t.Fatalf("server.New: %v", err)
+	}
+	h.Server = srv
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve() }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+		if err := <-served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	scheme := "https://"
+	if cfg.TLS.Mode == "off" {
+		scheme = "http://"
+	}
+	h.API = scheme + srv.APIAddr().String()
+	h.Admin = "http://" + srv.AdminAddr().String()
+	if a := srv.HTTPAddr(); a != nil {
+		h.Plain = "http://" + a.String()
+	}
+
+	roots := s.roots
+	if roots == nil && cfg.TLS.Mode == "self_signed" {
+		roots = poolFromFile(t, filepath.Join(cfg.TLS.SelfSignedDir, "cert.pem"))
+	}
+	tr := &http.Transport{
+		TLSClientConfig:   &tls.Config{RootCAs: roots, ServerName: s.serverName},
+		ForceAttemptHTTP2: true,
+	}
+	t.Cleanup(tr.CloseIdleConnections)
+	h.Client = &http.Client{
+		Transport:     tr,
+		Timeout:       20 * time.Second,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	return h
+}
+
+// issue adds a live key to the keystore and remembers it as a secret.
+func (h *harness) issue(p keystore.Product, contextID string) (string, keystore.Record) {
+	h.t.Helper()
+	k, rec, err := h.Keys.Issue(context.Background(), keystore.IssueRequest{Product: p, Env: keystore.Live, Context: contextID, Name: h.t.Name()})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.secret(k)
+	return k, rec
+}
+
+// secret records a credential that must never reach the log.
+func (h *harness) secret(s string) string {
+	h.mu.Lock()
+	h.secrets = append(h.secrets, s)
+	h.mu.Unlock()
+	return s
+}
+
+func poolFromFile(t *testing.T, path string) *x509.CertPool {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b) {
+		t.Fatalf("%s holds no certificate", path)
+	}
+	return pool
+}
+
+// cred is what a request authenticates with: a key, a bearer token, both
+// or neither.
+type cred struct{ key, token string }
+
+func keyCred(k string) cred { return cred{key: k} }
+func tokCred(t string) cred { return cred{token: t} }
+func (c cred) apply(r *http.Request) {
+	if c.key != "" {
+		r.Header.Set("X-Api-Key", c.key)
+	}
+	if c.token != "" {
+		r.Header.Set("Authorization", "Bearer "+c.token)
+	}
+}
+
+// result is a response read whole.
+type result struct {
+	Status int
+	Proto  int
+	Header http.Header
+	Body   []byte
+	Echo   standin.Echo
+	Err    struct {
+		StateText string
+		TraceId   string
+		Messages  []string
+	}
+}
+
+func (h *harness) do(req *http.Request) result {
+	h.t.Helper()
+	resp, err := h.Client.Do(req)
+	if err != nil {
+		h.t.Fatalf("%s %s: %v", req.Method, req.URL.Path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	r := result{Status: resp.StatusCode, Proto: resp.ProtoMajor, Header: resp.Header, Body: b}
+	if resp.StatusCode == 200 {
+		_ = json.Unmarshal(b, &r.Echo)
+	} else {
+		_ = json.Unmarshal(b, &r.Err)
+	}
+	return r
+}
+
+func (h *harness) get(base, path string, c cred) result {
+	h.t.Helper()
+	req, err := http.NewRequest(http.MethodGet, base+path, nil)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	c.apply(req)
+	return h.do(req)
+}
+
+// sync posts a /sync form for contextID with credentials c to base; it
+// returns the result and the body sent.
+func (h *harness) syncTo(base string, c cred, contextID string) (result, []byte) {
+	h.t.Helper()
+	ct, body := syncForm(h.t, contextID)
+	req, err := http.NewRequest(http.MethodPost, base+"/sync", bytes.NewReader(body))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", ct)
+	c.apply(req)
+	return h.do(req), body
+}
+
+func (h *harness) sync(c cred, contextID string) result {
+	h.t.Helper()
+	r, _ := h.syncTo(h.API, c, contextID)
+	return r
+}
+
+func syncForm(t testing.TB, contextID string) (string, []byte) {
+	var buf bytes.Buffer
+	mw := multipart.NewWriter(&buf)
+	w, err := mw.CreateFormFile("files", "doc.pdf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = w.Write([]byte("%PDF-1.4 hello keygate"))
+	_ = mw.WriteField("id", docID)
+	_ = mw.WriteField("contextId", contextID)
+	_ = mw.Close()
+	return mw.FormDataContentType(), buf.Bytes()
+}
+
+func sha(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+var traceRE = regexp.MustCompile(`^[0-9a-f]{32}$`)
+
+// assertError checks the status and the spec's error body: exactly
+// StateText ERROR, a TraceId matching X-Trace-Id, and Messages mentioning
+// msgHas.
+func assertError(t *testing.T, r result, status int, msgHas string) {
+	t.Helper()
+	if r.Status != status {
+		t.Fatalf("status = %d, want %d; body %s", r.Status, status, r.Body)
+	}
+	if ct := r.Header.Get("Content-Type"); ct != "application/json" {
+		t.Errorf("Content-Type = %q", ct)
+	}
+	if r.Err.StateText != "ERROR" || len(r.Err.Messages) == 0 {
+		t.Errorf("body = %s", r.Body)
+	}
+	if !traceRE.MatchString(r.Err.TraceId) || r.Header.Get("X-Trace-Id") != r.Err.TraceId {
+		t.Errorf("TraceId %q, X-Trace-Id %q", r.Err.TraceId, r.Header.Get("X-Trace-Id"))
+	}
+	if msgHas != "" && !strings.Contains(strings.ToLower(strings.Join(r.Err.Messages, " ")), strings.ToLower(msgHas)) {
+		t.Errorf("messages %q do not mention %q", r.Err.Messages, msgHas)
+	}
+	var raw map[string]any
+	if err := json.Unmarshal(r.Body, &raw); err != nil || len(raw) != 3 {
+		t.Errorf("body is not exactly {StateText, TraceId, Messages}: %s", r.Body)
+	}
+}
+
+// metric returns the sum of the samples of name whose labels include every
+// pair in labels, read from the admin /metrics.
+func (h *harness) metric(name string, labels ...string) float64 {
+	h.t.Helper()
+	resp, err := http.Get(h.Admin + "/metrics")
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var want []string
+	for i := 0; i+1 < len(labels); i += 2 {
+		want = append(want, labels[i]+`="`+labels[i+1]+`"`)
+	}
+	var sum float64
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
+			continue
+		}
+		ok := true
+		for _, w := range want {
+			ok = ok && strings.Contains(line, w)
+		}
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		if err != nil {
+			h.t.Fatalf("metric line %q: %v", line, err)
+		}
+		sum += v
+	}
+	return sum
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up after %v waiting for %s", within, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// --- certificates ---
+
+// testCA issues leaf certificates for localhost and 127.0.0.1.
+type testCA struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+	Pool *x509.CertPool
+}
+
+func newTestCA(t *testing.T) *testCA {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "keygate server test CA"},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.Add(24 * time.Hour),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	return &testCA{cert: cert, key: key, Pool: pool}
+}
+
+// leaf returns a PEM certificate and key for localhost and 127.0.0.1 with
+// the given serial number.
+func (ca *testCA) leaf(t *testing.T, serial int64) (certPEM, keyPEM []byte) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(serial),
+		Subject:      pkix.Name{CommonName: "localhost"},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		DNSNames:     []string{"localhost"},
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kd, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kd})
+}
+
+// writeFileAtomic replaces path by renaming a temporary file over it, as
+// certificate tooling does.
+func writeFileAtomic(t *testing.T, path string, data []byte) {
+	t.Helper()
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// --- OAuth 2.0 issuer ---
+
+// signer is a private key the test issuer signs with.
+type signer struct {
+	alg jwa.SignatureAlgorithm
+	key jwk.Key // private, with kid
+}
+
+var (
+	rsaKeys = sync.OnceValue(func() []*rsa.PrivateKey {
+		var ks []*rsa.PrivateKey
+		for range 3 {
+			k, err := rsa.GenerateKey(rand.Reader, 2048)
+			if err != nil {
+				panic(err)
+			}
+			ks = append(ks, k)
+		}
+		return ks
+	})
+	ecKeys = sync.OnceValue(func() []*ecdsa.PrivateKey {
+		var ks []*ecdsa.PrivateKey
+		for range 3 {
+			k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+			if err != nil {
+				panic(err)
+			}
+			ks = append(ks, k)
+		}
+		return ks
+	})
+)
+
+// rsaSigner and ecSigner return signers over the i-th shared test key
+// (RSA keys are slow to make under -race), named kid.
+func rsaSigner(t *testing.T, i int, kid string) signer {
+	return importSigner(t, rsaKeys()[i], kid, jwa.RS256())
+}
+
+func ecSigner(t *testing.T, i int, kid string) signer {
+	return importSigner(t, ecKeys()[i], kid, jwa.ES256())
+}
+
+func importSigner(t *testing.T, raw crypto.Signer, kid string, alg jwa.SignatureAlgorithm) signer {
+	t.Helper()
+	k, err := jwk.Import(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Set(jwk.KeyIDKey, kid); err != nil {
+		t.Fatal(err)
+	}
+	return signer{alg: alg, key: k}
+}
+
+// issuer serves a JWKS over loopback TLS with its own test certificate.
+type issuer struct {
+	srv  *httptest.Server
+	mu   sync.Mutex
+	keys []jwk.Key // public
+}
+
+func newIssuer(t *testing.T, signers ...signer) *issuer {
+	t.Helper()
+	is := &issuer{}
+	for _, s := range signers {
+		is.publish(t, s)
+	}
+	is.srv = httptest.NewTLSServer(http.HandlerFunc(is.serve))
+	t.Cleanup(is.srv.Close)
+	return is
+}
+
+func (is *issuer) publish(t *testing.T, s signer) {
+	t.Helper()
+	pub, err := s.key.PublicKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	is.mu.Lock()
+	is.keys = append(is.keys, pub)
+	is.mu.Unlock()
+}
+
+func (is *issuer) serve(w http.ResponseWriter, _ *http.Request) {
+	set := jwk.NewSet()
+	is.mu.Lock()
+	for _, k := range is.keys {
+		_ = set.AddKey(k)
+	}
+	is.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(set)
+}
+
+// caPEM is the PEM of the certificate the JWKS endpoint serves (httptest's
+// is its own CA).
+func (is *issuer) caPEM() []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: is.srv.Certificate().Raw})
+}
+
+// withOAuth turns bearer tokens on against is, trusting its CA through
+// auth.oauth2.ca_root given inline.
+func withOAuth(is *issuer) func(*config.Config) {
+	return func(c *config.Config) {
+		c.Auth.OAuth2.Enabled = true
+		c.Auth.OAuth2.Issuer = testIssuer
+		c.Auth.OAuth2.JWKSURL = is.srv.URL + "/.well-known/jwks.json"
+		c.Auth.OAuth2.CARoot = string(is.caPEM())
+	}
+}
+
+// claims returns the claims of a good token for client, bound to ctxA,
+// with scope; tests change them.
+func claims(client, scope string) map[string]any {
+	now := time.Now()
+	return map[string]any{
+		jwt.IssuerKey:     testIssuer,
+		jwt.SubjectKey:    "user-1",
+		"client_id":       client,
+		jwt.AudienceKey:   []string{"keygate"},
+		jwt.IssuedAtKey:   now.Add(-time.Minute),
+		jwt.NotBeforeKey:  now.Add(-time.Minute),
+		jwt.ExpirationKey: now.Add(10 * time.Minute),
+		"scope":           scope,
+		"context":         ctxA,
+	}
+}
+
+func with(c map[string]any, kv ...any) map[string]any {
+	for i := 0; i+1 < len(kv); i += 2 {
+		c[kv[i].(string)] = kv[i+1]
+	}
+	return c
+}
+
+// mint signs c with s and records the token as a secret of h.
+func (h *harness) mint(s signer, c map[string]any) string {
+	h.t.Helper()
+	tok := jwt.New()
+	for k, v := range c {
+		if err := tok.Set(k, v); err != nil {
+			h.t.Fatal(err)
+		}
+	}
+	b, err := jwt.Sign(tok, jwt.WithKey(s.alg, s.key))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return h.secret(string(b))
+}
+
+func b64json(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// unsigned returns a token with alg none over c.
+func unsigned(c map[string]any, kid string) string {
+	cc := map[string]any{}
+	for k, v := range c {
+		if tm, ok := v.(time.Time); ok {
+			v = tm.Unix()
+		}
+		cc[k] = v
+	}
+	return b64json(map[string]string{"alg": "none", "typ": "JWT", "kid": kid}) + "." + b64json(cc) + "."
+}
+
+// loopbackAddr is 127.0.0.1 with a port free a moment ago.
+func loopbackAddr(t *testing.T) string {
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
