@@ -116,6 +116,7 @@ type RedisStore struct {
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 	resync  chan struct{}
+	pubsub  atomic.Pointer[redis.PubSub] // the live subscription, closed by Close
 }
 
 // OpenRedis starts a RedisStore. It does not fail when Redis is down at
@@ -330,6 +331,11 @@ func (s *RedisStore) subscribeLoop() {
 	backoff := 100 * time.Millisecond
 	for s.ctx.Err() == nil {
 		ps := s.cfg.Client.Subscribe(s.ctx, s.keys.channel)
+		s.pubsub.Store(ps)
+		if s.ctx.Err() != nil { // Close ran between the check and the Store
+			_ = ps.Close()
+			return
+		}
 		for s.ctx.Err() == nil {
 			msg, err := ps.ReceiveTimeout(s.ctx, 30*time.Second)
 			if err != nil {
@@ -404,6 +410,9 @@ func (s *RedisStore) Len() int {
 // Close stops the background work.
 func (s *RedisStore) Close() error {
 	s.cancel()
+	if ps := s.pubsub.Load(); ps != nil {
+		_ = ps.Close() // a blocked receive does not watch the context
+	}
 	s.wg.Wait()
 	return nil
 }

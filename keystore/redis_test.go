@@ -1,0 +1,227 @@
+package keystore_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/keygate/keygate/internal/redistest"
+	"github.com/keygate/keygate/keystore"
+)
+
+const ctxUUID = "6f1c2d3e-4a5b-4c6d-8e7f-90a1b2c3d4e5"
+
+func redisClient(t *testing.T, addrs ...string) redis.UniversalClient {
+	t.Helper()
+	c := redis.NewUniversalClient(&redis.UniversalOptions{
+		Addrs: addrs, ReadTimeout: 100 * time.Millisecond, WriteTimeout: 100 * time.Millisecond,
+		DialTimeout: 100 * time.Millisecond, MaxRetries: -1, ContextTimeoutEnabled: true,
+	})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func openRedisStore(t *testing.T, c redis.UniversalClient) *keystore.RedisStore {
+	t.Helper()
+	s, err := keystore.OpenRedis(keystore.RedisConfig{Client: c, ResyncInterval: 300 * time.Millisecond, BreakerBackoff: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func waitFor(t *testing.T, within time.Duration, what string, f func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !f() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: %s", within, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func state(t *testing.T, s *keystore.RedisStore, key string) keystore.Status {
+	rec, ok, err := s.Lookup(context.Background(), keystore.HashKey(key))
+	if err != nil || !ok {
+		return ""
+	}
+	return rec.StateAt(time.Now())
+}
+
+// TestRedisChangesReachEveryReplica: issue, revoke and rotate through the
+// admin reach three stores (three replicas, three clients) within a second.
+func TestRedisChangesReachEveryReplica(t *testing.T) {
+	t.Parallel()
+	rs := redistest.Start(t)
+	admin := &keystore.RedisAdmin{Client: redisClient(t, rs.Addr)}
+	var stores []*keystore.RedisStore
+	for i := 0; i < 3; i++ {
+		stores = append(stores, openRedisStore(t, redisClient(t, rs.Addr)))
+	}
+	for _, s := range stores {
+		waitFor(t, time.Second, "store loaded and subscribed", func() bool { return s.Ready() && !s.Degraded() })
+	}
+	ctx := context.Background()
+	key, rec, err := admin.Issue(ctx, keystore.IssueRequest{Product: keystore.Extraction, Env: keystore.Live, Context: ctxUUID, Name: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range stores {
+		waitFor(t, time.Second, "issued key on replica "+string(rune('0'+i)), func() bool { return state(t, s, key) == keystore.Active })
+	}
+	newKey, _, err := admin.Rotate(ctx, rec.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range stores {
+		waitFor(t, time.Second, "rotation", func() bool {
+			return state(t, s, key) == keystore.Revoked && state(t, s, newKey) == keystore.Active
+		})
+	}
+	recs, err := admin.List(ctx)
+	if err != nil || len(recs) != 2 {
+		t.Fatalf("list: %d, %v", len(recs), err)
+	}
+	active := recs[0]
+	if active.Status != keystore.Active {
+		active = recs[1]
+	}
+	if _, err := admin.Revoke(ctx, active.ID); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range stores {
+		waitFor(t, time.Second, "revocation", func() bool { return state(t, s, newKey) == keystore.Revoked })
+	}
+	if _, err := admin.Revoke(ctx, "key_0000000000000000"); !errors.Is(err, keystore.ErrNotFound) {
+		t.Errorf("revoke unknown id: %v", err)
+	}
+}
+
+// TestRedisMissedMessageIsResynced: a record written without an
+// announcement (a lost message) is picked up by the periodic resync.
+func TestRedisMissedMessageIsResynced(t *testing.T) {
+	t.Parallel()
+	rs := redistest.Start(t)
+	c := redisClient(t, rs.Addr)
+	s := openRedisStore(t, c)
+	waitFor(t, time.Second, "ready", s.Ready)
+	// Write through a second admin on another prefix, then copy the record
+	// over by hand, so no message is published for it.
+	other := &keystore.RedisAdmin{Client: c, Prefix: "other:"}
+	key, rec, err := other.Issue(context.Background(), keystore.IssueRequest{Product: keystore.Registry, Env: keystore.Test})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, _ := c.HGet(context.Background(), "other:keystore:{ks}:records", rec.Hash.String()).Result()
+	c.HSet(context.Background(), "keygate:keystore:{ks}:records", rec.Hash.String(), v)
+	// A lookup before the resync may already find it (a miss asks Redis);
+	// what matters is that the copy holds it without any lookup.
+	waitFor(t, 2*time.Second, "resync", func() bool { return s.Len() == 1 })
+	if state(t, s, key) != keystore.Active {
+		t.Error("resynced key not active")
+	}
+}
+
+// TestRedisOutage: with Redis killed or frozen, cached keys keep working,
+// unknown keys fail fast with ErrUnavailable (never "unknown"), and the
+// store recovers when Redis is back.
+func TestRedisOutage(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{"kill", "freeze"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			rs := redistest.Start(t)
+			admin := &keystore.RedisAdmin{Client: redisClient(t, rs.Addr)}
+			s := openRedisStore(t, redisClient(t, rs.Addr))
+			key, _, err := admin.Issue(context.Background(), keystore.IssueRequest{Product: keystore.Extraction, Env: keystore.Live, Context: ctxUUID})
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, time.Second, "issued", func() bool { return state(t, s, key) == keystore.Active })
+			if mode == "kill" {
+				rs.Kill()
+			} else {
+				rs.Freeze()
+				defer rs.Thaw()
+			}
+			unknown, _ := keystore.Generate(keystore.Live)
+			for i := 0; i < 10; i++ {
+				done := make(chan error, 1)
+				go func() {
+					_, ok, err := s.Lookup(context.Background(), keystore.HashKey(unknown))
+					if err == nil && ok {
+						err = errors.New("found a key that does not exist")
+					}
+					done <- err
+				}()
+				select {
+				case err := <-done:
+					if !errors.Is(err, keystore.ErrUnavailable) {
+						t.Fatalf("unknown key during outage: %v, want ErrUnavailable", err)
+					}
+				case <-time.After(2 * time.Second):
+					t.Fatal("lookup hung during the outage")
+				}
+				if state(t, s, key) != keystore.Active {
+					t.Fatal("cached key stopped working during the outage")
+				}
+				unknown, _ = keystore.Generate(keystore.Live)
+			}
+			waitFor(t, 2*time.Second, "degraded", s.Degraded)
+			if mode == "kill" {
+				rs.Restart()
+			} else {
+				rs.Thaw()
+			}
+			waitFor(t, 5*time.Second, "recovered", func() bool {
+				_, ok, err := s.Lookup(context.Background(), keystore.HashKey(unknown))
+				return err == nil && !ok && !s.Degraded()
+			})
+		})
+	}
+}
+
+// TestRedisCluster runs the admin and the store against a real 3-node
+// Redis Cluster.
+func TestRedisCluster(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t, 3)
+	admin := &keystore.RedisAdmin{Client: redisClient(t, cl.Addrs...)}
+	s := openRedisStore(t, redisClient(t, cl.Addrs...))
+	waitFor(t, 2*time.Second, "ready", func() bool { return s.Ready() && !s.Degraded() })
+	key, rec, err := admin.Issue(context.Background(), keystore.IssueRequest{Product: keystore.Extraction, Env: keystore.Test, Context: ctxUUID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Second, "issued on cluster", func() bool { return state(t, s, key) == keystore.Active })
+	if _, err := admin.Revoke(context.Background(), rec.ID); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Second, "revoked on cluster", func() bool { return state(t, s, key) == keystore.Revoked })
+}
+
+// TestRedisImport moves a file keystore's records into Redis once.
+func TestRedisImport(t *testing.T) {
+	t.Parallel()
+	rs := redistest.Start(t)
+	fa := &keystore.FileAdmin{Path: t.TempDir() + "/keys.yaml"}
+	key, _, err := fa.Issue(context.Background(), keystore.IssueRequest{Product: keystore.Extraction, Env: keystore.Live, Context: ctxUUID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, _ := fa.List(context.Background())
+	admin := &keystore.RedisAdmin{Client: redisClient(t, rs.Addr)}
+	if added, skipped, err := admin.Import(context.Background(), recs); err != nil || added != 1 || skipped != 0 {
+		t.Fatalf("import: %d %d %v", added, skipped, err)
+	}
+	if added, skipped, err := admin.Import(context.Background(), recs); err != nil || added != 0 || skipped != 1 {
+		t.Fatalf("second import: %d %d %v", added, skipped, err)
+	}
+	s := openRedisStore(t, redisClient(t, rs.Addr))
+	waitFor(t, time.Second, "imported key", func() bool { return state(t, s, key) == keystore.Active })
+}
