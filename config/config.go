@@ -9,7 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
+	"slices"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -171,6 +173,9 @@ func (c Config) Validate() error {
 	if err := c.TLS.Validate(); err != nil {
 		return err
 	}
+	if c.TLS.Mode == "acme" && c.Server.HTTPListen == "" && slices.Contains(c.TLS.Challenges, "http-01") {
+		return errors.New("tls.challenges: http-01 is answered on server.http_listen, which is empty; set server.http_listen (e.g. \":80\") or use only tls-alpn-01")
+	}
 	if err := c.Upstreams.Validate(); err != nil {
 		return err
 	}
@@ -198,9 +203,9 @@ func (s ServerConfig) Validate() error {
 		return errors.New("server.listen: required")
 	case s.AdminListen == "":
 		return errors.New("server.admin_listen: required (the admin endpoints never share the API listener)")
-	case s.AdminListen == s.Listen:
+	case clash(s.AdminListen, s.Listen):
 		return errors.New("server.admin_listen: must differ from server.listen")
-	case s.HTTPListen != "" && (s.HTTPListen == s.Listen || s.HTTPListen == s.AdminListen):
+	case s.HTTPListen != "" && (clash(s.HTTPListen, s.Listen) || clash(s.HTTPListen, s.AdminListen)):
 		return errors.New("server.http_listen: must differ from server.listen and server.admin_listen")
 	case s.MaxBodyBytes <= 0:
 		return fmt.Errorf("server.max_body_bytes: must be positive, got %d", s.MaxBodyBytes)
@@ -218,6 +223,16 @@ func (s ServerConfig) Validate() error {
 		return errors.New("server.drain_timeout: must be positive")
 	}
 	return nil
+}
+
+// clash reports whether two listen addresses are the same fixed address
+// (port 0 picks a free port, so it never clashes).
+func clash(a, b string) bool {
+	if a != b {
+		return false
+	}
+	_, port, err := net.SplitHostPort(a)
+	return err != nil || port != "0"
 }
 
 // Validate checks the keystore section.

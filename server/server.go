@@ -205,8 +205,43 @@ func (s *Server) openStore() error {
 			return fmt.Errorf("keystore.file: %w", err)
 		}
 		s.store = fs
+	case "redis":
+		keys := prometheus.NewGauge(prometheus.GaugeOpts{Name: "keygate_keystore_keys", Help: "Key records in the loaded keystore."})
+		reloads := prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "keygate_keystore_reloads_total",
+			Help: "Keystore (re)loads, by result (ok, error). On error the last good keystore keeps serving.",
+		}, []string{"result"})
+		s.registry.MustRegister(keys, reloads)
+		rs, err := keystore.OpenRedis(keystore.RedisConfig{
+			Client:         s.redis,
+			Prefix:         s.cfg.Redis.KeyPrefix,
+			Logger:         s.log.Named("keystore"),
+			ResyncInterval: s.cfg.Keystore.ResyncInterval,
+			Timeout:        s.cfg.RateLimit.RedisTimeout,
+			OnReload: func(n int, err error) {
+				if err != nil {
+					reloads.WithLabelValues("error").Inc()
+					return
+				}
+				reloads.WithLabelValues("ok").Inc()
+				keys.Set(float64(n))
+			},
+		})
+		if err != nil {
+			return err
+		}
+		s.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "keygate_keystore_degraded",
+			Help: "1 while the Redis keystore cannot reach Redis: cached keys work, unknown keys get 503.",
+		}, func() float64 {
+			if rs.Degraded() {
+				return 1
+			}
+			return 0
+		}))
+		s.store = rs
 	default:
-		return fmt.Errorf("keystore.backend: %q is not available in this build", s.cfg.Keystore.Backend)
+		return fmt.Errorf("keystore.backend: %q is not available", s.cfg.Keystore.Backend)
 	}
 	s.closers = append(s.closers, s.store.Close)
 	return nil
