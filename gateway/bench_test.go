@@ -1,0 +1,88 @@
+package gateway_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/keygate/keygate/auth"
+	"github.com/keygate/keygate/gateway"
+	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/ratelimit"
+)
+
+// benchGateway is the request path with its real collaborators (file
+// keystore, local limiter) in front of an upstream that discards the body.
+func benchGateway(b *testing.B) (*gateway.Gateway, string) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(200)
+	}))
+	b.Cleanup(up.Close)
+	path := filepath.Join(b.TempDir(), "keys.yaml")
+	admin := &keystore.FileAdmin{Path: path}
+	key, _, err := admin.Issue(context.Background(), keystore.IssueRequest{Product: keystore.Extraction, Env: keystore.Live, Context: ctxA})
+	if err != nil {
+		b.Fatal(err)
+	}
+	store, err := keystore.OpenFile(keystore.FileConfig{Path: path})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = store.Close() })
+	keys, _ := auth.NewAPIKeys(auth.APIKeysConfig{Store: store})
+	gw, err := gateway.New(gateway.Config{
+		Upstreams:    gateway.UpstreamsConfig{Extraction: gateway.UpstreamConfig{Targets: []string{up.URL}}, Registry: gateway.UpstreamConfig{Targets: []string{up.URL}}},
+		MaxBodyBytes: 100 << 20,
+		Limits: map[string]ratelimit.Limit{
+			"live": {Rate: 1e9, Per: time.Second, Burst: 1e9},
+			"test": {Rate: 1e9, Per: time.Second, Burst: 1e9},
+		},
+	}, gateway.Deps{Auth: keys, Limiter: ratelimit.NewLocal(ratelimit.LocalConfig{})})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return gw, key
+}
+
+// BenchmarkRequestPath is one accepted /sync upload (context first, 16 KiB
+// file) through ServeHTTP: key check, limiter, context binding, proxy.
+func BenchmarkRequestPath(b *testing.B) {
+	gw, key := benchGateway(b)
+	ct, body := form(b, part{"contextId", ctxA}, part{"id", "1"}, part{"files", string(bytes.Repeat([]byte("x"), 16<<10))})
+	b.ReportAllocs()
+	b.SetBytes(int64(len(body)))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		req := httptest.NewRequest("POST", "/sync", bytes.NewReader(body))
+		req.Header.Set("Content-Type", ct)
+		req.Header.Set("X-Api-Key", key)
+		w := httptest.NewRecorder()
+		gw.ServeHTTP(w, req)
+		if w.Code != 200 {
+			b.Fatalf("status %d: %s", w.Code, w.Body)
+		}
+	}
+}
+
+// BenchmarkRefusedKey is the 401 path for a well-formed but unknown key:
+// what a flood of made-up keys costs.
+func BenchmarkRefusedKey(b *testing.B) {
+	gw, _ := benchGateway(b)
+	unknown, _ := keystore.Generate(keystore.Live)
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		req := httptest.NewRequest("POST", "/sync", http.NoBody)
+		req.Header.Set("X-Api-Key", unknown)
+		w := httptest.NewRecorder()
+		gw.ServeHTTP(w, req)
+		if w.Code != 401 {
+			b.Fatalf("status %d", w.Code)
+		}
+	}
+}
