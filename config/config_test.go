@@ -60,6 +60,8 @@ func TestInvalidConfigNamesTheField(t *testing.T) {
 		{"oauth2 alg none", "auth:\n  oauth2:\n    enabled: true\n    issuer: https://i.example/\n    jwks_url: https://i.example/jwks\n    algorithms: [none]\n", "auth.oauth2.algorithms"},
 		{"nothing enabled", "auth:\n  api_keys:\n    enabled: false\n", "auth"},
 		{"log level", "log:\n  level: loud\n", "log.level"},
+		{"acme http-01 without a plain listener", "tls:\n  mode: acme\n  domains: [api.example.com]\n", "server.http_listen"},
+		{"same fixed port twice", "server:\n  listen: \"127.0.0.1:9000\"\n  admin_listen: \"127.0.0.1:9000\"\n", "server.admin_listen"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -72,6 +74,13 @@ func TestInvalidConfigNamesTheField(t *testing.T) {
 				t.Errorf("error %q does not name %q", err, c.field)
 			}
 		})
+	}
+}
+
+func TestPortZeroNeverClashes(t *testing.T) {
+	t.Parallel()
+	if _, err := config.Parse([]byte("server:\n  listen: \"127.0.0.1:0\"\n  admin_listen: \"127.0.0.1:0\"\n")); err != nil {
+		t.Fatal(err)
 	}
 }
 
