@@ -129,14 +129,19 @@ func (r redisLogger) Printf(_ context.Context, format string, v ...any) {
 	r.l.Warn(fmt.Sprintf(format, v...))
 }
 
-func serve(args []string, stderr io.Writer) error {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+// configFlag parses a command that takes only --config and loads it.
+func configFlag(name string, args []string, stderr io.Writer) (config.Config, error) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfgPath := fs.String("config", "", "config file (YAML); embedded defaults when empty")
 	if err := fs.Parse(args); err != nil {
-		return err
+		return config.Config{}, err
 	}
-	cfg, err := loadConfig(*cfgPath)
+	return loadConfig(*cfgPath)
+}
+
+func serve(args []string, stderr io.Writer) error {
+	cfg, err := configFlag("serve", args, stderr)
 	if err != nil {
 		return err
 	}

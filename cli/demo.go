@@ -28,13 +28,7 @@ const (
 // addresses, a fresh demo key bound to a demo context, two ready curl
 // lines, and the gateway itself.
 func demo(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	cfgPath := fs.String("config", "", "config file (YAML); embedded defaults when empty")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	cfg, err := loadConfig(*cfgPath)
+	cfg, err := configFlag("demo", args, stderr)
 	if err != nil {
 		return err
 	}

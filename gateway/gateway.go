@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httputil"
 	"strconv"
@@ -305,17 +306,14 @@ func bodyError(ctx context.Context, err error) (int, string) {
 // on, a truncated upload, the size cap) is reported to the client as what
 // it is and not as a 502.
 type watchedBody struct {
-	rc interface {
-		Read([]byte) (int, error)
-		Close() error
-	}
+	rc io.ReadCloser
 	st *state
 }
 
 func (b *watchedBody) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
 	b.st.bytesIn += int64(n)
-	if err != nil && b.st.bodyErr == nil && !errors.Is(err, errEOF) {
+	if err != nil && b.st.bodyErr == nil && !errors.Is(err, io.EOF) {
 		b.st.bodyErr = err
 	}
 	return n, err

@@ -1,15 +1,12 @@
 package gateway
 
 import (
-	"io"
 	"net/http"
 	"net/http/httputil"
 	"strings"
 	"sync"
 	"time"
 )
-
-var errEOF = io.EOF
 
 // identityHeaders are what the upstream learns about the caller.
 const (

@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,7 +23,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 
 	"github.com/keygate/keygate/auth"
 	"github.com/keygate/keygate/config"
@@ -151,7 +151,7 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (s *Server, err erro
 		return nil, err
 	}
 
-	errLog := zap.NewStdLog(s.log.Named("http").WithOptions(zap.IncreaseLevel(zapcore.WarnLevel)))
+	errLog := log.New(httpErrorLog{s.log.Named("http")}, "", 0)
 	s.api = &http.Server{
 		Handler:           gw,
 		TLSConfig:         s.tls.TLSConfig(),
@@ -160,7 +160,7 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (s *Server, err erro
 		WriteTimeout:      sc.WriteTimeout,
 		IdleTimeout:       sc.IdleTimeout,
 		MaxHeaderBytes:    sc.MaxHeaderBytes,
-		ErrorLog:          quietTLSLog(errLog),
+		ErrorLog:          errLog,
 	}
 	s.admin = &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: sc.IdleTimeout, ErrorLog: errLog}
 	if s.plainLn != nil {
@@ -181,51 +181,35 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (s *Server, err erro
 }
 
 func (s *Server) openStore() error {
+	reloads := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "keygate_keystore_reloads_total",
+		Help: "Keystore (re)loads, by result (ok, error). On error the last good keystore keeps serving.",
+	}, []string{"result"})
+	keys := prometheus.NewGauge(prometheus.GaugeOpts{Name: "keygate_keystore_keys", Help: "Key records in the loaded keystore."})
+	s.registry.MustRegister(reloads, keys)
+	onReload := func(n int, err error) {
+		if err != nil {
+			reloads.WithLabelValues("error").Inc()
+			return
+		}
+		reloads.WithLabelValues("ok").Inc()
+		keys.Set(float64(n))
+	}
 	switch s.cfg.Keystore.Backend {
 	case "file":
-		reloads := prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "keygate_keystore_reloads_total",
-			Help: "Keystore (re)loads, by result (ok, error). On error the last good keystore keeps serving.",
-		}, []string{"result"})
-		keys := prometheus.NewGauge(prometheus.GaugeOpts{Name: "keygate_keystore_keys", Help: "Key records in the loaded keystore."})
-		s.registry.MustRegister(reloads, keys)
-		fs, err := keystore.OpenFile(keystore.FileConfig{
-			Path:   s.cfg.Keystore.File,
-			Logger: s.log.Named("keystore"),
-			OnReload: func(n int, err error) {
-				if err != nil {
-					reloads.WithLabelValues("error").Inc()
-					return
-				}
-				reloads.WithLabelValues("ok").Inc()
-				keys.Set(float64(n))
-			},
-		})
+		fs, err := keystore.OpenFile(keystore.FileConfig{Path: s.cfg.Keystore.File, Logger: s.log.Named("keystore"), OnReload: onReload})
 		if err != nil {
 			return fmt.Errorf("keystore.file: %w", err)
 		}
 		s.store = fs
 	case "redis":
-		keys := prometheus.NewGauge(prometheus.GaugeOpts{Name: "keygate_keystore_keys", Help: "Key records in the loaded keystore."})
-		reloads := prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "keygate_keystore_reloads_total",
-			Help: "Keystore (re)loads, by result (ok, error). On error the last good keystore keeps serving.",
-		}, []string{"result"})
-		s.registry.MustRegister(keys, reloads)
 		rs, err := keystore.OpenRedis(keystore.RedisConfig{
 			Client:         s.redis,
 			Prefix:         s.cfg.Redis.KeyPrefix,
 			Logger:         s.log.Named("keystore"),
 			ResyncInterval: s.cfg.Keystore.ResyncInterval,
 			Timeout:        s.cfg.RateLimit.RedisTimeout,
-			OnReload: func(n int, err error) {
-				if err != nil {
-					reloads.WithLabelValues("error").Inc()
-					return
-				}
-				reloads.WithLabelValues("ok").Inc()
-				keys.Set(float64(n))
-			},
+			OnReload:       onReload,
 		})
 		if err != nil {
 			return err
@@ -468,6 +452,17 @@ func port(ln net.Listener) int {
 	return 0
 }
 
-// quietTLSLog drops the TLS handshake noise of scanners and health checks
-// (logged at debug by a proper logger) while keeping real server errors.
-func quietTLSLog(l *log.Logger) *log.Logger { return l }
+// httpErrorLog is net/http's error log as zap: TLS handshake failures
+// (scanners, health checks, clients that distrust a dev certificate) at
+// debug, everything else at warn.
+type httpErrorLog struct{ l *zap.Logger }
+
+func (w httpErrorLog) Write(p []byte) (int, error) {
+	msg := strings.TrimSpace(string(p))
+	if strings.Contains(msg, "TLS handshake error") {
+		w.l.Debug(msg)
+	} else {
+		w.l.Warn(msg)
+	}
+	return len(p), nil
+}
