@@ -14,7 +14,7 @@ import (
 	"net/http/httputil"
 	"strconv"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -155,36 +155,32 @@ type state struct {
 	principal  auth.Principal
 	authed     bool
 	reason     string
-	bodyErr    error
+	bodyErr    atomic.Pointer[error] // set by the transport's goroutine
 	upstream   *upstream
 	upStart    time.Time
 	upLatency  time.Duration
-	bytesIn    int64
+	bytesIn    atomic.Int64 // counted by the transport's goroutine
 	spilled    bool
 	errMessage string
 }
 
 type stateKey struct{}
 
-var statePool = sync.Pool{New: func() any { return new(state) }}
-
 // ServeHTTP runs the request path: key, route and product, rate limit,
 // context binding, proxy. No body byte is read before the credentials are
 // accepted.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	st := statePool.Get().(*state)
-	*st = state{trace: newTrace(r.Header.Get("Traceparent")), route: match(r.URL.Path)}
+	// Not pooled: the transport may still read the body (which writes to
+	// st) in its own goroutine after the handler returns.
+	st := &state{trace: newTrace(r.Header.Get("Traceparent")), route: match(r.URL.Path)}
 	rec := &recorder{ResponseWriter: w}
 	h := w.Header()
 	h.Set("X-Trace-Id", st.trace.ID)
 	if g.cfg.HSTS != "" && r.TLS != nil {
 		h.Set("Strict-Transport-Security", g.cfg.HSTS)
 	}
-	defer func() {
-		g.finish(r, rec, st, start)
-		statePool.Put(st)
-	}()
+	defer g.finish(r, rec, st, start)
 	g.serve(rec, r, st)
 }
 
@@ -312,9 +308,9 @@ type watchedBody struct {
 
 func (b *watchedBody) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
-	b.st.bytesIn += int64(n)
-	if err != nil && b.st.bodyErr == nil && !errors.Is(err, io.EOF) {
-		b.st.bodyErr = err
+	b.st.bytesIn.Add(int64(n))
+	if err != nil && !errors.Is(err, io.EOF) {
+		b.st.bodyErr.CompareAndSwap(nil, &err)
 	}
 	return n, err
 }
@@ -365,7 +361,7 @@ func (g *Gateway) finish(r *http.Request, w *recorder, st *state, start time.Tim
 			zap.String("path", safePath(r.URL.Path)),
 			zap.String("route", route),
 			zap.Int("status", status),
-			zap.Int64("bytes_in", st.bytesIn),
+			zap.Int64("bytes_in", st.bytesIn.Load()),
 			zap.Int64("bytes_out", w.bytes),
 			zap.Duration("latency", elapsed),
 			zap.String("remote", r.RemoteAddr),

@@ -82,8 +82,8 @@ func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) 
 		st.upStart = time.Now()
 	}
 	st.upLatency = time.Since(st.upStart)
-	if st.bodyErr != nil {
-		status, msg := bodyError(r.Context(), st.bodyErr)
+	if be := st.bodyErr.Load(); be != nil {
+		status, msg := bodyError(r.Context(), *be)
 		g.fail(w, st, status, msg, "body")
 		return
 	}
