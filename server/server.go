@@ -34,6 +34,19 @@ import (
 	"github.com/keygate/keygate/tlsconf"
 )
 
+// The pieces fit the interfaces their users declare.
+var (
+	_ gateway.Authenticator = (*auth.Chain)(nil)
+	_ gateway.Limiter       = (*ratelimit.Limiter)(nil)
+	_ gateway.Limiter       = (*ratelimit.Local)(nil)
+	_ auth.Credential       = (*auth.APIKeys)(nil)
+	_ auth.Credential       = (*oauth2.Authenticator)(nil)
+	_ readyStore            = (*keystore.FileStore)(nil)
+	_ readyStore            = (*keystore.RedisStore)(nil)
+	_ degradable            = (*keystore.RedisStore)(nil)
+	_ degradable            = (*ratelimit.Limiter)(nil)
+)
+
 // Deps are what a Server takes from its caller.
 type Deps struct {
 	Logger *zap.Logger
