@@ -380,6 +380,7 @@ func TestInvalidConfigNamesTheField(t *testing.T) {
 		{"server:\n  max_body_bytes: -1\n", "server.max_body_bytes"},
 		{"server:\n  listne: \":1\"\n", "listne"},
 		{"keystore:\n  backend: postgres\n", "keystore.backend"},
+		{"server:\n  spool_dir: /nonexistent/keygate-spool\n", "server.spool_dir"},
 	} {
 		path := filepath.Join(t.TempDir(), "bad.yaml")
 		_ = os.WriteFile(path, []byte(c.yaml), 0o600)

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"net/http/httputil"
 	"strconv"
@@ -285,6 +286,7 @@ func (g *Gateway) fail(w http.ResponseWriter, st *state, status int, msg, reason
 func bodyError(ctx context.Context, err error) (int, string) {
 	var fe *formctx.Error
 	var mbe *http.MaxBytesError
+	var pe *fs.PathError
 	switch {
 	case errors.As(err, &fe):
 		return fe.Status, fe.Message
@@ -292,6 +294,8 @@ func bodyError(ctx context.Context, err error) (int, string) {
 		return http.StatusRequestEntityTooLarge, "request body too large"
 	case ctx.Err() != nil:
 		return StatusClientClosedRequest, "client closed request"
+	case errors.As(err, &pe): // the spool's temp file, not the client
+		return http.StatusServiceUnavailable, "could not hold the upload for the context check; try again shortly"
 	default:
 		return http.StatusBadRequest, "could not read the request body"
 	}

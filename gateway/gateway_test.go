@@ -401,3 +401,12 @@ func TestDeprecationHeaders(t *testing.T) {
 		t.Errorf("Deprecation %q Sunset %q Link %q", r.Header.Get("Deprecation"), r.Header.Get("Sunset"), r.Header.Get("Link"))
 	}
 }
+
+// TestSpoolFailureIsNotTheClientsFault: when the temp file for a late
+// context field cannot be written, the client gets 503, not a 400.
+func TestSpoolFailureIsNotTheClientsFault(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{spoolMemory: 1024, spoolDir: "/nonexistent-keygate-spool"})
+	ct, body := form(t, part{"files", strings.Repeat("z", 64<<10)}, part{"contextId", ctxA})
+	assertError(t, e.do(e.request("POST", "/sync", e.LiveKey, ct, bytes.NewReader(body))), 503, "try again")
+}

@@ -57,6 +57,7 @@ type envOpts struct {
 	extractionH http.Handler
 	hsts        string
 	spoolMemory int
+	spoolDir    string
 }
 
 func newEnv(t *testing.T, o envOpts) *env {
@@ -128,7 +129,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 		},
 		MaxBodyBytes:     o.maxBody,
 		SpoolMemoryBytes: o.spoolMemory,
-		SpoolDir:         t.TempDir(),
+		SpoolDir:         spoolDir(t, o.spoolDir),
 		Limits:           limits,
 		RateLimitStatus:  o.rlStatus,
 		Deprecation:      o.deprecation,
@@ -147,6 +148,13 @@ func newEnv(t *testing.T, o envOpts) *env {
 	e.Client = srv.Client()
 	e.Client.Timeout = 60 * time.Second
 	return e
+}
+
+func spoolDir(t *testing.T, dir string) string {
+	if dir != "" {
+		return dir
+	}
+	return t.TempDir()
 }
 
 // form builds a multipart body with the given parts in order; a part named

@@ -12,6 +12,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -92,6 +93,13 @@ type degradable interface{ Degraded() bool }
 func New(ctx context.Context, cfg config.Config, deps Deps) (s *Server, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	// Checked here, not in config.Validate: a config is often validated on
+	// another machine than the one that runs it.
+	if d := cfg.Server.SpoolDir; d != "" {
+		if fi, err := os.Stat(d); err != nil || !fi.IsDir() {
+			return nil, fmt.Errorf("server.spool_dir: %q must be an existing directory", d)
+		}
 	}
 	s = &Server{cfg: cfg, log: deps.Logger, registry: prometheus.NewRegistry(), serveErr: make(chan error, 3)}
 	if s.log == nil {
