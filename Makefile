@@ -34,10 +34,12 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./keystore
 	$(GO) test -run '^$$' -fuzz '^FuzzRead$$' -fuzztime $(FUZZTIME) ./formctx
 
-## lint: golangci-lint when installed (see .golangci.yml), go vet always
+## lint: go vet, then golangci-lint (.golangci.yml gives the reason beside each choice)
+##       install: go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@latest
+GOLANGCI_LINT ?= $(shell command -v golangci-lint 2>/dev/null || echo $(shell $(GO) env GOPATH)/bin/golangci-lint)
 lint:
 	$(GO) vet ./...
-	@command -v golangci-lint >/dev/null && golangci-lint run ./... || echo "golangci-lint not installed; ran go vet only"
+	@if [ -x "$(GOLANGCI_LINT)" ]; then "$(GOLANGCI_LINT)" run ./...; else echo "golangci-lint not installed (see above); ran go vet only"; fi
 
 ## vuln: known vulnerabilities in dependencies
 vuln:

@@ -262,7 +262,7 @@ func TestRealClients(t *testing.T) {
 		if code != c.want {
 			t.Errorf("curl -F %s=%s: %d %s", c.field, c.ctx, code, body)
 		}
-		if code == 200 && !strings.Contains(body, fmt.Sprint(`"bytes": `)) {
+		if code == 200 && !strings.Contains(body, `"bytes": `) {
 			t.Errorf("curl: body %s", body)
 		}
 	}

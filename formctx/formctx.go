@@ -273,7 +273,7 @@ func (b *Body) findContext() error {
 				}
 				b.val = append(b.val, b.bufs.scratch[:n]...)
 			}
-			if err == io.EOF {
+			if errors.Is(err, io.EOF) {
 				break
 			}
 			if err != nil {
@@ -293,8 +293,8 @@ func (b *Body) findContext() error {
 // classify turns a parser error into what Read reports.
 func (b *Body) classify() error {
 	switch e := b.src.err; {
-	case e == nil, e == io.EOF, e == errStep:
-	case e == errTooLarge:
+	case e == nil, errors.Is(e, io.EOF), errors.Is(e, errStep):
+	case errors.Is(e, errTooLarge):
 		return ErrTooLarge
 	case b.src.sinkFailed:
 		return fmt.Errorf("formctx: spooling body: %w", e)
@@ -435,7 +435,7 @@ func (b *Body) step() {
 		n, err := b.src.readRaw(b.pend.buf[b.pend.end:])
 		b.pend.end += n
 		switch {
-		case err == io.EOF:
+		case errors.Is(err, io.EOF):
 			b.done = true
 		case err != nil:
 			b.fail(b.classify())
@@ -469,7 +469,7 @@ func (b *Body) step() {
 			}
 			b.val = append(b.val, b.bufs.scratch[:n]...)
 		}
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			if b.partCtx && string(b.val) != b.ctx {
 				b.fail(ErrConflictContext)
 				return

@@ -152,7 +152,7 @@ func TestRead(t *testing.T) {
 				if sum(out) != sum(tc.body) {
 					t.Fatalf("Body yielded %d bytes that differ from the %d-byte body", len(out), len(tc.body))
 				}
-				if n, err := b.Read(make([]byte, 10)); n != 0 || err != io.EOF {
+				if n, err := b.Read(make([]byte, 10)); n != 0 || !errors.Is(err, io.EOF) {
 					t.Fatalf("Read after EOF = %d, %v; want 0, EOF", n, err)
 				}
 			})

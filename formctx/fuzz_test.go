@@ -104,7 +104,7 @@ func oracle(data []byte, ct string, cfg Config) verdict {
 	seen := false
 	for {
 		p, err := mr.NextRawPart()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {

@@ -103,7 +103,7 @@ func drain(b *Body, chunk int) ([]byte, error) {
 	for {
 		n, err := b.Read(p)
 		out.Write(p[:n])
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return out.Bytes(), nil
 		}
 		if err != nil {

@@ -53,7 +53,7 @@ func (c UpstreamConfig) Validate(path string) error {
 	}
 	for i, t := range c.Targets {
 		if _, err := parseTarget(t); err != nil {
-			return fmt.Errorf("%s.targets[%d]: %v", path, i, err)
+			return fmt.Errorf("%s.targets[%d]: %w", path, i, err)
 		}
 	}
 	if c.Timeout < 0 || c.DialTimeout < 0 || c.MaxIdleConnsPerHost < 0 {

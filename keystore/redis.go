@@ -198,7 +198,7 @@ func (s *RedisStore) Lookup(ctx context.Context, h Hash) (Record, bool, error) {
 		return rec, nil
 	})
 	if err != nil {
-		return Record{}, false, fmt.Errorf("%w: %v", ErrUnavailable, err)
+		return Record{}, false, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	if v == nil {
 		return Record{}, false, nil

@@ -99,9 +99,6 @@ type setup struct {
 	// serverName is the client's SNI and verified name; empty means none
 	// (the URL's IP address is verified).
 	serverName string
-	// noClientCheck skips waiting for a first successful handshake (acme
-	// mode, where the certificate comes later).
-	noClientCheck bool
 }
 
 // harness is one real keygate server on loopback with stand-in upstreams,
