@@ -188,6 +188,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (g *Gateway) serve(w *recorder, r *http.Request, st *state) {
 	v, err := g.auth.Authenticate(r)
 	if err != nil {
+		w.Header().Set("Retry-After", "1")
 		g.fail(w, st, http.StatusServiceUnavailable, "key store unavailable, try again shortly", "store_error")
 		g.log.Warn("authentication backend failed", zap.String("trace_id", st.trace.ID), zap.Error(err))
 		return
@@ -232,6 +233,7 @@ func (g *Gateway) serve(w *recorder, r *http.Request, st *state) {
 	}
 	d, err := g.limiter.Allow(r.Context(), p.ID, lim)
 	if err != nil {
+		w.Header().Set("Retry-After", "1")
 		g.fail(w, st, http.StatusServiceUnavailable, "rate limiter unavailable, try again shortly", "limiter_error")
 		g.log.Warn("rate limiter failed", zap.String("trace_id", st.trace.ID), zap.Error(err))
 		return
