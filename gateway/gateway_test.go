@@ -3,16 +3,21 @@ package gateway_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/keygate/keygate/auth"
 	"github.com/keygate/keygate/gateway"
 	"github.com/keygate/keygate/ratelimit"
 	"github.com/keygate/keygate/standin"
@@ -409,4 +414,67 @@ func TestSpoolFailureIsNotTheClientsFault(t *testing.T) {
 	e := newEnv(t, envOpts{spoolMemory: 1024, spoolDir: "/nonexistent-keygate-spool"})
 	ct, body := form(t, part{"files", strings.Repeat("z", 64<<10)}, part{"contextId", ctxA})
 	assertError(t, e.do(e.request("POST", "/sync", e.LiveKey, ct, bytes.NewReader(body))), 503, "try again")
+}
+
+type brokenAuth struct{}
+
+func (brokenAuth) Authenticate(*http.Request) (auth.Verdict, error) {
+	return auth.Verdict{}, errors.New("redis: i/o timeout")
+}
+
+type okAuth struct{}
+
+func (okAuth) Authenticate(*http.Request) (auth.Verdict, error) {
+	return auth.Verdict{OK: true, Principal: auth.Principal{ID: "key_1", Products: []string{"extraction"}, Env: "live", Context: ctxA}}, nil
+}
+
+type brokenLimiter struct{}
+
+func (brokenLimiter) Allow(context.Context, string, ratelimit.Limit) (ratelimit.Decision, error) {
+	return ratelimit.Decision{}, ratelimit.ErrUnavailable
+}
+
+// TestBackendFailuresAre503: a failing key store or limiter (Redis down,
+// failure_mode closed) is a 503 with Retry-After and the spec's body,
+// never a 401 or a 500, and nothing is forwarded.
+func TestBackendFailuresAre503(t *testing.T) {
+	t.Parallel()
+	var hits atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
+	defer up.Close()
+	limits := map[string]ratelimit.Limit{"live": {Rate: 1, Per: time.Second, Burst: 1}, "test": {Rate: 1, Per: time.Second, Burst: 1}}
+	for _, c := range []struct {
+		name    string
+		auth    gateway.Authenticator
+		limiter gateway.Limiter
+		msg     string
+	}{
+		{"key store down", brokenAuth{}, ratelimit.NewLocal(ratelimit.LocalConfig{}), "key store unavailable"},
+		{"limiter down, failure_mode closed", okAuth{}, brokenLimiter{}, "rate limiter unavailable"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			gw, err := gateway.New(gateway.Config{
+				Upstreams:    gateway.UpstreamsConfig{Extraction: gateway.UpstreamConfig{Targets: []string{up.URL}}, Registry: gateway.UpstreamConfig{Targets: []string{up.URL}}},
+				MaxBodyBytes: 1 << 20, Limits: limits,
+			}, gateway.Deps{Auth: c.auth, Limiter: c.limiter})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ct, body := syncForm(t, ctxA)
+			req := httptest.NewRequest("POST", "/sync", bytes.NewReader(body))
+			req.Header.Set("Content-Type", ct)
+			req.Header.Set("X-Api-Key", "svc_live_x")
+			w := httptest.NewRecorder()
+			gw.ServeHTTP(w, req)
+			r := result{Status: w.Code, Header: w.Header(), Body: w.Body.Bytes()}
+			_ = json.Unmarshal(r.Body, &r.Err)
+			assertError(t, r, 503, c.msg)
+			if w.Header().Get("Retry-After") == "" {
+				t.Error("no Retry-After")
+			}
+		})
+	}
+	if hits.Load() != 0 {
+		t.Errorf("%d requests were forwarded", hits.Load())
+	}
 }
