@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/keygate/keygate/internal/testkit"
 )
 
 // TestMakeRunDemo does what the README tells a newcomer: start keygate on
@@ -34,7 +36,7 @@ func TestMakeRunDemo(t *testing.T) {
 	cmd := exec.Command(binary, "demo")
 	cmd.Dir = dir
 	stdout, _ := cmd.StdoutPipe()
-	logs := &syncBuffer{}
+	logs := &testkit.SyncBuffer{}
 	cmd.Stderr = logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -10,18 +10,17 @@ import (
 	"fmt"
 	"io"
 	"mime/multipart"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/keygate/keygate/internal/testkit"
 	"github.com/keygate/keygate/standin"
 )
 
@@ -49,41 +48,13 @@ const (
 	ctxB = "0a9b8c7d-6e5f-4a3b-9c2d-1e0f2a3b4c5d"
 )
 
-// syncBuffer collects a process's output safely while it runs.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // gateway is one running keygate process.
 type gateway struct {
 	t        *testing.T
 	dir      string
 	cfgPath  string
 	cmd      *exec.Cmd
-	logs     *syncBuffer
+	logs     *testkit.SyncBuffer
 	API      string // https://127.0.0.1:port
 	Admin    string // http://127.0.0.1:port
 	Client   *http.Client
@@ -105,7 +76,7 @@ type gwOpts struct {
 // starts the binary and waits until /readyz answers 200.
 func startGateway(t *testing.T, o gwOpts) *gateway {
 	t.Helper()
-	g := &gateway{t: t, dir: t.TempDir(), logs: &syncBuffer{}, exited: make(chan error, 1)}
+	g := &gateway{t: t, dir: t.TempDir(), logs: &testkit.SyncBuffer{}, exited: make(chan error, 1)}
 	h := o.upstream
 	if h == nil {
 		h = standin.Handler{Name: "extraction"}
@@ -129,7 +100,7 @@ func startGateway(t *testing.T, o gwOpts) *gateway {
 		limits = `    live: { rate: 1000, per: 1s, burst: 1000 }
     test: { rate: 1000, per: 1s, burst: 1000, quota: { requests: 100000, per: 24h } }`
 	}
-	api, admin := freeAddr(t), freeAddr(t)
+	api, admin := testkit.FreeAddr(t), testkit.FreeAddr(t)
 	cfg := fmt.Sprintf(`server:
   listen: %q
   admin_listen: %q

@@ -13,13 +13,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/keygate/keygate/auth"
 	"github.com/keygate/keygate/gateway"
+	"github.com/keygate/keygate/internal/testkit"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/ratelimit"
 	"github.com/keygate/keygate/standin"
@@ -231,31 +231,11 @@ func (e *env) sync(key, contextID string) result {
 	return e.do(e.request("POST", "/sync", key, ct, bytes.NewReader(body)))
 }
 
-var traceRE = regexp.MustCompile(`^[0-9a-f]{32}$`)
-
 // assertError checks the spec's error shape, the JSON content type and the
 // trace id header.
 func assertError(t *testing.T, r result, status int, msgHas string) {
 	t.Helper()
-	if r.Status != status {
-		t.Fatalf("status = %d, want %d; body %s", r.Status, status, r.Body)
-	}
-	if ct := r.Header.Get("Content-Type"); ct != "application/json" {
-		t.Errorf("Content-Type = %q", ct)
-	}
-	if r.Err.StateText != "ERROR" || len(r.Err.Messages) == 0 {
-		t.Errorf("body = %s", r.Body)
-	}
-	if !traceRE.MatchString(r.Err.TraceId) || r.Header.Get("X-Trace-Id") != r.Err.TraceId {
-		t.Errorf("TraceId %q, X-Trace-Id %q", r.Err.TraceId, r.Header.Get("X-Trace-Id"))
-	}
-	if msgHas != "" && !strings.Contains(strings.ToLower(strings.Join(r.Err.Messages, " ")), strings.ToLower(msgHas)) {
-		t.Errorf("messages %q do not mention %q", r.Err.Messages, msgHas)
-	}
-	var raw map[string]any
-	if err := json.Unmarshal(r.Body, &raw); err != nil || len(raw) != 3 {
-		t.Errorf("body is not exactly {StateText, TraceId, Messages}: %s", r.Body)
-	}
+	testkit.AssertSpecError(t, r.Status, r.Header, r.Body, status, msgHas)
 }
 
 func sha(b []byte) string {

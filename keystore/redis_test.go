@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/keygate/keygate/internal/redistest"
+	"github.com/keygate/keygate/internal/testkit"
 	"github.com/keygate/keygate/keystore"
 )
 
@@ -34,17 +35,6 @@ func openRedisStore(t *testing.T, c redis.UniversalClient) *keystore.RedisStore 
 	return s
 }
 
-func waitFor(t *testing.T, within time.Duration, what string, f func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !f() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", within, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func state(t *testing.T, s *keystore.RedisStore, key string) keystore.Status {
 	rec, ok, err := s.Lookup(context.Background(), keystore.HashKey(key))
 	if err != nil || !ok {
@@ -64,7 +54,7 @@ func TestRedisChangesReachEveryReplica(t *testing.T) {
 		stores = append(stores, openRedisStore(t, redisClient(t, rs.Addr)))
 	}
 	for _, s := range stores {
-		waitFor(t, time.Second, "store loaded and subscribed", func() bool { return s.Ready() && !s.Degraded() })
+		testkit.Eventually(t, time.Second, "store loaded and subscribed", func() bool { return s.Ready() && !s.Degraded() })
 	}
 	ctx := context.Background()
 	key, rec, err := admin.Issue(ctx, keystore.IssueRequest{Product: keystore.Extraction, Env: keystore.Live, Context: ctxUUID, Name: "a"})
@@ -72,14 +62,14 @@ func TestRedisChangesReachEveryReplica(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, s := range stores {
-		waitFor(t, time.Second, "issued key on replica "+string(rune('0'+i)), func() bool { return state(t, s, key) == keystore.Active })
+		testkit.Eventually(t, time.Second, "issued key on replica "+string(rune('0'+i)), func() bool { return state(t, s, key) == keystore.Active })
 	}
 	newKey, _, err := admin.Rotate(ctx, rec.ID, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, s := range stores {
-		waitFor(t, time.Second, "rotation", func() bool {
+		testkit.Eventually(t, time.Second, "rotation", func() bool {
 			return state(t, s, key) == keystore.Revoked && state(t, s, newKey) == keystore.Active
 		})
 	}
@@ -95,7 +85,7 @@ func TestRedisChangesReachEveryReplica(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, s := range stores {
-		waitFor(t, time.Second, "revocation", func() bool { return state(t, s, newKey) == keystore.Revoked })
+		testkit.Eventually(t, time.Second, "revocation", func() bool { return state(t, s, newKey) == keystore.Revoked })
 	}
 	if _, err := admin.Revoke(ctx, "key_0000000000000000"); !errors.Is(err, keystore.ErrNotFound) {
 		t.Errorf("revoke unknown id: %v", err)
@@ -109,7 +99,7 @@ func TestRedisMissedMessageIsResynced(t *testing.T) {
 	rs := redistest.Start(t)
 	c := redisClient(t, rs.Addr)
 	s := openRedisStore(t, c)
-	waitFor(t, time.Second, "ready", s.Ready)
+	testkit.Eventually(t, time.Second, "ready", s.Ready)
 	// Write through a second admin on another prefix, then copy the record
 	// over by hand, so no message is published for it.
 	other := &keystore.RedisAdmin{Client: c, Prefix: "other:"}
@@ -121,7 +111,7 @@ func TestRedisMissedMessageIsResynced(t *testing.T) {
 	c.HSet(context.Background(), "keygate:keystore:{ks}:records", rec.Hash.String(), v)
 	// A lookup before the resync may already find it (a miss asks Redis);
 	// what matters is that the copy holds it without any lookup.
-	waitFor(t, 2*time.Second, "resync", func() bool { return s.Len() == 1 })
+	testkit.Eventually(t, 2*time.Second, "resync", func() bool { return s.Len() == 1 })
 	if state(t, s, key) != keystore.Active {
 		t.Error("resynced key not active")
 	}
@@ -142,7 +132,7 @@ func TestRedisOutage(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, time.Second, "issued", func() bool { return state(t, s, key) == keystore.Active })
+			testkit.Eventually(t, time.Second, "issued", func() bool { return state(t, s, key) == keystore.Active })
 			if mode == "kill" {
 				rs.Kill()
 			} else {
@@ -172,13 +162,13 @@ func TestRedisOutage(t *testing.T) {
 				}
 				unknown, _ = keystore.Generate(keystore.Live)
 			}
-			waitFor(t, 2*time.Second, "degraded", s.Degraded)
+			testkit.Eventually(t, 2*time.Second, "degraded", s.Degraded)
 			if mode == "kill" {
 				rs.Restart()
 			} else {
 				rs.Thaw()
 			}
-			waitFor(t, 5*time.Second, "recovered", func() bool {
+			testkit.Eventually(t, 5*time.Second, "recovered", func() bool {
 				_, ok, err := s.Lookup(context.Background(), keystore.HashKey(unknown))
 				return err == nil && !ok && !s.Degraded()
 			})
@@ -193,16 +183,16 @@ func TestRedisCluster(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
 	admin := &keystore.RedisAdmin{Client: redisClient(t, cl.Addrs...)}
 	s := openRedisStore(t, redisClient(t, cl.Addrs...))
-	waitFor(t, 2*time.Second, "ready", func() bool { return s.Ready() && !s.Degraded() })
+	testkit.Eventually(t, 2*time.Second, "ready", func() bool { return s.Ready() && !s.Degraded() })
 	key, rec, err := admin.Issue(context.Background(), keystore.IssueRequest{Product: keystore.Extraction, Env: keystore.Test, Context: ctxUUID})
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, time.Second, "issued on cluster", func() bool { return state(t, s, key) == keystore.Active })
+	testkit.Eventually(t, time.Second, "issued on cluster", func() bool { return state(t, s, key) == keystore.Active })
 	if _, err := admin.Revoke(context.Background(), rec.ID); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, time.Second, "revoked on cluster", func() bool { return state(t, s, key) == keystore.Revoked })
+	testkit.Eventually(t, time.Second, "revoked on cluster", func() bool { return state(t, s, key) == keystore.Revoked })
 }
 
 // TestRedisImport moves a file keystore's records into Redis once.
@@ -223,5 +213,5 @@ func TestRedisImport(t *testing.T) {
 		t.Fatalf("second import: %d %d %v", added, skipped, err)
 	}
 	s := openRedisStore(t, redisClient(t, rs.Addr))
-	waitFor(t, time.Second, "imported key", func() bool { return state(t, s, key) == keystore.Active })
+	testkit.Eventually(t, time.Second, "imported key", func() bool { return state(t, s, key) == keystore.Active })
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/keygate/keygate/config"
+	"github.com/keygate/keygate/internal/testkit"
 	"github.com/keygate/keygate/tlsconf/pebbletest"
 )
 
@@ -24,7 +25,7 @@ func TestACMEThroughTheGateway(t *testing.T) {
 			// certmagic keeps challenges in a process-wide map by name: one
 			// name per test.
 			domain := ch + ".server.keygate.test"
-			apiAddr, plainAddr := loopbackAddr(t), loopbackAddr(t)
+			apiAddr, plainAddr := testkit.FreeAddr(t), testkit.FreeAddr(t)
 			p := pebbletest.Start(t, pebbletest.HTTPPort(portOf(t, plainAddr)), pebbletest.TLSPort(portOf(t, apiAddr)))
 			h := newHarness(t, setup{roots: p.IssuerRoots, serverName: domain, mod: func(c *config.Config) {
 				c.Server.Listen, c.Server.HTTPListen = apiAddr, plainAddr
@@ -35,7 +36,7 @@ func TestACMEThroughTheGateway(t *testing.T) {
 				c.TLS.Challenges = []string{ch}
 			}})
 
-			eventually(t, 60*time.Second, "a certificate from Pebble", func() bool {
+			testkit.Eventually(t, 60*time.Second, "a certificate from Pebble", func() bool {
 				c, err := tls.Dial("tcp", apiAddr, &tls.Config{RootCAs: p.IssuerRoots, ServerName: domain})
 				if err != nil {
 					return false

@@ -12,20 +12,16 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
 	"io"
-	"math/big"
 	"mime/multipart"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -40,6 +36,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/keygate/keygate/config"
+	"github.com/keygate/keygate/internal/testkit"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/ratelimit"
 	"github.com/keygate/keygate/server"
@@ -53,24 +50,6 @@ const (
 	testIssuer = "https://issuer.test/"
 	docID      = "5e0e5f3a-1b2c-4d3e-8f40-5a6b7c8d9e0f"
 )
-
-// syncBuffer is the log sink: zap writes from many goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // upstream is a stand-in backend that counts the requests reaching it.
 type upstream struct {
@@ -111,7 +90,7 @@ type harness struct {
 	// API is https://127.0.0.1:PORT, Admin and Plain http://127.0.0.1:PORT.
 	API, Admin, Plain string
 	Client            *http.Client
-	Logs              *syncBuffer
+	Logs              *testkit.SyncBuffer
 
 	Extraction, Registry *upstream
 	Keys                 *keystore.FileAdmin
@@ -126,7 +105,7 @@ type harness struct {
 
 func newHarness(t *testing.T, s setup) *harness {
 	t.Helper()
-	h := &harness{t: t, Logs: &syncBuffer{}}
+	h := &harness{t: t, Logs: &testkit.SyncBuffer{}}
 	dir := t.TempDir()
 	h.Extraction = newUpstream(t, "extraction")
 	h.Registry = newUpstream(t, "registry")
@@ -141,8 +120,8 @@ func newHarness(t *testing.T, s setup) *harness {
 	cfg := config.Default()
 	// config rejects equal listen strings, "127.0.0.1:0" included, so
 	// each listener gets a port of its own.
-	cfg.Server.Listen = loopbackAddr(t)
-	cfg.Server.AdminListen = loopbackAddr(t)
+	cfg.Server.Listen = testkit.FreeAddr(t)
+	cfg.Server.AdminListen = testkit.FreeAddr(t)
 	cfg.Server.SpoolDir = dir
 	cfg.Server.DrainTimeout = 5 * time.Second
 	cfg.TLS.SelfSignedDir = filepath.Join(dir, "tls")
@@ -347,32 +326,12 @@ func sha(b []byte) string {
 	return hex.EncodeToString(s[:])
 }
 
-var traceRE = regexp.MustCompile(`^[0-9a-f]{32}$`)
-
 // assertError checks the status and the spec's error body: exactly
 // StateText ERROR, a TraceId matching X-Trace-Id, and Messages mentioning
 // msgHas.
 func assertError(t *testing.T, r result, status int, msgHas string) {
 	t.Helper()
-	if r.Status != status {
-		t.Fatalf("status = %d, want %d; body %s", r.Status, status, r.Body)
-	}
-	if ct := r.Header.Get("Content-Type"); ct != "application/json" {
-		t.Errorf("Content-Type = %q", ct)
-	}
-	if r.Err.StateText != "ERROR" || len(r.Err.Messages) == 0 {
-		t.Errorf("body = %s", r.Body)
-	}
-	if !traceRE.MatchString(r.Err.TraceId) || r.Header.Get("X-Trace-Id") != r.Err.TraceId {
-		t.Errorf("TraceId %q, X-Trace-Id %q", r.Err.TraceId, r.Header.Get("X-Trace-Id"))
-	}
-	if msgHas != "" && !strings.Contains(strings.ToLower(strings.Join(r.Err.Messages, " ")), strings.ToLower(msgHas)) {
-		t.Errorf("messages %q do not mention %q", r.Err.Messages, msgHas)
-	}
-	var raw map[string]any
-	if err := json.Unmarshal(r.Body, &raw); err != nil || len(raw) != 3 {
-		t.Errorf("body is not exactly {StateText, TraceId, Messages}: %s", r.Body)
-	}
+	testkit.AssertSpecError(t, r.Status, r.Header, r.Body, status, msgHas)
 }
 
 // metric returns the sum of the samples of name whose labels include every
@@ -412,83 +371,7 @@ func (h *harness) metric(name string, labels ...string) float64 {
 	return sum
 }
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up after %v waiting for %s", within, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // --- certificates ---
-
-// testCA issues leaf certificates for localhost and 127.0.0.1.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	Pool *x509.CertPool
-}
-
-func newTestCA(t *testing.T) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "keygate server test CA"},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(24 * time.Hour),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	pool := x509.NewCertPool()
-	pool.AddCert(cert)
-	return &testCA{cert: cert, key: key, Pool: pool}
-}
-
-// leaf returns a PEM certificate and key for localhost and 127.0.0.1 with
-// the given serial number.
-func (ca *testCA) leaf(t *testing.T, serial int64) (certPEM, keyPEM []byte) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(serial),
-		Subject:      pkix.Name{CommonName: "localhost"},
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		DNSNames:     []string{"localhost"},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kd, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kd})
-}
 
 // writeFileAtomic replaces path by renaming a temporary file over it, as
 // certificate tooling does.
@@ -673,19 +556,4 @@ func unsigned(c map[string]any, kid string) string {
 		cc[k] = v
 	}
 	return b64json(map[string]string{"alg": "none", "typ": "JWT", "kid": kid}) + "." + b64json(cc) + "."
-}
-
-// loopbackAddr is 127.0.0.1 with a port free a moment ago.
-func loopbackAddr(t *testing.T) string {
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/keygate/keygate/config"
+	"github.com/keygate/keygate/internal/testkit"
 )
 
 func TestTLSListener(t *testing.T) {
@@ -74,10 +75,10 @@ func TestHSTSDisabled(t *testing.T) {
 
 func TestFilesModeReloadsWithoutRestart(t *testing.T) {
 	t.Parallel()
-	ca := newTestCA(t)
+	ca := testkit.NewCA(t, "keygate server test CA")
 	dir := t.TempDir()
 	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	c1, k1 := ca.leaf(t, 1001)
+	c1, k1 := ca.Leaf(t, 1001)
 	writeFileAtomic(t, certFile, c1)
 	writeFileAtomic(t, keyFile, k1)
 	h := newHarness(t, setup{roots: ca.Pool, mod: func(c *config.Config) {
@@ -100,10 +101,10 @@ func TestFilesModeReloadsWithoutRestart(t *testing.T) {
 		t.Fatalf("sync over the files certificate: %d %s", r.Status, r.Body)
 	}
 
-	c2, k2 := ca.leaf(t, 2002)
+	c2, k2 := ca.Leaf(t, 2002)
 	writeFileAtomic(t, keyFile, k2)
 	writeFileAtomic(t, certFile, c2)
-	eventually(t, 15*time.Second, "the replaced certificate to be served", func() bool { return serial() == 2002 })
+	testkit.Eventually(t, 15*time.Second, "the replaced certificate to be served", func() bool { return serial() == 2002 })
 	h.Client.Transport.(*http.Transport).CloseIdleConnections()
 	if r := h.sync(keyCred(h.LiveKey), ctxA); r.Status != 200 {
 		t.Fatalf("sync after the reload: %d %s", r.Status, r.Body)
@@ -112,7 +113,7 @@ func TestFilesModeReloadsWithoutRestart(t *testing.T) {
 
 func TestPlainHTTPListener(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, setup{mod: func(c *config.Config) { c.Server.HTTPListen = loopbackAddr(t) }})
+	h := newHarness(t, setup{mod: func(c *config.Config) { c.Server.HTTPListen = testkit.FreeAddr(t) }})
 	if h.Plain == "" {
 		t.Fatal("server.http_listen set but HTTPAddr is nil")
 	}

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/keygate/keygate/internal/redistest"
+	"github.com/keygate/keygate/internal/testkit"
 	"github.com/keygate/keygate/tlsconf"
 	"github.com/keygate/keygate/tlsconf/pebbletest"
 )
@@ -72,7 +73,7 @@ func TestACMEObtainsAndServes(t *testing.T) {
 			port := serveTLS(t, m, tlsLn, hello)
 
 			var resp *http.Response
-			eventually(t, 90*time.Second, "a certificate from Pebble to be served", func() bool {
+			testkit.Eventually(t, 90*time.Second, "a certificate from Pebble to be served", func() bool {
 				resp, err = getOK(p, domain, port)
 				return err == nil
 			})
@@ -156,7 +157,7 @@ func TestACMEThreeReplicasShareOneOrderThroughRedis(t *testing.T) {
 
 	serials := make([]string, replicas)
 	for i, port := range ports {
-		eventually(t, 120*time.Second, fmt.Sprintf("replica %d to serve a certificate", i), func() bool {
+		testkit.Eventually(t, 120*time.Second, fmt.Sprintf("replica %d to serve a certificate", i), func() bool {
 			resp, err := getOK(p, domain, port)
 			if err != nil {
 				return false

@@ -118,15 +118,3 @@ func pair(t testing.TB, name string) (certPEM, keyPEM []byte) {
 	kd, _ := x509.MarshalPKCS8PrivateKey(key)
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kd})
 }
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up after %v waiting for: %s", within, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}

@@ -16,6 +16,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/keygate/keygate/internal/testkit"
 	"github.com/keygate/keygate/tlsconf"
 )
 
@@ -267,7 +268,7 @@ func TestFilesReloadOnChange(t *testing.T) {
 
 	certB, keyB := pair(t, "b.example")
 	write(certB, keyB)
-	eventually(t, 15*time.Second, "the new certificate to be served", func() bool { return served() == "b.example" })
+	testkit.Eventually(t, 15*time.Second, "the new certificate to be served", func() bool { return served() == "b.example" })
 
 	// A broken pair (a key that does not match) keeps the old certificate.
 	for len(reloads) > 0 {

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/keygate/keygate/internal/testkit"
 )
 
 // Server is one running redis-server. It is not safe for concurrent use
@@ -39,24 +41,13 @@ func Binary(t testing.TB) string {
 	return p
 }
 
-// FreePort returns a loopback TCP port that was free a moment ago.
-func FreePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // Start runs a fresh redis-server on a free loopback port with persistence
 // off, and stops it when the test ends. extra are further redis-server
 // arguments, such as "--notify-keyspace-events", "KEA".
 func Start(t testing.TB, extra ...string) *Server {
 	t.Helper()
 	s := &Server{t: t, dir: t.TempDir()}
-	s.Port = FreePort(t)
+	s.Port = testkit.FreePort(t)
 	s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port))
 	s.args = append([]string{
 		"--port", strconv.Itoa(s.Port),

@@ -16,16 +16,9 @@
 package pebbletest
 
 import (
-	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"log"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -37,6 +30,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keygate/keygate/internal/testkit"
 	"github.com/letsencrypt/challtestsrv"
 	"github.com/letsencrypt/pebble/v2/ca"
 	"github.com/letsencrypt/pebble/v2/db"
@@ -73,7 +67,7 @@ type Pebble struct {
 	orders  atomic.Int64
 	wfe     *httptest.Server
 	mgmt    *httptest.Server
-	logs    *syncBuffer
+	logs    *testkit.SyncBuffer
 	stopped atomic.Bool
 }
 
@@ -119,7 +113,7 @@ func Start(t testing.TB, opts ...Option) *Pebble {
 	for _, fn := range opts {
 		fn(&o)
 	}
-	p := &Pebble{HTTPPort: o.httpPort, TLSPort: o.tlsPort, logs: &syncBuffer{}}
+	p := &Pebble{HTTPPort: o.httpPort, TLSPort: o.tlsPort, logs: &testkit.SyncBuffer{}}
 	logger := log.New(p.logs, "pebble ", log.Lmicroseconds)
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -129,7 +123,7 @@ func Start(t testing.TB, opts ...Option) *Pebble {
 
 	// Mock DNS on loopback: every name is 127.0.0.1, and no AAAA (the VA
 	// would otherwise try ::1 first).
-	p.DNSAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
+	p.DNSAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(testkit.FreePort(t)))
 	dns, err := challtestsrv.New(challtestsrv.Config{DNSAddrs: []string{p.DNSAddr}, Log: log.New(p.logs, "dns ", log.Lmicroseconds)})
 	if err != nil {
 		t.Fatalf("pebbletest: mock DNS: %v", err)
@@ -252,61 +246,6 @@ func setEnv(vals map[string]string) (restore func()) {
 	}
 }
 
-// makeServingCert makes a CA and a certificate it signs for 127.0.0.1,
-// ::1 and localhost.
-func makeServingCert(t testing.TB) (caPEM []byte, cert tls.Certificate) {
-	t.Helper()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now()
-	caTmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "pebbletest WFE CA"},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(24 * time.Hour),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caCert, _ := x509.ParseCertificate(caDER)
-	leafKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leafTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2),
-		Subject:      pkix.Name{CommonName: "localhost"},
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		DNSNames:     []string{"localhost"},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
-	}
-	leafDER, err := x509.CreateCertificate(rand.Reader, leafTmpl, caCert, &leafKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
-	return caPEM, tls.Certificate{Certificate: [][]byte{leafDER, caDER}, PrivateKey: leafKey}
-}
-
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 func waitTCP(t testing.TB, addr string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
@@ -323,20 +262,10 @@ func waitTCP(t testing.TB, addr string) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for concurrent writers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
+// makeServingCert makes a CA and a certificate it signs for 127.0.0.1,
+// ::1 and localhost, for Pebble's own HTTPS listener.
+func makeServingCert(t testing.TB) (caPEM []byte, cert tls.Certificate) {
+	t.Helper()
+	ca := testkit.NewCA(t, "pebbletest WFE CA")
+	return ca.PEM, ca.TLSLeaf(t, 2)
 }

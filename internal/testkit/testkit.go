@@ -1,0 +1,191 @@
+// Package testkit holds what keygate's tests share: a log buffer that is
+// safe for concurrent writers, free loopback ports, polling for a condition,
+// the spec's error-body assertion, and a throwaway certificate authority.
+// It is for tests only; nothing in it talks to anything but loopback.
+package testkit
+
+import (
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// SyncBuffer collects output (a process's, a logger's) while it is being
+// written. The zero value is ready; it is safe for concurrent use.
+type SyncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *SyncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// String returns everything written so far.
+func (b *SyncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// FreePort returns a loopback TCP port that was free a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// FreeAddr is FreePort as "127.0.0.1:port".
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(FreePort(t)))
+}
+
+// Eventually polls cond until it holds, failing the test if it still does
+// not after within. It is a bound on a wait, not a speed measurement.
+func Eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", within, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+var traceID = regexp.MustCompile(`^[0-9a-f]{32}$`)
+
+// AssertSpecError checks an error response against the spec: the status,
+// Content-Type application/json, a body of exactly
+// {"StateText":"ERROR","TraceId":…,"Messages":[…]} whose TraceId is 32 hex
+// digits and equals X-Trace-Id, and Messages mentioning msgHas (any case;
+// "" for any message).
+func AssertSpecError(t testing.TB, status int, h http.Header, body []byte, wantStatus int, msgHas string) {
+	t.Helper()
+	if status != wantStatus {
+		t.Fatalf("status = %d, want %d; body %s", status, wantStatus, body)
+	}
+	if ct := h.Get("Content-Type"); ct != "application/json" {
+		t.Errorf("Content-Type = %q", ct)
+	}
+	var e struct {
+		StateText string
+		TraceId   string
+		Messages  []string
+	}
+	_ = json.Unmarshal(body, &e)
+	if e.StateText != "ERROR" || len(e.Messages) == 0 {
+		t.Errorf("body = %s", body)
+	}
+	if !traceID.MatchString(e.TraceId) || h.Get("X-Trace-Id") != e.TraceId {
+		t.Errorf("TraceId %q, X-Trace-Id %q", e.TraceId, h.Get("X-Trace-Id"))
+	}
+	if msgHas != "" && !strings.Contains(strings.ToLower(strings.Join(e.Messages, " ")), strings.ToLower(msgHas)) {
+		t.Errorf("messages %q do not mention %q", e.Messages, msgHas)
+	}
+	var raw map[string]any
+	if err := json.Unmarshal(body, &raw); err != nil || len(raw) != 3 {
+		t.Errorf("body is not exactly {StateText, TraceId, Messages}: %s", body)
+	}
+}
+
+// CA is a throwaway certificate authority for tests.
+type CA struct {
+	Cert *x509.Certificate
+	Key  *ecdsa.PrivateKey
+	// PEM is the CA certificate, for files and ca_root options.
+	PEM []byte
+	// Pool trusts the CA alone.
+	Pool *x509.CertPool
+}
+
+// NewCA makes a CA valid for a day.
+func NewCA(t testing.TB, name string) *CA {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: name},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.Add(24 * time.Hour),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	return &CA{Cert: cert, Key: key, PEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), Pool: pool}
+}
+
+// Leaf issues a server certificate for localhost, 127.0.0.1 and ::1 with
+// the given serial, as PEM (chain: leaf then CA) and PEM key.
+func (ca *CA) Leaf(t testing.TB, serial int64) (certPEM, keyPEM []byte) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(serial),
+		Subject:      pkix.Name{CommonName: "localhost"},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		DNSNames:     []string{"localhost"},
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM = append(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), ca.PEM...)
+	return certPEM, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
+}
+
+// TLSLeaf is Leaf as a tls.Certificate, for a test server.
+func (ca *CA) TLSLeaf(t testing.TB, serial int64) tls.Certificate {
+	t.Helper()
+	c, k := ca.Leaf(t, serial)
+	cert, err := tls.X509KeyPair(c, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cert
+}
