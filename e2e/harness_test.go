@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"mime/multipart"
@@ -141,36 +142,64 @@ log:
 
 func (g *gateway) start() {
 	g.t.Helper()
+	for attempt := 1; ; attempt++ {
+		err := g.tryStart()
+		if err == nil {
+			return
+		}
+		// Ports are picked by binding and releasing them; another listener
+		// can take one before keygate binds it. That is the test's race,
+		// not keygate's failure: pick new ports and start again.
+		if attempt < 4 && strings.Contains(g.logs.String(), "address already in use") {
+			g.t.Logf("port taken before keygate bound it (attempt %d); retrying with new ports", attempt)
+			api, admin := testkit.FreeAddr(g.t), testkit.FreeAddr(g.t)
+			oldAPI, oldAdmin := strings.TrimPrefix(g.API, "https://"), strings.TrimPrefix(g.Admin, "http://")
+			g.rewriteConfig(func(c string) string {
+				return strings.Replace(strings.Replace(c, oldAPI, api, 1), oldAdmin, admin, 1)
+			})
+			g.API, g.Admin = "https://"+api, "http://"+admin
+			g.logs = &testkit.SyncBuffer{}
+			g.exited = make(chan error, 1)
+			continue
+		}
+		g.t.Fatalf("%v\n%s", err, g.logs.String())
+	}
+}
+
+// tryStart starts the binary and waits until /readyz answers 200.
+func (g *gateway) tryStart() error {
 	g.cmd = exec.Command(binary, "serve", "--config", g.cfgPath)
 	g.cmd.Stdout, g.cmd.Stderr = g.logs, g.logs
 	g.cmd.Dir = g.dir
 	if err := g.cmd.Start(); err != nil {
-		g.t.Fatal(err)
+		return err
 	}
-	go func() { g.exited <- g.cmd.Wait() }()
+	cmd, logs := g.cmd, g.logs
+	exited := g.exited
+	go func() { exited <- cmd.Wait() }()
 	g.t.Cleanup(func() {
-		_ = g.cmd.Process.Kill()
+		_ = cmd.Process.Kill()
 		if g.t.Failed() {
-			g.t.Logf("keygate logs:\n%s", tail(g.logs.String(), 4000))
+			g.t.Logf("keygate logs:\n%s", tail(logs.String(), 4000))
 		}
 	})
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		select {
-		case err := <-g.exited:
-			g.t.Fatalf("keygate exited at start: %v\n%s", err, g.logs.String())
+		case err := <-exited:
+			return fmt.Errorf("keygate exited at start: %v", err)
 		default:
 		}
 		resp, err := http.Get(g.Admin + "/readyz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
-				return
+				return nil
 			}
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	g.t.Fatalf("keygate not ready within 30s:\n%s", g.logs.String())
+	return errors.New("keygate not ready within 30s")
 }
 
 func tail(s string, n int) string {

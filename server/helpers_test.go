@@ -118,10 +118,9 @@ func newHarness(t *testing.T, s setup) *harness {
 	h.RegistryID = rec.ID
 
 	cfg := config.Default()
-	// config rejects equal listen strings, "127.0.0.1:0" included, so
-	// each listener gets a port of its own.
-	cfg.Server.Listen = testkit.FreeAddr(t)
-	cfg.Server.AdminListen = testkit.FreeAddr(t)
+	// Port 0: the kernel picks, so parallel tests never race for a port.
+	cfg.Server.Listen = "127.0.0.1:0"
+	cfg.Server.AdminListen = "127.0.0.1:0"
 	cfg.Server.SpoolDir = dir
 	cfg.Server.DrainTimeout = 5 * time.Second
 	cfg.TLS.SelfSignedDir = filepath.Join(dir, "tls")

@@ -2,15 +2,19 @@ package server_test
 
 import (
 	"bufio"
+	"context"
 	"crypto/tls"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/keygate/keygate/config"
+	"github.com/keygate/keygate/server"
 )
 
 // TestSlowHeadersAreCut: a client that starts a request and never finishes
@@ -54,5 +58,26 @@ func TestOversizedHeadersAreRefused(t *testing.T) {
 	}
 	if n := h.Registry.hits.Load(); n != 0 {
 		t.Errorf("the upstream got %d requests", n)
+	}
+}
+
+// TestStartFailureIsAnErrorNotAPanic: a listener that cannot be opened
+// (the port is taken) is an error naming the field, and everything opened
+// before it is closed again.
+func TestStartFailureIsAnErrorNotAPanic(t *testing.T) {
+	t.Parallel()
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	cfg := config.Default()
+	cfg.Server.Listen = "127.0.0.1:0"
+	cfg.Server.AdminListen = taken.Addr().String()
+	cfg.Keystore.File = filepath.Join(t.TempDir(), "keys.yaml")
+	cfg.TLS.SelfSignedDir = filepath.Join(t.TempDir(), "tls")
+	_, err = server.New(context.Background(), cfg, server.Deps{})
+	if err == nil || !strings.Contains(err.Error(), "server.admin_listen") {
+		t.Fatalf("err = %v, want one naming server.admin_listen", err)
 	}
 }

@@ -105,9 +105,10 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (s *Server, err erro
 	if s.log == nil {
 		s.log = zap.NewNop()
 	}
+	built := s // the returns below set s to nil; close what was opened
 	defer func() {
 		if err != nil {
-			s.closeAll()
+			built.closeAll()
 		}
 	}()
 	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

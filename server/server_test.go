@@ -113,7 +113,7 @@ func TestFilesModeReloadsWithoutRestart(t *testing.T) {
 
 func TestPlainHTTPListener(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, setup{mod: func(c *config.Config) { c.Server.HTTPListen = testkit.FreeAddr(t) }})
+	h := newHarness(t, setup{mod: func(c *config.Config) { c.Server.HTTPListen = "127.0.0.1:0" }})
 	if h.Plain == "" {
 		t.Fatal("server.http_listen set but HTTPAddr is nil")
 	}
