@@ -187,7 +187,7 @@ func (g *gateway) tryStart() error {
 	for time.Now().Before(deadline) {
 		select {
 		case err := <-exited:
-			return fmt.Errorf("keygate exited at start: %v", err)
+			return fmt.Errorf("keygate exited at start: %w", err)
 		default:
 		}
 		resp, err := http.Get(g.Admin + "/readyz")
