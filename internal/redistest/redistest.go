@@ -5,6 +5,7 @@ package redistest
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -12,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -22,12 +24,13 @@ import (
 // Server is one running redis-server. It is not safe for concurrent use
 // by several goroutines that start and stop it at once.
 type Server struct {
-	Addr string // host:port on 127.0.0.1
-	Port int
-	dir  string
-	args []string
-	cmd  *exec.Cmd
-	t    testing.TB
+	Addr   string // host:port on 127.0.0.1
+	Port   int
+	dir    string
+	args   []string
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when cmd has been waited for
+	t      testing.TB
 }
 
 // Binary returns the path of redis-server, or fails the test with an
@@ -47,35 +50,77 @@ func Binary(t testing.TB) string {
 func Start(t testing.TB, extra ...string) *Server {
 	t.Helper()
 	s := &Server{t: t, dir: t.TempDir()}
-	s.Port = testkit.FreePort(t)
-	s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port))
-	s.args = append([]string{
-		"--port", strconv.Itoa(s.Port),
-		"--bind", "127.0.0.1",
-		"--save", "",
-		"--appendonly", "no",
-		"--dir", s.dir,
-		"--logfile", filepath.Join(s.dir, "redis.log"),
-	}, extra...)
-	s.start()
+	for attempt := 1; ; attempt++ {
+		s.Port = testkit.FreePort(t)
+		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port))
+		s.args = append([]string{
+			"--port", strconv.Itoa(s.Port),
+			"--bind", "127.0.0.1",
+			"--save", "",
+			"--appendonly", "no",
+			"--dir", s.dir,
+			"--logfile", filepath.Join(s.dir, "redis.log"),
+		}, extra...)
+		err := s.tryStart()
+		if err == nil {
+			break
+		}
+		// The port was picked by binding and releasing it; another
+		// listener may have taken it since. Pick again.
+		if attempt < 4 && errors.Is(err, errPortTaken) {
+			continue
+		}
+		log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+		t.Fatalf("redis-server on %s: %v\n%s", s.Addr, err, log)
+	}
 	t.Cleanup(s.Stop)
 	return s
 }
 
+var errPortTaken = errors.New("port taken by another process")
+
 func (s *Server) start() {
 	s.t.Helper()
+	if err := s.tryStart(); err != nil {
+		log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+		s.t.Fatalf("redis-server on %s: %v\n%s", s.Addr, err, log)
+	}
+}
+
+// tryStart starts redis-server and waits until it answers, making sure the
+// answer comes from this process and not from another server that holds
+// the port.
+func (s *Server) tryStart() error {
 	cmd := exec.Command(Binary(s.t), s.args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
-		s.t.Fatalf("start redis-server: %v", err)
+		return fmt.Errorf("start redis-server: %w", err)
 	}
-	s.cmd = cmd
-	if err := waitPing(s.Addr, 10*time.Second); err != nil {
-		_ = cmd.Process.Kill()
-		_, _ = cmd.Process.Wait()
-		log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
-		s.t.Fatalf("redis-server on %s did not answer: %v\n%s", s.Addr, err, log)
+	exited := make(chan struct{})
+	go func() { _, _ = cmd.Process.Wait(); close(exited) }()
+	want := "process_id:" + strconv.Itoa(cmd.Process.Pid)
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-exited:
+			return errPortTaken // redis-server exits at once when it cannot bind
+		default:
+		}
+		if info, err := do(s.Addr, "INFO", "server"); err == nil {
+			if strings.Contains(info, want) {
+				s.cmd = cmd
+				s.exited = exited
+				return nil
+			}
+			_ = cmd.Process.Kill()
+			<-exited
+			return errPortTaken // someone else's server answers on the port
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
+	_ = cmd.Process.Kill()
+	<-exited
+	return errors.New("did not answer within 10s")
 }
 
 // Kill ends the server with SIGKILL, as a crash would.
@@ -85,7 +130,7 @@ func (s *Server) Kill() {
 	}
 	_ = s.cmd.Process.Signal(syscall.SIGCONT) // a stopped process must run to die
 	_ = s.cmd.Process.Kill()
-	_, _ = s.cmd.Process.Wait()
+	<-s.exited
 	s.cmd = nil
 }
 
@@ -157,17 +202,4 @@ func do(addr string, args ...string) (string, error) {
 		return "", fmt.Errorf("redis: %s", line[1:len(line)-2])
 	}
 	return line[1 : len(line)-2], nil
-}
-
-func waitPing(addr string, within time.Duration) error {
-	deadline := time.Now().Add(within)
-	var err error
-	for time.Now().Before(deadline) {
-		var out string
-		if out, err = do(addr, "PING"); err == nil && out == "PONG" {
-			return nil
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return err
 }
