@@ -4,20 +4,22 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+
+	"github.com/keygate/keygate/oauth2/oauth2test"
 )
 
 func BenchmarkAuthenticate(b *testing.B) {
-	rsaS := newRSASigner(b, "rsa-1")
-	ecS := newECSigner(b, "ec-1")
-	is := newIssuer(b, rsaS, ecS)
+	rsaS := oauth2test.NewRSA(b, "rsa-1")
+	ecS := oauth2test.NewEC(b, "ec-1")
+	is := oauth2test.NewIssuer(b, rsaS, ecS)
 	a := newAuthenticator(b, is, nil)
 	for _, bc := range []struct {
 		name string
-		s    signer
+		s    oauth2test.Signer
 	}{{"RS256", rsaS}, {"ES256", ecS}} {
 		b.Run(bc.name, func(b *testing.B) {
 			r := httptest.NewRequest(http.MethodPost, "https://keygate.test/sync", nil)
-			r.Header.Set("Authorization", "Bearer "+mint(b, bc.s, claims()))
+			r.Header.Set("Authorization", "Bearer "+oauth2test.Mint(b, bc.s, claims()))
 			b.ReportAllocs()
 			for b.Loop() {
 				v, err := a.Authenticate(r)

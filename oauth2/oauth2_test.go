@@ -31,6 +31,7 @@ import (
 
 	"github.com/keygate/keygate/auth"
 	"github.com/keygate/keygate/oauth2"
+	"github.com/keygate/keygate/oauth2/oauth2test"
 )
 
 // The gateway's chain calls an Authenticator through auth.Credential.
@@ -57,19 +58,19 @@ func with(c map[string]any, kv ...any) map[string]any {
 
 func TestAuthenticate(t *testing.T) {
 	t.Parallel()
-	rsaS := newRSASigner(t, "rsa-1")
-	ecS := newECSigner(t, "ec-1")
-	is := newIssuer(t, rsaS, ecS)
+	rsaS := oauth2test.NewRSA(t, "rsa-1")
+	ecS := oauth2test.NewEC(t, "ec-1")
+	is := oauth2test.NewIssuer(t, rsaS, ecS)
 	a := newAuthenticator(t, is, nil)
 
-	forger := newRSASigner(t, "rsa-1") // same kid, key not in the JWKS
+	forger := oauth2test.NewRSA(t, "rsa-1") // same kid, key not in the JWKS
 	ecAsRSA := ecS
-	ecAsRSA.key, _ = ecS.key.Clone()
-	_ = ecAsRSA.key.Set("kid", "rsa-1")
+	ecAsRSA.Key, _ = ecS.Key.Clone()
+	_ = ecAsRSA.Key.Set("kid", "rsa-1")
 	rs512 := rsaS
-	rs512.alg = jwa.RS512()
+	rs512.Alg = jwa.RS512()
 
-	pubDER, err := x509.MarshalPKIXPublicKey(rsaS.raw.Public())
+	pubDER, err := x509.MarshalPKIXPublicKey(rsaS.Raw.Public())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,8 +85,8 @@ func TestAuthenticate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	noKid := signer{alg: jwa.RS256(), key: mustClone(t, rsaS), raw: rsaS.raw}
-	_ = noKid.key.Remove("kid")
+	noKid := oauth2test.Signer{Alg: jwa.RS256(), Key: mustClone(t, rsaS), Raw: rsaS.Raw}
+	_ = noKid.Key.Remove("kid")
 
 	now := time.Now()
 	c := claims()
@@ -106,51 +107,51 @@ func TestAuthenticate(t *testing.T) {
 		token string
 		want  auth.Verdict
 	}{
-		{"valid RS256 token", mint(t, rsaS, claims()),
+		{"valid RS256 token", oauth2test.Mint(t, rsaS, claims()),
 			ok("oauth2:client-123", testContext, "live", "extraction", "registry")},
-		{"valid ES256 token", mint(t, ecS, claims()),
+		{"valid ES256 token", oauth2test.Mint(t, ecS, claims()),
 			ok("oauth2:client-123", testContext, "live", "extraction", "registry")},
-		{"sub when no client_id", mint(t, rsaS, with(claims(), "client_id", nil)),
+		{"sub when no client_id", oauth2test.Mint(t, rsaS, with(claims(), "client_id", nil)),
 			ok("oauth2:user-1", testContext, "live", "extraction", "registry")},
-		{"unsafe client_id is sanitized", mint(t, rsaS, with(claims(), "client_id", "a b\r\n\"x")),
+		{"unsafe client_id is sanitized", oauth2test.Mint(t, rsaS, with(claims(), "client_id", "a b\r\n\"x")),
 			ok("oauth2:a_b___x", testContext, "live", "extraction", "registry")},
-		{"registry scope only via scp array", mint(t, ecS, with(claims(), "scope", nil, "scp", []string{"registry", "x"})),
+		{"registry scope only via scp array", oauth2test.Mint(t, ecS, with(claims(), "scope", nil, "scp", []string{"registry", "x"})),
 			ok("oauth2:client-123", testContext, "live", "registry")},
-		{"extraction scope via scp string", mint(t, ecS, with(claims(), "scope", nil, "scp", "a extraction:sync")),
+		{"extraction scope via scp string", oauth2test.Mint(t, ecS, with(claims(), "scope", nil, "scp", "a extraction:sync")),
 			ok("oauth2:client-123", testContext, "live", "extraction")},
-		{"test environment from env claim", mint(t, rsaS, with(claims(), "env", "test")),
+		{"test environment from env claim", oauth2test.Mint(t, rsaS, with(claims(), "env", "test")),
 			ok("oauth2:client-123", testContext, "test", "extraction", "registry")},
-		{"no context claim binds to none", mint(t, rsaS, with(claims(), "context", nil)),
+		{"no context claim binds to none", oauth2test.Mint(t, rsaS, with(claims(), "context", nil)),
 			ok("oauth2:client-123", "", "live", "extraction", "registry")},
-		{"expired within leeway", mint(t, rsaS, with(claims(), jwt.ExpirationKey, time.Now().Add(-10*time.Second))),
+		{"expired within leeway", oauth2test.Mint(t, rsaS, with(claims(), jwt.ExpirationKey, time.Now().Add(-10*time.Second))),
 			ok("oauth2:client-123", testContext, "live", "extraction", "registry")},
-		{"second audience accepted", mint(t, rsaS, with(claims(), jwt.AudienceKey, []string{"x", "other"})),
+		{"second audience accepted", oauth2test.Mint(t, rsaS, with(claims(), jwt.AudienceKey, []string{"x", "other"})),
 			ok("oauth2:client-123", testContext, "live", "extraction", "registry")},
 
-		{"expired", mint(t, rsaS, with(claims(), jwt.ExpirationKey, time.Now().Add(-2*time.Minute))),
+		{"expired", oauth2test.Mint(t, rsaS, with(claims(), jwt.ExpirationKey, time.Now().Add(-2*time.Minute))),
 			auth.Verdict{Reason: auth.ReasonExpired, Message: "bearer token expired", Challenge: oauth2.ChallengeInvalidToken}},
-		{"not yet valid", mint(t, rsaS, with(claims(), jwt.NotBeforeKey, time.Now().Add(2*time.Minute))), invalid},
-		{"issued in the future", mint(t, rsaS, with(claims(), jwt.IssuedAtKey, time.Now().Add(2*time.Minute))), invalid},
-		{"no exp", mint(t, rsaS, with(claims(), jwt.ExpirationKey, nil)), invalid},
-		{"wrong issuer", mint(t, rsaS, with(claims(), jwt.IssuerKey, "https://evil.test/")), invalid},
-		{"wrong audience", mint(t, rsaS, with(claims(), jwt.AudienceKey, []string{"someone-else"})), invalid},
-		{"no subject at all", mint(t, rsaS, with(claims(), "client_id", nil, jwt.SubjectKey, nil)), invalid},
-		{"context claim not a string", mint(t, rsaS, with(claims(), "context", 42)), invalid},
-		{"context claim with unsafe bytes", mint(t, rsaS, with(claims(), "context", "a\nb")), invalid},
-		{"env claim neither live nor test", mint(t, rsaS, with(claims(), "env", "prod")), invalid},
+		{"not yet valid", oauth2test.Mint(t, rsaS, with(claims(), jwt.NotBeforeKey, time.Now().Add(2*time.Minute))), invalid},
+		{"issued in the future", oauth2test.Mint(t, rsaS, with(claims(), jwt.IssuedAtKey, time.Now().Add(2*time.Minute))), invalid},
+		{"no exp", oauth2test.Mint(t, rsaS, with(claims(), jwt.ExpirationKey, nil)), invalid},
+		{"wrong issuer", oauth2test.Mint(t, rsaS, with(claims(), jwt.IssuerKey, "https://evil.test/")), invalid},
+		{"wrong audience", oauth2test.Mint(t, rsaS, with(claims(), jwt.AudienceKey, []string{"someone-else"})), invalid},
+		{"no subject at all", oauth2test.Mint(t, rsaS, with(claims(), "client_id", nil, jwt.SubjectKey, nil)), invalid},
+		{"context claim not a string", oauth2test.Mint(t, rsaS, with(claims(), "context", 42)), invalid},
+		{"context claim with unsafe bytes", oauth2test.Mint(t, rsaS, with(claims(), "context", "a\nb")), invalid},
+		{"env claim neither live nor test", oauth2test.Mint(t, rsaS, with(claims(), "env", "prod")), invalid},
 		{"alg none", algNone, invalid},
-		{"forged signature with a known kid", mint(t, forger, claims()), invalid},
+		{"forged signature with a known kid", oauth2test.Mint(t, forger, claims()), invalid},
 		{"HS256 signed with the RSA public key", string(hs256), invalid},
-		{"ES256 token naming an RSA key", mint(t, ecAsRSA, claims()), invalid},
-		{"alg outside the allow-list", mint(t, rs512, claims()), invalid},
-		{"no kid", mint(t, noKid, claims()), invalid},
+		{"ES256 token naming an RSA key", oauth2test.Mint(t, ecAsRSA, claims()), invalid},
+		{"alg outside the allow-list", oauth2test.Mint(t, rs512, claims()), invalid},
+		{"no kid", oauth2test.Mint(t, noKid, claims()), invalid},
 		{"garbage in JWT shape", "abc.def.ghi", invalid},
 		{"garbage", "not-a-jwt", invalid},
 
-		{"no product scope", mint(t, rsaS, with(claims(), "scope", "openid profile")),
+		{"no product scope", oauth2test.Mint(t, rsaS, with(claims(), "scope", "openid profile")),
 			auth.Verdict{Reason: oauth2.ReasonInsufficientScope, Status: http.StatusForbidden,
 				Message: "insufficient scope", Challenge: oauth2.ChallengeInsufficientScope}},
-		{"scope that only prefixes a product scope", mint(t, rsaS, with(claims(), "scope", "extraction registryx")),
+		{"scope that only prefixes a product scope", oauth2test.Mint(t, rsaS, with(claims(), "scope", "extraction registryx")),
 			auth.Verdict{Reason: oauth2.ReasonInsufficientScope, Status: http.StatusForbidden,
 				Message: "insufficient scope", Challenge: oauth2.ChallengeInsufficientScope}},
 	}
@@ -171,9 +172,9 @@ func TestAuthenticate(t *testing.T) {
 	}
 }
 
-func mustClone(t *testing.T, s signer) jwk.Key {
+func mustClone(t *testing.T, s oauth2test.Signer) jwk.Key {
 	t.Helper()
-	k, err := s.key.Clone()
+	k, err := s.Key.Clone()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,10 +190,10 @@ func equalVerdict(a, b auth.Verdict) bool {
 
 func TestAuthorizationHeader(t *testing.T) {
 	t.Parallel()
-	s := newECSigner(t, "ec-1")
-	is := newIssuer(t, s)
+	s := oauth2test.NewEC(t, "ec-1")
+	is := oauth2test.NewIssuer(t, s)
 	a := newAuthenticator(t, is, nil)
-	good := mint(t, s, claims())
+	good := oauth2test.Mint(t, s, claims())
 
 	tests := []struct {
 		name        string
@@ -240,45 +241,45 @@ func TestAuthorizationHeader(t *testing.T) {
 
 func TestKeyRotation(t *testing.T) {
 	t.Parallel()
-	old := newRSASigner(t, "rsa-1")
-	is := newIssuer(t, old)
+	old := oauth2test.NewRSA(t, "rsa-1")
+	is := oauth2test.NewIssuer(t, old)
 	a := newAuthenticator(t, is, nil)
 
-	if v, err := a.Authenticate(bearerRequest(mint(t, old, claims()))); err != nil || !v.OK {
+	if v, err := a.Authenticate(bearerRequest(oauth2test.Mint(t, old, claims()))); err != nil || !v.OK {
 		t.Fatalf("old key: %+v, %v", v, err)
 	}
-	rotated := newECSigner(t, "ec-2")
-	tok := mint(t, rotated, claims())
-	is.publish(t, rotated)
+	rotated := oauth2test.NewEC(t, "ec-2")
+	tok := oauth2test.Mint(t, rotated, claims())
+	is.Publish(t, rotated)
 	v, err := a.Authenticate(bearerRequest(tok))
 	if err != nil || !v.OK {
 		t.Fatalf("token signed with the new key refused: %+v, %v", v, err)
 	}
-	if n := is.fetches.Load(); n != 2 {
+	if n := is.Fetches.Load(); n != 2 {
 		t.Errorf("JWKS fetches = %d, want 2 (start + one on the new kid)", n)
 	}
 	// The new key is cached: no further fetch.
 	if v, err := a.Authenticate(bearerRequest(tok)); err != nil || !v.OK {
 		t.Fatalf("second use of the new key: %+v, %v", v, err)
 	}
-	if n := is.fetches.Load(); n != 2 {
+	if n := is.Fetches.Load(); n != 2 {
 		t.Errorf("JWKS fetches = %d after reuse, want 2", n)
 	}
 }
 
 func TestUnknownKidFloodIsRateLimited(t *testing.T) {
 	t.Parallel()
-	good := newRSASigner(t, "rsa-1")
-	is := newIssuer(t, good)
+	good := oauth2test.NewRSA(t, "rsa-1")
+	is := oauth2test.NewIssuer(t, good)
 	a := newAuthenticator(t, is, func(c *oauth2.Config) { c.JWKSRefreshMinInterval = time.Hour })
 
 	const flood = 300
 	toks := make([]string, flood)
 	for i := range toks {
 		s := good
-		s.key, _ = good.key.Clone()
-		_ = s.key.Set("kid", fmt.Sprintf("made-up-%d", i))
-		toks[i] = mint(t, s, claims())
+		s.Key, _ = good.Key.Clone()
+		_ = s.Key.Set("kid", fmt.Sprintf("made-up-%d", i))
+		toks[i] = oauth2test.Mint(t, s, claims())
 	}
 	var wg sync.WaitGroup
 	errs := make(chan error, flood)
@@ -300,23 +301,23 @@ func TestUnknownKidFloodIsRateLimited(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	if n := is.fetches.Load(); n > 2 {
+	if n := is.Fetches.Load(); n > 2 {
 		t.Errorf("JWKS fetches = %d for %d unknown kids, want at most 2 (start + one refresh)", n, flood)
 	}
 	// Known keys keep working during and after the flood.
-	if v, err := a.Authenticate(bearerRequest(mint(t, good, claims()))); err != nil || !v.OK {
+	if v, err := a.Authenticate(bearerRequest(oauth2test.Mint(t, good, claims()))); err != nil || !v.OK {
 		t.Fatalf("good token after flood: %+v, %v", v, err)
 	}
 }
 
 func TestJWKSDownAtStart(t *testing.T) {
 	t.Parallel()
-	s := newRSASigner(t, "rsa-1")
-	is := newIssuer(t, s)
-	is.down.Store(true)
+	s := oauth2test.NewRSA(t, "rsa-1")
+	is := oauth2test.NewIssuer(t, s)
+	is.Down.Store(true)
 	// New succeeds: API keys keep working while the issuer is down.
 	a := newAuthenticator(t, is, func(c *oauth2.Config) { c.JWKSRefreshMinInterval = 20 * time.Millisecond })
-	tok := mint(t, s, claims())
+	tok := oauth2test.Mint(t, s, claims())
 
 	v, err := a.Authenticate(bearerRequest(tok))
 	if !errors.Is(err, oauth2.ErrJWKSUnavailable) {
@@ -331,7 +332,7 @@ func TestJWKSDownAtStart(t *testing.T) {
 	}
 
 	// The issuer recovers: tokens are accepted without restarting.
-	is.down.Store(false)
+	is.Down.Store(false)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		v, err = a.Authenticate(bearerRequest(tok))
@@ -347,71 +348,71 @@ func TestJWKSDownAtStart(t *testing.T) {
 
 func TestJWKSUnreachableAtStart(t *testing.T) {
 	t.Parallel()
-	s := newRSASigner(t, "rsa-1")
-	is := newIssuer(t, s)
-	u, client := is.url(), is.srv.Client()
-	is.srv.Close() // nothing listens any more
+	s := oauth2test.NewRSA(t, "rsa-1")
+	is := oauth2test.NewIssuer(t, s)
+	u, client := is.JWKSURL(), is.Server.Client()
+	is.Server.Close() // nothing listens any more
 	a, err := oauth2.New(context.Background(), testConfig(u), oauth2.Deps{HTTPClient: client})
 	if err != nil {
 		t.Fatalf("New with unreachable JWKS: %v (want success, 503 per request)", err)
 	}
 	defer a.Close()
-	if _, err := a.Authenticate(bearerRequest(mint(t, s, claims()))); !errors.Is(err, oauth2.ErrJWKSUnavailable) {
+	if _, err := a.Authenticate(bearerRequest(oauth2test.Mint(t, s, claims()))); !errors.Is(err, oauth2.ErrJWKSUnavailable) {
 		t.Fatalf("Authenticate error = %v, want ErrJWKSUnavailable", err)
 	}
 }
 
 func TestCachedKeysSurviveIssuerOutage(t *testing.T) {
 	t.Parallel()
-	s := newRSASigner(t, "rsa-1")
-	is := newIssuer(t, s)
+	s := oauth2test.NewRSA(t, "rsa-1")
+	is := oauth2test.NewIssuer(t, s)
 	a := newAuthenticator(t, is, nil)
-	is.down.Store(true)
+	is.Down.Store(true)
 
-	if v, err := a.Authenticate(bearerRequest(mint(t, s, claims()))); err != nil || !v.OK {
+	if v, err := a.Authenticate(bearerRequest(oauth2test.Mint(t, s, claims()))); err != nil || !v.OK {
 		t.Fatalf("cached key during outage: %+v, %v", v, err)
 	}
-	other := newRSASigner(t, "rsa-unknown")
-	if v, err := a.Authenticate(bearerRequest(mint(t, other, claims()))); err != nil || v.OK || v.Reason != auth.ReasonInvalid {
+	other := oauth2test.NewRSA(t, "rsa-unknown")
+	if v, err := a.Authenticate(bearerRequest(oauth2test.Mint(t, other, claims()))); err != nil || v.OK || v.Reason != auth.ReasonInvalid {
 		t.Fatalf("unknown kid during outage: %+v, %v; want a 401 refusal", v, err)
 	}
 }
 
 func TestCARoot(t *testing.T) {
 	t.Parallel()
-	s := newECSigner(t, "ec-1")
-	is := newIssuer(t, s)
-	caPEM := string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: is.srv.Certificate().Raw}))
+	s := oauth2test.NewEC(t, "ec-1")
+	is := oauth2test.NewIssuer(t, s)
+	caPEM := string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: is.Server.Certificate().Raw}))
 
 	t.Run("trusted through ca_root", func(t *testing.T) {
 		t.Parallel()
-		cfg := testConfig(is.url())
+		cfg := testConfig(is.JWKSURL())
 		cfg.CARoot = caPEM
 		a, err := oauth2.New(context.Background(), cfg, oauth2.Deps{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer a.Close()
-		if v, err := a.Authenticate(bearerRequest(mint(t, s, claims()))); err != nil || !v.OK {
+		if v, err := a.Authenticate(bearerRequest(oauth2test.Mint(t, s, claims()))); err != nil || !v.OK {
 			t.Fatalf("%+v, %v", v, err)
 		}
 	})
 	t.Run("untrusted certificate makes the key set unavailable", func(t *testing.T) {
 		t.Parallel()
-		cfg := testConfig(is.url())
+		cfg := testConfig(is.JWKSURL())
 		cfg.CARoot = selfSignedCA(t)
 		a, err := oauth2.New(context.Background(), cfg, oauth2.Deps{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer a.Close()
-		if _, err := a.Authenticate(bearerRequest(mint(t, s, claims()))); !errors.Is(err, oauth2.ErrJWKSUnavailable) {
+		if _, err := a.Authenticate(bearerRequest(oauth2test.Mint(t, s, claims()))); !errors.Is(err, oauth2.ErrJWKSUnavailable) {
 			t.Fatalf("err = %v, want ErrJWKSUnavailable", err)
 		}
 	})
 	t.Run("ca_root without a certificate", func(t *testing.T) {
 		t.Parallel()
-		cfg := testConfig(is.url())
+		cfg := testConfig(is.JWKSURL())
 		cfg.CARoot = "-----BEGIN nothing"
 		if _, err := oauth2.New(context.Background(), cfg, oauth2.Deps{}); err == nil || !strings.Contains(err.Error(), "auth.oauth2.ca_root") {
 			t.Fatalf("err = %v, want one naming auth.oauth2.ca_root", err)
@@ -438,21 +439,21 @@ func TestDisabled(t *testing.T) {
 
 func TestTokensNeverLogged(t *testing.T) {
 	t.Parallel()
-	s := newRSASigner(t, "rsa-1")
-	is := newIssuer(t, s)
+	s := oauth2test.NewRSA(t, "rsa-1")
+	is := oauth2test.NewIssuer(t, s)
 	core, logs := observer.New(zapcore.DebugLevel)
-	cfg := testConfig(is.url())
-	a, err := oauth2.New(context.Background(), cfg, oauth2.Deps{Logger: zap.New(core), HTTPClient: is.srv.Client()})
+	cfg := testConfig(is.JWKSURL())
+	a, err := oauth2.New(context.Background(), cfg, oauth2.Deps{Logger: zap.New(core), HTTPClient: is.Server.Client()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Close()
 
 	toks := []string{
-		mint(t, s, with(claims(), jwt.ExpirationKey, time.Now().Add(-time.Hour))),
-		mint(t, s, with(claims(), jwt.IssuerKey, "https://evil.test/")),
-		mint(t, s, with(claims(), "scope", "none")),
-		mint(t, newRSASigner(t, "nope"), claims()),
+		oauth2test.Mint(t, s, with(claims(), jwt.ExpirationKey, time.Now().Add(-time.Hour))),
+		oauth2test.Mint(t, s, with(claims(), jwt.IssuerKey, "https://evil.test/")),
+		oauth2test.Mint(t, s, with(claims(), "scope", "none")),
+		oauth2test.Mint(t, oauth2test.NewRSA(t, "nope"), claims()),
 		"abc.def.ghi",
 	}
 	for _, tok := range toks {

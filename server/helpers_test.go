@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -12,10 +11,8 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
-	"encoding/pem"
 	"io"
 	"mime/multipart"
 	"net/http"
@@ -30,7 +27,6 @@ import (
 	"time"
 
 	"github.com/lestrrat-go/jwx/v3/jwa"
-	"github.com/lestrrat-go/jwx/v3/jwk"
 	"github.com/lestrrat-go/jwx/v3/jwt"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -38,6 +34,7 @@ import (
 	"github.com/keygate/keygate/config"
 	"github.com/keygate/keygate/internal/testkit"
 	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/oauth2/oauth2test"
 	"github.com/keygate/keygate/ratelimit"
 	"github.com/keygate/keygate/server"
 	"github.com/keygate/keygate/standin"
@@ -387,12 +384,6 @@ func writeFileAtomic(t *testing.T, path string, data []byte) {
 
 // --- OAuth 2.0 issuer ---
 
-// signer is a private key the test issuer signs with.
-type signer struct {
-	alg jwa.SignatureAlgorithm
-	key jwk.Key // private, with kid
-}
-
 var (
 	rsaKeys = sync.OnceValue(func() []*rsa.PrivateKey {
 		var ks []*rsa.PrivateKey
@@ -420,80 +411,22 @@ var (
 
 // rsaSigner and ecSigner return signers over the i-th shared test key
 // (RSA keys are slow to make under -race), named kid.
-func rsaSigner(t *testing.T, i int, kid string) signer {
-	return importSigner(t, rsaKeys()[i], kid, jwa.RS256())
+func rsaSigner(t *testing.T, i int, kid string) oauth2test.Signer {
+	return oauth2test.Import(t, rsaKeys()[i], kid, jwa.RS256())
 }
 
-func ecSigner(t *testing.T, i int, kid string) signer {
-	return importSigner(t, ecKeys()[i], kid, jwa.ES256())
-}
-
-func importSigner(t *testing.T, raw crypto.Signer, kid string, alg jwa.SignatureAlgorithm) signer {
-	t.Helper()
-	k, err := jwk.Import(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := k.Set(jwk.KeyIDKey, kid); err != nil {
-		t.Fatal(err)
-	}
-	return signer{alg: alg, key: k}
-}
-
-// issuer serves a JWKS over loopback TLS with its own test certificate.
-type issuer struct {
-	srv  *httptest.Server
-	mu   sync.Mutex
-	keys []jwk.Key // public
-}
-
-func newIssuer(t *testing.T, signers ...signer) *issuer {
-	t.Helper()
-	is := &issuer{}
-	for _, s := range signers {
-		is.publish(t, s)
-	}
-	is.srv = httptest.NewTLSServer(http.HandlerFunc(is.serve))
-	t.Cleanup(is.srv.Close)
-	return is
-}
-
-func (is *issuer) publish(t *testing.T, s signer) {
-	t.Helper()
-	pub, err := s.key.PublicKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	is.mu.Lock()
-	is.keys = append(is.keys, pub)
-	is.mu.Unlock()
-}
-
-func (is *issuer) serve(w http.ResponseWriter, _ *http.Request) {
-	set := jwk.NewSet()
-	is.mu.Lock()
-	for _, k := range is.keys {
-		_ = set.AddKey(k)
-	}
-	is.mu.Unlock()
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(set)
-}
-
-// caPEM is the PEM of the certificate the JWKS endpoint serves (httptest's
-// is its own CA).
-func (is *issuer) caPEM() []byte {
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: is.srv.Certificate().Raw})
+func ecSigner(t *testing.T, i int, kid string) oauth2test.Signer {
+	return oauth2test.Import(t, ecKeys()[i], kid, jwa.ES256())
 }
 
 // withOAuth turns bearer tokens on against is, trusting its CA through
 // auth.oauth2.ca_root given inline.
-func withOAuth(is *issuer) func(*config.Config) {
+func withOAuth(is *oauth2test.Issuer) func(*config.Config) {
 	return func(c *config.Config) {
 		c.Auth.OAuth2.Enabled = true
 		c.Auth.OAuth2.Issuer = testIssuer
-		c.Auth.OAuth2.JWKSURL = is.srv.URL + "/.well-known/jwks.json"
-		c.Auth.OAuth2.CARoot = string(is.caPEM())
+		c.Auth.OAuth2.JWKSURL = is.JWKSURL()
+		c.Auth.OAuth2.CARoot = string(is.CAPEM())
 	}
 }
 
@@ -522,37 +455,7 @@ func with(c map[string]any, kv ...any) map[string]any {
 }
 
 // mint signs c with s and records the token as a secret of h.
-func (h *harness) mint(s signer, c map[string]any) string {
+func (h *harness) mint(s oauth2test.Signer, c map[string]any) string {
 	h.t.Helper()
-	tok := jwt.New()
-	for k, v := range c {
-		if err := tok.Set(k, v); err != nil {
-			h.t.Fatal(err)
-		}
-	}
-	b, err := jwt.Sign(tok, jwt.WithKey(s.alg, s.key))
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	return h.secret(string(b))
-}
-
-func b64json(v any) string {
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic(err)
-	}
-	return base64.RawURLEncoding.EncodeToString(b)
-}
-
-// unsigned returns a token with alg none over c.
-func unsigned(c map[string]any, kid string) string {
-	cc := map[string]any{}
-	for k, v := range c {
-		if tm, ok := v.(time.Time); ok {
-			v = tm.Unix()
-		}
-		cc[k] = v
-	}
-	return b64json(map[string]string{"alg": "none", "typ": "JWT", "kid": kid}) + "." + b64json(cc) + "."
+	return h.secret(oauth2test.Mint(h.t, s, c))
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/keygate/keygate/config"
 	"github.com/keygate/keygate/gateway"
+	"github.com/keygate/keygate/oauth2/oauth2test"
 	"github.com/keygate/keygate/ratelimit"
 )
 
@@ -17,12 +18,12 @@ const invalidToken = `Bearer error="invalid_token"`
 func TestOAuth2BesideAPIKeys(t *testing.T) {
 	t.Parallel()
 	rs, es := rsaSigner(t, 0, "rsa-1"), ecSigner(t, 0, "ec-1")
-	is := newIssuer(t, rs, es)
+	is := oauth2test.NewIssuer(t, rs, es)
 	h := newHarness(t, setup{mod: withOAuth(is)})
 
-	for _, s := range []signer{rs, es} {
-		t.Run("valid "+s.alg.String()+" token posts /sync", func(t *testing.T) {
-			client := "client-" + s.alg.String()
+	for _, s := range []oauth2test.Signer{rs, es} {
+		t.Run("valid "+s.Alg.String()+" token posts /sync", func(t *testing.T) {
+			client := "client-" + s.Alg.String()
 			tok := h.mint(s, claims(client, "openid extraction:sync"))
 			before := h.Extraction.hits.Load()
 			r, sent := h.syncTo(h.API, tokCred(tok), ctxA)
@@ -57,16 +58,15 @@ func TestOAuth2BesideAPIKeys(t *testing.T) {
 		good := claims("client-bad", "extraction:sync")
 		forger := rsaSigner(t, 2, "rsa-1") // an unpublished key claiming the published kid
 		valid := h.mint(rs, claims("client-bad", "extraction:sync"))
-		parts := strings.Split(valid, ".")
-		tampered := parts[0] + "." + b64json(map[string]any{
+		tampered := oauth2test.Tamper(valid, map[string]any{
 			"iss": testIssuer, "aud": []string{"keygate"}, "client_id": "client-bad",
 			"exp": time.Now().Add(time.Hour).Unix(), "scope": "extraction:sync", "context": ctxB,
-		}) + "." + parts[2]
+		})
 		cases := []struct{ name, token string }{
 			{"expired", h.mint(rs, with(claims("client-bad", "extraction:sync"), "exp", time.Now().Add(-time.Hour), "iat", time.Now().Add(-2*time.Hour), "nbf", time.Now().Add(-2*time.Hour)))},
 			{"wrong iss", h.mint(es, with(claims("client-bad", "extraction:sync"), "iss", "https://evil.test/"))},
 			{"wrong aud", h.mint(rs, with(claims("client-bad", "extraction:sync"), "aud", []string{"someone-else"}))},
-			{"alg none", h.secret(unsigned(good, "rsa-1"))},
+			{"alg none", h.secret(oauth2test.Unsigned(good, "rsa-1"))},
 			{"forged signature", h.mint(forger, claims("client-bad", "extraction:sync"))},
 			{"tampered payload", h.secret(tampered)},
 		}
@@ -123,10 +123,10 @@ func TestOAuth2BesideAPIKeys(t *testing.T) {
 func TestOAuth2JWKSRotation(t *testing.T) {
 	t.Parallel()
 	old, next := rsaSigner(t, 1, "2026-01"), ecSigner(t, 1, "2026-02")
-	is := newIssuer(t, old)
+	is := oauth2test.NewIssuer(t, old)
 	// The issuer's CA is given as a file this time.
 	caFile := filepath.Join(t.TempDir(), "issuer-ca.pem")
-	if err := os.WriteFile(caFile, is.caPEM(), 0o600); err != nil {
+	if err := os.WriteFile(caFile, is.CAPEM(), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	h := newHarness(t, setup{mod: func(c *config.Config) {
@@ -141,7 +141,7 @@ func TestOAuth2JWKSRotation(t *testing.T) {
 	early := h.mint(next, claims("client-rot", "extraction:sync"))
 	assertError(t, h.sync(tokCred(early), ctxA), 401, "")
 
-	is.publish(t, next)
+	is.Publish(t, next)
 	r := h.sync(tokCred(h.mint(next, claims("client-rot", "extraction:sync"))), ctxA)
 	if r.Status != 200 || r.Echo.Identity["x-keygate-key-id"] != "oauth2:client-rot" {
 		t.Fatalf("token of the rotated-in key: %d %s", r.Status, r.Body)
@@ -154,7 +154,7 @@ func TestOAuth2JWKSRotation(t *testing.T) {
 func TestRateLimitPerCredential(t *testing.T) {
 	t.Parallel()
 	rs, es := rsaSigner(t, 0, "rsa-1"), ecSigner(t, 0, "ec-1")
-	is := newIssuer(t, rs, es)
+	is := oauth2test.NewIssuer(t, rs, es)
 	const burst = 3
 	h := newHarness(t, setup{mod: func(c *config.Config) {
 		withOAuth(is)(c)
@@ -208,7 +208,7 @@ func TestRateLimitPerCredential(t *testing.T) {
 func TestAPIKeyDeprecationHeaders(t *testing.T) {
 	t.Parallel()
 	rs := rsaSigner(t, 0, "rsa-1")
-	is := newIssuer(t, rs)
+	is := oauth2test.NewIssuer(t, rs)
 	date := time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)
 	sunset := time.Date(2027, 7, 1, 0, 0, 0, 0, time.UTC)
 	const link = "https://docs.example.com/oauth2-migration"
@@ -244,7 +244,7 @@ func TestAPIKeyDeprecationHeaders(t *testing.T) {
 func TestAPIKeySwitches(t *testing.T) {
 	t.Parallel()
 	rs := rsaSigner(t, 0, "rsa-1")
-	is := newIssuer(t, rs)
+	is := oauth2test.NewIssuer(t, rs)
 	cases := []struct {
 		name       string
 		mod        func(*config.APIKeysConfig)
