@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"encoding/hex"
-	"encoding/json"
 	"io"
 	"mime/multipart"
 	"net"
@@ -183,33 +182,11 @@ func syncForm(t testing.TB, contextID string) (string, []byte) {
 	return form(t, part{"files", "%PDF-1.4 hello"}, part{"id", "5e0e5f3a-1b2c-4d3e-8f40-5a6b7c8d9e0f"}, part{"contextId", contextID})
 }
 
-type result struct {
-	Status int
-	Header http.Header
-	Body   []byte
-	Echo   standin.Echo
-	Err    struct {
-		StateText string
-		TraceId   string
-		Messages  []string
-	}
-}
+type result = testkit.Result
 
 func (e *env) do(req *http.Request) result {
 	e.t.Helper()
-	resp, err := e.Client.Do(req)
-	if err != nil {
-		e.t.Fatalf("%s %s: %v", req.Method, req.URL.Path, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	r := result{Status: resp.StatusCode, Header: resp.Header, Body: b}
-	if resp.StatusCode == 200 {
-		_ = json.Unmarshal(b, &r.Echo)
-	} else {
-		_ = json.Unmarshal(b, &r.Err)
-	}
-	return r
+	return testkit.Do(e.t, e.Client, req)
 }
 
 func (e *env) request(method, path, key string, ct string, body io.Reader) *http.Request {

@@ -12,8 +12,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
-	"encoding/json"
-	"io"
 	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
@@ -243,34 +241,11 @@ func (c cred) apply(r *http.Request) {
 }
 
 // result is a response read whole.
-type result struct {
-	Status int
-	Proto  int
-	Header http.Header
-	Body   []byte
-	Echo   standin.Echo
-	Err    struct {
-		StateText string
-		TraceId   string
-		Messages  []string
-	}
-}
+type result = testkit.Result
 
 func (h *harness) do(req *http.Request) result {
 	h.t.Helper()
-	resp, err := h.Client.Do(req)
-	if err != nil {
-		h.t.Fatalf("%s %s: %v", req.Method, req.URL.Path, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	r := result{Status: resp.StatusCode, Proto: resp.ProtoMajor, Header: resp.Header, Body: b}
-	if resp.StatusCode == 200 {
-		_ = json.Unmarshal(b, &r.Echo)
-	} else {
-		_ = json.Unmarshal(b, &r.Err)
-	}
-	return r
+	return testkit.Do(h.t, h.Client, req)
 }
 
 func (h *harness) get(base, path string, c cred) result {
