@@ -173,16 +173,14 @@ func (s *Redis) Load(ctx context.Context, key string) ([]byte, error) {
 
 // deleteScript removes a key and everything under it ("key/..."), from the
 // data hashes and the index, atomically. KEYS[1] is the index; ARGV[1] the
-// data key prefix, ARGV[2] the key ("" for everything).
+// data key prefix, ARGV[2] the key, which must not be empty (the root).
 var deleteScript = redis.NewScript(`
 local idx, dprefix, key = KEYS[1], ARGV[1], ARGV[2]
-local members
 if key == "" then
-  members = redis.call("ZRANGE", idx, 0, -1)
-else
-  members = redis.call("ZRANGEBYLEX", idx, "[" .. key .. "/", "(" .. key .. "/\255")
-  table.insert(members, key)
+  return redis.error_reply("empty key")
 end
+local members = redis.call("ZRANGEBYLEX", idx, "[" .. key .. "/", "(" .. key .. "/\255")
+table.insert(members, key)
 for i = 1, #members, 500 do
   local chunk_idx, chunk_data = {}, {}
   for j = i, math.min(i + 499, #members) do
@@ -196,9 +194,14 @@ return #members
 `)
 
 // Delete removes key and, as FileStorage does for a directory, every key
-// under it. Deleting a missing key is not an error.
+// under it. Deleting a missing key is not an error. A key that names the
+// root ("", "/") is refused, as Store refuses it: it would delete the
+// whole store.
 func (s *Redis) Delete(ctx context.Context, key string) error {
 	key = norm(key)
+	if key == "" {
+		return errors.New("certstore: delete: empty key (the whole store)")
+	}
 	if err := deleteScript.Run(ctx, s.client, []string{s.idx}, s.base+"d/", key).Err(); err != nil {
 		return fmt.Errorf("certstore: delete %q: %w", key, err)
 	}

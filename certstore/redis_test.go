@@ -389,3 +389,28 @@ func BenchmarkRedisLockUnlock(b *testing.B) {
 		}
 	}
 }
+
+// TestDeleteRefusesTheRoot: a key that normalises to the root ("", "/",
+// ".") names the whole store. Delete refuses it, as Store does, rather than
+// wiping every certificate and account.
+func TestDeleteRefusesTheRoot(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	s := newRedis(t, newClient(t, srv), certstore.Options{})
+	ctx := context.Background()
+	for k, v := range seed {
+		if err := s.Store(ctx, k, []byte(v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, key := range []string{"", "/", ".", "//"} {
+		if err := s.Delete(ctx, key); err == nil {
+			t.Errorf("Delete(%q) = nil, want an error", key)
+		}
+	}
+	for k := range seed {
+		if !s.Exists(ctx, k) {
+			t.Errorf("%s is gone after Delete of the root", k)
+		}
+	}
+}
