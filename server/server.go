@@ -365,8 +365,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.draining.Store(true)
 		s.log.Info("draining: no new connections; waiting for in-flight requests")
 		var wg sync.WaitGroup
-		errs := make([]error, 3)
-		for i, srv := range []*http.Server{s.api, s.plain} {
+		servers := []*http.Server{s.api, s.plain}
+		errs := make([]error, len(servers)+1)
+		for i, srv := range servers {
 			if srv == nil {
 				continue
 			}
@@ -374,10 +375,17 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			go func() { defer wg.Done(); errs[i] = srv.Shutdown(ctx) }()
 		}
 		wg.Wait()
-		if errs[0] != nil {
-			_ = s.api.Close()
+		// The admin server drains last, so /readyz reports "draining" for
+		// as long as the others do.
+		servers = append(servers, s.admin)
+		errs[len(errs)-1] = s.admin.Shutdown(ctx)
+		// Past the drain timeout, cut off whatever connection is left on
+		// any listener.
+		for i, srv := range servers {
+			if srv != nil && errs[i] != nil {
+				_ = srv.Close()
+			}
 		}
-		errs[2] = s.admin.Shutdown(ctx)
 		s.closeAll()
 		err = errors.Join(errs...)
 		s.log.Info("stopped")
