@@ -66,7 +66,10 @@ type Config struct {
 	// MaxRetries is how often a failed command is retried; 0 means never
 	// (the callers have their own short timeouts and fallbacks).
 	MaxRetries int `yaml:"max_retries"`
-	// KeyPrefix starts every key keygate writes.
+	// KeyPrefix starts every key and pub/sub channel keygate uses: rate
+	// limits, quotas, key records and their change channel, certificates
+	// and their locks. Deployments that share a Redis need different
+	// prefixes.
 	KeyPrefix string `yaml:"key_prefix"`
 }
 

@@ -254,7 +254,7 @@ func (s *Server) openStore() error {
 }
 
 func (s *Server) openLimiter() error {
-	l, err := ratelimit.New(s.cfg.RateLimit, ratelimit.Deps{Redis: s.redis, Logger: s.log.Named("ratelimit")})
+	l, err := ratelimit.New(s.cfg.RateLimit, ratelimit.Deps{Redis: s.redis, KeyPrefix: s.cfg.Redis.KeyPrefix, Logger: s.log.Named("ratelimit")})
 	if err != nil {
 		return err
 	}
