@@ -152,8 +152,12 @@ func Load(path string) (Config, error) {
 
 // Parse parses and validates YAML on top of Default. Unknown fields are
 // errors, so a misspelt option does not silently fall back to its default.
+// An option the file writes replaces its default whole: a map-valued
+// option (ratelimit.limits, auth.oauth2.product_scopes) holds exactly the
+// entries written, and each entry only the fields written.
 func Parse(b []byte) (Config, error) {
 	c := Default()
+	clearWrittenMaps(&c, b)
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {

@@ -44,7 +44,8 @@ type Config struct {
 	// BreakerBackoff is how long Redis is bypassed before one request
 	// probes it again.
 	BreakerBackoff time.Duration `yaml:"breaker_backoff"`
-	// Limits maps a key's environment ("live", "test") to its limit.
+	// Limits maps a key's environment ("live", "test") to its limit; both
+	// are required, and other names are allowed but unused.
 	Limits map[string]Limit `yaml:"limits"`
 }
 
@@ -99,7 +100,12 @@ func (c Config) Validate() error {
 		bad("breaker_backoff", "must be positive, got %s", c.BreakerBackoff)
 	}
 	if len(c.Limits) == 0 {
-		bad("limits", "must name at least one limit (for example live and test)")
+		bad("limits", "must name the limits of live and test")
+	}
+	for _, env := range []string{"live", "test"} {
+		if _, ok := c.Limits[env]; !ok && len(c.Limits) > 0 {
+			bad("limits."+env, "required: every key is live or test, and each environment needs a limit")
+		}
 	}
 	names := make([]string, 0, len(c.Limits))
 	for name := range c.Limits {

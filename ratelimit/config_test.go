@@ -67,7 +67,7 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 		{"zero local keys", func(c *ratelimit.Config) { c.LocalMaxKeys = 0 }, "ratelimit.local_max_keys: must be at least 1"},
 		{"zero breaker failures", func(c *ratelimit.Config) { c.BreakerFailures = 0 }, "ratelimit.breaker_failures: "},
 		{"zero breaker back-off", func(c *ratelimit.Config) { c.BreakerBackoff = 0 }, "ratelimit.breaker_backoff: "},
-		{"no limits", func(c *ratelimit.Config) { c.Limits = nil }, "ratelimit.limits: must name at least one"},
+		{"no limits", func(c *ratelimit.Config) { c.Limits = nil }, "ratelimit.limits: must name the limits of live and test"},
 		{"zero burst", func(c *ratelimit.Config) { l := c.Limits["test"]; l.Burst = 0; c.Limits["test"] = l }, "ratelimit.limits.test.burst: must be at least 1"},
 		{"zero rate", func(c *ratelimit.Config) { l := c.Limits["live"]; l.Rate = 0; c.Limits["live"] = l }, "ratelimit.limits.live.rate: must be positive"},
 		{"missing per", func(c *ratelimit.Config) { l := c.Limits["live"]; l.Per = 0; c.Limits["live"] = l }, "ratelimit.limits.live.per: "},
