@@ -463,9 +463,14 @@ func (s *Server) readiness() (int, readiness) {
 		rd.Checks["server"] = "draining"
 		rd.Status, status = "draining", http.StatusServiceUnavailable
 	}
-	for name, c := range map[string]any{"ratelimit": s.limiter, "keystore_redis": s.store} {
-		if d, ok := c.(degradable); ok && d.Degraded() {
-			rd.Degraded = append(rd.Degraded, name+": redis unavailable, running on the outage policy")
+	// In a fixed (sorted) order, so the body does not change between
+	// requests while the state does not.
+	for _, c := range []struct {
+		name string
+		c    any
+	}{{"keystore_redis", s.store}, {"ratelimit", s.limiter}} {
+		if d, ok := c.c.(degradable); ok && d.Degraded() {
+			rd.Degraded = append(rd.Degraded, c.name+": redis unavailable, running on the outage policy")
 		}
 	}
 	return status, rd
