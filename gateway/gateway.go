@@ -77,6 +77,8 @@ type Deps struct {
 	Auth    Authenticator
 	Limiter Limiter
 	Logger  *zap.Logger
+	// Metrics records the request series; nil means series registered
+	// nowhere (counted, never exported).
 	Metrics *Metrics
 }
 

@@ -7,8 +7,9 @@ import (
 )
 
 // Metrics are the gateway's Prometheus series. Build it once with
-// NewMetrics and share it; it is safe for concurrent use. A nil *Metrics
-// records nothing.
+// NewMetrics and share it; it is safe for concurrent use. The zero value
+// and a nil *Metrics are not usable; a Gateway whose Deps.Metrics is nil
+// builds its own, registered nowhere.
 type Metrics struct {
 	Requests        *prometheus.CounterVec
 	RequestDuration *prometheus.HistogramVec
