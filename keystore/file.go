@@ -125,14 +125,15 @@ func DefaultFileConfig() FileConfig {
 	return FileConfig{PollInterval: DefaultPollInterval}
 }
 
-// Validate checks the config; messages name the field by its YAML path
-// under keystore.file.
+// Validate checks the config. FileConfig is not a section of keygate's
+// configuration file (its keystore.file option sets Path), so messages
+// name the Go field.
 func (c FileConfig) Validate() error {
 	if c.Path == "" {
-		return errors.New("keystore.file.path: required")
+		return errors.New("keystore: FileConfig.Path: required")
 	}
 	if c.PollInterval < 0 {
-		return fmt.Errorf("keystore.file.poll_interval: must not be negative, got %s", c.PollInterval)
+		return fmt.Errorf("keystore: FileConfig.PollInterval: must not be negative, got %s", c.PollInterval)
 	}
 	return nil
 }

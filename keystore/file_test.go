@@ -258,8 +258,8 @@ func TestOpenFileErrors(t *testing.T) {
 		cfg     FileConfig
 		wantErr string
 	}{
-		{"no path", FileConfig{}, "keystore.file.path: required"},
-		{"negative poll", FileConfig{Path: "x", PollInterval: -1}, "keystore.file.poll_interval"},
+		{"no path", FileConfig{}, "keystore: FileConfig.Path: required"},
+		{"negative poll", FileConfig{Path: "x", PollInterval: -1}, "keystore: FileConfig.PollInterval"},
 		{"corrupt file", FileConfig{Path: write("bad.yaml", "{{{")}, "bad.yaml"},
 		{"duplicate id", FileConfig{Path: write("dup.yaml", dupFile(t))}, "keys[1]: duplicate id key_0000000000000001"},
 		{"missing version", FileConfig{Path: write("nover.yaml", "keys: []\n")}, "version: must be 1"},

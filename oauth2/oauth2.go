@@ -116,7 +116,7 @@ type productScope struct{ product, scope string }
 // logged, not returned (see the package documentation).
 func New(ctx context.Context, cfg Config, deps Deps) (*Authenticator, error) {
 	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("oauth2: %w", err)
+		return nil, err // it names the field by its YAML path
 	}
 	log := deps.Logger
 	if log == nil {
@@ -131,7 +131,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Authenticator, error) {
 	for _, name := range cfg.Algorithms {
 		alg, ok := jwa.LookupSignatureAlgorithm(name)
 		if !ok || alg.IsSymmetric() || !isAllowedAlgorithm(alg.String()) {
-			return nil, fmt.Errorf("oauth2: auth.oauth2.algorithms: %q is not supported", name)
+			return nil, fmt.Errorf("auth.oauth2.algorithms: %q is not supported", name)
 		}
 		a.algs[alg.String()] = alg
 	}
@@ -221,13 +221,13 @@ func newHTTPClient(caRoot string) (*http.Client, error) {
 		if !strings.HasPrefix(strings.TrimSpace(caRoot), "-----BEGIN") {
 			b, err := os.ReadFile(caRoot)
 			if err != nil {
-				return nil, fmt.Errorf("oauth2: auth.oauth2.ca_root: %w", err)
+				return nil, fmt.Errorf("auth.oauth2.ca_root: %w", err)
 			}
 			pemBytes = b
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pemBytes) {
-			return nil, errors.New("oauth2: auth.oauth2.ca_root: no PEM certificate found")
+			return nil, errors.New("auth.oauth2.ca_root: no PEM certificate found")
 		}
 		tr.TLSClientConfig.RootCAs = pool
 	}

@@ -306,7 +306,7 @@ func (s *Server) openAuth(ctx context.Context) (gateway.Authenticator, error) {
 	if s.cfg.Auth.OAuth2.Enabled {
 		a, err := oauth2.New(ctx, s.cfg.Auth.OAuth2, oauth2.Deps{Logger: s.log.Named("oauth2")})
 		if err != nil {
-			return nil, fmt.Errorf("auth.oauth2: %w", err)
+			return nil, err // it names auth.oauth2's fields, or says "oauth2:"
 		}
 		s.oauth = a
 		s.closers = append(s.closers, a.Close)
