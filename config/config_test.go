@@ -104,3 +104,30 @@ func TestEmptyFileIsTheDefault(t *testing.T) {
 		t.Error("an empty file is not the default config")
 	}
 }
+
+// TestValidateReportsTheFirstError: a file with several problems in one
+// section gets one error, for the first of them, from every section alike.
+func TestValidateReportsTheFirstError(t *testing.T) {
+	t.Parallel()
+	cases := []struct{ name, yaml, first, notAlso string }{
+		{"server", "server:\n  max_body_bytes: -1\n  idle_timeout: 0s\n", "server.max_body_bytes", "server.idle_timeout"},
+		{"tls", "tls:\n  min_version: \"1.0\"\n  mode: maybe\n", "tls.min_version", "tls.mode"},
+		{"upstreams", "upstreams:\n  extraction: { targets: [] }\n  registry: { targets: [] }\n", "upstreams.extraction.targets", "upstreams.registry"},
+		{"redis", "ratelimit:\n  backend: redis\nredis:\n  addrs: []\n  db: -1\n", "redis.addrs", "redis.db"},
+		{"ratelimit", "ratelimit:\n  backend: sql\n  status: 500\n", "ratelimit.backend", "ratelimit.status"},
+		{"auth.oauth2", "auth:\n  oauth2:\n    leeway: 1h\n    jwks_refresh_min_interval: -1s\n", "auth.oauth2.leeway", "auth.oauth2.jwks_refresh_min_interval"},
+		{"log", "log:\n  level: loud\n  format: xml\n", "log.level", "log.format"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := config.Parse([]byte(c.yaml))
+			if err == nil {
+				t.Fatalf("accepted:\n%s", c.yaml)
+			}
+			if msg := err.Error(); !strings.HasPrefix(msg, c.first+": ") || strings.Contains(msg, c.notAlso) {
+				t.Errorf("error %q: want only the first problem, %s", msg, c.first)
+			}
+		})
+	}
+}

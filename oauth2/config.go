@@ -1,7 +1,6 @@
 package oauth2
 
 import (
-	"errors"
 	"fmt"
 	"net/url"
 	"sort"
@@ -84,13 +83,17 @@ func DefaultConfig() Config {
 	}
 }
 
-// Validate checks the configuration. Errors name the offending field by its
-// full YAML path. A disabled configuration is only checked for values that
-// would be wrong in any case.
+// Validate checks the configuration and reports the first problem, naming
+// the offending field by its full YAML path. A disabled configuration is
+// only checked for values that would be wrong in any case.
 func (c Config) Validate() error {
 	const p = "auth.oauth2."
-	var errs []error
-	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	var first error
+	add := func(format string, args ...any) {
+		if first == nil {
+			first = fmt.Errorf(format, args...)
+		}
+	}
 
 	if c.Leeway < 0 || c.Leeway > 10*time.Minute {
 		add(p+"leeway: must be between 0s and 10m, got %s", c.Leeway)
@@ -104,7 +107,7 @@ func (c Config) Validate() error {
 		}
 	}
 	if !c.Enabled {
-		return errors.Join(errs...)
+		return first
 	}
 
 	if strings.TrimSpace(c.Issuer) == "" {
@@ -143,5 +146,5 @@ func (c Config) Validate() error {
 			add(p+"product_scopes.%s: must be a single scope token, got %q", prod, scope)
 		}
 	}
-	return errors.Join(errs...)
+	return first
 }

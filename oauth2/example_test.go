@@ -26,7 +26,6 @@ func ExampleConfig_Validate() {
 	fmt.Println(cfg.Validate())
 	// Output:
 	// auth.oauth2.algorithms[1]: "HS256" is not allowed (use one of RS256, RS384, RS512, PS256, PS384, PS512, ES256, ES384, ES512, EdDSA)
-	// auth.oauth2.jwks_url: required when auth.oauth2.enabled
 }
 
 func ExampleAuthenticator_Authenticate() {

@@ -69,11 +69,13 @@ func DefaultConfig() Config {
 	}
 }
 
-// Validate reports every problem in c, each naming its field by YAML path.
+// Validate reports the first problem in c, naming its field by YAML path.
 func (c Config) Validate() error {
-	var errs []error
+	var first error
 	bad := func(path, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("ratelimit.%s: "+format, append([]any{path}, args...)...))
+		if first == nil {
+			first = fmt.Errorf("ratelimit.%s: "+format, append([]any{path}, args...)...)
+		}
 	}
 	if c.Backend != BackendLocal && c.Backend != BackendRedis {
 		bad("backend", "must be %q or %q, got %q", BackendLocal, BackendRedis, c.Backend)
@@ -102,11 +104,6 @@ func (c Config) Validate() error {
 	if len(c.Limits) == 0 {
 		bad("limits", "must name the limits of live and test")
 	}
-	for _, env := range []string{"live", "test"} {
-		if _, ok := c.Limits[env]; !ok && len(c.Limits) > 0 {
-			bad("limits."+env, "required: every key is live or test, and each environment needs a limit")
-		}
-	}
 	names := make([]string, 0, len(c.Limits))
 	for name := range c.Limits {
 		names = append(names, name)
@@ -132,7 +129,12 @@ func (c Config) Validate() error {
 			}
 		}
 	}
-	return errors.Join(errs...)
+	for _, env := range []string{"live", "test"} {
+		if _, ok := c.Limits[env]; !ok && len(c.Limits) > 0 {
+			bad("limits."+env, "required: every key is live or test, and each environment needs a limit")
+		}
+	}
+	return first
 }
 
 // Deps are what New needs besides the configuration.

@@ -107,11 +107,13 @@ func (c *Config) UnmarshalYAML(n *yaml.Node) error {
 // envName is what a POSIX shell accepts as a variable name.
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
-// Validate reports every problem in c, each naming its field by YAML path.
+// Validate reports the first problem in c, naming its field by YAML path.
 func (c Config) Validate() error {
-	var errs []error
+	var first error
 	bad := func(path, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("redis.%s: "+format, append([]any{path}, args...)...))
+		if first == nil {
+			first = fmt.Errorf("redis.%s: "+format, append([]any{path}, args...)...)
+		}
 	}
 	if len(c.Addrs) == 0 {
 		bad("addrs", "must list at least one host:port")
@@ -163,7 +165,7 @@ func (c Config) Validate() error {
 	} else if strings.ContainsAny(c.KeyPrefix, "{} \r\n") {
 		bad("key_prefix", "must not contain braces or whitespace, got %q", c.KeyPrefix)
 	}
-	return errors.Join(errs...)
+	return first
 }
 
 func (c Config) isCluster() bool {

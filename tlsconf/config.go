@@ -1,7 +1,6 @@
 package tlsconf
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -105,12 +104,14 @@ func DefaultConfig() Config {
 	}
 }
 
-// Validate checks the section and names the offending field by its YAML
-// path; all problems are reported, joined.
+// Validate checks the section and reports the first problem, naming the
+// offending field by its YAML path.
 func (c Config) Validate() error {
-	var errs []error
+	var first error
 	bad := func(field, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("tls.%s: "+format, append([]any{field}, args...)...))
+		if first == nil {
+			first = fmt.Errorf("tls.%s: "+format, append([]any{field}, args...)...)
+		}
 	}
 	switch c.MinVersion {
 	case "1.2", "1.3":
@@ -185,7 +186,7 @@ func (c Config) Validate() error {
 	default:
 		bad("mode", "must be off, self_signed, files or acme, got %q", c.Mode)
 	}
-	return errors.Join(errs...)
+	return first
 }
 
 // validDNSName reports whether s is a plausible host name (letters, digits,
