@@ -64,6 +64,19 @@ auth:
 		// with scope "registry" reach the registry.
 		want: map[string]string{"extraction": "x:sync"},
 	},
+	{
+		path: "auth.oauth2.product_scopes", name: "written through a merge key",
+		yaml: `
+auth:
+  oauth2:
+    <<: { product_scopes: { registry: "r:read" } }
+    enabled: true
+    issuer: https://issuer.example/
+    jwks_url: https://issuer.example/jwks
+`,
+		got:  func(c config.Config) any { return c.Auth.OAuth2.ProductScopes },
+		want: map[string]string{"registry": "r:read"},
+	},
 }
 
 // TestFileMapReplacesTheDefault: each map-valued option written in a file
