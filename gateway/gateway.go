@@ -225,7 +225,7 @@ func (g *Gateway) serve(w *recorder, r *http.Request, st *state) {
 			w.Header().Set("WWW-Authenticate", v.Challenge)
 		}
 		g.metrics.AuthFailures.WithLabelValues(string(v.Reason)).Inc()
-		if g.failures != nil && g.failedAuth(w, r, st, v.Reason) {
+		if g.failures != nil && g.failedAuth(w, r, st, v) {
 			return
 		}
 		g.fail(w, st, status, v.Message, string(v.Reason))

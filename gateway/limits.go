@@ -54,8 +54,8 @@ func (g *Gateway) throttled(w http.ResponseWriter, r *http.Request, st *state) b
 // failedAuth counts a refused credential against the request's source
 // address, and answers 429 instead of the refusal when that put the
 // address over the limit; it reports whether it answered.
-func (g *Gateway) failedAuth(w http.ResponseWriter, r *http.Request, st *state, reason auth.Reason) bool {
-	if !countsAsFailure(reason) {
+func (g *Gateway) failedAuth(w http.ResponseWriter, r *http.Request, st *state, v auth.Verdict) bool {
+	if !countsAsFailure(v) {
 		return false
 	}
 	retry, blocked := g.failures.Fail(r.Context(), sourceAddr(r))
@@ -72,10 +72,13 @@ func (g *Gateway) refuseThrottled(w http.ResponseWriter, st *state, retry time.D
 }
 
 // countsAsFailure says which refusals are guesses: a credential was sent
-// and did not hold. A request without any credential, or with one of a
-// method that is switched off, guesses nothing.
-func countsAsFailure(reason auth.Reason) bool {
-	return reason != auth.ReasonMissing && reason != auth.ReasonDisabled
+// and did not hold (401). A request without any credential, or with one of
+// a method that is switched off, guesses nothing; nor does a valid
+// credential refused for lacking a permission (403, such as a token
+// without a product's scope).
+func countsAsFailure(v auth.Verdict) bool {
+	return (v.Status == 0 || v.Status == http.StatusUnauthorized) &&
+		v.Reason != auth.ReasonMissing && v.Reason != auth.ReasonDisabled
 }
 
 // acquire takes one of the credential's concurrent-request slots, or
