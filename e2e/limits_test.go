@@ -653,7 +653,25 @@ func TestLimitsBruteForceSharedAcrossReplicas(t *testing.T) {
 			return ""
 		})
 	}
+	// Successes cost no Redis call for the failure limit: one EVALSHA
+	// each, the rate limiter's.
+	for i := 0; i < 4; i++ { // warm up each replica's Redis connection
+		if s, _, body := gs[i%2].syncWith(waiter, key); s != 200 {
+			t.Fatalf("warm-up: %d %s", s, body)
+		}
+	}
+	evalBefore, _ := commandCalls(t, rs)
+	for i := 0; i < 6; i++ {
+		if s, _, body := gs[i%2].syncWith(waiter, key); s != 200 {
+			t.Fatalf("success %d: %d %s", i, s, body)
+		}
+	}
+	evalAfter, _ := commandCalls(t, rs)
+	if d := evalAfter - evalBefore; d != 6 {
+		t.Errorf("6 admitted requests cost %d EVALSHA calls; want 6 (none for the failure limit)", d)
+	}
 	before := hits.Load()
+	evalBefore = evalAfter
 	for i := 0; i < 10; i++ {
 		g := gs[i%2]
 		guess, _ := keystore.Generate(keystore.Live)
@@ -661,6 +679,11 @@ func TestLimitsBruteForceSharedAcrossReplicas(t *testing.T) {
 			t.Fatalf("guess %d via replica %d: %d %s", i, i%2, s, body)
 		}
 	}
+	evalAfter, _ = commandCalls(t, rs)
+	if d := evalAfter - evalBefore; d != 10 {
+		t.Errorf("10 failures cost %d EVALSHA calls; want one each", d)
+	}
+	evalBefore = evalAfter
 	// Five failures on each replica: the burst of ten is spent across
 	// both. The next failure on either is refused.
 	guess, _ := keystore.Generate(keystore.Live)
@@ -679,6 +702,11 @@ func TestLimitsBruteForceSharedAcrossReplicas(t *testing.T) {
 	}
 	if n := hits.Load() - before; n != 0 {
 		t.Errorf("the upstream received %d requests", n)
+	}
+	// Two failures asked Redis (and were refused); the valid keys after
+	// them were refused locally.
+	if evalAfter, _ = commandCalls(t, rs); evalAfter-evalBefore != 2 {
+		t.Errorf("the refusals cost %d EVALSHA calls; want 2 (the two failures), none for a locally blocked address", evalAfter-evalBefore)
 	}
 	if got, _ := rs.Do("EXISTS", "kgtest:authfail:rl:{127.0.0.1}"); !strings.Contains(got, "1") {
 		t.Errorf("EXISTS kgtest:authfail:rl:{127.0.0.1} = %q; the count is not in Redis under redis.key_prefix", got)
