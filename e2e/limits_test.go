@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"mime/multipart"
@@ -282,8 +283,8 @@ func TestLimitsSlowBody(t *testing.T) {
 			resp.Body.Close()
 			// The gateway closes the connection after a 408.
 			_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-			if _, err := conn.Read(make([]byte, 1)); err != io.EOF {
-				c.err = fmt.Errorf("connection not closed after the 408: %v", err)
+			if _, err := conn.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+				c.err = fmt.Errorf("connection not closed after the 408: %w", err)
 			}
 		}()
 	}

@@ -11,8 +11,10 @@ import (
 func TestConcurrencyCap(t *testing.T) {
 	t.Parallel()
 	c := ratelimit.NewConcurrency(2)
-	if !c.Acquire("a") || !c.Acquire("a") {
-		t.Fatal("the first two requests of a were refused")
+	for i := 0; i < 2; i++ {
+		if !c.Acquire("a") {
+			t.Fatalf("request %d of a was refused under the cap of 2", i+1)
+		}
 	}
 	if c.Acquire("a") {
 		t.Fatal("a third request of a was admitted past the cap of 2")
