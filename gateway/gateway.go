@@ -294,7 +294,7 @@ func (g *Gateway) serve(w *recorder, r *http.Request, st *state) {
 			TempDir:     g.cfg.SpoolDir,
 		})
 		if err != nil {
-			g.failBody(r.Context(), w, st, err)
+			g.failBody(r, w, st, err)
 			return
 		}
 		defer body.Close()

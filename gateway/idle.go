@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -111,14 +110,17 @@ func (g *Gateway) watchBody(w http.ResponseWriter, r *http.Request, st *state) {
 }
 
 // failBody answers a failure to read the request body: 408 when the idle
-// timeout struck (the connection is then closed), else bodyError's status.
-func (g *Gateway) failBody(ctx context.Context, w http.ResponseWriter, st *state, err error) {
+// timeout struck (an HTTP/1 connection is then closed; on HTTP/2 only the
+// stream ends), else bodyError's status.
+func (g *Gateway) failBody(r *http.Request, w http.ResponseWriter, st *state, err error) {
 	if st.idle.fired.Load() || errors.Is(err, errBodyIdle) {
-		w.Header().Set("Connection", "close")
+		if r.ProtoMajor == 1 {
+			w.Header().Set("Connection", "close")
+		}
 		g.fail(w, st, http.StatusRequestTimeout, g.idleMsg, "body_idle")
 		return
 	}
-	status, msg := bodyError(ctx, err)
+	status, msg := bodyError(r.Context(), err)
 	g.fail(w, st, status, msg, "body")
 }
 

@@ -136,6 +136,10 @@ func TestBodyIdleTimeout(t *testing.T) {
 		if took := time.Since(start); took > idle*5 {
 			t.Errorf("408 after %s", took)
 		}
+		// Only the stream ended: the connection serves the next request.
+		if r := e.sync(e.LiveKey, ctxA); r.Status != 200 || r.Proto != 2 {
+			t.Errorf("next request on the HTTP/2 client: %d (HTTP/%d)", r.Status, r.Proto)
+		}
 		select {
 		case err := <-up.bodyEnd:
 			if err == nil {

@@ -86,7 +86,7 @@ func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) 
 		if be != nil {
 			err = *be
 		}
-		g.failBody(r.Context(), w, st, err)
+		g.failBody(r, w, st, err)
 		return
 	}
 	status, msg := upstreamStatus(r.Context(), err)
