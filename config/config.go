@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -69,6 +70,11 @@ type ServerConfig struct {
 	// DrainTimeout is how long in-flight requests may take to finish after
 	// SIGTERM or SIGINT before the gateway exits anyway.
 	DrainTimeout time.Duration `yaml:"drain_timeout"`
+	// BodyIdleTimeout: a request body that brings no byte for this long
+	// gets 408 and its upstream request is aborted, so a client trickling
+	// its body cannot hold a connection (and an upstream one) forever even
+	// with read_timeout 0. 0 means no limit.
+	BodyIdleTimeout time.Duration `yaml:"body_idle_timeout"`
 }
 
 // KeystoreConfig says where key records live.
@@ -86,6 +92,9 @@ type KeystoreConfig struct {
 type AuthConfig struct {
 	APIKeys APIKeysConfig `yaml:"api_keys"`
 	OAuth2  oauth2.Config `yaml:"oauth2"`
+	// FailureLimit throttles source addresses that fail authentication
+	// too often (brute force); see ratelimit.FailureLimitConfig.
+	FailureLimit ratelimit.FailureLimitConfig `yaml:"failure_limit"`
 }
 
 // APIKeysConfig configures x-api-key authentication.
@@ -120,6 +129,7 @@ func Default() Config {
 			IdleTimeout:       120 * time.Second,
 			MaxHeaderBytes:    64 << 10,
 			DrainTimeout:      30 * time.Second,
+			BodyIdleTimeout:   30 * time.Second,
 		},
 		TLS: tlsconf.DefaultConfig(),
 		Upstreams: gateway.UpstreamsConfig{
@@ -130,8 +140,9 @@ func Default() Config {
 		Redis:     redisconn.DefaultConfig(),
 		RateLimit: ratelimit.DefaultConfig(),
 		Auth: AuthConfig{
-			APIKeys: APIKeysConfig{Enabled: true, Products: []string{"extraction", "registry"}},
-			OAuth2:  oauth2.DefaultConfig(),
+			APIKeys:      APIKeysConfig{Enabled: true, Products: []string{"extraction", "registry"}},
+			OAuth2:       oauth2.DefaultConfig(),
+			FailureLimit: ratelimit.DefaultFailureLimitConfig(),
 		},
 		Log: LogConfig{Level: "info", Format: "json"},
 	}
@@ -142,6 +153,11 @@ func Load(path string) (Config, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return Config{}, fmt.Errorf("config: %w", err)
+	}
+	if emptyYAML(b) {
+		// A truncated or wrongly mounted file would otherwise run as the
+		// defaults; run without --config for those.
+		return Config{}, fmt.Errorf("config %s: the file is empty (it holds no YAML document); give a configuration, or omit --config to run with the defaults", path)
 	}
 	c, err := Parse(b)
 	if err != nil {
@@ -161,6 +177,9 @@ func Parse(b []byte) (Config, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+		if msgs := overflowingDurations(b); len(msgs) > 0 {
+			return Config{}, errors.New(strings.Join(msgs, "; "))
+		}
 		return Config{}, errors.New(explain(b, err))
 	}
 	if err := c.Validate(); err != nil {
@@ -225,6 +244,8 @@ func (s ServerConfig) Validate() error {
 		return errors.New("server.read_timeout, server.write_timeout: must not be negative")
 	case s.DrainTimeout <= 0:
 		return errors.New("server.drain_timeout: must be positive")
+	case s.BodyIdleTimeout < 0:
+		return fmt.Errorf("server.body_idle_timeout: must not be negative (0 turns it off), got %s", s.BodyIdleTimeout)
 	}
 	return nil
 }
@@ -262,6 +283,9 @@ func (a AuthConfig) Validate() error {
 		if p != "extraction" && p != "registry" {
 			return fmt.Errorf("auth.api_keys.products[%d]: must be extraction or registry, got %q", i, p)
 		}
+	}
+	if err := a.FailureLimit.Validate(); err != nil {
+		return err
 	}
 	if !a.APIKeys.Enabled && !a.OAuth2.Enabled {
 		return errors.New("auth: enable at least one of auth.api_keys and auth.oauth2")

@@ -2,7 +2,6 @@ package config_test
 
 import (
 	"os"
-	"reflect"
 	"strings"
 	"testing"
 
@@ -61,6 +60,12 @@ func TestInvalidConfigNamesTheField(t *testing.T) {
 		{"nothing enabled", "auth:\n  api_keys:\n    enabled: false\n", "auth"},
 		{"log level", "log:\n  level: loud\n", "log.level"},
 		{"acme http-01 without a plain listener", "tls:\n  mode: acme\n  domains: [api.example.com]\n", "server.http_listen"},
+		{"negative body idle timeout", "server:\n  body_idle_timeout: -1s\n", "server.body_idle_timeout"},
+		{"negative max concurrent", "ratelimit:\n  max_concurrent: -1\n", "ratelimit.max_concurrent"},
+		{"failure limit rate", "auth:\n  failure_limit: { enabled: true, rate: 0 }\n", "auth.failure_limit.rate"},
+		{"failure limit burst", "auth:\n  failure_limit:\n    burst: 0\n", "auth.failure_limit.burst"},
+		{"failure limit per", "auth:\n  failure_limit:\n    per: 0s\n", "auth.failure_limit.per"},
+		{"failure limit memory", "auth:\n  failure_limit:\n    max_addresses: 0\n", "auth.failure_limit.max_addresses"},
 		{"same fixed port twice", "server:\n  listen: \"127.0.0.1:9000\"\n  admin_listen: \"127.0.0.1:9000\"\n", "server.admin_listen"},
 	}
 	for _, c := range cases {
@@ -92,16 +97,51 @@ func TestLoadMissingFile(t *testing.T) {
 	}
 }
 
-func TestEmptyFileIsTheDefault(t *testing.T) {
+// TestEmptyFileIsAnError: a --config file that holds nothing (empty,
+// whitespace, only comments) is refused rather than run as the defaults:
+// it is a truncated or wrongly mounted file far more often than a wish.
+func TestEmptyFileIsAnError(t *testing.T) {
 	t.Parallel()
-	path := t.TempDir() + "/empty.yaml"
-	_ = os.WriteFile(path, nil, 0o600)
-	c, err := config.Load(path)
-	if err != nil {
-		t.Fatal(err)
+	for name, content := range map[string]string{"empty": "", "whitespace": " \n\t\n  \n", "comments only": "# keygate\n\n# nothing here\n"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			path := t.TempDir() + "/keygate.yaml"
+			_ = os.WriteFile(path, []byte(content), 0o600)
+			_, err := config.Load(path)
+			if err == nil || !strings.Contains(err.Error(), "empty") || !strings.Contains(err.Error(), path) {
+				t.Fatalf("err = %v; want an error naming the file as empty", err)
+			}
+		})
 	}
-	if !reflect.DeepEqual(c, config.Default()) {
-		t.Error("an empty file is not the default config")
+}
+
+// TestOverflowingDurationNamesItsField: a duration too large for Go's
+// time.Duration is reported under its own field name, also when several
+// fields share one line.
+func TestOverflowingDurationNamesItsField(t *testing.T) {
+	t.Parallel()
+	cases := []struct{ name, yaml, field string }{
+		{"hours", "server:\n  read_timeout: 9999999999h\n", "server.read_timeout"},
+		{"just over", "server:\n  idle_timeout: 2562048h\n", "server.idle_timeout"},
+		{"nanoseconds", "server:\n  write_timeout: 9223372036854775808\n", "server.write_timeout"},
+		{"flow mapping", "ratelimit:\n  limits:\n    live: { rate: 5, per: 99999999999h, burst: 1 }\n", "ratelimit.limits.live.per"},
+		{"second on a line", "server: { read_timeout: 1s, body_idle_timeout: 99999999999999s }\n", "server.body_idle_timeout"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := config.Parse([]byte(c.yaml))
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			if !strings.HasPrefix(err.Error(), c.field+": ") || !strings.Contains(err.Error(), "out of range") {
+				t.Errorf("error %q does not start with %q and say out of range", err, c.field)
+			}
+		})
+	}
+	// The largest duration still parses.
+	if _, err := config.Parse([]byte("server:\n  read_timeout: 2562047h\n")); err != nil {
+		t.Errorf("2562047h: %v", err)
 	}
 }
 

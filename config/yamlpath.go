@@ -1,9 +1,13 @@
 package config
 
 import (
+	"bytes"
+	"math"
+	"math/big"
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"gopkg.in/yaml.v3"
 )
@@ -82,4 +86,84 @@ func pathAt(n *yaml.Node, line int, prefix string) string {
 		}
 	}
 	return ""
+}
+
+// emptyYAML reports whether doc holds no YAML document: nothing, only
+// whitespace, or only comments.
+func emptyYAML(doc []byte) bool {
+	if len(bytes.TrimSpace(doc)) == 0 {
+		return true
+	}
+	var root yaml.Node
+	if err := yaml.Unmarshal(doc, &root); err != nil {
+		return false // not empty: Parse reports what is wrong with it
+	}
+	return root.Kind == 0 || (root.Kind == yaml.DocumentNode && len(root.Content) == 0)
+}
+
+// durationLike is the shape of a Go duration ("90s", "1h30m").
+var durationLike = regexp.MustCompile(`^[-+]?([0-9]*(\.[0-9]*)?(ns|us|µs|μs|ms|s|m|h))+$`)
+
+// overflowingDurations names every scalar of doc that is shaped like a
+// duration (or a plain integer) but is too large for one, by its YAML path.
+// yaml.v3 reports those as a failed conversion of a truncated value, and
+// by line only, which names the wrong field when several share a line.
+func overflowingDurations(doc []byte) []string {
+	var root yaml.Node
+	if err := yaml.Unmarshal(doc, &root); err != nil {
+		return nil
+	}
+	var out []string
+	var walk func(n *yaml.Node, path string)
+	walk = func(n *yaml.Node, path string) {
+		switch n.Kind {
+		case yaml.DocumentNode:
+			for _, c := range n.Content {
+				walk(c, path)
+			}
+		case yaml.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				p := n.Content[i].Value
+				if path != "" {
+					p = path + "." + p
+				}
+				walk(n.Content[i+1], p)
+			}
+		case yaml.SequenceNode:
+			for i, c := range n.Content {
+				walk(c, path+"["+strconv.Itoa(i)+"]")
+			}
+		case yaml.ScalarNode:
+			if msg := overflow(n.Value); msg != "" {
+				out = append(out, path+": "+msg+" (line "+strconv.Itoa(n.Line)+")")
+			}
+		}
+	}
+	walk(&root, "")
+	return out
+}
+
+// overflow says why v is too large for a duration, or "" when it is not.
+func overflow(v string) string {
+	const max = "must be at most 2562047h (about 292 years)"
+	if durationLike.MatchString(v) && v != "" {
+		if _, err := time.ParseDuration(v); err != nil && strings.Contains(err.Error(), "invalid duration") && tooBig(v) {
+			return "duration " + strconv.Quote(v) + " is out of range; durations " + max
+		}
+		return ""
+	}
+	if i, ok := new(big.Int).SetString(v, 10); ok && !i.IsInt64() {
+		return "number " + strconv.Quote(v) + " is out of range (at most " + strconv.FormatInt(math.MaxInt64, 10) + "; durations " + max + ")"
+	}
+	return ""
+}
+
+var digits = regexp.MustCompile(`[0-9]+`)
+
+// tooBig reports whether the duration-shaped v fails to parse only because
+// of its size: with its numbers scaled down it parses.
+func tooBig(v string) bool {
+	small := digits.ReplaceAllString(v, "1")
+	_, err := time.ParseDuration(small)
+	return err == nil
 }

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"mime/multipart"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -71,6 +72,18 @@ type gwOpts struct {
 	skipStart  bool
 	keystore   string
 	limitsYAML string
+	// serverYAML is more lines of the server section ("  key: value\n").
+	serverYAML string
+	// authYAML replaces the auth section; empty means a failure limit
+	// far above what any test sends, so that only the tests of the limit
+	// (limits_test.go) meet it.
+	authYAML string
+	// maxConcurrent is ratelimit.max_concurrent; zero means 1000, far
+	// above what any test sends.
+	maxConcurrent int
+	// upstreamConnState, when set, watches the extraction stand-in's
+	// connections.
+	upstreamConnState func(net.Conn, http.ConnState)
 }
 
 // startGateway writes a config for a fresh keystore and stand-in upstreams,
@@ -82,7 +95,9 @@ func startGateway(t *testing.T, o gwOpts) *gateway {
 	if h == nil {
 		h = standin.Handler{Name: "extraction"}
 	}
-	g.Upstream = httptest.NewServer(h)
+	g.Upstream = httptest.NewUnstartedServer(h)
+	g.Upstream.Config.ConnState = o.upstreamConnState
+	g.Upstream.Start()
 	t.Cleanup(g.Upstream.Close)
 	reg := httptest.NewServer(standin.Handler{Name: "registry"})
 	t.Cleanup(reg.Close)
@@ -96,6 +111,12 @@ func startGateway(t *testing.T, o gwOpts) *gateway {
 	if ks == "" {
 		ks = filepath.Join(g.dir, "keys.yaml")
 	}
+	if o.authYAML == "" {
+		o.authYAML = "auth:\n  failure_limit: { enabled: true, rate: 100000, per: 1s, burst: 100000 }\n"
+	}
+	if o.maxConcurrent == 0 {
+		o.maxConcurrent = 1000
+	}
 	limits := o.limitsYAML
 	if limits == "" {
 		limits = `    live: { rate: 1000, per: 1s, burst: 1000 }
@@ -108,7 +129,7 @@ func startGateway(t *testing.T, o gwOpts) *gateway {
   max_body_bytes: %d
   drain_timeout: %s
   spool_dir: %q
-tls:
+%stls:
   mode: self_signed
   self_signed_dir: %q
 upstreams:
@@ -119,11 +140,12 @@ keystore:
   file: %q
 ratelimit:
   backend: local
+  max_concurrent: %d
   limits:
 %s
-log:
+%slog:
   level: info
-%s`, api, admin, o.maxBody, o.drain, g.dir, filepath.Join(g.dir, "tls"), g.Upstream.URL, reg.URL, ks, limits, o.extra)
+%s`, api, admin, o.maxBody, o.drain, g.dir, o.serverYAML, filepath.Join(g.dir, "tls"), g.Upstream.URL, reg.URL, ks, o.maxConcurrent, limits, o.authYAML, o.extra)
 	g.cfgPath = filepath.Join(g.dir, "keygate.yaml")
 	if err := os.WriteFile(g.cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)

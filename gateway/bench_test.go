@@ -19,6 +19,16 @@ import (
 // benchGateway is the request path with its real collaborators (file
 // keystore, local limiter) in front of an upstream that discards the body.
 func benchGateway(b *testing.B) (*gateway.Gateway, string) {
+	return benchGatewayWith(b, nil)
+}
+
+type (
+	gatewayConfig = gateway.Config
+	gatewayDeps   = gateway.Deps
+)
+
+// benchGatewayWith is benchGateway with mod applied to its config and deps.
+func benchGatewayWith(b *testing.B, mod func(*gateway.Config, *gateway.Deps)) (*gateway.Gateway, string) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		w.WriteHeader(200)
@@ -36,14 +46,19 @@ func benchGateway(b *testing.B) (*gateway.Gateway, string) {
 	}
 	b.Cleanup(func() { _ = store.Close() })
 	keys, _ := auth.NewAPIKeys(auth.APIKeysConfig{Store: store})
-	gw, err := gateway.New(gateway.Config{
+	cfg := gateway.Config{
 		Upstreams:    gateway.UpstreamsConfig{Extraction: gateway.UpstreamConfig{Targets: []string{up.URL}}, Registry: gateway.UpstreamConfig{Targets: []string{up.URL}}},
 		MaxBodyBytes: 100 << 20,
 		Limits: map[string]ratelimit.Limit{
 			"live": {Rate: 1e9, Per: time.Second, Burst: 1e9},
 			"test": {Rate: 1e9, Per: time.Second, Burst: 1e9},
 		},
-	}, gateway.Deps{Auth: keys, Limiter: ratelimit.NewLocal(ratelimit.LocalConfig{})})
+	}
+	deps := gateway.Deps{Auth: keys, Limiter: ratelimit.NewLocal(ratelimit.LocalConfig{})}
+	if mod != nil {
+		mod(&cfg, &deps)
+	}
+	gw, err := gateway.New(cfg, deps)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -54,6 +69,11 @@ func benchGateway(b *testing.B) (*gateway.Gateway, string) {
 // file) through ServeHTTP: key check, limiter, context binding, proxy.
 func BenchmarkRequestPath(b *testing.B) {
 	gw, key := benchGateway(b)
+	benchSync(b, gw, key)
+}
+
+// benchSync measures accepted /sync uploads through gw.
+func benchSync(b *testing.B, gw *gateway.Gateway, key string) {
 	ct, body := form(b, part{"contextId", ctxA}, part{"id", "1"}, part{"files", string(bytes.Repeat([]byte("x"), 16<<10))})
 	b.ReportAllocs()
 	b.SetBytes(int64(len(body)))

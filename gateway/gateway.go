@@ -70,6 +70,12 @@ type Config struct {
 	HSTS string
 	// Deprecation, when set, is announced on key-authenticated responses.
 	Deprecation Deprecation
+	// BodyIdleTimeout answers 408 and abandons the request (upstream
+	// included) when no body byte arrives for this long; 0 means never.
+	BodyIdleTimeout time.Duration
+	// MaxConcurrent caps one credential's requests in flight (per
+	// replica); past it the answer is RateLimitStatus. 0 means no cap.
+	MaxConcurrent int
 }
 
 // Deps are the collaborators of a Gateway.
@@ -80,6 +86,9 @@ type Deps struct {
 	// Metrics records the request series; nil means series registered
 	// nowhere (counted, never exported).
 	Metrics *Metrics
+	// Failures, when set, throttles addresses with too many failed
+	// authentications.
+	Failures FailureLimiter
 }
 
 // Gateway is the API handler. Build it with New; it is safe for concurrent
@@ -94,6 +103,11 @@ type Gateway struct {
 	registry   *upstream
 	proxy      *httputil.ReverseProxy
 	depHeaders [][2]string
+
+	failures       FailureLimiter
+	concurrency    *ratelimit.Concurrency
+	idleMsg        string
+	concurrencyMsg string
 }
 
 // New checks cfg and builds the handler chain once.
@@ -115,7 +129,12 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 			return nil, fmt.Errorf("ratelimit.limits.%s: missing", env)
 		}
 	}
-	g := &Gateway{cfg: cfg, auth: deps.Auth, limiter: deps.Limiter, log: deps.Logger, metrics: deps.Metrics}
+	g := &Gateway{cfg: cfg, auth: deps.Auth, limiter: deps.Limiter, log: deps.Logger, metrics: deps.Metrics, failures: deps.Failures}
+	if cfg.BodyIdleTimeout < 0 || cfg.MaxConcurrent < 0 {
+		return nil, errors.New("gateway: BodyIdleTimeout and MaxConcurrent must not be negative")
+	}
+	g.concurrency = ratelimit.NewConcurrency(cfg.MaxConcurrent)
+	g.idleMsg, g.concurrencyMsg = idleMessage(cfg.BodyIdleTimeout), concurrencyMessage(cfg.MaxConcurrent)
 	if g.log == nil {
 		g.log = zap.NewNop()
 	}
@@ -165,6 +184,7 @@ type state struct {
 	bytesIn    atomic.Int64 // counted by the transport's goroutine
 	spilled    bool
 	errMessage string
+	idle       idleBody
 }
 
 type stateKey struct{}
@@ -188,6 +208,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (g *Gateway) serve(w *recorder, r *http.Request, st *state) {
+	if g.failures != nil && g.throttled(w, r, st) {
+		return
+	}
 	v, err := g.auth.Authenticate(r)
 	if err != nil {
 		w.Header().Set("Retry-After", "1")
@@ -204,6 +227,9 @@ func (g *Gateway) serve(w *recorder, r *http.Request, st *state) {
 			w.Header().Set("WWW-Authenticate", v.Challenge)
 		}
 		g.metrics.AuthFailures.WithLabelValues(string(v.Reason)).Inc()
+		if g.failures != nil && g.failedAuth(w, r, st, v) {
+			return
+		}
 		g.fail(w, st, status, v.Message, string(v.Reason))
 		return
 	}
@@ -228,6 +254,11 @@ func (g *Gateway) serve(w *recorder, r *http.Request, st *state) {
 		g.fail(w, st, http.StatusMethodNotAllowed, "method "+r.Method+" not allowed on /sync; use POST", "method")
 		return
 	}
+
+	if !g.acquire(w, st, p) {
+		return
+	}
+	defer g.concurrency.Release(p.ID)
 
 	lim, ok := g.cfg.Limits[p.Env]
 	if !ok {
@@ -256,6 +287,8 @@ func (g *Gateway) serve(w *recorder, r *http.Request, st *state) {
 		g.fail(w, st, http.StatusRequestEntityTooLarge, "request body too large", "too_large")
 		return
 	}
+	g.watchBody(w, r, st)
+	defer st.idle.stop()
 	if st.route == routeSync {
 		body, err := formctx.Read(r.Body, r.Header.Get("Content-Type"), formctx.Config{
 			MaxBytes:    g.cfg.MaxBodyBytes,
@@ -263,8 +296,7 @@ func (g *Gateway) serve(w *recorder, r *http.Request, st *state) {
 			TempDir:     g.cfg.SpoolDir,
 		})
 		if err != nil {
-			status, msg := bodyError(r.Context(), err)
-			g.fail(w, st, status, msg, "body")
+			g.failBody(r, w, st, err)
 			return
 		}
 		defer body.Close()

@@ -57,6 +57,9 @@ type envOpts struct {
 	hsts        string
 	spoolMemory int
 	spoolDir    string
+	bodyIdle    time.Duration
+	concurrent  int
+	failures    gateway.FailureLimiter
 }
 
 func newEnv(t *testing.T, o envOpts) *env {
@@ -133,7 +136,9 @@ func newEnv(t *testing.T, o envOpts) *env {
 		RateLimitStatus:  o.rlStatus,
 		Deprecation:      o.deprecation,
 		HSTS:             o.hsts,
-	}, gateway.Deps{Auth: keys, Limiter: ratelimit.NewLocal(ratelimit.LocalConfig{})})
+		BodyIdleTimeout:  o.bodyIdle,
+		MaxConcurrent:    o.concurrent,
+	}, gateway.Deps{Auth: keys, Limiter: ratelimit.NewLocal(ratelimit.LocalConfig{}), Failures: o.failures})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -82,9 +82,11 @@ func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) 
 		st.upStart = time.Now()
 	}
 	st.upLatency = time.Since(st.upStart)
-	if be := st.bodyErr.Load(); be != nil {
-		status, msg := bodyError(r.Context(), *be)
-		g.fail(w, st, status, msg, "body")
+	if be := st.bodyErr.Load(); be != nil || st.idle.fired.Load() {
+		if be != nil {
+			err = *be
+		}
+		g.failBody(r, w, st, err)
 		return
 	}
 	status, msg := upstreamStatus(r.Context(), err)

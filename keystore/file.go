@@ -78,6 +78,10 @@ func MarshalFile(recs []Record) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// ErrKeystoreVanished is wrapped by the reload error of a keystore file
+// that turned missing or empty after keys were served.
+var ErrKeystoreVanished = errors.New("keystore file vanished")
+
 // readFile reads and parses the keystore at path; an absent file is an
 // empty keystore.
 func readFile(path string) ([]Record, error) {
@@ -140,8 +144,12 @@ func (c FileConfig) Validate() error {
 
 // FileStore serves key lookups from a YAML keystore file and reloads it
 // when it changes (fsnotify on the file's directory, plus a stat poll).
-// A reload that fails leaves the last good keystore serving; a file that is
-// deleted while running is an empty keystore, as at start. Its methods are
+// A reload that fails leaves the last good keystore serving. A keystore
+// never shrinks to nothing (revocation is a status change, not a
+// deletion), so once keys were served, a file that is missing, empty,
+// whitespace-only or lists no keys is a failed reload too: it is a file
+// being rewritten in place, truncated or deleted by mistake. (An absent
+// or empty file at start is an empty keystore.) Its methods are
 // safe for concurrent use. Create it with OpenFile; the zero value is not
 // usable.
 type FileStore struct {
@@ -295,6 +303,13 @@ func (s *FileStore) run() {
 func (s *FileStore) reload() error {
 	sig := statSig(s.path)
 	recs, err := readFile(s.path)
+	if err == nil && len(recs) == 0 && s.Len() > 0 {
+		what := "is empty or lists no keys"
+		if !sig.exists {
+			what = "is missing"
+		}
+		err = fmt.Errorf("keystore file %s: %s after %d keys were served; a keystore never shrinks to nothing (revoke keys, do not delete them), so it is taken for a truncated, emptied or deleted file: %w", s.path, what, s.Len(), ErrKeystoreVanished)
+	}
 	s.last = sig // also after a failure, so that a bad file is reported once
 	if err != nil {
 		n := s.Len()
@@ -310,6 +325,18 @@ func (s *FileStore) reload() error {
 	m := make(map[Hash]Record, len(recs))
 	for _, r := range recs {
 		m[r.Hash] = r
+	}
+	if old := s.snap.Load(); old != nil {
+		removed := 0
+		for h := range old.byHash {
+			if _, ok := m[h]; !ok {
+				removed++
+			}
+		}
+		if removed > 0 {
+			s.log.Warn("keystore: reload removed keys; revoke keys instead of deleting them (a file truncated between two records looks like this too)",
+				zap.String("path", s.path), zap.Int("removed", removed), zap.Int("keys", len(m)))
+		}
 	}
 	prev := s.snap.Swap(&snapshot{byHash: m})
 	if prev == nil {

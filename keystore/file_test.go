@@ -14,6 +14,7 @@ import (
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // within is how soon a running FileStore must see a change to its file.
@@ -216,11 +217,12 @@ func TestFileStoreKeepsLastGoodKeystore(t *testing.T) {
 		}
 	}
 
-	// A good file is picked up again; deleting it empties the keystore.
-	if err := writeFileAtomic(path, []byte("version: 1\nkeys: []\n")); err != nil {
+	// A good file is picked up again; deleting it then leaves it serving
+	// (see TestFileStoreNeverShrinksToNothing).
+	if err := writeFileAtomic(path, []byte(dupFreeFile(t))); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "good file reloaded", func() bool { return s.Len() == 0 })
+	eventually(t, "good file reloaded", func() bool { _, ok := found(s, key); return !ok && s.Len() == 1 })
 	key2, _, err := admin.Issue(ctx, IssueRequest{Product: Registry, Env: Live})
 	if err != nil {
 		t.Fatal(err)
@@ -229,7 +231,139 @@ func TestFileStoreKeepsLastGoodKeystore(t *testing.T) {
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "deleted file means no keys", func() bool { _, ok := found(s, key2); return !ok && s.Len() == 0 })
+	timeout := time.After(within)
+	for {
+		var r reload
+		select {
+		case r = <-reloads:
+		case <-timeout:
+			t.Fatal("no failed reload reported for the deleted file")
+		}
+		if r.err != nil && errors.Is(r.err, ErrKeystoreVanished) {
+			break
+		}
+	}
+	if _, ok := found(s, key2); !ok || s.Len() != 2 {
+		t.Errorf("deleted file: key found %v, %d keys; want the last good 2 serving", ok, s.Len())
+	}
+}
+
+// dupFreeFile is a keystore file with one valid record.
+func dupFreeFile(t testing.TB) string {
+	data, err := MarshalFile([]Record{validRecord(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}
+
+// TestFileStoreNeverShrinksToNothing: once keys were served, a keystore
+// file emptied in place, reduced to whitespace or to no keys, truncated or
+// deleted is a failed reload: the last good keystore keeps serving, the
+// failure is logged at error and reported to OnReload. A good file after
+// it is picked up.
+func TestFileStoreNeverShrinksToNothing(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "keys.yaml")
+	admin := &FileAdmin{Path: path}
+	ctx := context.Background()
+	var keys []string
+	for i := 0; i < 3; i++ {
+		k, _, err := admin.Issue(ctx, IssueRequest{Product: Extraction, Env: Live, Context: ctxA, Name: fmt.Sprint("k", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, k)
+	}
+	good, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	core, logs := observer.New(zap.InfoLevel)
+	reloads := make(chan reload, 100)
+	s, err := OpenFile(FileConfig{Path: path, Logger: zap.New(core), OnReload: func(n int, err error) {
+		select {
+		case reloads <- reload{n, err}:
+		default:
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	<-reloads
+
+	inPlace := func(b []byte) func() error { return func() error { return os.WriteFile(path, b, 0o600) } }
+	cases := []struct {
+		name   string
+		change func() error
+	}{
+		{"emptied in place", inPlace(nil)},
+		{"whitespace only", inPlace([]byte("\n   \n\n"))},
+		{"no keys", inPlace([]byte("version: 1\nkeys: []\n"))},
+		{"truncated", inPlace(good[:len(good)/2])},
+		{"truncated inside the last record", inPlace(good[:len(good)-12])},
+		{"deleted", func() error { return os.Remove(path) }},
+	}
+	for _, c := range cases {
+		// Start each case from the good file, served.
+		if err := writeFileAtomic(path, good); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, c.name+": good file served", func() bool { return s.Len() == 3 })
+		drain(reloads)
+		logs.TakeAll()
+		if err := c.change(); err != nil {
+			t.Fatal(err)
+		}
+		timeout := time.After(within)
+		var got reload
+	wait:
+		for {
+			select {
+			case got = <-reloads:
+				if got.err != nil {
+					break wait
+				}
+				if s.Len() != 3 {
+					t.Fatalf("%s: reloaded as ok with %d keys", c.name, s.Len())
+				}
+			case <-timeout:
+				t.Fatalf("%s: no failed reload within %s (keys %d)", c.name, within, s.Len())
+			}
+		}
+		if got.keys != 3 {
+			t.Errorf("%s: OnReload reports %d keys served, want the last good 3", c.name, got.keys)
+		}
+		for _, k := range keys {
+			if _, ok := found(s, k); !ok {
+				t.Errorf("%s: a key stopped working", c.name)
+			}
+		}
+		errs := logs.FilterLevelExact(zap.ErrorLevel).FilterMessageSnippet("reload failed").All()
+		if len(errs) == 0 {
+			t.Errorf("%s: not logged at error; logs: %v", c.name, logs.All())
+		}
+	}
+	// And back: a good file with one more key is served.
+	if err := writeFileAtomic(path, good); err != nil {
+		t.Fatal(err)
+	}
+	k4, _, err := admin.Issue(ctx, IssueRequest{Product: Registry, Env: Live})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "good file after the failures", func() bool { _, ok := found(s, k4); return ok && s.Len() == 4 })
+}
+
+func drain(ch chan reload) {
+	for {
+		select {
+		case <-ch:
+		default:
+			return
+		}
+	}
 }
 
 // dupFile is a keystore file whose second entry repeats the first one's id.

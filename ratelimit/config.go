@@ -47,11 +47,20 @@ type Config struct {
 	// Limits maps a key's environment ("live", "test") to its limit; both
 	// are required, and other names are allowed but unused.
 	Limits map[string]Limit `yaml:"limits"`
+	// MaxConcurrent caps the requests one credential may have in flight at
+	// once; past it the answer is Status. It is counted per replica (in
+	// memory), whatever the backend. 0 means no cap.
+	MaxConcurrent int `yaml:"max_concurrent"`
 }
 
+// DefaultMaxConcurrent is the default cap on one credential's requests in
+// flight.
+const DefaultMaxConcurrent = 16
+
 // DefaultConfig returns the defaults: local backend, fail open, 429, one
-// replica, 100ms Redis timeout, 100000 local keys, live 50/s burst 100,
-// test 5/s burst 10 with 1000 requests per 24h.
+// replica, 100ms Redis timeout, 100000 local keys, 16 requests in flight
+// per credential, live 50/s burst 100, test 5/s burst 10 with 1000
+// requests per 24h.
 func DefaultConfig() Config {
 	return Config{
 		Backend:         BackendLocal,
@@ -62,6 +71,7 @@ func DefaultConfig() Config {
 		LocalMaxKeys:    DefaultLocalMaxKeys,
 		BreakerFailures: DefaultBreakerFailures,
 		BreakerBackoff:  DefaultBreakerBackoff,
+		MaxConcurrent:   DefaultMaxConcurrent,
 		Limits: map[string]Limit{
 			"live": {Rate: 50, Per: time.Second, Burst: 100},
 			"test": {Rate: 5, Per: time.Second, Burst: 10, Quota: Quota{Requests: 1000, Per: 24 * time.Hour}},
@@ -100,6 +110,9 @@ func (c Config) Validate() error {
 	}
 	if c.BreakerBackoff <= 0 {
 		bad("breaker_backoff", "must be positive, got %s", c.BreakerBackoff)
+	}
+	if c.MaxConcurrent < 0 {
+		bad("max_concurrent", "must not be negative (0 turns the cap off), got %d", c.MaxConcurrent)
 	}
 	if len(c.Limits) == 0 {
 		bad("limits", "must name the limits of live and test")

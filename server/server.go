@@ -132,6 +132,10 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (s *Server, err erro
 	if err != nil {
 		return nil, err
 	}
+	failures, err := s.openFailureLimit()
+	if err != nil {
+		return nil, err
+	}
 
 	// Listen before building TLS: ACME answers its challenges on these
 	// listeners, so certmagic must know their ports.
@@ -168,7 +172,9 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (s *Server, err erro
 		RateLimitStatus:  cfg.RateLimit.Status,
 		HSTS:             s.tls.HSTSHeader(),
 		Deprecation:      cfg.Auth.APIKeys.Deprecation,
-	}, gateway.Deps{Auth: authn, Limiter: s.limiter, Logger: s.log.Named("access"), Metrics: s.metrics})
+		BodyIdleTimeout:  cfg.Server.BodyIdleTimeout,
+		MaxConcurrent:    cfg.RateLimit.MaxConcurrent,
+	}, gateway.Deps{Auth: authn, Limiter: s.limiter, Logger: s.log.Named("access"), Metrics: s.metrics, Failures: failures})
 	if err != nil {
 		return nil, err
 	}

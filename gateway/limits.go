@@ -1,0 +1,95 @@
+package gateway
+
+import (
+	"context"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"time"
+
+	"github.com/keygate/keygate/auth"
+	"github.com/keygate/keygate/ratelimit"
+)
+
+// FailureLimiter throttles the source addresses of failed
+// authentications. Blocked is asked before any credential is looked at and
+// must be cheap (no I/O); Fail counts one failure and says whether the
+// address is now over its limit. Both return how long the address stays
+// refused. ratelimit.Failures implements it.
+type FailureLimiter interface {
+	Blocked(addr netip.Addr) (time.Duration, bool)
+	Fail(ctx context.Context, addr netip.Addr) (time.Duration, bool)
+}
+
+var _ FailureLimiter = (*ratelimit.Failures)(nil)
+
+// sourceAddr is the client address a request is attributed to by the
+// failure limit: the TCP peer. It is the one place to change when the
+// client address comes from trusted proxies' X-Forwarded-For. The zero
+// Addr (never limited) when RemoteAddr holds no IP.
+func sourceAddr(r *http.Request) netip.Addr {
+	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
+		return ap.Addr().Unmap()
+	}
+	a, _ := netip.ParseAddr(r.RemoteAddr)
+	return a.Unmap()
+}
+
+// msgThrottled is the refusal of an address over the failure limit. It
+// says nothing about the credential: it was not looked at.
+const msgThrottled = "Rate Limited: too many failed authentications from this address; back off and retry"
+
+// throttled refuses the request with 429 when its source address is over
+// the failure limit, before any credential is looked at, and reports
+// whether it did.
+func (g *Gateway) throttled(w http.ResponseWriter, r *http.Request, st *state) bool {
+	retry, blocked := g.failures.Blocked(sourceAddr(r))
+	if !blocked {
+		return false
+	}
+	g.refuseThrottled(w, st, retry)
+	return true
+}
+
+// failedAuth counts a refused credential against the request's source
+// address, and answers 429 instead of the refusal when that put the
+// address over the limit; it reports whether it answered.
+func (g *Gateway) failedAuth(w http.ResponseWriter, r *http.Request, st *state, v auth.Verdict) bool {
+	if !countsAsFailure(v) {
+		return false
+	}
+	retry, blocked := g.failures.Fail(r.Context(), sourceAddr(r))
+	if !blocked {
+		return false
+	}
+	g.refuseThrottled(w, st, retry)
+	return true
+}
+
+func (g *Gateway) refuseThrottled(w http.ResponseWriter, st *state, retry time.Duration) {
+	w.Header().Set("Retry-After", strconv.FormatInt(ceilSeconds(retry, 1), 10))
+	g.fail(w, st, http.StatusTooManyRequests, msgThrottled, "auth_throttled")
+}
+
+// countsAsFailure says which refusals are guesses: a credential was sent
+// and did not hold (401). A request without any credential, or with one of
+// a method that is switched off, guesses nothing; nor does a valid
+// credential refused for lacking a permission (403, such as a token
+// without a product's scope).
+func countsAsFailure(v auth.Verdict) bool {
+	return (v.Status == 0 || v.Status == http.StatusUnauthorized) &&
+		v.Reason != auth.ReasonMissing && v.Reason != auth.ReasonDisabled
+}
+
+// acquire takes one of the credential's concurrent-request slots, or
+// refuses the request (the rate-limit status, 429 by default) when all of
+// them are in use. Every true must be followed by g.concurrency.Release.
+func (g *Gateway) acquire(w http.ResponseWriter, st *state, p auth.Principal) bool {
+	if g.concurrency.Acquire(p.ID) {
+		return true
+	}
+	w.Header().Set("Retry-After", "1")
+	g.metrics.RateLimited.WithLabelValues(p.Env, "concurrency").Inc()
+	g.fail(w, st, g.cfg.RateLimitStatus, g.concurrencyMsg, "concurrency")
+	return false
+}
