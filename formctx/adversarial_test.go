@@ -90,6 +90,7 @@ var adversarialCases = []advCase{
 	{name: "name-star-bad-charset", why: "name* in a charset other than utf-8, us-ascii, iso-8859-1", body: adv("--{B}", `Content-Disposition: form-data; name*=utf-16''contextId`, "", "{O}", "--{B}", cdCtx, "", "{C}", "--{B}--", ""), want: ErrFieldName},
 	{name: "name-leading-space", why: `PHP trims the leading space of " contextId"`, body: adv("--{B}", `Content-Disposition: form-data; name=" contextId"`, "", "{O}", "--{B}", cdCtx, "", "{C}", "--{B}--", ""), want: ErrFieldName},
 	{name: "name-non-ascii", why: "a non-ASCII name (dotless i)", body: adv("--{B}", `Content-Disposition: form-data; name="context`+"\xc4\xb1"+`d"`, "", "{O}", "--{B}", cdCtx, "", "{C}", "--{B}--", ""), want: ErrFieldName},
+	{name: "name-with-separators", why: `a naive splitter reads name="a;name=contextId" as contextId`, body: adv("--{B}", `Content-Disposition: form-data; name="a;name=contextId"`, "", "{O}", "--{B}", cdCtx, "", "{C}", "--{B}--", ""), want: ErrFieldName},
 	{name: "name-php-array", why: "PHP reads contextId[] as contextId", body: adv("--{B}", `Content-Disposition: form-data; name="contextId[]"`, "", "{O}", "--{B}", cdCtx, "", "{C}", "--{B}--", ""), want: ErrFieldName},
 
 	// Context parts.
@@ -252,7 +253,7 @@ func checkCorpusFiles(t *testing.T) {
 	for _, name := range names {
 		got, err := os.ReadFile(name)
 		if err != nil || string(got) != want[name] {
-			t.Errorf("%s is missing or stale (err %v); run go test -run TestAdversarial -update ./formctx/", name, err)
+			t.Errorf("%s is missing or stale (err %v); run go test -run TestAdversarial ./formctx/ -update", name, err)
 		}
 	}
 	have, _ := filepath.Glob("testdata/adversarial/*.body")

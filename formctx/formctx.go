@@ -47,8 +47,9 @@
 //     quoted strings, no whitespace around "=" or before ";", no trailing
 //     ";", no repeated parameter (ASCII case-insensitive), at most 8.
 //     Anything else, or another disposition type, is ErrDisposition.
-//   - A field name (name, or RFC 8187 name*=charset”value decoded) is
-//     printable ASCII without spaces, backslashes or percent signs; name and
+//   - A field name (name, or an RFC 8187 name*=charset'lang'value, decoded) is
+//     printable ASCII without spaces, backslashes, percent signs, quotes,
+//     ";", "=" or ","; name and
 //     name* must agree; RFC 2231 continuations (name*0...) and names
 //     "contextid[..." (PHP arrays) are refused: ErrFieldName.
 //   - A part is a context part when its name is "contextid" ASCII

@@ -302,10 +302,13 @@ func partHeaders(blk []byte) (isCtx bool, err error) {
 }
 
 // validName reports whether a form field name is one every parser reads
-// alike: printable ASCII without spaces, backslashes or percent signs.
+// alike: printable ASCII without spaces, backslashes or percent signs, and
+// without the separators ";", "=" and "," that a naive header splitter
+// would cut at.
 func validName(name []byte) bool {
 	for _, c := range name {
-		if c <= ' ' || c >= 0x7f || c == '\\' || c == '%' || c == '"' {
+		switch {
+		case c <= ' ' || c >= 0x7f, c == '\\', c == '%', c == '"', c == ';', c == '=', c == ',':
 			return false
 		}
 	}
