@@ -137,6 +137,7 @@ var adversarialCases = []advCase{
 	{name: "ct-boundary-not-bchars", why: "a boundary with a character outside RFC 2046 bchars", ct: "multipart/form-data; boundary=" + advBoundary + "!", body: strings.ReplaceAll(adv("--{B}", cdCtx, "", "{C}", "--{B}--", ""), advBoundary, advBoundary+"!"), want: ErrNotMultipart},
 	{name: "ct-boundary-trailing-space", why: "a boundary ending in a space", ct: `multipart/form-data; boundary="` + advBoundary + ` "`, body: strings.ReplaceAll(adv("--{B}", cdCtx, "", "{C}", "--{B}--", ""), advBoundary, advBoundary+" "), want: ErrNotMultipart},
 	{name: "ct-boundary-backslash", why: "a quoted-pair in the boundary", ct: `multipart/form-data; boundary="` + advBoundary + `\x"`, body: adv("--{B}", cdCtx, "", "{C}", "--{B}--", ""), want: ErrNotMultipart},
+	{name: "ct-charset-utf16", why: "a request charset a parser may decode fields in", ct: "multipart/form-data; charset=utf-16; boundary=" + advBoundary, body: adv("--{B}", cdCtx, "", "{C}", "--{B}--", ""), want: ErrNotMultipart},
 	{name: "ct-mixed", why: "multipart/mixed", ct: "multipart/mixed; boundary=" + advBoundary, body: adv("--{B}", cdCtx, "", "{C}", "--{B}--", ""), want: ErrNotMultipart},
 
 	// Truncation.

@@ -144,8 +144,9 @@ func trimOWS(s []byte) []byte {
 
 // formBoundary returns the boundary of a multipart/form-data content type.
 // The type must be in parseValue's form, with exactly one boundary
-// parameter and no RFC 2231 parameter (name with "*"); the boundary must be
-// 1 to 70 RFC 2046 bchars not ending in a space.
+// parameter, no RFC 2231 parameter (name with "*") and no charset but
+// utf-8 or us-ascii; the boundary must be 1 to 70 RFC 2046 bchars not
+// ending in a space.
 func formBoundary(contentType string) (string, bool) {
 	var ps [maxParams]param
 	typ, n, ok := parseValue(trimOWS([]byte(contentType)), true, &ps)
@@ -159,6 +160,9 @@ func formBoundary(contentType string) (string, bool) {
 		}
 		if equalFold(p.name, "boundary") {
 			boundary = p.value
+		}
+		if equalFold(p.name, "charset") && !equalFold(p.value, "utf-8") && !equalFold(p.value, "us-ascii") {
+			return "", false // a parser may decode fields in it
 		}
 	}
 	if !validBoundary(boundary) {
