@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"mime/multipart"
+	"strings"
 	"testing"
 )
 
@@ -100,4 +101,51 @@ func goDisagrees(data []byte, boundary, ctx string) string {
 		return "reads no context"
 	}
 	return ""
+}
+
+// FuzzDisposition fuzzes the part headers of a two-part body whose first
+// part carries the bound context: the Content-Disposition values, one more
+// header line per part and the second part's value. Whatever formctx
+// accepts must come out byte-exact, and Go's ReadForm must fail or read the
+// context formctx read in every context field.
+func FuzzDisposition(f *testing.F) {
+	f.Add(`form-data; name="contextId"`, "", `form-data; name="files"; filename="a.pdf"`, "Content-Type: application/pdf", "%PDF")
+	f.Add(`form-data; name=contextId`, "Content-Type: text/plain; charset=utf-8", `form-data; name*=utf-8''contextID`, "", testCtx)
+	f.Add(`form-data; name="contextId"`, "Content-Transfer-Encoding: 8bit", `attachment; name="contextId"`, "", otherCtx)
+	f.Add(`form-data; name="contextId"`, "", `form-data; name="x"; filename="a\"; name="contextId"`, "", otherCtx)
+	f.Add(`form-data; name="contextId"`, "", `form-data; name*0="context"; name*1="Id"`, "", otherCtx)
+	f.Add(`form-data; name="contextId"`, "", `form-data; name="contextId"`, "Content-Transfer-Encoding: quoted-printable", testCtx+"=\r\n")
+	const bnd = "fuzzBoundary42"
+	f.Fuzz(func(t *testing.T, cd1, h1, cd2, h2, v2 string) {
+		var sb strings.Builder
+		part := func(cd, h, v string) {
+			sb.WriteString("--" + bnd + "\r\nContent-Disposition: " + cd + "\r\n")
+			if h != "" {
+				sb.WriteString(h + "\r\n")
+			}
+			sb.WriteString("\r\n" + v + "\r\n")
+		}
+		part(cd1, h1, testCtx)
+		part(cd2, h2, v2)
+		sb.WriteString("--" + bnd + "--\r\n")
+		data := []byte(sb.String())
+		b, err := Read(bytes.NewReader(data), "multipart/form-data; boundary="+bnd, Config{MaxBytes: 1 << 20})
+		if err != nil {
+			return
+		}
+		defer b.Close()
+		out, err := drain(b, 1+len(data)%300)
+		if err != nil {
+			if len(out) >= len(data) {
+				t.Fatalf("refused (%v) after yielding the whole body", err)
+			}
+			return
+		}
+		if !bytes.Equal(out, data) {
+			t.Fatal("Body yielded bytes that differ from the input")
+		}
+		if why := goDisagrees(data, bnd, b.Context()); why != "" {
+			t.Fatalf("formctx accepted %q but mime/multipart %s", data, why)
+		}
+	})
 }

@@ -320,16 +320,16 @@ func validName(name []byte) bool {
 }
 
 // decodeExtValue decodes an RFC 8187 ext-value (charset'language'pct-value)
-// with charset UTF-8, US-ASCII or ISO-8859-1. Only names decode this way,
-// and validName then refuses anything but printable ASCII, where the three
-// charsets agree.
+// with charset UTF-8 or US-ASCII, the two Go's mime package decodes. Only
+// names decode this way, and validName then refuses anything but printable
+// ASCII.
 func decodeExtValue(v []byte) ([]byte, bool) {
 	q := bytes.IndexByte(v, '\'')
 	if q < 0 {
 		return nil, false
 	}
 	cs := v[:q]
-	if !equalFold(cs, "utf-8") && !equalFold(cs, "us-ascii") && !equalFold(cs, "iso-8859-1") {
+	if !equalFold(cs, "utf-8") && !equalFold(cs, "us-ascii") {
 		return nil, false
 	}
 	rest := v[q+1:]
