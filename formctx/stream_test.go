@@ -2,6 +2,7 @@ package formctx
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"testing"
@@ -38,7 +39,7 @@ func TestLargeReads(t *testing.T) {
 				if n > 0 {
 					reads++
 				}
-				if err == io.EOF {
+				if errors.Is(err, io.EOF) {
 					break
 				}
 				if err != nil {
