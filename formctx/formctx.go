@@ -40,8 +40,10 @@
 //     lines, no space before the colon, no control characters but HTAB in
 //     the value. Content-Disposition appears at most once (ErrDisposition),
 //     Content-Type and Content-Transfer-Encoding at most once
-//     (ErrPartHeader). A part without Content-Disposition has no name and
-//     is no context part.
+//     (ErrPartHeader); a part's Content-Type (type/subtype) and
+//     Content-Transfer-Encoding (a token) follow the parameter grammar
+//     below, else ErrPartHeader. A part without Content-Disposition
+//     (headers or none) has no name and is no context part.
 //   - A Content-Disposition is `form-data` (any letter case) followed by
 //     `;` OWS token "=" (token or quoted-string) parameters: no backslash in
 //     quoted strings, no whitespace around "=" or before ";", no trailing
@@ -66,7 +68,10 @@
 // Compare a context with a credential's using EqualContext, which folds
 // ASCII letters only.
 //
-// Parts are not transfer-decoded: the body is forwarded as it came.
+// Parts are not transfer-decoded: the body is forwarded as it came. After
+// the context part, the rest is scanned for the boundary in a 64 KiB window
+// (bytes.Index on the boundary's last 16 bytes, where boundaries differ)
+// and handed out in reads as large as the caller's buffer.
 //
 // Body does its parsing in the goroutine that calls Read; the package starts
 // no goroutines, so nothing can leak when a Body is abandoned half-read.
