@@ -139,6 +139,9 @@ var adversarialCases = []advCase{
 	{name: "ct-boundary-trailing-space", why: "a boundary ending in a space", ct: `multipart/form-data; boundary="` + advBoundary + ` "`, body: strings.ReplaceAll(adv("--{B}", cdCtx, "", "{C}", "--{B}--", ""), advBoundary, advBoundary+" "), want: ErrNotMultipart},
 	{name: "ct-boundary-backslash", why: "a quoted-pair in the boundary", ct: `multipart/form-data; boundary="` + advBoundary + `\x"`, body: adv("--{B}", cdCtx, "", "{C}", "--{B}--", ""), want: ErrNotMultipart},
 	{name: "ct-charset-utf16", why: "a request charset a parser may decode fields in", ct: "multipart/form-data; charset=utf-16; boundary=" + advBoundary, body: adv("--{B}", cdCtx, "", "{C}", "--{B}--", ""), want: ErrNotMultipart},
+	{name: "ct-php-substring", why: `PHP takes the boundary from the first "boundary" substring: xboundary=`, ct: "multipart/form-data; xboundary=other; boundary=" + advBoundary, body: adv("--{B}", cdCtx, "", "{C}", "--{B}--", ""), want: ErrNotMultipart},
+	{name: "ct-boundary-upper-case", why: "BOUNDARY in upper case (PHP searches case-sensitively first)", ct: "multipart/form-data; BOUNDARY=" + advBoundary, body: adv("--{B}", cdCtx, "", "{C}", "--{B}--", ""), want: ErrNotMultipart},
+	{name: "ct-unknown-param", why: "a parameter other than boundary and charset", ct: "multipart/form-data; boundary=" + advBoundary + "; foo=bar", body: adv("--{B}", cdCtx, "", "{C}", "--{B}--", ""), want: ErrNotMultipart},
 	{name: "ct-mixed", why: "multipart/mixed", ct: "multipart/mixed; boundary=" + advBoundary, body: adv("--{B}", cdCtx, "", "{C}", "--{B}--", ""), want: ErrNotMultipart},
 
 	// Truncation.

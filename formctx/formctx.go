@@ -21,8 +21,9 @@
 // suspected to differ:
 //
 //   - The request Content-Type is multipart/form-data (any letter case) with
-//     exactly one boundary parameter, plain or quoted, no RFC 2231
-//     parameter (a name with "*") and no charset but utf-8 or us-ascii. The boundary is 1 to 70 RFC 2046 bchars
+//     exactly one parameter named "boundary", in lower case (PHP takes the
+//     first "boundary" anywhere in the header), plain or quoted, and no
+//     other parameter but a charset of utf-8 or us-ascii. The boundary is 1 to 70 RFC 2046 bchars
 //     and does not end in a space. Otherwise ErrNotMultipart.
 //   - Line ends are CRLF. The first delimiter is "--boundary" CRLF at the
 //     start of the body or after a preamble that ends in CRLF and holds no

@@ -143,10 +143,10 @@ func trimOWS(s []byte) []byte {
 }
 
 // formBoundary returns the boundary of a multipart/form-data content type.
-// The type must be in parseValue's form, with exactly one boundary
-// parameter, no RFC 2231 parameter (name with "*") and no charset but
-// utf-8 or us-ascii; the boundary must be 1 to 70 RFC 2046 bchars not
-// ending in a space.
+// The type must be in parseValue's form, with exactly one parameter named
+// "boundary" (in lower case: PHP looks for the first "boundary" anywhere in
+// the header) and at most a charset of utf-8 or us-ascii besides; the
+// boundary must be 1 to 70 RFC 2046 bchars not ending in a space.
 func formBoundary(contentType string) (string, bool) {
 	var ps [maxParams]param
 	typ, n, ok := parseValue(trimOWS([]byte(contentType)), true, &ps)
@@ -155,14 +155,18 @@ func formBoundary(contentType string) (string, bool) {
 	}
 	var boundary []byte
 	for _, p := range ps[:n] {
-		if bytes.IndexByte(p.name, '*') >= 0 {
-			return "", false
-		}
-		if equalFold(p.name, "boundary") {
+		switch {
+		case string(p.name) == "boundary":
 			boundary = p.value
-		}
-		if equalFold(p.name, "charset") && !equalFold(p.value, "utf-8") && !equalFold(p.value, "us-ascii") {
-			return "", false // a parser may decode fields in it
+		case equalFold(p.name, "charset"):
+			if !equalFold(p.value, "utf-8") && !equalFold(p.value, "us-ascii") {
+				return "", false // a parser may decode fields in it
+			}
+		default:
+			// PHP takes the boundary from the first "boundary" in the
+			// header (case-sensitively first), so no other parameter,
+			// and the name in lower case.
+			return "", false
 		}
 	}
 	if !validBoundary(boundary) {
