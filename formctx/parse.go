@@ -28,6 +28,7 @@ type parser struct {
 	base     int64 // offset of win[0] in the body
 	st       state
 
+	hscan    int    // how far past pos headers has looked for the blank line
 	isCtx    bool   // the current part is a context part
 	partData int64  // body bytes of the current part parsed so far
 	val      []byte // the context part's body so far
@@ -173,13 +174,17 @@ func (p *parser) headers() (bool, error) {
 	var blk []byte
 	n := 2 // an empty header block is the empty line alone
 	if w[0] != '\r' || w[1] != '\n' {
-		i := bytes.Index(w, crlfcrlf)
+		from := max(p.hscan-3, 0) // resume: slow clients must not make this quadratic
+		i := bytes.Index(w[from:], crlfcrlf)
 		if i < 0 {
 			if len(w) > maxHeadBytes {
 				return false, ErrPartHeader
 			}
+			p.hscan = len(w)
 			return true, nil
 		}
+		i += from
+		p.hscan = 0
 		if i+4 > maxHeadBytes {
 			return false, ErrPartHeader
 		}
