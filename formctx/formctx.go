@@ -229,8 +229,9 @@ const (
 
 // buffers is what a Body borrows from bufPool for its lifetime.
 type buffers struct {
-	win [winSize]byte
-	val [128]byte
+	win  [winSize]byte
+	val  [128]byte
+	skip [256]uint8
 }
 
 var bufPool = sync.Pool{New: func() any { return new(buffers) }}
@@ -282,7 +283,7 @@ func Read(body io.Reader, contentType string, cfg Config) (*Body, error) {
 	}
 	b := &Body{}
 	b.bufs = bufPool.Get().(*buffers)
-	b.p.init(boundary, b.bufs.win[:], b.bufs.val[:0], cfg.MaxFieldBytes)
+	b.p.init(boundary, b.bufs.win[:], b.bufs.val[:0], cfg.MaxFieldBytes, &b.bufs.skip)
 	b.spool.init(cfg.MemoryBytes, cfg.TempDir)
 	b.src = source{r: body, max: cfg.MaxBytes}
 	if err := b.findContext(); err != nil {
@@ -427,7 +428,7 @@ func (b *Body) release() {
 // releaseStream drops the parser and returns the streaming buffers.
 func (b *Body) releaseStream() {
 	b.src.r = nil
-	b.p.win, b.p.val = nil, nil
+	b.p.win, b.p.val, b.p.skip = nil, nil, nil
 	b.p.pos, b.p.end, b.start = 0, 0, 0
 	if b.bufs != nil {
 		bufPool.Put(b.bufs)

@@ -21,8 +21,9 @@ var crlfcrlf = []byte("\r\n\r\n")
 // window, since they say whether a boundary starts a line. It does no I/O:
 // Body fills the window and calls parse.
 type parser struct {
-	dash     []byte // "--" + boundary
-	anchor   []byte // the tail of dash that find searches for
+	dash     []byte      // "--" + boundary
+	anchor   []byte      // the tail of dash that findIndex searches for
+	skip     *[256]uint8 // Horspool shifts, in the pooled buffers
 	win      []byte
 	pos, end int   // win[pos:end] is read but not parsed
 	base     int64 // offset of win[0] in the body
@@ -38,11 +39,18 @@ type parser struct {
 	justFound bool   // ctx was set during this parse call
 }
 
-func (p *parser) init(boundary string, win, val []byte, maxField int) {
+func (p *parser) init(boundary string, win, val []byte, maxField int, skip *[256]uint8) {
 	p.dash = make([]byte, 0, 2+len(boundary))
 	p.dash = append(append(p.dash, "--"...), boundary...)
 	p.anchor = p.dash[len(p.dash)-min(len(p.dash), anchorLen):]
-	p.win, p.val, p.maxField = win, val, maxField
+	p.win, p.val, p.maxField, p.skip = win, val, maxField, skip
+	m := len(p.dash)
+	for i := range p.skip {
+		p.skip[i] = uint8(m)
+	}
+	for i, c := range p.dash[:m-1] {
+		p.skip[c] = uint8(m - 1 - i)
+	}
 }
 
 // anchorLen is how much of the end of "--boundary" find searches for.
@@ -51,8 +59,29 @@ func (p *parser) init(boundary string, win, val []byte, maxField int) {
 const anchorLen = 16
 
 // find returns the position of the first "--boundary" in win[from:end], or
-// -1.
+// -1. It runs Boyer-Moore-Horspool, which in typical file data skips about
+// len(dash) bytes per step, and switches to findIndex where the data makes
+// it skip little.
 func (p *parser) find(from int) int {
+	m := len(p.dash)
+	s := p.win[:p.end]
+	last := p.dash[m-1]
+	steps := 0
+	for i := from + m - 1; i < len(s); {
+		c := s[i]
+		if c == last && bytes.Equal(s[i-m+1:i+1], p.dash) {
+			return i - m + 1
+		}
+		i += int(p.skip[c])
+		if steps++; steps >= 32 && (i-from)/steps < 8 {
+			return p.findIndex(i - m + 1) // every alignment ending before i is ruled out
+		}
+	}
+	return -1
+}
+
+// findIndex is find by bytes.Index on the anchor.
+func (p *parser) findIndex(from int) int {
 	off := len(p.dash) - len(p.anchor)
 	for s := from + off; s <= p.end; {
 		i := bytes.Index(p.win[s:p.end], p.anchor)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
+	"strings"
 	"testing"
 )
 
@@ -122,6 +124,46 @@ func TestSplitConflict(t *testing.T) {
 		asError(t, err, ErrConflictContext)
 		if len(out) >= len(body) || !bytes.Equal(out, body[:len(out)]) {
 			t.Fatalf("size %d: yielded %d bytes of %d, want a strict prefix", size, len(out), len(body))
+		}
+	}
+}
+
+// TestFind checks the boundary search against bytes.Index on data that is
+// random, dense with near-boundaries, or made of the boundary's own bytes.
+func TestFind(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(7, 8))
+	for _, boundary := range []string{"b", "ab", curlBoundary, testBoundary, "------", strings.Repeat("x", 70), "a-a-a-a-a-a-a-a-a-a-a-a-a-a"} {
+		dash := "--" + boundary
+		alphabet := []byte(dash + "\r\nxyz")
+		for trial := range 300 {
+			n := r.IntN(3000)
+			data := make([]byte, n)
+			for i := range data {
+				switch trial % 3 {
+				case 0:
+					data[i] = byte(r.Uint32())
+				default:
+					data[i] = alphabet[r.IntN(len(alphabet))]
+				}
+			}
+			if trial%5 == 0 && n > len(dash) { // plant one
+				copy(data[r.IntN(n-len(dash)):], dash)
+			}
+			var p parser
+			p.init(boundary, data, nil, 0, new([256]uint8))
+			p.end = len(data)
+			from := 0
+			if n > 0 {
+				from = r.IntN(n)
+			}
+			want := bytes.Index(data[from:], []byte(dash))
+			if want >= 0 {
+				want += from
+			}
+			if got := p.find(from); got != want {
+				t.Fatalf("boundary %q, trial %d: find(%d) = %d, bytes.Index says %d", boundary, trial, from, got, want)
+			}
 		}
 	}
 }
