@@ -3,6 +3,8 @@ package formctx
 import (
 	"bytes"
 	"io"
+	"math/rand/v2"
+	"strings"
 	"testing"
 )
 
@@ -32,4 +34,56 @@ func BenchmarkReadContextLast1MiB(b *testing.B) {
 
 func BenchmarkReadContextLast16MiB(b *testing.B) {
 	benchRead(b, first(curlBody(fileField(16*mib), idField(), ctxField("contextId", testCtx))), "multipart/form-data; boundary="+curlBoundary)
+}
+
+// BenchmarkReadSmall256B is the issue 8 small request: a 256-byte body with
+// the context first and a small file after it.
+func BenchmarkReadSmall256B(b *testing.B) {
+	const bnd = "b256"
+	head := "--" + bnd + "\r\nContent-Disposition: form-data; name=\"contextId\"\r\n\r\n" + testCtx +
+		"\r\n--" + bnd + "\r\nContent-Disposition: form-data; name=\"files\"; filename=\"a\"\r\n\r\n"
+	tail := "\r\n--" + bnd + "--\r\n"
+	body := []byte(head + strings.Repeat("x", 256-len(head)-len(tail)) + tail)
+	benchRead(b, body, "multipart/form-data; boundary="+bnd)
+}
+
+// BenchmarkReadContextFirst1MiBRandom streams a 1 MiB file of random bytes
+// (no near-boundary sequences, unlike fileBytes): the scan rate for a
+// typical upload.
+func BenchmarkReadContextFirst1MiBRandom(b *testing.B) {
+	file := make([]byte, mib)
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := range file {
+		file[i] = byte(r.Uint32())
+	}
+	head := "--" + curlBoundary + "\r\nContent-Disposition: form-data; name=\"contextId\"\r\n\r\n" + testCtx +
+		"\r\n--" + curlBoundary + "\r\nContent-Disposition: form-data; name=\"files\"; filename=\"doc.pdf\"\r\n\r\n"
+	body := append(append([]byte(head), file...), "\r\n--"+curlBoundary+"--\r\n"...)
+	benchRead(b, body, "multipart/form-data; boundary="+curlBoundary)
+}
+
+// BenchmarkFind measures the boundary search alone over 1 MiB of random
+// bytes and of fileBytes (a near-boundary every 97 bytes).
+func BenchmarkFind(b *testing.B) {
+	random := make([]byte, mib)
+	r := rand.New(rand.NewPCG(3, 4))
+	for i := range random {
+		random[i] = byte(r.Uint32())
+	}
+	for _, tc := range []struct {
+		name string
+		data []byte
+	}{{"random", random}, {"near-boundaries", fileBytes(mib, curlBoundary)}} {
+		b.Run(tc.name, func(b *testing.B) {
+			var p parser
+			p.init(curlBoundary, tc.data, nil, 0, new([256]uint8))
+			p.end = len(tc.data)
+			b.SetBytes(int64(len(tc.data)))
+			for b.Loop() {
+				if p.find(0) >= 0 {
+					b.Fatal("found a boundary")
+				}
+			}
+		})
+	}
 }
