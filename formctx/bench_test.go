@@ -3,6 +3,7 @@ package formctx
 import (
 	"bytes"
 	"io"
+	"strings"
 	"testing"
 )
 
@@ -32,4 +33,15 @@ func BenchmarkReadContextLast1MiB(b *testing.B) {
 
 func BenchmarkReadContextLast16MiB(b *testing.B) {
 	benchRead(b, first(curlBody(fileField(16*mib), idField(), ctxField("contextId", testCtx))), "multipart/form-data; boundary="+curlBoundary)
+}
+
+// BenchmarkReadSmall256B is the issue 8 small request: a 256-byte body with
+// the context first and a small file after it.
+func BenchmarkReadSmall256B(b *testing.B) {
+	const bnd = "b256"
+	head := "--" + bnd + "\r\nContent-Disposition: form-data; name=\"contextId\"\r\n\r\n" + testCtx +
+		"\r\n--" + bnd + "\r\nContent-Disposition: form-data; name=\"files\"; filename=\"a\"\r\n\r\n"
+	tail := "\r\n--" + bnd + "--\r\n"
+	body := []byte(head + strings.Repeat("x", 256-len(head)-len(tail)) + tail)
+	benchRead(b, body, "multipart/form-data; boundary="+bnd)
 }

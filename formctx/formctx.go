@@ -2,20 +2,71 @@
 // upload while keeping the body forwardable byte for byte.
 //
 // The gateway calls Read on POST /sync once the API key is accepted. Read
-// parses the multipart stream only as far as the first context part (form
-// field contextId or contextID, matched case-insensitively), holding what it
-// read in a pooled memory buffer that spills to an unlinked temp file. It
-// returns a *Body that replays those bytes and then streams the rest of the
-// client body through unbuffered, still parsing it: a later context part
-// with a different value, a truncated or malformed multipart stream, or a
-// body over the cap makes Body.Read fail with an *Error instead of io.EOF.
-// Body never hands out the last byte it has read before it knows the body is
-// good, so an upstream never receives a complete request that failed a check.
+// parses the multipart stream only as far as the end of the first context
+// part, holding what it read in a pooled memory buffer that spills to an
+// unlinked temp file. It returns a *Body that replays those bytes and then
+// streams the rest of the client body in large reads, still parsing it: a
+// later context part with a different value, a part that breaks a rule
+// below, a truncated stream or a body over the cap makes Body.Read fail
+// with an *Error instead of io.EOF. Body never hands out the last byte it
+// has read before it knows the whole body is good, so an upstream never
+// receives a complete request that failed a check.
 //
-// Parsing uses mime/multipart's NextRawPart, so parts are not
-// transfer-decoded. A preamble or a part's header block longer than about
-// 16 KiB is treated as malformed, which bounds the memory the parser holds
-// per request. A first context part with an empty value counts as missing.
+// # What is accepted
+//
+// The point is that every multipart parser an upstream may use (Go's
+// ParseMultipartForm, werkzeug, busboy, PHP) reads the same context from
+// the bytes keygate checked, or none. So formctx accepts one canonical
+// grammar and refuses (400) anything outside it where parsers are known or
+// suspected to differ:
+//
+//   - The request Content-Type is multipart/form-data (any letter case) with
+//     exactly one boundary parameter, plain or quoted, no RFC 2231
+//     parameter (a name with "*") and no charset but utf-8 or us-ascii. The boundary is 1 to 70 RFC 2046 bchars
+//     and does not end in a space. Otherwise ErrNotMultipart.
+//   - Line ends are CRLF. The first delimiter is "--boundary" CRLF at the
+//     start of the body or after a preamble that ends in CRLF and holds no
+//     "--boundary" anywhere (werkzeug finds a delimiter mid-line there); the
+//     preamble and each part's header block are at most 16 KiB.
+//   - Every later "--boundary" in the body either follows CRLF and is
+//     followed by CRLF (next part) or "--" (the end), or follows a byte that
+//     is neither CR nor LF (then it is data to every parser). A boundary
+//     after a bare LF or CR, one followed by anything else (transport
+//     padding, a longer line: PHP matches prefixes), one directly after a
+//     part's header block, or one in a header block or in the epilogue is
+//     ErrDelimiter. After "--boundary--" comes CRLF and an epilogue, or the
+//     end of the body.
+//   - Part header lines are `token ":" value` ending in CRLF: no folded
+//     lines, no space before the colon, no control characters but HTAB in
+//     the value. Content-Disposition appears at most once (ErrDisposition),
+//     Content-Type and Content-Transfer-Encoding at most once
+//     (ErrPartHeader). A part without Content-Disposition has no name and
+//     is no context part.
+//   - A Content-Disposition is `form-data` (any letter case) followed by
+//     `;` OWS token "=" (token or quoted-string) parameters: no backslash in
+//     quoted strings, no whitespace around "=" or before ";", no trailing
+//     ";", no repeated parameter (ASCII case-insensitive), at most 8.
+//     Anything else, or another disposition type, is ErrDisposition.
+//   - A field name (name, or an RFC 8187 name*=charset'lang'value, decoded) is
+//     printable ASCII without spaces, backslashes, percent signs, quotes,
+//     ";", "=" or ","; name and
+//     name* must agree; RFC 2231 continuations (name*0...) and names
+//     "contextid[..." (PHP arrays) are refused: ErrFieldName.
+//   - A part is a context part when its name is "contextid" ASCII
+//     case-insensitively (contextId, contextID, ...). A context part has no
+//     filename, a Content-Type that is absent or text/plain with at most a
+//     charset of utf-8 or us-ascii, and a Content-Transfer-Encoding that is
+//     absent, 7bit, 8bit or binary (ErrContextPart). Its value is 1 to
+//     MaxFieldBytes bytes of printable ASCII without spaces
+//     (ErrContextValue; empty is ErrMissingContext).
+//   - The first context part decides; every later one must be byte-equal
+//     to it (ErrConflictContext).
+//   - A Content-Type of multipart/* on a part (nested multipart) is refused.
+//
+// Compare a context with a credential's using EqualContext, which folds
+// ASCII letters only.
+//
+// Parts are not transfer-decoded: the body is forwarded as it came.
 //
 // Body does its parsing in the goroutine that calls Read; the package starts
 // no goroutines, so nothing can leak when a Body is abandoned half-read.
@@ -25,11 +76,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"mime"
-	"mime/multipart"
 	"net/http"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -139,25 +187,44 @@ var (
 	ErrConflictContext = &Error{Status: http.StatusBadRequest, Message: "conflicting contextId and contextID form fields"}
 	ErrMalformed       = &Error{Status: http.StatusBadRequest, Message: "malformed multipart body"}
 	ErrTooLarge        = &Error{Status: http.StatusRequestEntityTooLarge, Message: "request body too large"}
+
+	// ErrDelimiter: a boundary line that is not exactly "--boundary" CRLF
+	// (or "--boundary--"), a boundary after a bare LF or CR, the boundary
+	// inside the preamble, the part headers or the epilogue, or bytes other
+	// than CRLF after the closing boundary.
+	ErrDelimiter = &Error{Status: http.StatusBadRequest, Message: "malformed multipart body: boundary lines must be exactly --boundary with CRLF line ends, and the boundary must not occur elsewhere"}
+	// ErrPartHeader: a part header that is not `token ":" value` on one
+	// CRLF-terminated line, a repeated Content-Type or
+	// Content-Transfer-Encoding, an unparsable or multipart Content-Type.
+	ErrPartHeader = &Error{Status: http.StatusBadRequest, Message: "malformed multipart body: part headers must be well-formed and not repeated"}
+	// ErrDisposition: a Content-Disposition that does not parse, appears
+	// twice in a part, or is not form-data.
+	ErrDisposition = &Error{Status: http.StatusBadRequest, Message: "malformed multipart body: each part may have one Content-Disposition, and it must be a well-formed form-data"}
+	// ErrFieldName: a field name parsers may read differently.
+	ErrFieldName = &Error{Status: http.StatusBadRequest, Message: "ambiguous multipart field name: names must be printable ASCII without spaces, backslashes or percent signs, and a name* must decode to the same name"}
+	// ErrContextPart: a context part with a filename, a Content-Type other
+	// than text/plain (charset utf-8 or us-ascii), or a transfer encoding.
+	ErrContextPart = &Error{Status: http.StatusBadRequest, Message: "the contextId part must be a plain field: no filename, Content-Type text/plain with charset utf-8 or us-ascii at most, no Content-Transfer-Encoding but 7bit, 8bit or binary"}
+	// ErrContextValue: a context value that is not printable ASCII.
+	ErrContextValue = &Error{Status: http.StatusBadRequest, Message: "contextId must be printable ASCII without spaces"}
 )
 
 // errClosed is returned by Read after Close.
 var errClosed = errors.New("formctx: read on closed Body")
 
-// Sizes of the pooled buffers. stepLimit bounds the raw bytes one parser
-// call may pull from the client (a part's headers, the preamble); it must
-// leave room in pendSize for the one held-back byte.
+// Sizes. The window holds what is read from the client until it is parsed
+// and handed out; a part's header block and the preamble must fit in
+// maxHeadBytes, which leaves room in the window for large reads.
 const (
-	pendSize    = 32 << 10
-	scratchSize = 4 << 10
-	stepLimit   = 16 << 10
+	winSize      = 64 << 10
+	minRead      = 32 << 10
+	maxHeadBytes = 16 << 10
 )
 
 // buffers is what a Body borrows from bufPool for its lifetime.
 type buffers struct {
-	pend    [pendSize]byte
-	scratch [scratchSize]byte
-	val     [128]byte
+	win [winSize]byte
+	val [128]byte
 }
 
 var bufPool = sync.Pool{New: func() any { return new(buffers) }}
@@ -174,24 +241,19 @@ type Body struct {
 	closed   atomic.Bool
 	released bool
 
-	ctx      string
-	maxField int
-
 	src      source
-	mr       *multipart.Reader
+	eof      bool // src has returned io.EOF
+	empty    int  // consecutive empty reads from src
 	spool    spool
+	streamed bool  // Read has returned: new bytes no longer go to the spool
 	spoolLen int64 // total bytes held in the spool (the prefix)
 	replayed int64 // bytes of the spool handed out
+	start    int   // p.win[start:p.end] is read but not handed out
 
-	bufs     *buffers
-	pend     pend
-	part     *multipart.Part
-	partCtx  bool
-	val      []byte
-	epilogue bool // the closing boundary has been parsed
-	empty    int  // consecutive empty reads in the epilogue
-	done     bool // the client body ended and everything checked out
-	err      error
+	bufs *buffers
+	p    parser
+	done bool // the client body ended and everything checked out
+	err  error
 }
 
 // Read reads body up to and including the first context part and returns a
@@ -212,12 +274,11 @@ func Read(body io.Reader, contentType string, cfg Config) (*Body, error) {
 	if body == nil {
 		body = http.NoBody
 	}
-	b := &Body{maxField: cfg.MaxFieldBytes}
+	b := &Body{}
 	b.bufs = bufPool.Get().(*buffers)
-	b.val = b.bufs.val[:0]
+	b.p.init(boundary, b.bufs.win[:], b.bufs.val[:0], cfg.MaxFieldBytes)
 	b.spool.init(cfg.MemoryBytes, cfg.TempDir)
-	b.src = source{r: body, max: cfg.MaxBytes, sink: &b.spool}
-	b.mr = multipart.NewReader(&b.src, boundary)
+	b.src = source{r: body, max: cfg.MaxBytes}
 	if err := b.findContext(); err != nil {
 		b.release()
 		return nil, err
@@ -227,89 +288,81 @@ func Read(body io.Reader, contentType string, cfg Config) (*Body, error) {
 		return nil, fmt.Errorf("formctx: spooling body: %w", err)
 	}
 	b.spoolLen = b.spool.len()
-	b.pend.buf = b.bufs.pend[:]
-	b.src.sink = &b.pend
+	b.streamed = true
+	b.start = b.p.end
 	return b, nil
 }
 
-// formBoundary returns the boundary of a multipart/form-data content type.
-func formBoundary(contentType string) (string, bool) {
-	mt, params, err := mime.ParseMediaType(contentType)
-	if err != nil || mt != "multipart/form-data" {
-		return "", false
-	}
-	boundary := params["boundary"]
-	if boundary == "" || len(boundary) > maxBoundaryLen {
-		return "", false
-	}
-	return boundary, true
-}
-
-// isContextName reports whether a form field name is a context field.
-func isContextName(name string) bool {
-	return len(name) == len("contextid") && strings.EqualFold(name, "contextid")
-}
-
-// findContext parses parts until the first context part and records its
-// value. Every byte it pulls from the client lands in the spool.
+// findContext reads and parses until the first context part has ended.
+// Every byte it reads lands in the spool.
 func (b *Body) findContext() error {
 	for {
-		b.src.step = 0
-		part, err := b.mr.NextRawPart()
-		if err == io.EOF {
-			return ErrMissingContext
+		if err := b.p.parse(b.eof); err != nil {
+			return err
 		}
-		if err != nil {
-			return b.classify()
-		}
-		isCtx := isContextName(part.FormName())
-		b.val = b.val[:0]
-		for {
-			b.src.step = 0
-			n, err := part.Read(b.bufs.scratch[:])
-			if isCtx {
-				if len(b.val)+n > b.maxField {
-					return ErrMalformed
-				}
-				b.val = append(b.val, b.bufs.scratch[:n]...)
-			}
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				return b.classify()
-			}
-		}
-		if isCtx {
-			if len(b.val) == 0 {
-				return ErrMissingContext
-			}
-			b.ctx = string(b.val)
+		if b.p.ctx != "" {
 			return nil
+		}
+		if b.eof {
+			return ErrMalformed // parse with eof set ends in an error or done
+		}
+		if err := b.fill(); err != nil {
+			return err
 		}
 	}
 }
 
-// classify turns a parser error into what Read reports.
-func (b *Body) classify() error {
-	switch e := b.src.err; {
-	case e == nil, errors.Is(e, io.EOF), errors.Is(e, errStep):
-	case errors.Is(e, errTooLarge):
-		return ErrTooLarge
-	case b.src.sinkFailed:
-		return fmt.Errorf("formctx: spooling body: %w", e)
-	default:
-		var mbe *http.MaxBytesError
-		if errors.As(e, &mbe) {
-			return ErrTooLarge
-		}
-		return fmt.Errorf("formctx: reading body: %w", e)
+// fill reads once from the client into the window, after making room.
+// Before Read returns, what it reads also goes to the spool.
+func (b *Body) fill() error {
+	p := &b.p
+	keep := p.pos - 2 // the two bytes before pos tell what precedes a boundary
+	if b.streamed {
+		keep = min(keep, b.start)
 	}
-	return ErrMalformed
+	if keep > 0 && len(p.win)-p.end < minRead {
+		p.compact(keep)
+		b.start -= keep
+	}
+	if p.end == len(p.win) {
+		return ErrMalformed // cannot happen: maxHeadBytes leaves room
+	}
+	n, err := b.src.read(p.win[p.end:])
+	if n > 0 && !b.streamed {
+		if _, werr := b.spool.Write(p.win[p.end : p.end+n]); werr != nil {
+			return fmt.Errorf("formctx: spooling body: %w", werr)
+		}
+	}
+	p.end += n
+	if !b.streamed {
+		b.start = p.end
+	}
+	switch {
+	case err == nil && n == 0:
+		if b.empty++; b.empty >= 100 {
+			return fmt.Errorf("formctx: reading body: %w", io.ErrNoProgress)
+		}
+	case err == nil:
+		b.empty = 0
+	case errors.Is(err, io.EOF):
+		b.eof = true
+	default:
+		return classify(err)
+	}
+	return nil
+}
+
+// classify turns a client read error into what Read reports.
+func classify(err error) error {
+	var mbe *http.MaxBytesError
+	if errors.Is(err, errTooLarge) || errors.As(err, &mbe) {
+		return ErrTooLarge
+	}
+	return fmt.Errorf("formctx: reading body: %w", err)
 }
 
 // Context returns the value of the first context part.
-func (b *Body) Context() string { return b.ctx }
+func (b *Body) Context() string { return b.p.ctx }
 
 // Spilled reports whether the prefix read before the context part went
 // (partly) to a temp file.
@@ -321,9 +374,9 @@ func (b *Body) PrefixBytes() int64 { return b.spoolLen }
 
 // Read reads the body: first the bytes Read consumed, then the rest of the
 // client body. It returns io.EOF only once the client body has ended with a
-// complete multipart stream whose context parts all agree; otherwise it
-// returns an *Error (or the client's read error) and holds back at least
-// the last byte read, so the forwarded request is never complete.
+// complete multipart stream that passed every check; otherwise it returns
+// an *Error (or the client's read error) and holds back at least the last
+// byte read, so the forwarded request is never complete.
 func (b *Body) Read(p []byte) (int, error) {
 	b.mu.Lock()
 	defer func() {
@@ -367,9 +420,9 @@ func (b *Body) release() {
 
 // releaseStream drops the parser and returns the streaming buffers.
 func (b *Body) releaseStream() {
-	b.mr, b.part, b.src.r, b.src.sink = nil, nil, nil, nil
-	b.pend = pend{}
-	b.val = nil
+	b.src.r = nil
+	b.p.win, b.p.val = nil, nil
+	b.p.pos, b.p.end, b.start = 0, 0, 0
 	if b.bufs != nil {
 		bufPool.Put(b.bufs)
 		b.bufs = nil
@@ -390,7 +443,7 @@ func (b *Body) read(p []byte) (int, error) {
 			return 0, nil
 		}
 		spoolLeft := b.spoolLen - b.replayed
-		avail := spoolLeft + int64(b.pend.end-b.pend.start)
+		avail := spoolLeft + int64(b.p.end-b.start)
 		if !b.done {
 			avail-- // the last byte read waits for the verdict
 		}
@@ -413,8 +466,8 @@ func (b *Body) read(p []byte) (int, error) {
 				}
 				return n, nil
 			}
-			n := copy(p, b.pend.buf[b.pend.start:b.pend.end])
-			b.pend.start += n
+			n := copy(p, b.p.win[b.start:b.p.end])
+			b.start += n
 			return n, nil
 		}
 		if b.done {
@@ -425,60 +478,22 @@ func (b *Body) read(p []byte) (int, error) {
 	}
 }
 
-// step advances the parser by one call, which pulls at most stepLimit bytes
-// from the client into pend.
+// step reads once from the client (unless it has ended) and parses what
+// it can.
 func (b *Body) step() {
-	b.pend.compact()
-	b.src.step = 0
-	switch {
-	case b.epilogue:
-		n, err := b.src.readRaw(b.pend.buf[b.pend.end:])
-		b.pend.end += n
-		switch {
-		case errors.Is(err, io.EOF):
-			b.done = true
-		case err != nil:
-			b.fail(b.classify())
-		case n == 0:
-			if b.empty++; b.empty >= 100 {
-				b.fail(fmt.Errorf("formctx: reading body: %w", io.ErrNoProgress))
-			}
-		default:
-			b.empty = 0
-		}
-	case b.part == nil:
-		part, err := b.mr.NextRawPart()
-		if err == io.EOF {
-			b.epilogue = true
-			b.mr = nil
+	if !b.eof {
+		if err := b.fill(); err != nil {
+			b.fail(err)
 			return
 		}
-		if err != nil {
-			b.fail(b.classify())
-			return
-		}
-		b.part = part
-		b.partCtx = isContextName(part.FormName())
-		b.val = b.val[:0]
-	default:
-		n, err := b.part.Read(b.bufs.scratch[:])
-		if b.partCtx {
-			if len(b.val)+n > b.maxField {
-				b.fail(ErrMalformed)
-				return
-			}
-			b.val = append(b.val, b.bufs.scratch[:n]...)
-		}
-		if errors.Is(err, io.EOF) {
-			if b.partCtx && string(b.val) != b.ctx {
-				b.fail(ErrConflictContext)
-				return
-			}
-			b.part = nil
-			return
-		}
-		if err != nil {
-			b.fail(b.classify())
-		}
+	}
+	if err := b.p.parse(b.eof); err != nil {
+		b.fail(err)
+		return
+	}
+	if b.p.st == stDone {
+		b.done = true
+	} else if b.eof {
+		b.fail(ErrMalformed) // cannot happen: parse with eof ends in an error or done
 	}
 }

@@ -64,7 +64,7 @@ func TestRead(t *testing.T) {
 		{name: "truncated inside context value", body: curlLast[:len(curlLast)-len(curlBoundary)-10], ct: curlCT, wantReadErr: ErrMalformed},
 		{name: "empty body", body: nil, ct: okCT, wantReadErr: ErrMalformed},
 		{name: "garbage", body: []byte("\x00\xff garbage \r\n\r\n--nope\r\n"), ct: okCT, wantReadErr: ErrMalformed},
-		{name: "garbage after context part", body: []byte(crlfBoundary + "\r\nContent-Disposition: form-data; name=\"contextId\"\r\n\r\n" + testCtx + "\r\n" + crlfBoundary + "\r\nJUNK LINE\r\n\r\ndata\r\n" + crlfBoundary + "--\r\n"), ct: okCT, wantBodyErr: ErrMalformed},
+		{name: "garbage after context part", body: []byte(crlfBoundary + "\r\nContent-Disposition: form-data; name=\"contextId\"\r\n\r\n" + testCtx + "\r\n" + crlfBoundary + "\r\nJUNK LINE\r\n\r\ndata\r\n" + crlfBoundary + "--\r\n"), ct: okCT, wantBodyErr: ErrPartHeader},
 		{name: "hand-written minimal body", body: []byte(crlfBoundary + "\r\nContent-Disposition: form-data; name=\"contextId\"\r\n\r\n" + testCtx + "\r\n" + crlfBoundary + "--\r\n"), ct: okCT},
 		{name: "over MaxBytes while reading to the context", body: ctxAfterFile, ct: okCT, cfg: Config{MaxBytes: mib / 2}, wantReadErr: ErrTooLarge},
 		{name: "over MaxBytes while streaming", body: conflictAfterFile, ct: conflictCT, cfg: Config{MaxBytes: mib / 2}, wantBodyErr: ErrTooLarge},
@@ -74,16 +74,16 @@ func TestRead(t *testing.T) {
 		{name: "small body over MaxBytes", body: okBody, ct: okCT, cfg: Config{MaxBytes: 100}, wantReadErr: ErrTooLarge},
 		{name: "epilogue forwarded", body: join(okBody, []byte("epilogue bytes\r\nmore\r\n")), ct: okCT},
 		{name: "large epilogue forwarded", body: join(okBody, fileBytes(100_000, testBoundary)), ct: okCT},
-		{name: "part headers over 16 KiB", body: []byte(crlfBoundary + "\r\nX-Pad: " + strings.Repeat("p", 30_000) + "\r\nContent-Disposition: form-data; name=\"contextId\"\r\n\r\n" + testCtx + "\r\n" + crlfBoundary + "--\r\n"), ct: okCT, wantReadErr: ErrMalformed},
-		{name: "later part headers over 16 KiB", body: []byte(crlfBoundary + "\r\nContent-Disposition: form-data; name=\"contextId\"\r\n\r\n" + testCtx + "\r\n" + crlfBoundary + "\r\nX-Pad: " + strings.Repeat("p", 30_000) + "\r\nContent-Disposition: form-data; name=\"id\"\r\n\r\n" + testID + "\r\n" + crlfBoundary + "--\r\n"), ct: okCT, wantBodyErr: ErrMalformed},
+		{name: "part headers over 16 KiB", body: []byte(crlfBoundary + "\r\nX-Pad: " + strings.Repeat("p", 30_000) + "\r\nContent-Disposition: form-data; name=\"contextId\"\r\n\r\n" + testCtx + "\r\n" + crlfBoundary + "--\r\n"), ct: okCT, wantReadErr: ErrPartHeader},
+		{name: "later part headers over 16 KiB", body: []byte(crlfBoundary + "\r\nContent-Disposition: form-data; name=\"contextId\"\r\n\r\n" + testCtx + "\r\n" + crlfBoundary + "\r\nX-Pad: " + strings.Repeat("p", 30_000) + "\r\nContent-Disposition: form-data; name=\"id\"\r\n\r\n" + testID + "\r\n" + crlfBoundary + "--\r\n"), ct: okCT, wantBodyErr: ErrPartHeader},
 		{name: "preamble over 16 KiB", body: join(bytes.Repeat([]byte("preamble line\r\n"), 2000), okBody), ct: okCT, wantReadErr: ErrMalformed},
 		{name: "preamble", body: join([]byte("This is a preamble.\r\n"), okBody), ct: okCT},
 		{name: "curl body, context first", body: curlFirst, ct: curlCT},
 		{name: "curl body, context last", body: curlLast, ct: curlCT},
-		{name: "LF-only line endings", body: []byte(strings.ReplaceAll(string(curlLast), "\r\n", "\n")), ct: curlCT},
-		{name: "whitespace after boundaries", body: []byte(strings.ReplaceAll(string(okBody), crlfBoundary+"\r\n", crlfBoundary+" \t\r\n")), ct: okCT},
+		{name: "LF-only line endings", body: []byte(strings.ReplaceAll(string(curlLast), "\r\n", "\n")), ct: curlCT, wantReadErr: ErrDelimiter},
+		{name: "whitespace after boundaries", body: []byte(strings.ReplaceAll(string(okBody), crlfBoundary+"\r\n", crlfBoundary+" \t\r\n")), ct: okCT, wantReadErr: ErrDelimiter},
 		{name: "closing boundary without CRLF", body: okBody[:len(okBody)-2], ct: okCT},
-		{name: "CRLF inside context value is kept", body: first(build(t, ctxField("contextId", "a\r\nb"))), ct: okCT, wantCtx: "a\r\nb"},
+		{name: "CRLF inside context value", body: first(build(t, ctxField("contextId", "a\r\nb"))), ct: okCT, wantReadErr: ErrContextValue},
 		{name: "quoted boundary", body: okBody, ct: `multipart/form-data; boundary="` + testBoundary + `"`},
 		{name: "small memory spills", body: okBody, ct: okCT, cfg: Config{MemoryBytes: 100}, wantSpilled: true},
 	}
@@ -93,6 +93,7 @@ func TestRead(t *testing.T) {
 	}{
 		{"whole", func(r io.Reader) io.Reader { return r }},
 		{"one byte", iotest.OneByteReader},
+		{"half", iotest.HalfReader},
 		{"data with EOF", iotest.DataErrReader},
 	}
 	for _, tc := range tests {
@@ -109,6 +110,12 @@ func TestRead(t *testing.T) {
 					cfg.MaxBytes = 64 * mib
 				}
 				b, err := Read(rd.wrap(bytes.NewReader(tc.body)), tc.ct, cfg)
+				if tc.wantBodyErr != nil && err != nil {
+					// Read parses no further than the context part, but the
+					// byte cap applies to its read-ahead too.
+					asError(t, err, tc.wantBodyErr)
+					return
+				}
 				if tc.wantReadErr != nil {
 					asError(t, err, tc.wantReadErr)
 					if b != nil {

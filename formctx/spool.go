@@ -7,41 +7,18 @@ import (
 	"sync"
 )
 
-var (
-	errTooLarge = errors.New("formctx: body over max_bytes")
-	errStep     = errors.New("formctx: part headers or preamble too long")
-)
+var errTooLarge = errors.New("formctx: body over max_bytes")
 
-// source reads the client body for the parser: it enforces the byte cap and
-// the per-step cap, and copies every byte it returns into sink. Its errors
-// are sticky.
+// source reads the client body and enforces the byte cap. Its errors are
+// sticky.
 type source struct {
-	r          io.Reader
-	n, max     int64 // bytes read so far, cap
-	step       int   // bytes read during the current parser call
-	sink       io.Writer
-	err        error
-	sinkFailed bool
+	r      io.Reader
+	n, max int64 // bytes read so far, cap
+	err    error
 }
 
-func (s *source) Read(p []byte) (int, error) {
-	n, err := s.readRaw(p)
-	if n > 0 {
-		if s.step += n; s.step > stepLimit {
-			s.err = errStep
-			return 0, s.err
-		}
-		if _, werr := s.sink.Write(p[:n]); werr != nil {
-			s.err, s.sinkFailed = werr, true
-			return 0, s.err
-		}
-	}
-	return n, err
-}
-
-// readRaw reads from the client, counting against the cap, without
-// copying into sink.
-func (s *source) readRaw(p []byte) (int, error) {
+// read reads from the client, counting against the cap.
+func (s *source) read(p []byte) (int, error) {
 	if s.err != nil {
 		return 0, s.err
 	}
@@ -58,32 +35,6 @@ func (s *source) readRaw(p []byte) (int, error) {
 		s.err = err
 	}
 	return n, err
-}
-
-// pend holds raw bytes read while streaming until Body.Read hands them out.
-type pend struct {
-	buf        []byte
-	start, end int
-}
-
-func (p *pend) Write(b []byte) (int, error) {
-	if len(b) > len(p.buf)-p.end {
-		p.compact()
-		if len(b) > len(p.buf)-p.end {
-			return 0, errStep // cannot happen while stepLimit < pendSize-1
-		}
-	}
-	p.end += copy(p.buf[p.end:], b)
-	return len(b), nil
-}
-
-// compact moves the bytes not yet handed out to the front.
-func (p *pend) compact() {
-	if p.start == 0 {
-		return
-	}
-	p.end = copy(p.buf, p.buf[p.start:p.end])
-	p.start = 0
 }
 
 const chunkSize = 32 << 10

@@ -1,0 +1,315 @@
+package formctx
+
+import "bytes"
+
+// state is where the parser is in the multipart grammar.
+type state uint8
+
+const (
+	stPreamble  state = iota // before the first delimiter
+	stHeaders                // after a delimiter line: a part's header block
+	stData                   // a part's body
+	stCloseTail              // after "--boundary--": CRLF or the end
+	stEpilogue               // after the closing delimiter line
+	stDone                   // the body ended and checked out
+)
+
+var crlfcrlf = []byte("\r\n\r\n")
+
+// parser is an incremental multipart/form-data parser over a window of the
+// body. Bytes before pos are parsed; the two bytes before pos stay in the
+// window, since they say whether a boundary starts a line. It does no I/O:
+// Body fills the window and calls parse.
+type parser struct {
+	dash     []byte // "--" + boundary
+	anchor   []byte // the tail of dash that find searches for
+	win      []byte
+	pos, end int   // win[pos:end] is read but not parsed
+	base     int64 // offset of win[0] in the body
+	st       state
+
+	isCtx    bool   // the current part is a context part
+	partData int64  // body bytes of the current part parsed so far
+	val      []byte // the context part's body so far
+	maxField int
+
+	ctx       string // the first context part's value
+	justFound bool   // ctx was set during this parse call
+}
+
+func (p *parser) init(boundary string, win, val []byte, maxField int) {
+	p.dash = make([]byte, 0, 2+len(boundary))
+	p.dash = append(append(p.dash, "--"...), boundary...)
+	p.anchor = p.dash[len(p.dash)-min(len(p.dash), anchorLen):]
+	p.win, p.val, p.maxField = win, val, maxField
+}
+
+// anchorLen is how much of the end of "--boundary" find searches for.
+// Boundaries start alike (curl's with 24 dashes) but end in their random
+// part, so searching for the end finds few false candidates.
+const anchorLen = 16
+
+// find returns the position of the first "--boundary" in win[from:end], or
+// -1.
+func (p *parser) find(from int) int {
+	off := len(p.dash) - len(p.anchor)
+	for s := from + off; s <= p.end; {
+		i := bytes.Index(p.win[s:p.end], p.anchor)
+		if i < 0 {
+			return -1
+		}
+		t := s + i
+		if j := t - off; off == 0 || bytes.Equal(p.win[j:t], p.dash[:off]) {
+			return j
+		}
+		s = t + 1
+	}
+	return -1
+}
+
+// compact drops win[:keep], which is parsed and handed out.
+func (p *parser) compact(keep int) {
+	p.end = copy(p.win, p.win[keep:p.end])
+	p.pos -= keep
+	p.base += int64(keep)
+}
+
+// parse advances over the unparsed bytes. It returns nil when it needs more
+// input, has reached stDone (only once eof is set: no more input), or has
+// just found the first context part; otherwise the *Error that refuses the
+// body. With eof set, it never asks for more input.
+func (p *parser) parse(eof bool) error {
+	for p.st != stDone {
+		var more bool
+		var err error
+		switch p.st {
+		case stPreamble:
+			more, err = p.preamble()
+		case stHeaders:
+			more, err = p.headers()
+		case stData:
+			more, err = p.data()
+		case stCloseTail:
+			more, err = p.closeTail(eof)
+		case stEpilogue:
+			more, err = p.epilogue(eof)
+		}
+		if err != nil {
+			return err
+		}
+		if p.justFound {
+			p.justFound = false
+			return nil
+		}
+		if more {
+			if eof {
+				return ErrMalformed // truncated
+			}
+			return nil
+		}
+	}
+	return nil
+}
+
+// crlfBefore reports whether win[j] is preceded by CRLF.
+func (p *parser) crlfBefore(j int) bool {
+	return j >= 2 && p.win[j-2] == '\r' && p.win[j-1] == '\n'
+}
+
+// delimiterEnd classifies the two bytes after a boundary at win[j]: next
+// is stHeaders for CRLF, stCloseTail for "--"; more if they are not read
+// yet.
+func (p *parser) delimiterEnd(j int) (next state, more bool, err error) {
+	k := j + len(p.dash)
+	if p.end-k < 2 {
+		return 0, true, nil
+	}
+	switch {
+	case p.win[k] == '\r' && p.win[k+1] == '\n':
+		return stHeaders, false, nil
+	case p.win[k] == '-' && p.win[k+1] == '-':
+		return stCloseTail, false, nil
+	}
+	return 0, false, ErrDelimiter
+}
+
+// preamble finds the first delimiter: the first occurrence of the boundary
+// in the body, at its start or after CRLF, within maxHeadBytes.
+func (p *parser) preamble() (bool, error) {
+	i := p.find(p.pos)
+	if i < 0 {
+		if p.base+int64(p.end) > maxHeadBytes {
+			return false, ErrMalformed
+		}
+		p.pos = max(p.pos, p.end-len(p.dash)+1)
+		return true, nil
+	}
+	j := i
+	if p.base+int64(j) > maxHeadBytes {
+		return false, ErrMalformed
+	}
+	if p.base+int64(j) != 0 && !p.crlfBefore(j) {
+		return false, ErrDelimiter // werkzeug takes it for a delimiter, Go does not
+	}
+	p.pos = j
+	next, more, err := p.delimiterEnd(j)
+	if more || err != nil {
+		return more, err
+	}
+	if next == stCloseTail {
+		return false, ErrMissingContext // no parts
+	}
+	p.pos = j + len(p.dash) + 2
+	p.st = stHeaders
+	return false, nil
+}
+
+// headers checks a part's header block once it is read whole.
+func (p *parser) headers() (bool, error) {
+	w := p.win[p.pos:p.end]
+	if len(w) < 2 {
+		return true, nil
+	}
+	var blk []byte
+	n := 2 // an empty header block is the empty line alone
+	if w[0] != '\r' || w[1] != '\n' {
+		i := bytes.Index(w, crlfcrlf)
+		if i < 0 {
+			if len(w) > maxHeadBytes {
+				return false, ErrPartHeader
+			}
+			return true, nil
+		}
+		if i+4 > maxHeadBytes {
+			return false, ErrPartHeader
+		}
+		blk, n = w[:i+2], i+4
+		if bytes.Contains(blk, p.dash) {
+			return false, ErrDelimiter
+		}
+	}
+	isCtx, err := partHeaders(blk)
+	if err != nil {
+		return false, err
+	}
+	p.isCtx, p.partData, p.val = isCtx, 0, p.val[:0]
+	p.pos += n
+	p.st = stData
+	return false, nil
+}
+
+// consume takes the next n unparsed bytes as body bytes of the current
+// part.
+func (p *parser) consume(n int) error {
+	if p.isCtx {
+		if len(p.val)+n > p.maxField+2 { // +2: the CRLF before the delimiter
+			return ErrMalformed
+		}
+		p.val = append(p.val, p.win[p.pos:p.pos+n]...)
+	}
+	p.partData += int64(n)
+	p.pos += n
+	return nil
+}
+
+// data scans a part's body for the next delimiter. Every occurrence of the
+// boundary there must be a delimiter (after CRLF, followed by CRLF or "--")
+// or follow a byte other than CR and LF.
+func (p *parser) data() (bool, error) {
+	for {
+		j := p.find(p.pos)
+		if j < 0 {
+			if n := p.end - p.pos - (len(p.dash) - 1); n > 0 {
+				return true, p.consume(n)
+			}
+			return true, nil
+		}
+		i := j - p.pos
+		if prev := p.win[j-1]; prev != '\r' && prev != '\n' {
+			if err := p.consume(i + 1); err != nil {
+				return false, err
+			}
+			continue // mid-line: data to every parser
+		}
+		// The CRLF must belong to the body: a boundary right after the
+		// header block is read as an empty part by some parsers only.
+		if p.partData+int64(i) < 2 || !p.crlfBefore(j) {
+			return false, ErrDelimiter
+		}
+		if err := p.consume(i); err != nil {
+			return false, err
+		}
+		next, more, err := p.delimiterEnd(j)
+		if more || err != nil {
+			return more, err
+		}
+		if err := p.endPart(); err != nil {
+			return false, err
+		}
+		if next == stCloseTail && p.ctx == "" {
+			return false, ErrMissingContext
+		}
+		p.pos = j + len(p.dash) + 2
+		p.st = next
+		return false, nil
+	}
+}
+
+// endPart checks the value of a context part that has ended.
+func (p *parser) endPart() error {
+	if !p.isCtx {
+		return nil
+	}
+	v := p.val[:len(p.val)-2]
+	if p.ctx != "" {
+		if string(v) != p.ctx {
+			return ErrConflictContext
+		}
+		return nil
+	}
+	if len(v) == 0 {
+		return ErrMissingContext
+	}
+	for _, c := range v {
+		if c <= ' ' || c >= 0x7f {
+			return ErrContextValue
+		}
+	}
+	p.ctx = string(v)
+	p.justFound = true
+	return nil
+}
+
+// closeTail checks what follows the closing delimiter: CRLF, or nothing.
+func (p *parser) closeTail(eof bool) (bool, error) {
+	w := p.win[p.pos:p.end]
+	switch {
+	case len(w) >= 2 && w[0] == '\r' && w[1] == '\n':
+		p.pos += 2
+		p.st = stEpilogue
+		return false, nil
+	case len(w) >= 2 || len(w) == 1 && w[0] != '\r':
+		return false, ErrDelimiter
+	case eof && len(w) == 0:
+		p.st = stDone
+		return false, nil
+	}
+	return true, nil
+}
+
+// epilogue passes bytes after the closing delimiter line, which must not
+// hold the boundary.
+func (p *parser) epilogue(eof bool) (bool, error) {
+	if p.find(p.pos) >= 0 {
+		return false, ErrDelimiter
+	}
+	if eof {
+		p.pos = p.end
+		p.st = stDone
+		return false, nil
+	}
+	if keep := len(p.dash) - 1; p.end-p.pos > keep {
+		p.pos = p.end - keep
+	}
+	return true, nil
+}
