@@ -1,7 +1,6 @@
 package differential
 
 import (
-	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
@@ -29,6 +28,13 @@ type corpusCase struct {
 	ct   string
 	body string
 	want expectation
+	// bound is the key's context; boundCtx when empty.
+	bound string
+}
+
+// cc is a corpus case bound to boundCtx.
+func cc(name, ct, body string, want expectation) corpusCase {
+	return corpusCase{name: name, ct: ct, body: body, want: want}
 }
 
 const bnd = "XyZ12boundary"
@@ -72,91 +78,91 @@ func builtinCorpus() []corpusCase {
 	lf := strings.ReplaceAll(file()+id()+field("contextId", otherCtx)+closing, "\r\n", "\n")
 	return []corpusCase{
 		// Well-formed controls: keygate forwards, every parser reads them.
-		{"control contextId last", ct, file() + id() + field("contextId", boundCtx) + closing, forward},
-		{"control contextId first", ct, field("contextId", boundCtx) + file() + id() + closing, forward},
-		{"control contextID spelling", ct, file() + id() + field("contextID", boundCtx) + closing, forward},
-		{"control context after 100 KiB file", ct, bigFile + id() + field("contextId", boundCtx) + closing, forward},
-		{"control quoted boundary", `multipart/form-data; boundary="` + bnd + `"`, file() + id() + field("contextId", boundCtx) + closing, forward},
-		{"control upper-case context value", ct, file() + id() + field("contextId", strings.ToUpper(boundCtx)) + closing, forward},
-		{"control both spellings agree", ct, field("contextId", boundCtx) + file() + field("contextID", boundCtx) + closing, forward},
+		cc("control contextId last", ct, file()+id()+field("contextId", boundCtx)+closing, forward),
+		cc("control contextId first", ct, field("contextId", boundCtx)+file()+id()+closing, forward),
+		cc("control contextID spelling", ct, file()+id()+field("contextID", boundCtx)+closing, forward),
+		cc("control context after 100 KiB file", ct, bigFile+id()+field("contextId", boundCtx)+closing, forward),
+		cc("control quoted boundary", `multipart/form-data; boundary="`+bnd+`"`, file()+id()+field("contextId", boundCtx)+closing, forward),
+		cc("control upper-case context value", ct, file()+id()+field("contextId", strings.ToUpper(boundCtx))+closing, forward),
+		cc("control both spellings agree", ct, field("contextId", boundCtx)+file()+field("contextID", boundCtx)+closing, forward),
 
 		// Finding 1: dispositions other than form-data.
-		{"attachment disposition", ct, smuggle(`Content-Disposition: attachment; name="contextId"`), refuse},
-		{"inline disposition", ct, smuggle(`Content-Disposition: inline; name="contextId"`), refuse},
-		{"form-data with trailing junk", ct, smuggle(`Content-Disposition: form-data; name="contextId" junk`), refuse},
-		{"unknown disposition type", ct, smuggle(`Content-Disposition: x-form; name="contextId"`), refuse},
-		{"disposition without type", ct, smuggle(`Content-Disposition: name="contextId"`), refuse},
-		{"upper-case disposition type", ct, smuggle(`Content-Disposition: FORM-DATA; name="contextId"`), either},
-		{"upper-case header name", ct, smuggle(`CONTENT-DISPOSITION: form-data; name="contextId"`), either},
+		cc("attachment disposition", ct, smuggle(`Content-Disposition: attachment; name="contextId"`), refuse),
+		cc("inline disposition", ct, smuggle(`Content-Disposition: inline; name="contextId"`), refuse),
+		cc("form-data with trailing junk", ct, smuggle(`Content-Disposition: form-data; name="contextId" junk`), refuse),
+		cc("unknown disposition type", ct, smuggle(`Content-Disposition: x-form; name="contextId"`), refuse),
+		cc("disposition without type", ct, smuggle(`Content-Disposition: name="contextId"`), refuse),
+		cc("upper-case disposition type", ct, smuggle(`Content-Disposition: FORM-DATA; name="contextId"`), either),
+		cc("upper-case header name", ct, smuggle(`CONTENT-DISPOSITION: form-data; name="contextId"`), either),
 
 		// Names: RFC 2231/5987, duplicates, escapes, case, arrays.
-		{"rfc2231 name", ct, smuggle(`Content-Disposition: form-data; name*=UTF-8''contextId`), either},
-		{"rfc2231 percent-encoded name", ct, smuggle(`Content-Disposition: form-data; name*=UTF-8''%63ontextId`), either},
-		{"rfc2231 continuation", ct, smuggle(`Content-Disposition: form-data; name*0="context"; name*1="Id"`), either},
-		{"name and name* disagree", ct, smuggle(`Content-Disposition: form-data; name="other"; name*=UTF-8''contextId`), either},
-		{"duplicate name, context second", ct, smuggle(`Content-Disposition: form-data; name="x"; name="contextId"`), either},
-		{"duplicate name, context first", ct, smuggle(`Content-Disposition: form-data; name="contextId"; name="x"`), either},
-		{"unquoted name", ct, smuggle(`Content-Disposition: form-data; name=contextId`), either},
-		{"single-quoted name", ct, smuggle(`Content-Disposition: form-data; name='contextId'`), either},
-		{"backslash in name", ct, smuggle(`Content-Disposition: form-data; name="context\Id"`), either},
-		{"percent in name", ct, smuggle(`Content-Disposition: form-data; name="context%49d"`), either},
-		{"lower-case name", ct, smuggle(`Content-Disposition: form-data; name="contextid"`), either},
-		{"upper-case name", ct, smuggle(`Content-Disposition: form-data; name="CONTEXTID"`), either},
-		{"php array name", ct, smuggle(`Content-Disposition: form-data; name="contextId[]"`), either},
-		{"php keyed array name", ct, smuggle(`Content-Disposition: form-data; name="contextId[0]"`), either},
-		{"name with NUL", ct, smuggle("Content-Disposition: form-data; name=\"contextId\x00\""), either},
-		{"name with trailing space", ct, smuggle(`Content-Disposition: form-data; name="contextId "`), either},
-		{"space before name parameter value", ct, smuggle(`Content-Disposition: form-data; name = "contextId"`), either},
-		{"no space after semicolon", ct, smuggle(`Content-Disposition: form-data;name="contextId"`), either},
-		{"context as a file", ct, smuggle(`Content-Disposition: form-data; name="contextId"; filename="ctx.txt"`), either},
-		{"filename* on context", ct, smuggle(`Content-Disposition: form-data; name="contextId"; filename*=UTF-8''ctx.txt`), either},
+		cc("rfc2231 name", ct, smuggle(`Content-Disposition: form-data; name*=UTF-8''contextId`), either),
+		cc("rfc2231 percent-encoded name", ct, smuggle(`Content-Disposition: form-data; name*=UTF-8''%63ontextId`), either),
+		cc("rfc2231 continuation", ct, smuggle(`Content-Disposition: form-data; name*0="context"; name*1="Id"`), either),
+		cc("name and name* disagree", ct, smuggle(`Content-Disposition: form-data; name="other"; name*=UTF-8''contextId`), either),
+		cc("duplicate name, context second", ct, smuggle(`Content-Disposition: form-data; name="x"; name="contextId"`), either),
+		cc("duplicate name, context first", ct, smuggle(`Content-Disposition: form-data; name="contextId"; name="x"`), either),
+		cc("unquoted name", ct, smuggle(`Content-Disposition: form-data; name=contextId`), either),
+		cc("single-quoted name", ct, smuggle(`Content-Disposition: form-data; name='contextId'`), either),
+		cc("backslash in name", ct, smuggle(`Content-Disposition: form-data; name="context\Id"`), either),
+		cc("percent in name", ct, smuggle(`Content-Disposition: form-data; name="context%49d"`), either),
+		cc("lower-case name", ct, smuggle(`Content-Disposition: form-data; name="contextid"`), either),
+		cc("upper-case name", ct, smuggle(`Content-Disposition: form-data; name="CONTEXTID"`), either),
+		cc("php array name", ct, smuggle(`Content-Disposition: form-data; name="contextId[]"`), either),
+		cc("php keyed array name", ct, smuggle(`Content-Disposition: form-data; name="contextId[0]"`), either),
+		cc("name with NUL", ct, smuggle("Content-Disposition: form-data; name=\"contextId\x00\""), either),
+		cc("name with trailing space", ct, smuggle(`Content-Disposition: form-data; name="contextId "`), either),
+		cc("space before name parameter value", ct, smuggle(`Content-Disposition: form-data; name = "contextId"`), either),
+		cc("no space after semicolon", ct, smuggle(`Content-Disposition: form-data;name="contextId"`), either),
+		cc("context as a file", ct, smuggle(`Content-Disposition: form-data; name="contextId"; filename="ctx.txt"`), either),
+		cc("filename* on context", ct, smuggle(`Content-Disposition: form-data; name="contextId"; filename*=UTF-8''ctx.txt`), either),
 
 		// Part headers.
-		{"two dispositions, context second", ct, smuggle(`Content-Disposition: form-data; name="x"`, `Content-Disposition: form-data; name="contextId"`), refuse},
-		{"two dispositions, context first", ct, smuggle(`Content-Disposition: form-data; name="contextId"`, `Content-Disposition: form-data; name="x"`), refuse},
-		{"space before colon", ct, smuggle(`Content-Disposition : form-data; name="contextId"`), either},
-		{"folded header", ct, smuggle("Content-Disposition: form-data;", ` name="contextId"`), either},
-		{"tab-folded header", ct, smuggle("Content-Disposition: form-data;", "\tname=\"contextId\""), either},
-		{"header line without colon", ct, smuggle(`Content-Disposition: form-data; name="contextId"`, "garbage"), either},
-		{"bare CR in header", ct, smuggle("Content-Disposition: form-data; name=\"x\"\rContent-Disposition: form-data; name=\"contextId\""), either},
-		{"base64 context", ct, file() + id() + p("OTk5OTk5OTktODg4OC00Nzc3LTg2NjYtNTU1NTU1NTU1NTU1", `Content-Disposition: form-data; name="contextId"`, "Content-Transfer-Encoding: base64") + closing, refuse},
-		{"quoted-printable context", ct, file() + id() + p("=39"+otherCtx[1:], `Content-Disposition: form-data; name="contextId"`, "Content-Transfer-Encoding: quoted-printable") + closing, refuse},
-		{"quoted-printable bound context", ct, file() + id() + p(boundCtx, `Content-Disposition: form-data; name="contextId"`, "Content-Transfer-Encoding: quoted-printable") + closing, refuse},
-		{"utf-16 context", ct, file() + id() + p(utf16(otherCtx), `Content-Disposition: form-data; name="contextId"`, "Content-Type: text/plain; charset=utf-16") + closing, either},
-		{"_charset_ field", ct, field("_charset_", "utf-16") + file() + id() + field("contextId", boundCtx) + closing, either},
-		{"context part type json", ct, file() + id() + p(`"`+otherCtx+`"`, `Content-Disposition: form-data; name="contextId"`, "Content-Type: application/json") + closing, either},
-		{"part without headers", ct, file() + p("Content-Disposition: form-data; name=\"contextId\"\r\n\r\n"+otherCtx) + field("contextId", boundCtx) + closing, either},
-		{"part without disposition", ct, file() + p(otherCtx, "Content-Type: text/plain") + field("contextId", boundCtx) + closing, either},
+		cc("two dispositions, context second", ct, smuggle(`Content-Disposition: form-data; name="x"`, `Content-Disposition: form-data; name="contextId"`), refuse),
+		cc("two dispositions, context first", ct, smuggle(`Content-Disposition: form-data; name="contextId"`, `Content-Disposition: form-data; name="x"`), refuse),
+		cc("space before colon", ct, smuggle(`Content-Disposition : form-data; name="contextId"`), either),
+		cc("folded header", ct, smuggle("Content-Disposition: form-data;", ` name="contextId"`), either),
+		cc("tab-folded header", ct, smuggle("Content-Disposition: form-data;", "\tname=\"contextId\""), either),
+		cc("header line without colon", ct, smuggle(`Content-Disposition: form-data; name="contextId"`, "garbage"), either),
+		cc("bare CR in header", ct, smuggle("Content-Disposition: form-data; name=\"x\"\rContent-Disposition: form-data; name=\"contextId\""), either),
+		cc("base64 context", ct, file()+id()+p("OTk5OTk5OTktODg4OC00Nzc3LTg2NjYtNTU1NTU1NTU1NTU1", `Content-Disposition: form-data; name="contextId"`, "Content-Transfer-Encoding: base64")+closing, refuse),
+		cc("quoted-printable context", ct, file()+id()+p("=39"+otherCtx[1:], `Content-Disposition: form-data; name="contextId"`, "Content-Transfer-Encoding: quoted-printable")+closing, refuse),
+		cc("quoted-printable bound context", ct, file()+id()+p(boundCtx, `Content-Disposition: form-data; name="contextId"`, "Content-Transfer-Encoding: quoted-printable")+closing, refuse),
+		cc("utf-16 context", ct, file()+id()+p(utf16(otherCtx), `Content-Disposition: form-data; name="contextId"`, "Content-Type: text/plain; charset=utf-16")+closing, either),
+		cc("_charset_ field", ct, field("_charset_", "utf-16")+file()+id()+field("contextId", boundCtx)+closing, either),
+		cc("context part type json", ct, file()+id()+p(`"`+otherCtx+`"`, `Content-Disposition: form-data; name="contextId"`, "Content-Type: application/json")+closing, either),
+		cc("part without headers", ct, file()+p("Content-Disposition: form-data; name=\"contextId\"\r\n\r\n"+otherCtx)+field("contextId", boundCtx)+closing, either),
+		cc("part without disposition", ct, file()+p(otherCtx, "Content-Type: text/plain")+field("contextId", boundCtx)+closing, either),
 
 		// Values.
-		{"context with trailing CRLF", ct, file() + id() + field("contextId", boundCtx+"\r\n") + closing, either},
-		{"context with trailing space", ct, file() + id() + field("contextId", boundCtx+" ") + closing, either},
-		{"empty context then bound", ct, file() + field("contextId", "") + field("contextId", boundCtx) + closing, either},
-		{"bound then other", ct, file() + field("contextId", boundCtx) + field("contextID", otherCtx) + closing, refuse},
-		{"bound then other after large file", ct, field("contextId", boundCtx) + bigFile + field("contextId", otherCtx) + closing, refuse},
-		{"other only", ct, file() + id() + field("contextId", otherCtx) + closing, refuse},
+		cc("context with trailing CRLF", ct, file()+id()+field("contextId", boundCtx+"\r\n")+closing, either),
+		cc("context with trailing space", ct, file()+id()+field("contextId", boundCtx+" ")+closing, either),
+		cc("empty context then bound", ct, file()+field("contextId", "")+field("contextId", boundCtx)+closing, either),
+		cc("bound then other", ct, file()+field("contextId", boundCtx)+field("contextID", otherCtx)+closing, refuse),
+		cc("bound then other after large file", ct, field("contextId", boundCtx)+bigFile+field("contextId", otherCtx)+closing, refuse),
+		cc("other only", ct, file()+id()+field("contextId", otherCtx)+closing, refuse),
 
 		// Framing of the multipart stream.
-		{"LF-only line ends", ct, lf, refuse},
-		{"LF-only smuggle", ct, strings.ReplaceAll(smuggle(`Content-Disposition: form-data; name="contextId"`), "\r\n", "\n"), refuse},
-		{"mixed line ends", ct, file() + "--" + bnd + "\nContent-Disposition: form-data; name=\"contextId\"\n\n" + otherCtx + "\r\n" + field("contextId", boundCtx) + closing, either},
-		{"preamble", ct, "This is a preamble.\r\n" + file() + id() + field("contextId", boundCtx) + closing, either},
-		{"preamble with a fake part", ct, "--" + bnd + "x\r\nContent-Disposition: form-data; name=\"contextId\"\r\n\r\n" + otherCtx + "\r\n" + file() + field("contextId", boundCtx) + closing, either},
-		{"epilogue with a part", ct, file() + field("contextId", boundCtx) + closing + field("contextId", otherCtx) + closing, either},
-		{"transport padding after delimiter", ct, file() + "--" + bnd + "  \r\nContent-Disposition: form-data; name=\"contextId\"\r\n\r\n" + otherCtx + "\r\n" + field("contextId", boundCtx) + closing, either},
-		{"junk after delimiter", ct, file() + "--" + bnd + "junk\r\nContent-Disposition: form-data; name=\"contextId\"\r\n\r\n" + otherCtx + "\r\n" + field("contextId", boundCtx) + closing, either},
-		{"no closing delimiter", ct, file() + id() + field("contextId", boundCtx), refuse},
-		{"closing without CRLF", ct, file() + id() + field("contextId", boundCtx) + "--" + bnd + "--", either},
-		{"delimiter inside a value", ct, file() + p("x\r\n--"+bnd+"\r\nContent-Disposition: form-data; name=\"contextId\"\r\n\r\n"+otherCtx, `Content-Disposition: form-data; name="id"`) + field("contextId", boundCtx) + closing, either},
+		cc("LF-only line ends", ct, lf, refuse),
+		cc("LF-only smuggle", ct, strings.ReplaceAll(smuggle(`Content-Disposition: form-data; name="contextId"`), "\r\n", "\n"), refuse),
+		cc("mixed line ends", ct, file()+"--"+bnd+"\nContent-Disposition: form-data; name=\"contextId\"\n\n"+otherCtx+"\r\n"+field("contextId", boundCtx)+closing, either),
+		cc("preamble", ct, "This is a preamble.\r\n"+file()+id()+field("contextId", boundCtx)+closing, either),
+		cc("preamble with a fake part", ct, "--"+bnd+"x\r\nContent-Disposition: form-data; name=\"contextId\"\r\n\r\n"+otherCtx+"\r\n"+file()+field("contextId", boundCtx)+closing, either),
+		cc("epilogue with a part", ct, file()+field("contextId", boundCtx)+closing+field("contextId", otherCtx)+closing, either),
+		cc("transport padding after delimiter", ct, file()+"--"+bnd+"  \r\nContent-Disposition: form-data; name=\"contextId\"\r\n\r\n"+otherCtx+"\r\n"+field("contextId", boundCtx)+closing, either),
+		cc("junk after delimiter", ct, file()+"--"+bnd+"junk\r\nContent-Disposition: form-data; name=\"contextId\"\r\n\r\n"+otherCtx+"\r\n"+field("contextId", boundCtx)+closing, either),
+		cc("no closing delimiter", ct, file()+id()+field("contextId", boundCtx), refuse),
+		cc("closing without CRLF", ct, file()+id()+field("contextId", boundCtx)+"--"+bnd+"--", either),
+		cc("delimiter inside a value", ct, file()+p("x\r\n--"+bnd+"\r\nContent-Disposition: form-data; name=\"contextId\"\r\n\r\n"+otherCtx, `Content-Disposition: form-data; name="id"`)+field("contextId", boundCtx)+closing, either),
 
 		// The Content-Type of the request.
-		{"boundary given twice", "multipart/form-data; boundary=" + bnd + "; boundary=other", smuggle(`Content-Disposition: form-data; name="contextId"`), refuse},
-		{"boundary with trailing space", `multipart/form-data; boundary="` + bnd + ` "`, file() + field("contextId", boundCtx) + closing, either},
-		{"upper-case media type", "Multipart/Form-Data; BOUNDARY=" + bnd, file() + id() + field("contextId", boundCtx) + closing, either},
-		{"charset on the request", "multipart/form-data; boundary=" + bnd + "; charset=utf-16", file() + id() + field("contextId", boundCtx) + closing, either},
-		{"multipart/mixed", "multipart/mixed; boundary=" + bnd, file() + id() + field("contextId", boundCtx) + closing, refuse},
-		{"no boundary", "multipart/form-data", file() + id() + field("contextId", boundCtx) + closing, refuse},
-		{"urlencoded", "application/x-www-form-urlencoded", "contextId=" + otherCtx, refuse},
+		cc("boundary given twice", "multipart/form-data; boundary="+bnd+"; boundary=other", smuggle(`Content-Disposition: form-data; name="contextId"`), refuse),
+		cc("boundary with trailing space", `multipart/form-data; boundary="`+bnd+` "`, file()+field("contextId", boundCtx)+closing, either),
+		cc("upper-case media type", "Multipart/Form-Data; BOUNDARY="+bnd, file()+id()+field("contextId", boundCtx)+closing, either),
+		cc("charset on the request", "multipart/form-data; boundary="+bnd+"; charset=utf-16", file()+id()+field("contextId", boundCtx)+closing, either),
+		cc("multipart/mixed", "multipart/mixed; boundary="+bnd, file()+id()+field("contextId", boundCtx)+closing, refuse),
+		cc("no boundary", "multipart/form-data", file()+id()+field("contextId", boundCtx)+closing, refuse),
+		cc("urlencoded", "application/x-www-form-urlencoded", "contextId="+otherCtx, refuse),
 	}
 }
 
@@ -171,8 +177,9 @@ func utf16(s string) string {
 }
 
 // fileCorpus reads formctx's adversarial corpus, formctx/testdata/adversarial
-// (one body per *.body file; see README.txt there): the Content-Type is the
-// file's first line, up to its CRLF or LF, and the body is the rest.
+// (see README.txt there): each NNN-name.body is a raw body and NNN-name.meta
+// gives its content-type, the bound context and what formctx does with it
+// ("accept" or "refuse STATUS"), which keygate must do too.
 func fileCorpus(t testing.TB) []corpusCase {
 	dir := filepath.Join("..", "formctx", "testdata", "adversarial")
 	paths, err := filepath.Glob(filepath.Join(dir, "*.body"))
@@ -181,15 +188,34 @@ func fileCorpus(t testing.TB) []corpusCase {
 	}
 	var cs []corpusCase
 	for _, path := range paths {
-		b, err := os.ReadFile(path)
+		body, err := os.ReadFile(path)
 		if err != nil {
 			t.Fatal(err)
 		}
-		line, rest, ok := bytes.Cut(b, []byte("\n"))
-		if !ok {
-			t.Fatalf("%s: no Content-Type line", path)
+		meta, err := os.ReadFile(strings.TrimSuffix(path, ".body") + ".meta")
+		if err != nil {
+			t.Fatal(err)
 		}
-		cs = append(cs, corpusCase{name: "file " + filepath.Base(path), ct: string(bytes.TrimSuffix(line, []byte("\r"))), body: string(rest), want: either})
+		c := corpusCase{name: "file " + strings.TrimSuffix(filepath.Base(path), ".body"), body: string(body)}
+		for _, line := range strings.Split(string(meta), "\n") {
+			k, v, _ := strings.Cut(line, ": ")
+			switch k {
+			case "content-type":
+				c.ct = v
+			case "context":
+				c.bound = v
+			case "expect":
+				if v == "accept" {
+					c.want = forward
+				} else {
+					c.want = refuse
+				}
+			}
+		}
+		if c.ct == "" || c.bound == "" {
+			t.Fatalf("%s: the .meta file names no content-type or context", path)
+		}
+		cs = append(cs, c)
 	}
 	return cs
 }
@@ -206,8 +232,12 @@ func TestCorpus(t *testing.T) {
 	var forwarded, refused int
 	for _, c := range corpus(t) {
 		t.Run(c.name, func(t *testing.T) {
-			o := send(t, c.ct, []byte(c.body))
-			if err := check([]byte(c.body), o); err != nil {
+			bound := c.bound
+			if bound == "" {
+				bound = boundCtx
+			}
+			o := send(t, bound, c.ct, []byte(c.body))
+			if err := check(bound, []byte(c.body), o); err != nil {
 				t.Fatal(err)
 			}
 			switch {
@@ -242,11 +272,11 @@ func TestCheckCatchesADifferential(t *testing.T) {
 			"werkzeug": {Fields: [][]string{{"contextId", otherCtx, "field"}}},
 		},
 	}}
-	if err := check(body, o); !errors.Is(err, errDifferential) {
+	if err := check(boundCtx, body, o); !errors.Is(err, errDifferential) {
 		t.Fatalf("check = %v, want a differential", err)
 	}
 	o.report.Parsers["werkzeug"] = parsed{Error: "refused"}
-	if err := check(body, o); err != nil {
+	if err := check(boundCtx, body, o); err != nil {
 		t.Fatalf("a refusing parser is no differential: %v", err)
 	}
 }

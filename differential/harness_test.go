@@ -164,13 +164,19 @@ func startParser(name string, argv []string, dir string) (*parserServer, error) 
 	}
 }
 
-// boundKey accepts every request as one extraction key bound to boundCtx.
+// boundKey accepts every request as an extraction key bound to the context
+// its x-api-key names ("bound:<context>"), so that each corpus case can
+// bring its own.
 type boundKey struct{}
 
-func (boundKey) Authenticate(*http.Request) (auth.Verdict, error) {
+func (boundKey) Authenticate(r *http.Request) (auth.Verdict, error) {
+	ctx, ok := strings.CutPrefix(r.Header.Get("X-Api-Key"), "bound:")
+	if !ok {
+		return auth.Refuse(auth.ReasonInvalid, "Unauthorized: API key invalid"), nil
+	}
 	return auth.Verdict{OK: true, Principal: auth.Principal{
 		ID: "key_differential", Products: []string{"extraction"}, Env: "live",
-		Context: boundCtx, Method: auth.MethodAPIKey,
+		Context: ctx, Method: auth.MethodAPIKey,
 	}}, nil
 }
 
@@ -262,14 +268,15 @@ type outcome struct {
 	errBody   []byte
 }
 
-// send posts one body through keygate to the fan-out upstream.
-func send(t testing.TB, contentType string, body []byte) outcome {
+// send posts one body through keygate, with a key bound to bound, to the
+// fan-out upstream.
+func send(t testing.TB, bound, contentType string, body []byte) outcome {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, harness.gateway.URL+"/sync", bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("X-Api-Key", "svc_live_differential")
+	req.Header.Set("X-Api-Key", "bound:"+bound)
 	if contentType != "" {
 		req.Header["Content-Type"] = []string{contentType}
 	}
@@ -334,7 +341,7 @@ var errDifferential = errors.New("differential")
 // sent, byte for byte, under exactly one Content-Type, with no trailer; and
 // each parser refuses it or reads only the bound context. A refused body
 // must be refused with a 4xx in the spec's shape, never a 5xx.
-func check(body []byte, o outcome) error {
+func check(bound string, body []byte, o outcome) error {
 	if !o.forwarded {
 		if o.status >= 500 {
 			return fmt.Errorf("keygate answered %d: %s", o.status, o.errBody)
@@ -365,7 +372,7 @@ func check(body []byte, o outcome) error {
 			continue // refused: nothing to mistake
 		}
 		for _, f := range p.Fields {
-			if isContextField(f[0]) && !asciiEqualFold(f[1], boundCtx) {
+			if isContextField(f[0]) && !asciiEqualFold(f[1], bound) {
 				errs = append(errs, fmt.Errorf("%w: %s reads %s field %q = %q", errDifferential, name, f[2], f[0], f[1]))
 			}
 		}
