@@ -5,6 +5,8 @@ BIN     := bin/keygate
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/keygate/keygate/cli.Version=$(VERSION)
 FUZZTIME ?= 3m
+# TEST_FUZZTIME is how long `make test` runs the differential fuzz target.
+TEST_FUZZTIME ?= 20s
 
 .PHONY: all build run test deps bench fuzz lint vuln clean
 
@@ -17,13 +19,14 @@ build:
 run: build
 	./$(BIN) demo
 
-## deps: install the system packages the tests use (redis-server, curl, nodejs) when missing
+## deps: install what the tests use (redis-server, curl, nodejs, python3-werkzeug, busboy) when missing
 deps:
 	@./scripts/install-deps.sh
 
 ## test: the whole suite, race detector on
 test: deps
 	$(GO) test -race -count=1 -timeout 25m ./...
+	$(GO) test -run '^$$' -fuzz '^FuzzDifferential$$' -fuzztime $(TEST_FUZZTIME) ./differential
 
 ## bench: hot-path benchmarks and the whole-gateway load comparison, with allocations
 bench: deps
@@ -33,6 +36,7 @@ bench: deps
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./keystore
 	$(GO) test -run '^$$' -fuzz '^FuzzRead$$' -fuzztime $(FUZZTIME) ./formctx
+	$(GO) test -run '^$$' -fuzz '^FuzzDifferential$$' -fuzztime $(FUZZTIME) ./differential
 
 ## lint: go vet, then golangci-lint (.golangci.yml gives the reason beside each choice)
 ##       install: go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@latest

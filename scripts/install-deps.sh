@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs the system packages keygate's tests use, only when missing:
 # redis-server and redis-cli (real Redis in tests), curl and nodejs (real
-# clients in the end-to-end tests). Uses apt-get, with sudo when not root.
+# clients in the end-to-end tests), python3-werkzeug and busboy (the real
+# multipart parsers of the differential tests). Uses apt-get, with sudo when
+# not root, and npm for busboy.
 set -euo pipefail
 
 need=()
@@ -9,8 +11,21 @@ command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v redis-cli    >/dev/null 2>&1 || need+=(redis-tools)
 command -v curl         >/dev/null 2>&1 || need+=(curl)
 command -v node         >/dev/null 2>&1 || need+=(nodejs)
+command -v npm          >/dev/null 2>&1 || need+=(npm)
+/usr/bin/python3 -c 'import werkzeug' >/dev/null 2>&1 || need+=(python3-werkzeug)
+
+busboy() {
+  # busboy for the differential tests, at the version package-lock.json pins.
+  local dir
+  dir="$(cd "$(dirname "$0")/.." && pwd)/differential/parsers/busboy"
+  if [ ! -d "$dir/node_modules/busboy" ]; then
+    echo "installing busboy (npm ci in $dir)"
+    (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
+  fi
+}
 
 if [ ${#need[@]} -eq 0 ]; then
+  busboy
   exit 0
 fi
 sudo=""
@@ -21,3 +36,4 @@ echo "installing: ${need[*]}"
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -qq
 $sudo apt-get install -y -qq --no-install-recommends "${need[@]}"
+busboy
