@@ -43,18 +43,21 @@
 //     Content-Type and Content-Transfer-Encoding at most once
 //     (ErrPartHeader); a part's Content-Type (type/subtype) and
 //     Content-Transfer-Encoding (a token) follow the parameter grammar
-//     below, else ErrPartHeader. A part without Content-Disposition
-//     (headers or none) has no name and is no context part.
+//     below, else ErrPartHeader.
+//   - Every part has a Content-Disposition (RFC 7578, section 4.2): a part
+//     without one, or with no header lines at all, is ErrDisposition.
+//     werkzeug refuses the first and reads the body of the second as its
+//     header block, so either could hide a context part from keygate.
 //   - A Content-Disposition is `form-data` (any letter case) followed by
 //     `;` OWS token "=" (token or quoted-string) parameters: no backslash in
 //     quoted strings, no whitespace around "=" or before ";", no trailing
 //     ";", no repeated parameter (ASCII case-insensitive), at most 8.
 //     Anything else, or another disposition type, is ErrDisposition.
-//   - A field name (name, or an RFC 8187 name*=charset'lang'value, decoded) is
-//     printable ASCII without spaces, backslashes, percent signs, quotes,
-//     ";", "=" or ","; name and
-//     name* must agree; RFC 2231 continuations (name*0...) and names
-//     "contextid[..." (PHP arrays) are refused: ErrFieldName.
+//   - Every part has a name parameter, printable ASCII without spaces,
+//     backslashes, percent signs, quotes, ";", "=" or ","; RFC 8187 and
+//     RFC 2231 names (name*=, name*0=...; Go and werkzeug decode them,
+//     busboy ignores them) and names "contextid[..." (PHP reads them as
+//     contextId) are refused: ErrFieldName.
 //   - A part is a context part when its name is "contextid" ASCII
 //     case-insensitively (contextId, contextID, ...). A context part has no
 //     filename, a Content-Type that is absent or text/plain with at most a
@@ -207,7 +210,7 @@ var (
 	// twice in a part, or is not form-data.
 	ErrDisposition = &Error{Status: http.StatusBadRequest, Message: "malformed multipart body: each part may have one Content-Disposition, and it must be a well-formed form-data"}
 	// ErrFieldName: a field name parsers may read differently.
-	ErrFieldName = &Error{Status: http.StatusBadRequest, Message: "ambiguous multipart field name: names must be printable ASCII without spaces, backslashes or percent signs, and a name* must decode to the same name"}
+	ErrFieldName = &Error{Status: http.StatusBadRequest, Message: "ambiguous multipart field name: every part needs a name of printable ASCII without spaces, backslashes or percent signs, and name* is not accepted"}
 	// ErrContextPart: a context part with a filename, a Content-Type other
 	// than text/plain (charset utf-8 or us-ascii), or a transfer encoding.
 	ErrContextPart = &Error{Status: http.StatusBadRequest, Message: "the contextId part must be a plain field: no filename, Content-Type text/plain with charset utf-8 or us-ascii at most, no Content-Transfer-Encoding but 7bit, 8bit or binary"}

@@ -235,48 +235,42 @@ func partHeaders(blk []byte) (isCtx bool, err error) {
 			cte, haveCTE = val, true
 		}
 	}
+	// RFC 7578 section 4.2: every part has a Content-Disposition of type
+	// form-data naming its field. werkzeug refuses a part without one, and
+	// reads the body of a part with no header lines at all as its headers,
+	// so neither may pass.
+	if !haveCD {
+		return false, ErrDisposition
+	}
 	var ps [maxParams]param
-	if haveCD {
-		typ, n, ok := parseValue(cd, false, &ps)
-		if !ok || !equalFold(typ, "form-data") {
-			return false, ErrDisposition
-		}
-		var name, ext []byte
-		var hasName, hasExt, hasFile bool
-		for _, p := range ps[:n] {
-			switch {
-			case equalFold(p.name, "name"):
-				name, hasName = p.value, true
-			case equalFold(p.name, "name*"):
-				if p.quoted {
-					return false, ErrFieldName
-				}
-				if ext, ok = decodeExtValue(p.value); !ok {
-					return false, ErrFieldName
-				}
-				hasExt = true
-			case len(p.name) > 5 && equalFold(p.name[:5], "name*"):
-				return false, ErrFieldName // RFC 2231 continuations
-			case equalFold(p.name, "filename"), len(p.name) > 9 && equalFold(p.name[:9], "filename*"):
-				hasFile = true
-			}
-		}
-		if hasName && !validName(name) || hasExt && !validName(ext) {
+	typ, n, ok := parseValue(cd, false, &ps)
+	if !ok || !equalFold(typ, "form-data") {
+		return false, ErrDisposition
+	}
+	var name []byte
+	var hasName, hasFile bool
+	for _, p := range ps[:n] {
+		switch {
+		case equalFold(p.name, "name"):
+			name, hasName = p.value, true
+		case len(p.name) >= 5 && equalFold(p.name[:5], "name*"):
+			// RFC 8187 and RFC 2231 names: Go and werkzeug decode them,
+			// busboy ignores them, so the same part has a different name
+			// to each.
 			return false, ErrFieldName
+		case equalFold(p.name, "filename"), len(p.name) > 9 && equalFold(p.name[:9], "filename*"):
+			hasFile = true
 		}
-		if hasName && hasExt && !bytes.Equal(name, ext) {
-			return false, ErrFieldName
-		}
-		if hasExt {
-			name = ext
-		}
-		if i := bytes.IndexByte(name, '['); i >= 0 && equalFold(name[:i], "contextid") {
-			return false, ErrFieldName // PHP reads contextId[...] as contextId
-		}
-		isCtx = equalFold(name, "contextid")
-		if isCtx && hasFile {
-			return false, ErrContextPart
-		}
+	}
+	if !hasName || !validName(name) {
+		return false, ErrFieldName
+	}
+	if i := bytes.IndexByte(name, '['); i >= 0 && equalFold(name[:i], "contextid") {
+		return false, ErrFieldName // PHP reads contextId[...] as contextId
+	}
+	isCtx = equalFold(name, "contextid")
+	if isCtx && hasFile {
+		return false, ErrContextPart
 	}
 	if haveCT {
 		typ, n, ok := parseValue(ct, true, &ps)
@@ -321,59 +315,4 @@ func validName(name []byte) bool {
 		}
 	}
 	return true
-}
-
-// decodeExtValue decodes an RFC 8187 ext-value (charset'language'pct-value)
-// with charset UTF-8 or US-ASCII, the two Go's mime package decodes. Only
-// names decode this way, and validName then refuses anything but printable
-// ASCII.
-func decodeExtValue(v []byte) ([]byte, bool) {
-	q := bytes.IndexByte(v, '\'')
-	if q < 0 {
-		return nil, false
-	}
-	cs := v[:q]
-	if !equalFold(cs, "utf-8") && !equalFold(cs, "us-ascii") {
-		return nil, false
-	}
-	rest := v[q+1:]
-	q = bytes.IndexByte(rest, '\'')
-	if q < 0 {
-		return nil, false
-	}
-	rest = rest[q+1:]
-	out := make([]byte, 0, len(rest))
-	for i := 0; i < len(rest); i++ {
-		c := rest[i]
-		switch {
-		case c == '%':
-			if i+2 >= len(rest) {
-				return nil, false
-			}
-			h, ok1 := unhex(rest[i+1])
-			l, ok2 := unhex(rest[i+2])
-			if !ok1 || !ok2 {
-				return nil, false
-			}
-			out = append(out, h<<4|l)
-			i += 2
-		case c == '*' || c == '\'':
-			return nil, false
-		default:
-			out = append(out, c)
-		}
-	}
-	return out, true
-}
-
-func unhex(c byte) (byte, bool) {
-	switch {
-	case '0' <= c && c <= '9':
-		return c - '0', true
-	case 'a' <= c && c <= 'f':
-		return c - 'a' + 10, true
-	case 'A' <= c && c <= 'F':
-		return c - 'A' + 10, true
-	}
-	return 0, false
 }

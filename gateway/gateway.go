@@ -301,7 +301,7 @@ func (g *Gateway) serve(w *recorder, r *http.Request, st *state) {
 		}
 		defer body.Close()
 		st.spilled = body.Spilled()
-		if !strings.EqualFold(body.Context(), p.Context) || p.Context == "" {
+		if !formctx.EqualContext(body.Context(), p.Context) || p.Context == "" {
 			g.fail(w, st, http.StatusForbidden, "Invalid Context: the contextId does not belong to this credential", "context")
 			return
 		}
