@@ -130,7 +130,7 @@ func start() error {
 		return err
 	}
 	harness.gateway = httptest.NewServer(gw)
-	harness.client = &http.Client{Timeout: 30 * time.Second}
+	harness.client = &http.Client{Timeout: 10 * time.Second}
 	return nil
 }
 
