@@ -21,6 +21,15 @@ const boundary = "----keygatebench7MA4YWxkTrZu0gW"
 
 // sizes are the file sizes of the closed- and open-loop runs.
 func sizes(o Options) []int {
+	if o.Sizes != "" {
+		var out []int
+		for _, f := range strings.Split(o.Sizes, ",") {
+			if n, err := strconv.Atoi(strings.TrimSpace(f)); err == nil && n >= 0 {
+				out = append(out, n)
+			}
+		}
+		return out
+	}
 	if o.Smoke {
 		return []int{256, 2 << 10}
 	}

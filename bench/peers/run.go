@@ -30,6 +30,7 @@ type Options struct {
 	Profile    string
 	LargeMiB   int
 	LargeN     int
+	Sizes      string
 	KeygateBin string
 }
 
