@@ -92,6 +92,7 @@ type Gateway struct {
 	registry   *upstream
 	proxy      *httputil.ReverseProxy
 	depHeaders [][2]string
+	smallHeld  atomic.Int64 // bytes of /sync bodies held by readSmall
 }
 
 // New checks cfg and builds the handler chain once.
@@ -163,6 +164,7 @@ type state struct {
 	bytesIn    atomic.Int64 // counted by the transport's goroutine
 	spilled    bool
 	errMessage string
+	small      []byte // the whole /sync body, when readSmall read it
 }
 
 type stateKey struct{}
@@ -271,7 +273,21 @@ func (g *Gateway) serve(w *recorder, r *http.Request, st *state) {
 			g.fail(w, st, http.StatusForbidden, "Invalid Context: the contextId does not belong to this credential", "context")
 			return
 		}
-		r.Body = &watchedBody{rc: body, st: st}
+		buf, release, ok, err := g.readSmall(body, r.ContentLength)
+		if release != nil {
+			defer release()
+		}
+		switch {
+		case err != nil:
+			status, msg := bodyError(r.Context(), err)
+			g.fail(w, st, status, msg, "body")
+			return
+		case ok:
+			st.small = buf
+			st.bytesIn.Store(int64(len(buf)))
+		default:
+			r.Body = &watchedBody{rc: body, st: st}
+		}
 	} else if r.Body != nil && r.Body != http.NoBody {
 		r.Body = &watchedBody{rc: http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes), st: st}
 	}
