@@ -374,8 +374,8 @@ func (g *Gateway) finish(r *http.Request, w *recorder, st *state, start time.Tim
 	}
 	elapsed := time.Since(start)
 	route := st.route.String()
-	g.metrics.Requests.WithLabelValues(route, g.metrics.status(status)).Inc()
-	g.metrics.RequestDuration.WithLabelValues(route).Observe(elapsed.Seconds())
+	g.metrics.requests(st.route, status).Inc()
+	g.metrics.duration(st.route).Observe(elapsed.Seconds())
 	if ce := g.log.Check(zapcore.InfoLevel, "request"); ce != nil {
 		fields := []zap.Field{
 			zap.String("trace_id", st.trace.ID),

@@ -94,6 +94,7 @@ type upstream struct {
 	targets   []*target
 	next      atomic.Uint64
 	transport http.RoundTripper
+	latency   atomic.Pointer[upstreamObserver]
 }
 
 type target struct {
