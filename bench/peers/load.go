@@ -354,7 +354,7 @@ func (b *bench) large(ctx context.Context, t *target, contextFirst bool) (largeR
 		for {
 			peakRSS = max(peakRSS, memKiB(pid, "VmRSS"))
 			if t.spool != "" {
-				spoolPeak = max(spoolPeak, largestFile(t.spool))
+				spoolPeak = max(spoolPeak, largestOpenFile(pid, t.spool))
 			}
 			select {
 			case <-stop:
@@ -401,11 +401,19 @@ func (b *bench) large(ctx context.Context, t *target, contextFirst bool) (largeR
 	return r, nil
 }
 
-func largestFile(dir string) int64 {
+// largestOpenFile is the size of the largest file under dir that pid
+// holds open (spool files are unlinked as soon as they are created, so
+// only the process's descriptors still reach them).
+func largestOpenFile(pid int, dir string) int64 {
 	var m int64
-	ents, _ := os.ReadDir(dir)
+	fdDir := fmt.Sprintf("/proc/%d/fd", pid)
+	ents, _ := os.ReadDir(fdDir)
 	for _, e := range ents {
-		if fi, err := e.Info(); err == nil {
+		link, err := os.Readlink(filepath.Join(fdDir, e.Name()))
+		if err != nil || !strings.HasPrefix(link, dir+"/") {
+			continue
+		}
+		if fi, err := os.Stat(filepath.Join(fdDir, e.Name())); err == nil && fi.Mode().IsRegular() {
 			m = max(m, fi.Size())
 		}
 	}

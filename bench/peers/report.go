@@ -50,6 +50,11 @@ func (b *bench) measure(ctx context.Context) (*results, error) {
 				b.logf("rep %d %-13s %-7s open %d rps: p50 %s p99 %s, %d/%d errors", rep+1, t.name, sizeName(size), rate(b.o, size), ms(o.p50), ms(o.p99), o.errors, o.sent)
 			}
 			for _, first := range []bool{true, false} {
+				// Peak RSS is that of a fresh process: not what the
+				// open loop's backlog left in the heap.
+				if err := b.restart(t); err != nil {
+					return nil, err
+				}
 				l, err := b.large(ctx, t, first)
 				if err != nil {
 					return nil, err

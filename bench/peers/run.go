@@ -55,6 +55,8 @@ type target struct {
 	name string
 	addr string
 	root *exec.Cmd
+	// args start it again (nil for direct, whose process is shared).
+	args []string
 	// spool is keygate's spool dir (empty for others).
 	spool string
 }
@@ -147,18 +149,49 @@ func (b *bench) start(name string, args ...string) (*exec.Cmd, error) {
 
 func (b *bench) stopAll() {
 	for i := len(b.procs) - 1; i >= 0; i-- {
-		c := b.procs[i]
-		_ = syscall.Kill(-c.Process.Pid, syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = c.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
-			<-done
-		}
+		stop(b.procs[i])
 	}
 	b.procs = nil
+}
+
+// stop ends a process group the bench started, and waits for it.
+func stop(c *exec.Cmd) {
+	_ = syscall.Kill(-c.Process.Pid, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = c.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
+		<-done
+	}
+}
+
+// restart starts t afresh on the same address, so that what a phase
+// measures in memory is not what an earlier phase left behind.
+func (b *bench) restart(t *target) error {
+	if t.args == nil {
+		return nil
+	}
+	stop(t.root)
+	b.procs = slices.DeleteFunc(b.procs, func(c *exec.Cmd) bool { return c == t.root })
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := b.start(t.name, t.args...)
+		if err != nil {
+			return err
+		}
+		if err = b.waitReady(t.name, t.addr); err == nil {
+			t.root = c
+			return nil
+		}
+		stop(c)
+		b.procs = slices.DeleteFunc(b.procs, func(x *exec.Cmd) bool { return x == c })
+		if time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // waitReady waits until addr answers the bench request with 200.
@@ -363,7 +396,7 @@ func (b *bench) startAll() error {
 		if err := b.waitReady(name, addr); err != nil {
 			return err
 		}
-		b.targets = append(b.targets, &target{name: name, addr: addr, root: c})
+		b.targets = append(b.targets, &target{name: name, addr: addr, root: c, args: args})
 		return nil
 	}
 	if err := add("bare", func(addr string) ([]string, error) {
