@@ -50,6 +50,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.LargeMiB, "large-mib", 90, "size of each large upload, MiB")
 	fs.IntVar(&o.LargeN, "large-n", 8, "concurrent large uploads")
 	fs.StringVar(&o.Sizes, "sizes", "", "comma-separated body sizes in bytes (default 256,102400)")
+	fs.StringVar(&o.BaseBin, "keygate-base", "", "another keygate binary (say, the last release) to run beside this one as target keygate-base, local limiter")
 	fs.StringVar(&o.KeygateBin, "keygate", "", "keygate binary (default: built from ./cmd/keygate)")
 	if err := fs.Parse(args); err != nil {
 		return 2

@@ -31,6 +31,7 @@ type Options struct {
 	LargeMiB   int
 	LargeN     int
 	Sizes      string
+	BaseBin    string
 	KeygateBin string
 }
 
@@ -432,12 +433,15 @@ func (b *bench) startAll() error {
 	if err := add("caddy", peer("caddy", "Caddyfile", caddyConf, func(c string) []string { return []string{"run", "--config", c, "--adapter", "caddyfile"} })); err != nil {
 		return err
 	}
-	for _, backend := range []string{"local", "redis"} {
-		name := "keygate"
-		if backend == "redis" {
+	for _, backend := range []string{"local", "redis", "base"} {
+		name, exe := "keygate", bin
+		switch backend {
+		case "redis":
 			name = "keygate-redis"
+		case "base":
+			name, exe, backend = "keygate-base", b.o.BaseBin, "local"
 		}
-		if !b.want(name) {
+		if !b.want(name) || exe == "" {
 			continue
 		}
 		redisAddr := ""
@@ -450,7 +454,7 @@ func (b *bench) startAll() error {
 		if err := add(name, func(addr string) ([]string, error) {
 			cfg, sp, err := b.keygateConfig(name, addr, upAddr, backend, redisAddr)
 			spool = sp
-			return []string{bin, "serve", "--config", cfg}, err
+			return []string{exe, "serve", "--config", cfg}, err
 		}); err != nil {
 			return err
 		}
