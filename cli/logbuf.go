@@ -26,7 +26,9 @@ const (
 // bufferedSink returns the write syncer every log line goes through, and a
 // function that flushes it and stops its flush timer.
 func bufferedSink(w io.Writer) (*zapcore.BufferedWriteSyncer, func()) {
-	ws := &zapcore.BufferedWriteSyncer{WS: zapcore.AddSync(w), Size: logBufferSize, FlushInterval: logBufferFlush}
+	// Flushing hands the lines to w; it never fsyncs, which stderr as a
+	// pipe or terminal would refuse (EINVAL).
+	ws := &zapcore.BufferedWriteSyncer{WS: zapcore.AddSync(writerOnly{w}), Size: logBufferSize, FlushInterval: logBufferFlush}
 	return ws, func() { _ = ws.Stop() }
 }
 
@@ -58,3 +60,6 @@ func (c flushCore) Write(e zapcore.Entry, fields []zapcore.Field) error {
 	}
 	return err
 }
+
+// writerOnly hides any Sync method of the writer underneath.
+type writerOnly struct{ io.Writer }

@@ -2,6 +2,8 @@ package cli
 
 import (
 	"bytes"
+	"io"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -57,5 +59,26 @@ func TestLoggerBuffersOnlyAccessLines(t *testing.T) {
 	}
 	if n := strings.Count(out.String(), "\n"); n != 5 {
 		t.Fatalf("want 5 whole lines, got %d: %q", n, out.String())
+	}
+}
+
+// TestLoggerOnAPipe: flushing must not fsync stderr, which a pipe refuses;
+// zap would report "write error: sync /dev/stderr: invalid argument".
+func TestLoggerOnAPipe(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	log, stop, err := newLogger(config.LogConfig{Level: "info", Format: "json"}, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log.Info("keygate serving")
+	stop()
+	w.Close()
+	out, _ := io.ReadAll(r)
+	if strings.Contains(string(out), "error") || !strings.Contains(string(out), "keygate serving") {
+		t.Fatalf("output: %q", out)
 	}
 }
