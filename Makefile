@@ -8,7 +8,7 @@ FUZZTIME ?= 3m
 # TEST_FUZZTIME is how long `make test` runs the differential fuzz target.
 TEST_FUZZTIME ?= 20s
 
-.PHONY: all build run test deps bench fuzz lint vuln clean
+.PHONY: all build run test deps bench bench-peers profile fuzz lint vuln clean
 
 all: build
 
@@ -31,6 +31,24 @@ test: deps
 ## bench: hot-path benchmarks and the whole-gateway load comparison, with allocations
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 -timeout 30m ./...
+
+## bench-peers: keygate against a bare httputil.ReverseProxy, nginx, HAProxy and Caddy on
+##              loopback (installs them and wrk with apt-get when missing); prints a Markdown
+##              table. BENCH_PEERS_FLAGS="-reps 3 -duration 10s" to change the defaults.
+##              BENCH_SMOKE=1 (or -smoke) is a one-second run that only proves it works.
+BENCH_PEERS_FLAGS ?=
+bench-peers: deps
+	@./bench/install-peers.sh
+	$(GO) run ./bench/peers $(BENCH_PEERS_FLAGS)
+
+## profile: a CPU profile of keygate (local limiter) under wrk load, 256 B then 100 KiB
+##          bodies, written to bench/out/keygate-cpu.pprof, and its top entries
+PROFILE ?= bench/out/keygate-cpu.pprof
+profile: deps
+	@./bench/install-peers.sh
+	@mkdir -p $(dir $(PROFILE))
+	$(GO) run ./bench/peers -profile $(PROFILE) $(BENCH_PEERS_FLAGS)
+	$(GO) tool pprof -top -nodecount=40 $(PROFILE) | head -50
 
 ## fuzz: each fuzz target for FUZZTIME (default 3m)
 fuzz:

@@ -104,10 +104,12 @@ func loadConfig(path string) (config.Config, error) {
 	return config.Load(path)
 }
 
-func newLogger(c config.LogConfig, w io.Writer) (*zap.Logger, error) {
+// newLogger returns the process logger and a function that flushes it
+// for good (see logbuf.go for what is buffered).
+func newLogger(c config.LogConfig, w io.Writer) (*zap.Logger, func(), error) {
 	lvl, err := zapcore.ParseLevel(c.Level)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	encCfg := zap.NewProductionEncoderConfig()
 	encCfg.TimeKey = "ts"
@@ -119,7 +121,9 @@ func newLogger(c config.LogConfig, w io.Writer) (*zap.Logger, error) {
 	} else {
 		enc = zapcore.NewJSONEncoder(encCfg)
 	}
-	return zap.New(zapcore.NewCore(enc, zapcore.Lock(zapcore.AddSync(w)), lvl), zap.ErrorOutput(zapcore.AddSync(w))), nil
+	ws, stop := bufferedSink(w)
+	core := flushCore{Core: zapcore.NewCore(enc, ws, lvl), ws: ws}
+	return zap.New(core, zap.ErrorOutput(zapcore.Lock(zapcore.AddSync(w)))), stop, nil
 }
 
 // redisLogger adapts zap to go-redis's logging interface.
@@ -149,11 +153,11 @@ func serve(args []string, stderr io.Writer) error {
 }
 
 func run(cfg config.Config, stderr io.Writer) error {
-	log, err := newLogger(cfg.Log, stderr)
+	log, stopLog, err := newLogger(cfg.Log, stderr)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = log.Sync() }()
+	defer stopLog()
 	// go-redis logs through a process-wide logger; send it to zap, sampled
 	// to one line per message per second so an outage cannot flood stderr.
 	redis.SetLogger(redisLogger{log.Named("redis").WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core {

@@ -108,6 +108,7 @@ type Gateway struct {
 	concurrency    *ratelimit.Concurrency
 	idleMsg        string
 	concurrencyMsg string
+	smallHeld      atomic.Int64 // bytes of /sync bodies held by readSmall
 }
 
 // New checks cfg and builds the handler chain once.
@@ -185,6 +186,7 @@ type state struct {
 	spilled    bool
 	errMessage string
 	idle       idleBody
+	small      []byte // the whole /sync body, when readSmall read it
 }
 
 type stateKey struct{}
@@ -305,7 +307,20 @@ func (g *Gateway) serve(w *recorder, r *http.Request, st *state) {
 			g.fail(w, st, http.StatusForbidden, "Invalid Context: the contextId does not belong to this credential", "context")
 			return
 		}
-		r.Body = &watchedBody{rc: body, st: st}
+		buf, release, ok, err := g.readSmall(body, r.ContentLength)
+		if release != nil {
+			defer release()
+		}
+		switch {
+		case err != nil:
+			g.failBody(r, w, st, err)
+			return
+		case ok:
+			st.small = buf
+			st.bytesIn.Store(int64(len(buf)))
+		default:
+			r.Body = &watchedBody{rc: body, st: st}
+		}
 	} else if r.Body != nil && r.Body != http.NoBody {
 		r.Body = &watchedBody{rc: http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes), st: st}
 	}
@@ -392,8 +407,8 @@ func (g *Gateway) finish(r *http.Request, w *recorder, st *state, start time.Tim
 	}
 	elapsed := time.Since(start)
 	route := st.route.String()
-	g.metrics.Requests.WithLabelValues(route, g.metrics.status(status)).Inc()
-	g.metrics.RequestDuration.WithLabelValues(route).Observe(elapsed.Seconds())
+	g.metrics.requests(st.route, status).Inc()
+	g.metrics.duration(st.route).Observe(elapsed.Seconds())
 	if ce := g.log.Check(zapcore.InfoLevel, "request"); ce != nil {
 		fields := []zap.Field{
 			zap.String("trace_id", st.trace.ID),

@@ -71,7 +71,9 @@ func rawSync(t *testing.T, e *env, key, ct string, length int, prefix []byte) (i
 func TestBodyIdleTimeout(t *testing.T) {
 	t.Parallel()
 	const idle = 300 * time.Millisecond
-	file := strings.Repeat("x", 64<<10)
+	// Larger than the bodies the gateway reads whole before sending
+	// (smallBodyMax), so that the context-first body streams upstream.
+	file := strings.Repeat("x", 256<<10)
 	ctFileFirst, fileFirst := form(t, part{"files", file}, part{"id", "1"}, part{"contextId", ctxA})
 	ctCtxFirst, ctxFirst := form(t, part{"contextId", ctxA}, part{"id", "1"}, part{"files", file})
 

@@ -18,6 +18,7 @@ type Metrics struct {
 	UpstreamLatency *prometheus.HistogramVec
 	KeyRequests     *prometheus.CounterVec
 	statusLabels    map[int]string
+	cache           seriesCache
 }
 
 // NewMetrics creates the series and registers them with reg.

@@ -57,6 +57,9 @@ type upstreamTransport struct{ g *Gateway }
 
 func (t upstreamTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	st := req.Context().Value(stateKey{}).(*state)
+	if len(st.small) > 0 {
+		memBody(req, st.small)
+	}
 	return st.upstream.transport.RoundTrip(req)
 }
 
@@ -65,7 +68,7 @@ func (t upstreamTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 func (g *Gateway) modifyResponse(resp *http.Response) error {
 	st := resp.Request.Context().Value(stateKey{}).(*state)
 	st.upLatency = time.Since(st.upStart)
-	g.metrics.UpstreamLatency.WithLabelValues(st.upstream.name).Observe(st.upLatency.Seconds())
+	g.metrics.upstreamLatency(st.upstream).Observe(st.upLatency.Seconds())
 	h := resp.Header
 	for _, k := range []string{"X-Trace-Id", "Ratelimit-Limit", "Ratelimit-Remaining", "Ratelimit-Reset", "Strict-Transport-Security"} {
 		h.Del(k)

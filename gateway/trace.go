@@ -14,18 +14,20 @@ type trace struct {
 }
 
 // newTrace continues a valid incoming traceparent or starts a new trace.
+// Both ids come from one read of the random source and one string.
 func newTrace(traceparent string) trace {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	t := trace{SpanID: hex.EncodeToString(b[:]), Flags: "01"}
-	if id, flags, ok := parseTraceparent(traceparent); ok {
-		t.ID, t.Flags = id, flags
-		return t
+	var b [24]byte
+	var h [48]byte
+	id, flags, ok := parseTraceparent(traceparent)
+	if ok {
+		_, _ = rand.Read(b[16:])
+		hex.Encode(h[32:], b[16:])
+		return trace{ID: id, SpanID: string(h[32:]), Flags: flags}
 	}
-	var id [16]byte
-	_, _ = rand.Read(id[:])
-	t.ID = hex.EncodeToString(id[:])
-	return t
+	_, _ = rand.Read(b[:])
+	hex.Encode(h[:], b[:])
+	s := string(h[:])
+	return trace{ID: s[:32], SpanID: s[32:], Flags: "01"}
 }
 
 // header is the traceparent sent upstream: same trace, keygate's span.

@@ -94,6 +94,7 @@ type upstream struct {
 	targets   []*target
 	next      atomic.Uint64
 	transport http.RoundTripper
+	latency   atomic.Pointer[upstreamObserver]
 }
 
 type target struct {
@@ -119,16 +120,34 @@ func newUpstream(name string, c UpstreamConfig) (*upstream, error) {
 	}
 	dialer := &net.Dialer{Timeout: c.DialTimeout, KeepAlive: 30 * time.Second}
 	u.transport = &retryTransport{up: u, next: &http.Transport{
-		Proxy:                 nil, // never route upstream traffic through an environment proxy
-		DialContext:           dialer.DialContext,
-		ForceAttemptHTTP2:     true,
+		Proxy:       nil, // never route upstream traffic through an environment proxy
+		DialContext: dialer.DialContext,
+		// HTTP/2 is only ever negotiated over TLS; to plain-HTTP targets
+		// it would only set up machinery that is never used.
+		ForceAttemptHTTP2:     anyTLS(u.targets),
 		MaxIdleConns:          c.MaxIdleConnsPerHost * len(u.targets),
 		MaxIdleConnsPerHost:   c.MaxIdleConnsPerHost,
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   5 * time.Second,
 		ResponseHeaderTimeout: c.Timeout,
+		// Large buffers: a request's headers and a small body leave in one
+		// write, large bodies in few; the response headers in one read.
+		WriteBufferSize: transportBufferSize,
+		ReadBufferSize:  transportBufferSize,
 	}}
 	return u, nil
+}
+
+// transportBufferSize is the upstream connections' read and write buffer.
+const transportBufferSize = 64 << 10
+
+func anyTLS(ts []*target) bool {
+	for _, t := range ts {
+		if t.url.Scheme == "https" {
+			return true
+		}
+	}
+	return false
 }
 
 // pick returns the next target round-robin, skipping targets marked down
@@ -159,7 +178,7 @@ func (rt *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	tried := 0
 	for {
 		var body *guardedBody
-		if orig != nil && orig != http.NoBody {
+		if req.GetBody == nil && orig != nil && orig != http.NoBody {
 			body = &guardedBody{r: orig}
 			req.Body = body
 		}
@@ -179,6 +198,11 @@ func (rt *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		req = req.Clone(req.Context())
 		req.URL.Scheme, req.URL.Host = t.url.Scheme, t.url.Host
 		req.Body = orig
+		if req.GetBody != nil { // an in-memory body: a fresh reader
+			if req.Body, err = req.GetBody(); err != nil {
+				return nil, err
+			}
+		}
 	}
 }
 

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs the peers `make bench-peers` compares keygate with (nginx,
+# HAProxy, Caddy) and the wrk load generator, only when missing, from the
+# distribution's packages (Debian bookworm: nginx 1.22, HAProxy 2.6,
+# Caddy 2.6, wrk 4.1). The bench never uses the system services these
+# packages may start: it runs its own instances, with its own configs, on
+# free loopback ports and temp dirs.
+set -euo pipefail
+
+need=()
+command -v nginx   >/dev/null 2>&1 || [ -x /usr/sbin/nginx ]   || need+=(nginx)
+command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || need+=(haproxy)
+command -v caddy   >/dev/null 2>&1 || need+=(caddy)
+command -v wrk     >/dev/null 2>&1 || need+=(wrk)
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+
+if [ ${#need[@]} -eq 0 ]; then
+  exit 0
+fi
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  sudo="sudo"
+fi
+echo "installing: ${need[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${need[@]}"
+# Some packages start a system service on install; the bench does not need
+# it, and it would hold port 80.
+for s in nginx haproxy caddy; do
+  if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet "$s" 2>/dev/null; then
+    $sudo systemctl stop "$s" || true
+  fi
+done

@@ -1,0 +1,421 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+const boundary = "----keygatebench7MA4YWxkTrZu0gW"
+
+// sizes are the file sizes of the closed- and open-loop runs.
+func sizes(o Options) []int {
+	if o.Sizes != "" {
+		var out []int
+		for _, f := range strings.Split(o.Sizes, ",") {
+			if n, err := strconv.Atoi(strings.TrimSpace(f)); err == nil && n >= 0 {
+				out = append(out, n)
+			}
+		}
+		return out
+	}
+	if o.Smoke {
+		return []int{256, 2 << 10}
+	}
+	return []int{256, 100 << 10}
+}
+
+// rate is the open-loop arrival rate for a size.
+func rate(o Options, size int) int {
+	switch {
+	case o.Smoke:
+		return 200
+	case size <= 1<<10:
+		return 4000
+	default:
+		return 1000
+	}
+}
+
+func sizeName(n int) string {
+	if n >= 1<<10 && n%(1<<10) == 0 {
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+// multipartParts returns what comes before and after a file of size bytes
+// in the bench's /sync body: contextId, id and files, with contextId first
+// or after the file.
+func multipartParts(contextFirst bool) (head, tail string) {
+	ctxPart := "--" + boundary + "\r\nContent-Disposition: form-data; name=\"contextId\"\r\n\r\n" + benchContext + "\r\n"
+	idPart := "--" + boundary + "\r\nContent-Disposition: form-data; name=\"id\"\r\n\r\n9b1f6a52-8c3e-4d7a-a1b2-0c9d8e7f6a5b\r\n"
+	fileHead := "--" + boundary + "\r\nContent-Disposition: form-data; name=\"files\"; filename=\"doc.pdf\"\r\nContent-Type: application/pdf\r\n\r\n"
+	end := "\r\n--" + boundary + "--\r\n"
+	if contextFirst {
+		return ctxPart + idPart + fileHead, end
+	}
+	return idPart + fileHead, "\r\n" + ctxPart + "--" + boundary + "--\r\n"
+}
+
+const contentType = "multipart/form-data; boundary=" + boundary
+
+// multipartBody is the whole bench body with a file of size bytes.
+func multipartBody(size int, contextFirst bool) ([]byte, string) {
+	head, tail := multipartParts(contextFirst)
+	var b bytes.Buffer
+	b.WriteString(head)
+	b.Write(filler(size))
+	b.WriteString(tail)
+	return b.Bytes(), contentType
+}
+
+// filler is PDF-looking bytes with no CR or LF, so no boundary can appear.
+func filler(n int) []byte {
+	p := []byte("%PDF-1.7 benchmark payload 0123456789abcdefghijklmnopqrstuvwxyz ")
+	out := make([]byte, n)
+	for i := range out {
+		out[i] = p[i%len(p)]
+	}
+	return out
+}
+
+// --- process accounting ------------------------------------------------
+
+// tree is pid and all its descendants.
+func tree(pid int) []int {
+	children := map[int][]int{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if f := statFields(p); len(f) > 2 {
+			pp, _ := strconv.Atoi(f[1])
+			children[pp] = append(children[pp], p)
+		}
+	}
+	out := []int{pid}
+	for i := 0; i < len(out); i++ {
+		out = append(out, children[out[i]]...)
+	}
+	return out
+}
+
+// statFields are /proc/pid/stat's fields after the command name, starting
+// with the state (field 3).
+func statFields(pid int) []string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return nil
+	}
+	return strings.Fields(string(b[i+1:]))
+}
+
+// cpuTicks is utime+stime of the process tree, in clock ticks (1/100 s).
+func cpuTicks(pid int) int64 {
+	var sum int64
+	for _, p := range tree(pid) {
+		f := statFields(p)
+		if len(f) > 12 {
+			u, _ := strconv.ParseInt(f[11], 10, 64)
+			s, _ := strconv.ParseInt(f[12], 10, 64)
+			sum += u + s
+		}
+	}
+	return sum
+}
+
+const tickMicros = 10000 // USER_HZ is 100 on Linux
+
+// memKiB sums a /proc/pid/status field (VmHWM, VmRSS) over the tree.
+func memKiB(pid int, field string) int64 {
+	var sum int64
+	for _, p := range tree(pid) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(line, field+":") {
+				v, _ := strconv.ParseInt(strings.Fields(line[len(field)+1:])[0], 10, 64)
+				sum += v
+			}
+		}
+	}
+	return sum
+}
+
+// resetHWM resets the peak RSS of the tree (Linux clear_refs 5).
+func resetHWM(pid int) {
+	for _, p := range tree(pid) {
+		_ = os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", p), []byte("5"), 0)
+	}
+}
+
+// --- closed loop (wrk) ----------------------------------------------------
+
+type closedResult struct {
+	rps, cpuPerReq float64
+	errors         int64
+}
+
+var (
+	reRPS    = regexp.MustCompile(`Requests/sec:\s+([0-9.]+)`)
+	reTotal  = regexp.MustCompile(`(\d+) requests in`)
+	reNon2xx = regexp.MustCompile(`Non-2xx or 3xx responses: (\d+)`)
+	reSock   = regexp.MustCompile(`Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)`)
+)
+
+func (b *bench) wrkScript(size int) (string, error) {
+	body, ctype := multipartBody(size, true)
+	bp := filepath.Join(b.dir, fmt.Sprintf("body-%d.bin", size))
+	if err := os.WriteFile(bp, body, 0o600); err != nil {
+		return "", err
+	}
+	lua := fmt.Sprintf(`-- keygate bench-peers: multipart POST /sync, contextId first, with x-api-key.
+local f = assert(io.open(%q, "rb"))
+wrk.method = "POST"
+wrk.body = f:read("*a")
+f:close()
+wrk.headers["Content-Type"] = %q
+wrk.headers["X-Api-Key"] = %q
+`, bp, ctype, b.key)
+	sp := filepath.Join(b.dir, fmt.Sprintf("sync-%d.lua", size))
+	return sp, os.WriteFile(sp, []byte(lua), 0o600)
+}
+
+// closedLoop runs wrk -t2 -c32 against t and reads t's CPU time around it.
+func (b *bench) closedLoop(ctx context.Context, t *target, size int) (closedResult, error) {
+	wrk := lookPath("wrk")
+	if wrk == "" {
+		return closedResult{}, errNoWrk
+	}
+	script, err := b.wrkScript(size)
+	if err != nil {
+		return closedResult{}, err
+	}
+	secs := max(1, int(b.o.Duration/time.Second))
+	cmd := exec.CommandContext(ctx, wrk, "-t2", "-c32", fmt.Sprintf("-d%ds", secs), "-s", script, "http://"+t.addr+"/sync")
+	before := cpuTicks(t.root.Process.Pid)
+	out, err := cmd.CombinedOutput()
+	after := cpuTicks(t.root.Process.Pid)
+	if err != nil {
+		return closedResult{}, fmt.Errorf("wrk %s: %v\n%s", t.name, err, out)
+	}
+	var r closedResult
+	if m := reRPS.FindSubmatch(out); m != nil {
+		r.rps, _ = strconv.ParseFloat(string(m[1]), 64)
+	}
+	var total int64
+	if m := reTotal.FindSubmatch(out); m != nil {
+		total, _ = strconv.ParseInt(string(m[1]), 10, 64)
+	}
+	if m := reNon2xx.FindSubmatch(out); m != nil {
+		n, _ := strconv.ParseInt(string(m[1]), 10, 64)
+		r.errors += n
+	}
+	if m := reSock.FindSubmatch(out); m != nil {
+		for _, s := range m[1:] {
+			n, _ := strconv.ParseInt(string(s), 10, 64)
+			r.errors += n
+		}
+	}
+	if total > 0 {
+		r.cpuPerReq = float64((after-before)*tickMicros) / float64(total)
+	}
+	return r, nil
+}
+
+var errNoWrk = fmt.Errorf("wrk is not installed: run bench/install-peers.sh")
+
+// --- open loop ------------------------------------------------------------
+
+type openResult struct {
+	p50, p99 time.Duration
+	sent     int
+	errors   int
+}
+
+// openLoop sends requests at a fixed rate for the bench duration, each
+// from its intended send time, whatever the previous ones are doing, and
+// measures latency from that intended time (so queueing in the target, or
+// in the generator, counts).
+func (b *bench) openLoop(ctx context.Context, t *target, size, rps int) (openResult, error) {
+	body, ctype := multipartBody(size, true)
+	tr := &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024, IdleConnTimeout: time.Minute, DisableCompression: true}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	url := "http://" + t.addr + "/sync"
+	n := int(b.o.Duration.Seconds() * float64(rps))
+	interval := time.Second / time.Duration(rps)
+	// Intended send times start a moment from now, so the workers are up.
+	base := time.Now().Add(50 * time.Millisecond)
+	at := func(i int) time.Time { return base.Add(time.Duration(i) * interval) }
+	lat := make([]time.Duration, n)
+	failed := make([]bool, n)
+	work := make(chan int, n)
+	var wg sync.WaitGroup
+	for range 512 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+				req.Header.Set("Content-Type", ctype)
+				req.Header.Set("X-Api-Key", b.key)
+				resp, err := client.Do(req)
+				if err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+				lat[i] = time.Since(at(i))
+				failed[i] = err != nil || resp.StatusCode != http.StatusOK
+			}
+		}()
+	}
+	for i := 0; i < n; {
+		now := time.Now()
+		for i < n && !at(i).After(now) {
+			work <- i
+			i++
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	close(work)
+	wg.Wait()
+	var r openResult
+	r.sent = n
+	for _, f := range failed {
+		if f {
+			r.errors++
+		}
+	}
+	slices.Sort(lat)
+	if n > 0 {
+		r.p50, r.p99 = lat[n/2], lat[min(n-1, n*99/100)]
+	}
+	return r, nil
+}
+
+// --- large uploads ----------------------------------------------------------
+
+type largeResult struct {
+	elapsed   time.Duration
+	peakRSS   int64 // KiB
+	spoolPeak int64 // largest spool file seen, bytes (one per upload)
+	errors    int
+}
+
+type fillReader struct{ left int64 }
+
+var fillChunk = filler(64 << 10)
+
+func (f *fillReader) Read(p []byte) (int, error) {
+	if f.left <= 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, fillChunk[:min(int64(len(fillChunk)), f.left)])
+	f.left -= int64(n)
+	return n, nil
+}
+
+// large sends LargeN uploads of LargeMiB at once and measures the time
+// until all are answered, the target's peak RSS, and keygate's spool.
+func (b *bench) large(ctx context.Context, t *target, contextFirst bool) (largeResult, error) {
+	size := int64(b.o.LargeMiB) << 20
+	head, tail := multipartParts(contextFirst)
+	pid := t.root.Process.Pid
+	resetHWM(pid)
+	stop := make(chan struct{})
+	var peakRSS, spoolPeak int64
+	var mon sync.WaitGroup
+	mon.Add(1)
+	go func() {
+		defer mon.Done()
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			peakRSS = max(peakRSS, memKiB(pid, "VmRSS"))
+			if t.spool != "" {
+				spoolPeak = max(spoolPeak, largestOpenFile(pid, t.spool))
+			}
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	tr := &http.Transport{MaxIdleConnsPerHost: b.o.LargeN, WriteBufferSize: 64 << 10}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr, Timeout: 5 * time.Minute}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var r largeResult
+	start := time.Now()
+	for range b.o.LargeN {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			body := io.MultiReader(strings.NewReader(head), &fillReader{left: size}, strings.NewReader(tail))
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+t.addr+"/sync", body)
+			req.ContentLength = int64(len(head)) + size + int64(len(tail))
+			req.Header.Set("Content-Type", contentType)
+			req.Header.Set("X-Api-Key", b.key)
+			resp, err := client.Do(req)
+			ok := err == nil && resp.StatusCode == http.StatusOK
+			if err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+			if !ok {
+				mu.Lock()
+				r.errors++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	r.elapsed = time.Since(start)
+	close(stop)
+	mon.Wait()
+	r.peakRSS = max(peakRSS, memKiB(pid, "VmHWM"))
+	r.spoolPeak = spoolPeak
+	return r, nil
+}
+
+// largestOpenFile is the size of the largest file under dir that pid
+// holds open (spool files are unlinked as soon as they are created, so
+// only the process's descriptors still reach them).
+func largestOpenFile(pid int, dir string) int64 {
+	var m int64
+	fdDir := fmt.Sprintf("/proc/%d/fd", pid)
+	ents, _ := os.ReadDir(fdDir)
+	for _, e := range ents {
+		link, err := os.Readlink(filepath.Join(fdDir, e.Name()))
+		if err != nil || !strings.HasPrefix(link, dir+"/") {
+			continue
+		}
+		if fi, err := os.Stat(filepath.Join(fdDir, e.Name())); err == nil && fi.Mode().IsRegular() {
+			m = max(m, fi.Size())
+		}
+	}
+	return m
+}

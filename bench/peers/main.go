@@ -1,0 +1,139 @@
+// Command peers is `make bench-peers`: it measures keygate against a plain
+// upstream served directly, a bare httputil.ReverseProxy, nginx, HAProxy
+// and Caddy, all on loopback with the same multipart /sync request, and
+// prints a Markdown table of ratios. `make profile` runs it with -profile
+// to write a CPU profile of keygate under load.
+//
+// The same binary also plays the plain upstream and the bare proxy (-role),
+// so that they run as processes of their own whose CPU time is measured
+// from /proc.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/signal"
+	"runtime/pprof"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/keygate/keygate/cli"
+)
+
+func main() {
+	os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// Main runs the bench, or one role of it, and returns the exit code.
+func Main(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("peers", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o Options
+	role := fs.String("role", "", "internal: upstream | bare | keygate")
+	listen := fs.String("listen", "127.0.0.1:0", "internal: the role's listen address")
+	up := fs.String("upstream", "", "internal: the bare proxy's upstream host:port")
+	pool := fs.Int("pool", 64, "internal: the bare proxy's idle pool per host")
+	cpuProfile := fs.String("cpuprofile", "", "internal: keygate role writes a CPU profile here on SIGTERM")
+	fs.IntVar(&o.Reps, "reps", 2, "repetitions, in alternating target order")
+	fs.DurationVar(&o.Duration, "duration", 5*time.Second, "length of each closed-loop and open-loop run")
+	fs.BoolVar(&o.Smoke, "smoke", os.Getenv("BENCH_SMOKE") == "1", "one short rep with tiny sizes, skipping peers that are not installed (proves the bench works; measures nothing)")
+	fs.StringVar(&o.Targets, "targets", "", "comma-separated targets (default all): direct,bare,nginx,haproxy,caddy,keygate,keygate-redis")
+	fs.StringVar(&o.Profile, "profile", "", "only profile keygate (local limiter) under wrk load and write the CPU profile to this file")
+	fs.IntVar(&o.LargeMiB, "large-mib", 90, "size of each large upload, MiB")
+	fs.IntVar(&o.LargeN, "large-n", 8, "concurrent large uploads")
+	fs.StringVar(&o.Sizes, "sizes", "", "comma-separated body sizes in bytes (default 256,102400)")
+	fs.StringVar(&o.BaseBin, "keygate-base", "", "another keygate binary (say, the last release) to run beside this one as target keygate-base, local limiter")
+	fs.StringVar(&o.KeygateBin, "keygate", "", "keygate binary (default: built from ./cmd/keygate)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	switch *role {
+	case "":
+		if err := Run(context.Background(), o, stdout, stderr); err != nil {
+			fmt.Fprintln(stderr, "bench-peers:", err)
+			return 1
+		}
+		return 0
+	case "upstream":
+		return serveRole(*listen, stderr, upstreamHandler())
+	case "bare":
+		return serveRole(*listen, stderr, bareProxy(*up, *pool))
+	case "keygate":
+		return keygateRole(fs.Args(), *cpuProfile, stdout, stderr)
+	}
+	fmt.Fprintf(stderr, "unknown role %q\n", *role)
+	return 2
+}
+
+// upstreamHandler is the plain upstream: it consumes the body and answers
+// a small 200.
+func upstreamHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"StateText":"OK"}`)
+	})
+}
+
+// bareProxy is the baseline: httputil.ReverseProxy with the default
+// transport, except for keygate's idle pool size.
+func bareProxy(upstream string, pool int) http.Handler {
+	u := &url.URL{Scheme: "http", Host: upstream}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConns = pool
+	tr.MaxIdleConnsPerHost = pool
+	return &httputil.ReverseProxy{
+		Rewrite:   func(pr *httputil.ProxyRequest) { pr.SetURL(u); pr.SetXForwarded() },
+		Transport: tr,
+	}
+}
+
+// serveRole serves h on addr until SIGTERM, printing the bound address on
+// the first line of stdout.
+func serveRole(addr string, stderr io.Writer, h http.Handler) int {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	fmt.Println(ln.Addr().String())
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		ch := make(chan os.Signal, 1)
+		signal.Notify(ch, syscall.SIGTERM, syscall.SIGINT)
+		<-ch
+		_ = srv.Close()
+	}()
+	if err := srv.Serve(ln); err != nil && err != http.ErrServerClosed {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	return 0
+}
+
+// keygateRole runs keygate in this process (cli.Main with args) and writes
+// a CPU profile of it until it exits on SIGTERM.
+func keygateRole(args []string, cpuProfile string, stdout, stderr io.Writer) int {
+	if cpuProfile != "" {
+		f, err := os.Create(cpuProfile)
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			return 1
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(stderr, err)
+			return 1
+		}
+		defer pprof.StopCPUProfile()
+	}
+	return cli.Main(args, strings.NewReader(""), stdout, stderr)
+}

@@ -1,0 +1,184 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"time"
+)
+
+// results are every rep's figures, by target name.
+type results struct {
+	order  []string
+	closed map[string]map[int][]closedResult
+	open   map[string]map[int][]openResult
+	large  map[string]map[bool][]largeResult
+	noWrk  bool
+}
+
+// measure runs every rep, in alternating target order.
+func (b *bench) measure(ctx context.Context) (*results, error) {
+	res := &results{closed: map[string]map[int][]closedResult{}, open: map[string]map[int][]openResult{}, large: map[string]map[bool][]largeResult{}}
+	for _, t := range b.targets {
+		res.order = append(res.order, t.name)
+		res.closed[t.name], res.open[t.name], res.large[t.name] = map[int][]closedResult{}, map[int][]openResult{}, map[bool][]largeResult{}
+	}
+	for rep := range b.o.Reps {
+		ts := slices.Clone(b.targets)
+		if rep%2 == 1 {
+			slices.Reverse(ts)
+		}
+		for _, t := range ts {
+			for _, size := range sizes(b.o) {
+				c, err := b.closedLoop(ctx, t, size)
+				switch {
+				case errors.Is(err, errNoWrk) && b.o.Smoke:
+					res.noWrk = true
+				case err != nil:
+					return nil, err
+				default:
+					res.closed[t.name][size] = append(res.closed[t.name][size], c)
+				}
+				b.logf("rep %d %-13s %-7s closed: %.0f rps, %.1f CPU µs/req, %d errors", rep+1, t.name, sizeName(size), c.rps, c.cpuPerReq, c.errors)
+				o, err := b.openLoop(ctx, t, size, rate(b.o, size))
+				if err != nil {
+					return nil, err
+				}
+				res.open[t.name][size] = append(res.open[t.name][size], o)
+				b.logf("rep %d %-13s %-7s open %d rps: p50 %s p99 %s, %d/%d errors", rep+1, t.name, sizeName(size), rate(b.o, size), ms(o.p50), ms(o.p99), o.errors, o.sent)
+			}
+			for _, first := range []bool{true, false} {
+				// Peak RSS is that of a fresh process: not what the
+				// open loop's backlog left in the heap.
+				if err := b.restart(t); err != nil {
+					return nil, err
+				}
+				l, err := b.large(ctx, t, first)
+				if err != nil {
+					return nil, err
+				}
+				res.large[t.name][first] = append(res.large[t.name][first], l)
+				b.logf("rep %d %-13s large (context first: %v): %s, peak RSS %d MiB, largest spool file %d MiB, %d errors", rep+1, t.name, first, l.elapsed.Round(time.Millisecond), l.peakRSS>>10, l.spoolPeak>>20, l.errors)
+			}
+		}
+	}
+	return res, nil
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }
+
+func median[T any](xs []T, f func(T) float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	v := make([]float64, len(xs))
+	for i, x := range xs {
+		v[i] = f(x)
+	}
+	slices.Sort(v)
+	if len(v)%2 == 1 {
+		return v[len(v)/2]
+	}
+	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+}
+
+func ratio(a, b float64) string {
+	if a == 0 || b == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f", a/b)
+}
+
+// printTables prints the medians as Markdown.
+func printTables(w io.Writer, o Options, r *results) {
+	sz := sizes(o)
+	rps := func(name string, size int) float64 {
+		return median(r.closed[name][size], func(c closedResult) float64 { return c.rps })
+	}
+	cpu := func(name string, size int) float64 {
+		return median(r.closed[name][size], func(c closedResult) float64 { return c.cpuPerReq })
+	}
+	errs := func(name string) (n int64) {
+		for _, s := range sz {
+			for _, c := range r.closed[name][s] {
+				n += c.errors
+			}
+			for _, c := range r.open[name][s] {
+				n += int64(c.errors)
+			}
+		}
+		for _, ls := range r.large[name] {
+			for _, l := range ls {
+				n += int64(l.errors)
+			}
+		}
+		return n
+	}
+	fmt.Fprintf(w, "Closed loop: `wrk -t2 -c32`, %s per run, median of %d rep(s) in alternating order; rps as a ratio to the upstream served directly and to the bare `httputil.ReverseProxy`; CPU µs/req of the proxy's process tree.\n\n", o.Duration, o.Reps)
+	if r.noWrk {
+		fmt.Fprint(w, "(wrk is not installed: closed loop skipped)\n\n")
+	}
+	fmt.Fprint(w, "| target |")
+	for _, s := range sz {
+		fmt.Fprintf(w, " %s × direct | × bare | CPU µs/req |", sizeName(s))
+	}
+	fmt.Fprint(w, " errors |\n|---|")
+	for range sz {
+		fmt.Fprint(w, "---|---|---|")
+	}
+	fmt.Fprint(w, "---|\n")
+	for _, name := range r.order {
+		fmt.Fprintf(w, "| %s |", name)
+		for _, s := range sz {
+			fmt.Fprintf(w, " %s | %s | %.0f |", ratio(rps(name, s), rps("direct", s)), ratio(rps(name, s), rps("bare", s)), cpu(name, s))
+		}
+		fmt.Fprintf(w, " %d |\n", errs(name))
+	}
+	fmt.Fprint(w, "\nDirect upstream, absolute:")
+	for _, s := range sz {
+		fmt.Fprintf(w, " %s %.0f rps;", sizeName(s), rps("direct", s))
+	}
+	fmt.Fprint(w, "\n\n")
+
+	p := func(name string, size int, f func(openResult) time.Duration) float64 {
+		return median(r.open[name][size], func(o openResult) float64 { return float64(f(o)) / float64(time.Millisecond) })
+	}
+	fmt.Fprint(w, "Open loop: constant arrival rate, latency from the intended send time, ms (median over reps).\n\n| target |")
+	for _, s := range sz {
+		fmt.Fprintf(w, " %s @ %d/s p50 | p99 | p99 − bare |", sizeName(s), rate(o, s))
+	}
+	fmt.Fprint(w, "\n|---|")
+	for range sz {
+		fmt.Fprint(w, "---|---|---|")
+	}
+	fmt.Fprint(w, "\n")
+	p50 := func(o openResult) time.Duration { return o.p50 }
+	p99 := func(o openResult) time.Duration { return o.p99 }
+	for _, name := range r.order {
+		fmt.Fprintf(w, "| %s |", name)
+		for _, s := range sz {
+			d := "–"
+			if len(r.open["bare"][s]) > 0 {
+				d = fmt.Sprintf("%+.2f", p(name, s, p99)-p("bare", s, p99))
+			}
+			fmt.Fprintf(w, " %.2f | %.2f | %s |", p(name, s, p50), p(name, s, p99), d)
+		}
+		fmt.Fprint(w, "\n")
+	}
+
+	fmt.Fprintf(w, "\nLarge uploads: %d × %d MiB at once; time until all are answered (ratio to the bare proxy), peak RSS of the proxy's process tree, largest spool file (keygate).\n\n", o.LargeN, o.LargeMiB)
+	fmt.Fprint(w, "| target | context first | × bare | context after | × bare | peak RSS MiB | largest spool file MiB |\n|---|---|---|---|---|---|---|\n")
+	el := func(name string, first bool) float64 {
+		return median(r.large[name][first], func(l largeResult) float64 { return l.elapsed.Seconds() })
+	}
+	for _, name := range r.order {
+		rss, spool := 0.0, 0.0
+		for _, first := range []bool{true, false} {
+			rss = max(rss, median(r.large[name][first], func(l largeResult) float64 { return float64(l.peakRSS) / 1024 }))
+			spool = max(spool, median(r.large[name][first], func(l largeResult) float64 { return float64(l.spoolPeak) / (1 << 20) }))
+		}
+		fmt.Fprintf(w, "| %s | %.2f s | %s | %.2f s | %s | %.0f | %.0f |\n", name, el(name, true), ratio(el(name, true), el("bare", true)), el(name, false), ratio(el(name, false), el("bare", false)), rss, spool)
+	}
+}

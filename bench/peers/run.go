@@ -1,0 +1,556 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"syscall"
+	"text/template"
+	"time"
+)
+
+// Options are the bench's knobs (see the flags in main.go).
+type Options struct {
+	Reps       int
+	Duration   time.Duration
+	Smoke      bool
+	Targets    string
+	Profile    string
+	LargeMiB   int
+	LargeN     int
+	Sizes      string
+	BaseBin    string
+	KeygateBin string
+}
+
+var (
+	//go:embed configs/nginx.conf
+	nginxConf string
+	//go:embed configs/haproxy.cfg
+	haproxyConf string
+	//go:embed configs/Caddyfile
+	caddyConf string
+)
+
+// pool is keygate's default upstreams.*.max_idle_conns_per_host; the bare
+// proxy and the peers get the same.
+const pool = 64
+
+const benchContext = "3f2b8c1e-6a4d-4e8b-9c2a-7d5e1f0a9b34"
+
+// target is one thing under test, listening on addr. root is the process
+// whose tree's CPU time and memory are measured.
+type target struct {
+	name string
+	addr string
+	root *exec.Cmd
+	// args start it again (nil for direct, whose process is shared).
+	args []string
+	// spool is keygate's spool dir (empty for others).
+	spool string
+}
+
+// bench holds what a run started, to stop it at the end.
+type bench struct {
+	o       Options
+	dir     string
+	key     string
+	procs   []*exec.Cmd
+	targets []*target
+	stderr  io.Writer
+	self    string
+}
+
+// Run starts every target, measures them, and prints the tables.
+func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
+	if o.Smoke {
+		o.Reps, o.Duration, o.LargeMiB, o.LargeN = 1, time.Second, 1, 2
+	}
+	if o.Reps < 1 {
+		o.Reps = 1
+	}
+	dir, err := os.MkdirTemp("", "keygate-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	b := &bench{o: o, dir: dir, stderr: stderr, self: self}
+	defer b.stopAll()
+	if o.Profile != "" {
+		return b.profile(ctx, stdout)
+	}
+	if err := b.startAll(); err != nil {
+		return err
+	}
+	res, err := b.measure(ctx)
+	if err != nil {
+		return err
+	}
+	printTables(stdout, o, res)
+	return nil
+}
+
+func (b *bench) logf(format string, args ...any) {
+	fmt.Fprintf(b.stderr, "bench-peers: "+format+"\n", args...)
+}
+
+func (b *bench) want(name string) bool {
+	if b.o.Targets == "" {
+		return true
+	}
+	return slices.Contains(strings.Split(b.o.Targets, ","), name)
+}
+
+// freeAddr returns a loopback address with a port that was free a moment
+// ago.
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// start runs a process with its output in dir/name.log.
+func (b *bench) start(name string, args ...string) (*exec.Cmd, error) {
+	logf, err := os.Create(filepath.Join(b.dir, name+".log"))
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Dir = b.dir
+	cmd.Env = append(os.Environ(), "HOME="+b.dir, "XDG_DATA_HOME="+b.dir, "XDG_CONFIG_HOME="+b.dir)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, err
+	}
+	logf.Close()
+	b.procs = append(b.procs, cmd)
+	return cmd, nil
+}
+
+func (b *bench) stopAll() {
+	for i := len(b.procs) - 1; i >= 0; i-- {
+		stop(b.procs[i])
+	}
+	b.procs = nil
+}
+
+// stop ends a process group the bench started, and waits for it.
+func stop(c *exec.Cmd) {
+	_ = syscall.Kill(-c.Process.Pid, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = c.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
+		<-done
+	}
+}
+
+// restart starts t afresh on the same address, so that what a phase
+// measures in memory is not what an earlier phase left behind.
+func (b *bench) restart(t *target) error {
+	if t.args == nil {
+		return nil
+	}
+	stop(t.root)
+	b.procs = slices.DeleteFunc(b.procs, func(c *exec.Cmd) bool { return c == t.root })
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := b.start(t.name, t.args...)
+		if err != nil {
+			return err
+		}
+		if err = b.waitReady(t.name, t.addr); err == nil {
+			t.root = c
+			return nil
+		}
+		stop(c)
+		b.procs = slices.DeleteFunc(b.procs, func(x *exec.Cmd) bool { return x == c })
+		if time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// waitReady waits until addr answers the bench request with 200.
+func (b *bench) waitReady(name, addr string) error {
+	deadline := time.Now().Add(20 * time.Second)
+	body, ctype := multipartBody(64, true)
+	var last string
+	for time.Now().Before(deadline) {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/sync", bytes.NewReader(body))
+		req.Header.Set("Content-Type", ctype)
+		req.Header.Set("X-Api-Key", b.key)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			rb, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			last = fmt.Sprintf("status %d: %s", resp.StatusCode, rb)
+		} else {
+			last = err.Error()
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	logs, _ := os.ReadFile(filepath.Join(b.dir, name+".log"))
+	return fmt.Errorf("%s on %s never answered 200 (%s); its log:\n%s", name, addr, last, tail(logs, 2000))
+}
+
+func tail(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
+}
+
+func lookPath(names ...string) string {
+	for _, n := range names {
+		if p, err := exec.LookPath(n); err == nil {
+			return p
+		}
+		if p := "/usr/sbin/" + n; fileExists(p) {
+			return p
+		}
+	}
+	return ""
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+// moduleRoot finds the directory of keygate's go.mod from the working
+// directory up.
+func moduleRoot() (string, error) {
+	d, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if b, err := os.ReadFile(filepath.Join(d, "go.mod")); err == nil && bytes.Contains(b, []byte("module github.com/keygate/keygate\n")) {
+			return d, nil
+		}
+		p := filepath.Dir(d)
+		if p == d {
+			return "", errors.New("keygate's go.mod not found above the working directory")
+		}
+		d = p
+	}
+}
+
+func (b *bench) buildKeygate() (string, error) {
+	if b.o.KeygateBin != "" {
+		return b.o.KeygateBin, nil
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(b.dir, "keygate")
+	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, "./cmd/keygate")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/keygate: %v\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// keygateConfig writes a config for a keygate on listen with the given
+// limiter backend, and returns its path and spool dir.
+func (b *bench) keygateConfig(name, listen, upstream, backend, redisAddr string) (string, string, error) {
+	admin, err := freeAddr()
+	if err != nil {
+		return "", "", err
+	}
+	spool := filepath.Join(b.dir, name+"-spool")
+	if err := os.MkdirAll(spool, 0o700); err != nil {
+		return "", "", err
+	}
+	if redisAddr == "" {
+		redisAddr = "127.0.0.1:6379"
+	}
+	cfg := fmt.Sprintf(`server:
+  listen: %q
+  admin_listen: %q
+  spool_dir: %q
+  max_body_bytes: 104857600
+tls:
+  mode: "off"
+upstreams:
+  extraction: { targets: ["http://%s"], max_idle_conns_per_host: %d }
+  registry: { targets: ["http://%s"], max_idle_conns_per_host: %d }
+keystore: { backend: file, file: %q }
+redis: { addrs: [%q] }
+ratelimit:
+  backend: %s
+  limits:
+    live: { rate: 1000000000, per: 1s, burst: 1000000000 }
+    test: { rate: 1000000000, per: 1s, burst: 1000000000 }
+log: { level: info, format: json }
+`, listen, admin, spool, upstream, pool, upstream, pool, filepath.Join(b.dir, "keys.yaml"), redisAddr, backend)
+	p := filepath.Join(b.dir, name+".yaml")
+	return p, spool, os.WriteFile(p, []byte(cfg), 0o600)
+}
+
+func (b *bench) issueKey(bin, cfg string) error {
+	cmd := exec.Command(bin, "keys", "issue", "--config", cfg, "--product", "extraction", "--env", "live", "--context", benchContext, "--name", "bench")
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("keygate keys issue: %v: %s", err, errb.String())
+	}
+	b.key = strings.TrimSpace(out.String())
+	return nil
+}
+
+type confData struct {
+	Dir, Listen, Upstream string
+	Pool, Workers         int
+}
+
+func (b *bench) writeConf(name, tmpl string, d confData) (string, error) {
+	t, err := template.New(name).Parse(tmpl)
+	if err != nil {
+		return "", err
+	}
+	var buf bytes.Buffer
+	if err := t.Execute(&buf, d); err != nil {
+		return "", err
+	}
+	p := filepath.Join(b.dir, name)
+	return p, os.WriteFile(p, buf.Bytes(), 0o600)
+}
+
+// startAll starts the upstream, then every wanted target, and checks each
+// answers the bench request with 200.
+func (b *bench) startAll() error {
+	upAddr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	up, err := b.start("upstream", b.self, "-role", "upstream", "-listen", upAddr)
+	if err != nil {
+		return err
+	}
+	bin, err := b.buildKeygate()
+	if err != nil {
+		return err
+	}
+	// The key is needed before any readiness check.
+	cfg0, _, err := b.keygateConfig("issue", "127.0.0.1:0", upAddr, "local", "")
+	if err != nil {
+		return err
+	}
+	if err := b.issueKey(bin, cfg0); err != nil {
+		return err
+	}
+	if err := b.waitReady("upstream", upAddr); err != nil {
+		return err
+	}
+	if b.want("direct") {
+		b.targets = append(b.targets, &target{name: "direct", addr: upAddr, root: up})
+	}
+	workers := runtime.NumCPU()
+	add := func(name string, cmdFor func(addr string) ([]string, error)) error {
+		if !b.want(name) {
+			return nil
+		}
+		addr, err := freeAddr()
+		if err != nil {
+			return err
+		}
+		args, err := cmdFor(addr)
+		if err != nil {
+			return err
+		}
+		if args == nil {
+			b.logf("%s is not installed; skipped (run bench/install-peers.sh)", name)
+			return nil
+		}
+		c, err := b.start(name, args...)
+		if err != nil {
+			return err
+		}
+		if err := b.waitReady(name, addr); err != nil {
+			return err
+		}
+		b.targets = append(b.targets, &target{name: name, addr: addr, root: c, args: args})
+		return nil
+	}
+	if err := add("bare", func(addr string) ([]string, error) {
+		return []string{b.self, "-role", "bare", "-listen", addr, "-upstream", upAddr, "-pool", fmt.Sprint(pool)}, nil
+	}); err != nil {
+		return err
+	}
+	peer := func(bin, conf, tmpl string, args func(conf string) []string) func(string) ([]string, error) {
+		return func(addr string) ([]string, error) {
+			exe := lookPath(bin)
+			if exe == "" {
+				if b.o.Smoke {
+					return nil, nil
+				}
+				return nil, fmt.Errorf("%s is not installed: run bench/install-peers.sh", bin)
+			}
+			p, err := b.writeConf(conf, tmpl, confData{Dir: b.dir, Listen: addr, Upstream: upAddr, Pool: pool, Workers: workers})
+			if err != nil {
+				return nil, err
+			}
+			return append([]string{exe}, args(p)...), nil
+		}
+	}
+	for _, d := range []string{"client_body", "proxy", "fastcgi", "uwsgi", "scgi"} {
+		_ = os.MkdirAll(filepath.Join(b.dir, d), 0o700)
+	}
+	if err := add("nginx", peer("nginx", "nginx.conf", nginxConf, func(c string) []string { return []string{"-p", b.dir, "-c", c} })); err != nil {
+		return err
+	}
+	if err := add("haproxy", peer("haproxy", "haproxy.cfg", haproxyConf, func(c string) []string { return []string{"-db", "-f", c} })); err != nil {
+		return err
+	}
+	if err := add("caddy", peer("caddy", "Caddyfile", caddyConf, func(c string) []string { return []string{"run", "--config", c, "--adapter", "caddyfile"} })); err != nil {
+		return err
+	}
+	for _, backend := range []string{"local", "redis", "base"} {
+		name, exe := "keygate", bin
+		switch backend {
+		case "redis":
+			name = "keygate-redis"
+		case "base":
+			name, exe, backend = "keygate-base", b.o.BaseBin, "local"
+		}
+		if !b.want(name) || exe == "" {
+			continue
+		}
+		redisAddr := ""
+		if backend == "redis" {
+			if redisAddr, err = b.startRedis(); err != nil {
+				return err
+			}
+		}
+		var spool string
+		if err := add(name, func(addr string) ([]string, error) {
+			cfg, sp, err := b.keygateConfig(name, addr, upAddr, backend, redisAddr)
+			spool = sp
+			return []string{exe, "serve", "--config", cfg}, err
+		}); err != nil {
+			return err
+		}
+		b.targets[len(b.targets)-1].spool = spool
+	}
+	return nil
+}
+
+func (b *bench) startRedis() (string, error) {
+	exe := lookPath("redis-server")
+	if exe == "" {
+		return "", errors.New("redis-server is not installed: run make deps")
+	}
+	addr, err := freeAddr()
+	if err != nil {
+		return "", err
+	}
+	_, port, _ := net.SplitHostPort(addr)
+	if _, err := b.start("redis", exe, "--bind", "127.0.0.1", "--port", port, "--save", "", "--appendonly", "no", "--dir", b.dir); err != nil {
+		return "", err
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			_, _ = c.Write([]byte("PING\r\n"))
+			line, _ := bufio.NewReader(c).ReadString('\n')
+			c.Close()
+			if strings.HasPrefix(line, "+PONG") {
+				return addr, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("redis-server on %s did not start", addr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// profile runs keygate (local limiter) in a child of this binary with the
+// CPU profiler on, loads it with wrk at 256 B then 100 KiB, and stops it
+// so that the profile is written.
+func (b *bench) profile(ctx context.Context, stdout io.Writer) error {
+	upAddr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	if _, err := b.start("upstream", b.self, "-role", "upstream", "-listen", upAddr); err != nil {
+		return err
+	}
+	bin, err := b.buildKeygate()
+	if err != nil {
+		return err
+	}
+	addr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	cfg, _, err := b.keygateConfig("keygate", addr, upAddr, "local", "")
+	if err != nil {
+		return err
+	}
+	if err := b.issueKey(bin, cfg); err != nil {
+		return err
+	}
+	out, err := filepathAbs(b.o.Profile)
+	if err != nil {
+		return err
+	}
+	kg, err := b.start("keygate", b.self, "-role", "keygate", "-cpuprofile", out, "serve", "--config", cfg)
+	if err != nil {
+		return err
+	}
+	if err := b.waitReady("keygate", addr); err != nil {
+		return err
+	}
+	t := &target{name: "keygate", addr: addr, root: kg}
+	for _, size := range sizes(b.o) {
+		r, err := b.closedLoop(ctx, t, size)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "keygate %s: %.0f rps, %.0f CPU µs/req\n", sizeName(size), r.rps, r.cpuPerReq)
+	}
+	b.stopAll()
+	fmt.Fprintf(stdout, "CPU profile: %s (go tool pprof -top %s)\n", out, out)
+	return nil
+}
+
+func filepathAbs(p string) (string, error) {
+	if filepath.IsAbs(p) {
+		return p, nil
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		return filepath.Abs(p)
+	}
+	return filepath.Join(root, p), nil
+}
