@@ -75,6 +75,13 @@ type ServerConfig struct {
 	// its body cannot hold a connection (and an upstream one) forever even
 	// with read_timeout 0. 0 means no limit.
 	BodyIdleTimeout time.Duration `yaml:"body_idle_timeout"`
+	// TrustedProxies lists the peers (CIDRs or addresses) whose
+	// X-Forwarded-For is believed: only for a request from one of them is
+	// the client address taken from that header (its right-most hop that
+	// is not itself a trusted proxy). Empty: the TCP peer is the client.
+	// The client address feeds the access log, the X-Forwarded-For and
+	// X-Real-IP sent upstream, and auth.failure_limit.
+	TrustedProxies []string `yaml:"trusted_proxies"`
 }
 
 // KeystoreConfig says where key records live.
@@ -246,6 +253,9 @@ func (s ServerConfig) Validate() error {
 		return errors.New("server.drain_timeout: must be positive")
 	case s.BodyIdleTimeout < 0:
 		return fmt.Errorf("server.body_idle_timeout: must not be negative (0 turns it off), got %s", s.BodyIdleTimeout)
+	}
+	if _, err := gateway.ParseTrustedProxies("server.trusted_proxies", s.TrustedProxies); err != nil {
+		return err
 	}
 	return nil
 }

@@ -32,11 +32,6 @@ import (
 // of the keys file. Every refusal is checked for its status, the spec's
 // JSON body, nothing reaching the upstream, and no key in any log line.
 
-// trustedProxiesMerged turns on TestLimitsBruteForceBehindTrustedProxy.
-// TODO(merge): set to true once server.trusted_proxies (the client-address
-// branch) is merged and gateway.sourceAddr uses its client address.
-const trustedProxiesMerged = false
-
 // keyShaped matches anything that looks like an API key.
 var keyShaped = regexp.MustCompile(`svc_(live|test)_[0-9A-Za-z]{8,}`)
 
@@ -545,12 +540,8 @@ func TestLimitsBruteForce(t *testing.T) {
 
 // TestLimitsBruteForceBehindTrustedProxy: with server.trusted_proxies, the
 // address limited is the client's from X-Forwarded-For (its right-most
-// untrusted hop), not the proxy's. Needs the client-address branch; see
-// trustedProxiesMerged.
+// untrusted hop), not the proxy's.
 func TestLimitsBruteForceBehindTrustedProxy(t *testing.T) {
-	if !trustedProxiesMerged {
-		t.Skip("TODO(merge): needs server.trusted_proxies; set trustedProxiesMerged and switch gateway.sourceAddr to the client address")
-	}
 	var hits atomic.Int64
 	up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hits.Add(1)

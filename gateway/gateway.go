@@ -13,6 +13,7 @@ import (
 	"io/fs"
 	"net/http"
 	"net/http/httputil"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -70,6 +71,9 @@ type Config struct {
 	HSTS string
 	// Deprecation, when set, is announced on key-authenticated responses.
 	Deprecation Deprecation
+	// TrustedProxies are the peers whose X-Forwarded-For names the client
+	// (server.trusted_proxies); the zero value trusts none.
+	TrustedProxies TrustedProxies
 	// BodyIdleTimeout answers 408 and abandons the request (upstream
 	// included) when no body byte arrives for this long; 0 means never.
 	BodyIdleTimeout time.Duration
@@ -174,6 +178,7 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 // state is what one request carries through the proxy hooks and the log.
 type state struct {
 	trace      trace
+	client     netip.Addr // see TrustedProxies.ClientAddr
 	route      route
 	principal  auth.Principal
 	authed     bool
@@ -198,7 +203,8 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	// Not pooled: the transport may still read the body (which writes to
 	// st) in its own goroutine after the handler returns.
-	st := &state{trace: newTrace(r.Header.Get("Traceparent")), route: match(r.URL.Path)}
+	st := &state{trace: newTrace(r.Header.Get("Traceparent")), route: match(r.URL)}
+	st.client = g.cfg.TrustedProxies.ClientAddr(r)
 	rec := &recorder{ResponseWriter: w}
 	h := w.Header()
 	h.Set("X-Trace-Id", st.trace.ID)
@@ -246,7 +252,7 @@ func (g *Gateway) serve(w *recorder, r *http.Request, st *state) {
 
 	switch {
 	case st.route == routeNone:
-		g.fail(w, st, http.StatusNotFound, "no such endpoint: "+safePath(r.URL.Path), "not_found")
+		g.fail(w, st, http.StatusNotFound, "no such endpoint", "not_found")
 		return
 	case !p.Allows(st.route.product()):
 		g.fail(w, st, http.StatusForbidden, "Forbidden: this credential is not valid for the "+st.route.product()+" product", "wrong_product")
@@ -287,6 +293,9 @@ func (g *Gateway) serve(w *recorder, r *http.Request, st *state) {
 
 	if r.ContentLength > g.cfg.MaxBodyBytes {
 		g.fail(w, st, http.StatusRequestEntityTooLarge, "request body too large", "too_large")
+		return
+	}
+	if st.route == routeSync && g.checkSyncHeaders(w, r, st) {
 		return
 	}
 	g.watchBody(w, r, st)
@@ -419,7 +428,7 @@ func (g *Gateway) finish(r *http.Request, w *recorder, st *state, start time.Tim
 			zap.Int64("bytes_in", st.bytesIn.Load()),
 			zap.Int64("bytes_out", w.bytes),
 			zap.Duration("latency", elapsed),
-			zap.String("remote", r.RemoteAddr),
+			zap.String("remote", remoteString(r, st.client)),
 		}
 		if st.authed {
 			fields = append(fields,

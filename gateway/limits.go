@@ -23,18 +23,6 @@ type FailureLimiter interface {
 
 var _ FailureLimiter = (*ratelimit.Failures)(nil)
 
-// sourceAddr is the client address a request is attributed to by the
-// failure limit: the TCP peer. It is the one place to change when the
-// client address comes from trusted proxies' X-Forwarded-For. The zero
-// Addr (never limited) when RemoteAddr holds no IP.
-func sourceAddr(r *http.Request) netip.Addr {
-	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
-		return ap.Addr().Unmap()
-	}
-	a, _ := netip.ParseAddr(r.RemoteAddr)
-	return a.Unmap()
-}
-
 // msgThrottled is the refusal of an address over the failure limit. It
 // says nothing about the credential: it was not looked at.
 const msgThrottled = "Rate Limited: too many failed authentications from this address; back off and retry"
@@ -43,7 +31,7 @@ const msgThrottled = "Rate Limited: too many failed authentications from this ad
 // the failure limit, before any credential is looked at, and reports
 // whether it did.
 func (g *Gateway) throttled(w http.ResponseWriter, r *http.Request, st *state) bool {
-	retry, blocked := g.failures.Blocked(sourceAddr(r))
+	retry, blocked := g.failures.Blocked(st.client)
 	if !blocked {
 		return false
 	}
@@ -58,7 +46,7 @@ func (g *Gateway) failedAuth(w http.ResponseWriter, r *http.Request, st *state, 
 	if !countsAsFailure(v) {
 		return false
 	}
-	retry, blocked := g.failures.Fail(r.Context(), sourceAddr(r))
+	retry, blocked := g.failures.Fail(r.Context(), st.client)
 	if !blocked {
 		return false
 	}

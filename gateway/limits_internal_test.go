@@ -32,7 +32,7 @@ func TestCountsAsFailure(t *testing.T) {
 	}
 }
 
-func TestSourceAddr(t *testing.T) {
+func TestPeerAddr(t *testing.T) {
 	t.Parallel()
 	cases := map[string]string{
 		"192.0.2.1:1234":          "192.0.2.1",
@@ -45,8 +45,8 @@ func TestSourceAddr(t *testing.T) {
 	for remote, want := range cases {
 		r := httptest.NewRequest("GET", "/", nil)
 		r.RemoteAddr = remote
-		if got := sourceAddr(r); got.String() != want {
-			t.Errorf("sourceAddr(%q) = %s, want %s", remote, got, want)
+		if got := peerAddr(r); got.String() != want {
+			t.Errorf("peerAddr(%q) = %s, want %s", remote, got, want)
 		}
 	}
 }

@@ -3,6 +3,8 @@ package gateway
 import (
 	"net"
 	"net/http"
+	"net/url"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
@@ -20,7 +22,9 @@ type PlainHTTP struct {
 	Auth Authenticator
 	// Logger receives one warning per exposed credential (never the key).
 	Logger *zap.Logger
-	// Exposed counts credentials sent in clear, by kind (api_key, authorization).
+	// Exposed counts credentials sent in clear, by kind: api_key (x-api-key
+	// or an alias such as x_api_key), authorization, url (a key-shaped value
+	// in the path or query, refused rather than redirected).
 	Exposed *prometheus.CounterVec
 }
 
@@ -41,10 +45,20 @@ func (p *PlainHTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Trace-Id", tr.ID)
 	_, hasKey := r.Header["X-Api-Key"]
 	_, hasAuthz := r.Header["Authorization"]
-	if hasKey || hasAuthz {
+	inURL := keyShaped(r.URL.RawQuery) || keyShaped(r.URL.EscapedPath()) || keyShaped(r.URL.Path)
+	if !inURL && r.URL.RawQuery != "" {
+		if q, err := url.QueryUnescape(r.URL.RawQuery); err == nil {
+			inURL = keyShaped(q)
+		}
+	}
+	alias := !hasKey && !hasAuthz && credentialAlias(r.Header)
+	if hasKey || hasAuthz || inURL || alias {
 		kind := "authorization"
-		if hasKey {
+		switch {
+		case hasKey, alias:
 			kind = "api_key"
+		case inURL:
+			kind = "url"
 		}
 		if p.Exposed != nil {
 			p.Exposed.WithLabelValues(kind).Inc()
@@ -78,4 +92,50 @@ func (p *PlainHTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	WriteError(w, tr.ID, http.StatusBadRequest, "HTTPS required")
+}
+
+// keyShaped reports whether s holds something shaped like an API key:
+// svc_live_ or svc_test_ (any letter case) followed by an alphanumeric.
+func keyShaped(s string) bool {
+	for {
+		i := indexFoldSvc(s)
+		if i < 0 {
+			return false
+		}
+		rest := s[i+4:]
+		if len(rest) > 5 && (strings.EqualFold(rest[:5], "live_") || strings.EqualFold(rest[:5], "test_")) && isAlnum(rest[5]) {
+			return true
+		}
+		s = s[i+4:]
+	}
+}
+
+// indexFoldSvc finds "svc_" in s, in any letter case.
+func indexFoldSvc(s string) int {
+	for i := 0; i+4 <= len(s); i++ {
+		if s[i]|0x20 == 's' && s[i+1]|0x20 == 'v' && s[i+2]|0x20 == 'c' && s[i+3] == '_' {
+			return i
+		}
+	}
+	return -1
+}
+
+func isAlnum(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
+}
+
+// credentialAlias reports whether a header name reads as x-api-key or
+// authorization to a server that maps "_" to "-" (CGI, WSGI, PHP, nginx
+// with underscores_in_headers).
+func credentialAlias(h http.Header) bool {
+	for k := range h {
+		if strings.IndexByte(k, '_') < 0 {
+			continue
+		}
+		n := strings.ReplaceAll(k, "_", "-")
+		if strings.EqualFold(n, "x-api-key") || strings.EqualFold(n, "authorization") {
+			return true
+		}
+	}
+	return false
 }

@@ -3,7 +3,6 @@ package gateway
 import (
 	"net/http"
 	"net/http/httputil"
-	"strings"
 	"sync"
 	"time"
 )
@@ -30,14 +29,14 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	pr.SetURL(up.pick().url)
 	pr.SetXForwarded()
 	h := pr.Out.Header
-	h.Del("X-Api-Key")
-	h.Del("Authorization")
-	h.Del("Expect") // the gateway has already read part of the body
-	h.Del("Forwarded")
-	for k := range h {
-		if len(k) > 10 && strings.EqualFold(k[:10], "X-Keygate-") {
-			delete(h, k)
-		}
+	scrubOutbound(h)
+	pr.Out.Trailer = nil // client trailers never reach the upstream
+	if st.client.IsValid() {
+		v := []string{st.client.String()}
+		h["X-Forwarded-For"] = v
+		h["X-Real-Ip"] = v
+	} else {
+		delete(h, "X-Forwarded-For")
 	}
 	p := st.principal
 	h[hdrKeyID] = []string{p.ID}
@@ -47,7 +46,6 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 		h[hdrContext] = []string{p.Context}
 	}
 	h["Traceparent"] = []string{st.trace.header()}
-	delete(h, "Tracestate")
 	st.upStart = time.Now()
 }
 

@@ -1,6 +1,9 @@
 package gateway
 
-import "strings"
+import (
+	"net/url"
+	"strings"
+)
 
 // route is where a request path goes.
 type route int
@@ -32,17 +35,24 @@ func (r route) product() string {
 	return ""
 }
 
-// match maps a path, as received and not cleaned, to a route. Only the exact
-// path /sync is the extraction endpoint; /registry and everything below it
-// is the registry. Paths with empty or dot segments are refused outright, so
-// that /registry/../sync or //sync can never reach an upstream that would
-// clean them into something else.
-func match(path string) route {
-	if path == "/sync" {
+// match maps a request to a route by its path exactly as it is forwarded
+// (the escaped form, byte for byte), so that what was routed is what the
+// upstream reads. Only the exact path /sync is the extraction endpoint;
+// /registry and everything below it is the registry. Everything else,
+// percent-encoded spellings of those (/%73ync) included, is no route.
+// Below /registry, a path that an upstream could normalise into another
+// is refused outright: empty, "." or ".." segments, decoded or encoded;
+// ";" (path parameters: Tomcat reads /..;/ as /../); a backslash or an
+// encoded slash, backslash or dot; an encoded control character. So
+// /registry/../sync, /registry%2fx or /registry/..;/sync can never reach
+// an upstream that would clean them into something else.
+func match(u *url.URL) route {
+	p := u.EscapedPath()
+	if p == "/sync" {
 		return routeSync
 	}
-	if path == "/registry" || strings.HasPrefix(path, "/registry/") {
-		if !canonical(path) {
+	if p == "/registry" || strings.HasPrefix(p, "/registry/") {
+		if !canonical(p) || !canonical(u.Path) || ambiguousInPath(p) {
 			return routeNone
 		}
 		return routeRegistry
@@ -60,4 +70,43 @@ func canonical(path string) bool {
 		}
 	}
 	return true
+}
+
+// ambiguousInPath reports whether an escaped path holds what upstreams
+// read differently: ";", a backslash, or a percent-encoded "/", "\", "."
+// or control character.
+func ambiguousInPath(p string) bool {
+	for i := 0; i < len(p); i++ {
+		switch p[i] {
+		case ';', '\\':
+			return true
+		case '%':
+			if i+2 >= len(p) {
+				return true
+			}
+			b, ok := unhex2(p[i+1], p[i+2])
+			if !ok || b == '/' || b == '\\' || b == '.' || b < 0x20 || b == 0x7f {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func unhex2(h, l byte) (byte, bool) {
+	x, ok1 := unhex(h)
+	y, ok2 := unhex(l)
+	return x<<4 | y, ok1 && ok2
+}
+
+func unhex(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	case 'A' <= c && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
 }

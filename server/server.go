@@ -163,6 +163,10 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (s *Server, err erro
 	}
 	s.closers = append(s.closers, s.tls.Close)
 
+	trusted, err := gateway.ParseTrustedProxies("server.trusted_proxies", sc.TrustedProxies)
+	if err != nil {
+		return nil, err
+	}
 	gw, err := gateway.New(gateway.Config{
 		Upstreams:        cfg.Upstreams,
 		MaxBodyBytes:     cfg.Server.MaxBodyBytes,
@@ -174,6 +178,7 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (s *Server, err erro
 		Deprecation:      cfg.Auth.APIKeys.Deprecation,
 		BodyIdleTimeout:  cfg.Server.BodyIdleTimeout,
 		MaxConcurrent:    cfg.RateLimit.MaxConcurrent,
+		TrustedProxies:   trusted,
 	}, gateway.Deps{Auth: authn, Limiter: s.limiter, Logger: s.log.Named("access"), Metrics: s.metrics, Failures: failures})
 	if err != nil {
 		return nil, err
