@@ -422,7 +422,7 @@ func (g *Gateway) finish(r *http.Request, w *recorder, st *state, start time.Tim
 		fields := []zap.Field{
 			zap.String("trace_id", st.trace.ID),
 			zap.String("method", r.Method),
-			zap.String("path", safePath(r.URL.Path)),
+			zap.String("path", safePath(r.URL.EscapedPath())),
 			zap.String("route", route),
 			zap.Int("status", status),
 			zap.Int64("bytes_in", st.bytesIn.Load()),
