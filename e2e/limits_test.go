@@ -204,7 +204,9 @@ func TestLimitsSlowBody(t *testing.T) {
 	})
 	base := up.completed.Load()
 
-	file := bytes.Repeat([]byte("%PDF-1.4 slow "), 4096)
+	// Larger than the /sync bodies keygate reads whole before it sends them
+	// (128 KiB), so that a body whose context comes first streams upstream.
+	file := bytes.Repeat([]byte("%PDF-1.4 slow "), 12<<10)
 	build := func(contextFirst bool) (string, []byte) {
 		var buf bytes.Buffer
 		mw := multipart.NewWriter(&buf)

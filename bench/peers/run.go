@@ -306,6 +306,7 @@ keystore: { backend: file, file: %q }
 redis: { addrs: [%q] }
 ratelimit:
   backend: %s
+  max_concurrent: 0
   limits:
     live: { rate: 1000000000, per: 1s, burst: 1000000000 }
     test: { rate: 1000000000, per: 1s, burst: 1000000000 }
