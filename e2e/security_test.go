@@ -216,7 +216,7 @@ func TestSecurityPlainHTTPNeverEchoesAKey(t *testing.T) {
 	g := startGateway(t, gwOpts{serverYAML: fmt.Sprintf("  http_listen: %q\n", httpAddr)})
 	key := g.issue("--product", "extraction", "--env", "live", "--context", ctxA)
 	client := &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	for _, target := range []string{"/sync?x-api-key=" + key, "/registry?k=" + strings.ToUpper(key[:9]) + key[9:], "/" + key, "/sync?x-api-key=" + strings.ReplaceAll(key, "_", "%5F")} {
+	for _, target := range []string{"/sync?x-api-key=" + key, "/registry?k=" + strings.ToUpper(key[:9]) + key[9:], "/" + key, "/sync?x-api-key=" + strings.ReplaceAll(key, "_", "%5F"), "/registry?access_token=opaque123"} {
 		resp, err := client.Get("http://" + httpAddr + target)
 		if err != nil {
 			t.Fatal(err)
@@ -231,8 +231,8 @@ func TestSecurityPlainHTTPNeverEchoesAKey(t *testing.T) {
 			t.Errorf("the body echoes the key: %s", b)
 		}
 	}
-	if got := g.metric("keygate_cleartext_credentials_total", "kind", "url"); got != 4 {
-		t.Errorf("keygate_cleartext_credentials_total{kind=url} = %v, want 4", got)
+	if got := g.metric("keygate_cleartext_credentials_total", "kind", "url"); got != 5 {
+		t.Errorf("keygate_cleartext_credentials_total{kind=url} = %v, want 5", got)
 	}
 	// A key-less GET without a key still redirects.
 	resp, err := client.Get("http://" + httpAddr + "/registry?page=2")

@@ -259,7 +259,7 @@ func (g *Gateway) serve(w *recorder, r *http.Request, st *state) {
 		return
 	case st.route == routeSync && r.Method != http.MethodPost:
 		w.Header().Set("Allow", http.MethodPost)
-		g.fail(w, st, http.StatusMethodNotAllowed, "method "+r.Method+" not allowed on /sync; use POST", "method")
+		g.fail(w, st, http.StatusMethodNotAllowed, "method not allowed on /sync; use POST", "method")
 		return
 	}
 

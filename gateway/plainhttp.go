@@ -51,6 +51,9 @@ func (p *PlainHTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			inURL = keyShaped(q)
 		}
 	}
+	if !inURL && r.URL.RawQuery != "" {
+		inURL = queryNamesCredential(r.URL.RawQuery)
+	}
 	alias := !hasKey && !hasAuthz && credentialAlias(r.Header)
 	if hasKey || hasAuthz || inURL || alias {
 		kind := "authorization"
@@ -135,6 +138,27 @@ func credentialAlias(h http.Header) bool {
 		n := strings.ReplaceAll(k, "_", "-")
 		if strings.EqualFold(n, "x-api-key") || strings.EqualFold(n, "authorization") {
 			return true
+		}
+	}
+	return false
+}
+
+// credentialParams are query parameters that carry a credential, whatever
+// its shape (OAuth 2.0 access tokens, keys pasted under a header's name).
+var credentialParams = [...]string{"x-api-key", "x_api_key", "api_key", "apikey", "api-key", "key", "access_token", "token", "id_token", "authorization"}
+
+// queryNamesCredential reports whether a query string has a parameter
+// named like a credential.
+func queryNamesCredential(q string) bool {
+	vs, err := url.ParseQuery(q)
+	if err != nil {
+		return false
+	}
+	for k := range vs {
+		for _, p := range credentialParams {
+			if strings.EqualFold(strings.TrimSpace(k), p) {
+				return true
+			}
 		}
 	}
 	return false
