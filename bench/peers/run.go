@@ -23,16 +23,18 @@ import (
 
 // Options are the bench's knobs (see the flags in main.go).
 type Options struct {
-	Reps       int
-	Duration   time.Duration
-	Smoke      bool
-	Targets    string
-	Profile    string
-	LargeMiB   int
-	LargeN     int
-	Sizes      string
-	BaseBin    string
-	KeygateBin string
+	Reps     int
+	Duration time.Duration
+	Smoke    bool
+	Targets  string
+	Profile  string
+	// ProfileRedis profiles keygate with the Redis limiter.
+	ProfileRedis bool
+	LargeMiB     int
+	LargeN       int
+	Sizes        string
+	BaseBin      string
+	KeygateBin   string
 }
 
 var (
@@ -495,7 +497,7 @@ func (b *bench) startRedis() (string, error) {
 	}
 }
 
-// profile runs keygate (local limiter) in a child of this binary with the
+// profile runs keygate (local limiter, or Redis with ProfileRedis) in a child of this binary with the
 // CPU profiler on, loads it with wrk at 256 B then 100 KiB, and stops it
 // so that the profile is written.
 func (b *bench) profile(ctx context.Context, stdout io.Writer) error {
@@ -514,7 +516,14 @@ func (b *bench) profile(ctx context.Context, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	cfg, _, err := b.keygateConfig("keygate", addr, upAddr, "local", "")
+	backend, redisAddr := "local", ""
+	if b.o.ProfileRedis {
+		backend = "redis"
+		if redisAddr, err = b.startRedis(); err != nil {
+			return err
+		}
+	}
+	cfg, _, err := b.keygateConfig("keygate", addr, upAddr, backend, redisAddr)
 	if err != nil {
 		return err
 	}
