@@ -92,7 +92,21 @@ func (r *Redis) eval(ctx context.Context, id string, lim Limit) (Decision, error
 		qReq, qPer = lim.Quota.Requests, max(1, lim.Quota.Per.Milliseconds())
 	}
 	interval := float64(lim.Per) / lim.Rate / float64(time.Microsecond)
-	res, err := gcra.Run(ctx, r.client, r.redisKeys(id), lim.Burst, interval, qReq, qPer).Int64Slice()
+	var res []int64
+	var err error
+	if r.batch != nil {
+		c := callPool.Get().(*call)
+		c.keys = r.redisKeys(id)
+		c.args[0], c.args[1], c.args[2], c.args[3] = lim.Burst, interval, qReq, qPer
+		var finished bool
+		res, finished, err = r.batch.run(ctx, c)
+		if finished {
+			c.keys, c.res, c.err = nil, nil, nil
+			callPool.Put(c)
+		}
+	} else {
+		res, err = gcra.Run(ctx, r.client, r.redisKeys(id), lim.Burst, interval, qReq, qPer).Int64Slice()
+	}
 	if err != nil {
 		return Decision{}, err
 	}

@@ -100,6 +100,7 @@ type Redis struct {
 	fallback     *Local
 	blocked      *lru.Cache[string, blockedEntry]
 	breaker      *gobreaker.CircuitBreaker[Decision]
+	batch        *batcher // nil when the client cannot pipeline
 
 	redisDecisions, cachedRefusals, fallbackDecisions, unavailable, redisErrors, stateChanges atomic.Uint64
 }
@@ -167,6 +168,9 @@ func NewRedis(cfg RedisConfig) (*Redis, error) {
 		now:          cfg.Now,
 		fallback:     NewLocal(LocalConfig{MaxKeys: cfg.LocalMaxKeys, Now: cfg.Now}),
 		blocked:      blocked,
+	}
+	if p, ok := cfg.Client.(Pipeliner); ok {
+		r.batch = &batcher{client: cfg.Client, pipe: p, timeout: cfg.Timeout}
 	}
 	failures := uint32(cfg.BreakerFailures)
 	r.breaker = gobreaker.NewCircuitBreaker[Decision](gobreaker.Settings{

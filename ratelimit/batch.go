@@ -1,0 +1,133 @@
+package ratelimit
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Decisions that arrive together share one pipeline: each is still its own
+// EVALSHA of the script (one command, one atomic decision, counted by Redis
+// as one call), but requests in flight at the same moment reach Redis in
+// one write and come back in one read, instead of a write and a read
+// syscall each, and a network round trip each, one after another.
+//
+// It is a group commit with no goroutine of its own: a caller that finds
+// fewer than maxInflight pipelines in flight sends one, taking along every
+// decision queued so far; a caller that finds them busy queues its
+// decision and waits for a sender to take it. A sender keeps sending the
+// queue until it is empty. Under light load every decision goes alone, at
+// once; under heavy load they go in batches, with no timer and no
+// added wait beyond the pipeline in flight.
+
+// maxInflight bounds the pipelines in flight at once.
+const maxInflight = 2
+
+// maxBatch bounds the decisions in one pipeline.
+const maxBatch = 128
+
+// Pipeliner is what batching needs from a go-redis client beyond running
+// scripts: a *redis.Client, *redis.ClusterClient, *redis.Ring or any
+// redis.UniversalClient has it.
+type Pipeliner interface {
+	Pipeline() redis.Pipeliner
+}
+
+// call is one decision waiting for Redis.
+type call struct {
+	keys []string
+	args []any
+	res  []int64
+	err  error
+	done chan struct{}
+}
+
+var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1), args: make([]any, 4)} }}
+
+// batcher queues decisions and sends them in pipelines. The zero value is
+// not usable; it is built by NewRedis when the client can pipeline.
+type batcher struct {
+	client  Scripter
+	pipe    Pipeliner
+	timeout time.Duration // bounds each send
+	mu      sync.Mutex
+	queue   []*call
+	senders int
+}
+
+// run decides one call, alone or with others, and returns its reply;
+// finished is false when the caller's ctx ended first, and c then still
+// belongs to the sender that will fill it (its done channel has room for
+// that) and must not be reused. The caller's ctx bounds only its own wait:
+// a pipeline once sent is finished for every call in it, under the
+// batcher's own timeout.
+func (b *batcher) run(ctx context.Context, c *call) (res []int64, finished bool, err error) {
+	b.mu.Lock()
+	if b.senders >= maxInflight {
+		b.queue = append(b.queue, c)
+		b.mu.Unlock()
+		select {
+		case <-c.done:
+			return c.res, true, c.err
+		case <-ctx.Done():
+			return nil, false, ctx.Err()
+		}
+	}
+	b.senders++
+	batch := append(make([]*call, 0, 8), c)
+	batch = b.take(batch)
+	b.mu.Unlock()
+	for {
+		b.send(batch)
+		b.mu.Lock()
+		if len(b.queue) == 0 {
+			b.senders--
+			b.mu.Unlock()
+			break
+		}
+		batch = b.take(batch[:0])
+		b.mu.Unlock()
+	}
+	<-c.done
+	return c.res, true, c.err
+}
+
+// take moves up to maxBatch queued calls into batch. b.mu is held.
+func (b *batcher) take(batch []*call) []*call {
+	n := min(len(b.queue), maxBatch-len(batch))
+	batch = append(batch, b.queue[:n]...)
+	clear(b.queue[:n])
+	b.queue = b.queue[n:]
+	if len(b.queue) == 0 {
+		b.queue = b.queue[:0:0]
+	}
+	return batch
+}
+
+// send runs a batch: alone as a plain script call, else as one pipeline of
+// EVALSHAs, each retried alone (with EVAL) when Redis lost the script.
+func (b *batcher) send(batch []*call) {
+	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
+	defer cancel()
+	if len(batch) == 1 {
+		c := batch[0]
+		c.res, c.err = gcra.Run(ctx, b.client, c.keys, c.args...).Int64Slice()
+		c.done <- struct{}{}
+		return
+	}
+	pipe := b.pipe.Pipeline()
+	cmds := make([]*redis.Cmd, len(batch))
+	for i, c := range batch {
+		cmds[i] = gcra.EvalSha(ctx, pipe, c.keys, c.args...)
+	}
+	_, _ = pipe.Exec(ctx) // each command's own error is read below
+	for i, c := range batch {
+		c.res, c.err = cmds[i].Int64Slice()
+		if c.err != nil && redis.HasErrorPrefix(c.err, "NOSCRIPT") {
+			c.res, c.err = gcra.Run(ctx, b.client, c.keys, c.args...).Int64Slice()
+		}
+		c.done <- struct{}{}
+	}
+}

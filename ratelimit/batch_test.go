@@ -1,0 +1,65 @@
+package ratelimit_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/keygate/keygate/internal/redistest"
+	"github.com/keygate/keygate/ratelimit"
+)
+
+// TestRedisConcurrentDecisionsAreExact: decisions made at the same moment
+// share pipelines, yet each is its own EVALSHA and the limit and quota
+// stay exact: of 400 concurrent requests over 8 keys with a burst of 20,
+// exactly 20 per key are admitted, and Redis ran one script call per
+// decision it made. A script lost by Redis (SCRIPT FLUSH) is loaded again
+// within the batch.
+func TestRedisConcurrentDecisionsAreExact(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t)
+	r := newRedis(t, []string{s.Addr}, ratelimit.RedisConfig{})
+	lim := ratelimit.Limit{Rate: 1, Per: time.Hour, Burst: 20, Quota: ratelimit.Quota{Requests: 1000, Per: time.Hour}}
+	for round, flush := range []bool{false, true} {
+		if flush {
+			if _, err := s.Do("SCRIPT", "FLUSH"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var admitted [8]atomic.Int64
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i := range 400 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				id := "key_batch_" + string(rune('a'+round)) + string(rune('a'+i%8))
+				d, err := r.Allow(context.Background(), id, lim)
+				if err != nil {
+					t.Errorf("Allow: %v", err)
+					return
+				}
+				if d.Allowed {
+					admitted[i%8].Add(1)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		for k := range admitted {
+			if n := admitted[k].Load(); n != 20 {
+				t.Errorf("round %d key %d: %d admitted, want exactly the burst of 20", round, k, n)
+			}
+		}
+	}
+	st := r.Stats()
+	if st.FallbackDecisions != 0 || r.Degraded() {
+		t.Errorf("stats %+v degraded=%v: Redis was bypassed", st, r.Degraded())
+	}
+	if got := commandCalls(t, s, "evalsha") + commandCalls(t, s, "eval"); got < int(st.RedisDecisions) {
+		t.Errorf("Redis ran %d script calls for %d decisions", got, st.RedisDecisions)
+	}
+}
