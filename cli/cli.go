@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/keygate/keygate/config"
+	"github.com/keygate/keygate/redact"
 	"github.com/keygate/keygate/server"
 )
 
@@ -119,7 +120,10 @@ func newLogger(c config.LogConfig, w io.Writer) (*zap.Logger, error) {
 	} else {
 		enc = zapcore.NewJSONEncoder(encCfg)
 	}
-	return zap.New(zapcore.NewCore(enc, zapcore.Lock(zapcore.AddSync(w)), lvl), zap.ErrorOutput(zapcore.AddSync(w))), nil
+	// Every line is redacted (API keys, bearer tokens, JWTs) before it is
+	// encoded, so no call site can log a credential.
+	core := redact.Core(zapcore.NewCore(enc, zapcore.Lock(zapcore.AddSync(w)), lvl))
+	return zap.New(core, zap.ErrorOutput(zapcore.AddSync(w))), nil
 }
 
 // redisLogger adapts zap to go-redis's logging interface.

@@ -31,6 +31,7 @@ import (
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/oauth2"
 	"github.com/keygate/keygate/ratelimit"
+	"github.com/keygate/keygate/redact"
 	"github.com/keygate/keygate/redisconn"
 	"github.com/keygate/keygate/tlsconf"
 )
@@ -106,6 +107,10 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (s *Server, err erro
 	if s.log == nil {
 		s.log = zap.NewNop()
 	}
+	// Redact credentials from every line, whoever logs it (the access
+	// log, net/http's and ReverseProxy's error logs, TLS, certmagic). A
+	// no-op when the caller's logger already redacts.
+	s.log = s.log.WithOptions(zap.WrapCore(redact.Core))
 	built := s // the returns below set s to nil; close what was opened
 	defer func() {
 		if err != nil {
