@@ -189,3 +189,41 @@ func TestFramingListenerKeepsTLSState(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// TestFramingCountsEveryRequest: net/http answers "OPTIONS *" itself
+// unless told not to; if it did, the guard would count one request less
+// than the tracker and judge the next request by the wrong head.
+func TestFramingCountsEveryRequest(t *testing.T) {
+	t.Parallel()
+	_, _, listeners := framingListeners(t)
+	for _, l := range listeners {
+		smuggle := "POST /sync HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+		resps := rawExchange(t, l.addr, l.tls, "OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n"+smuggle+l.ok)
+		if len(resps) != 2 || resps[1].StatusCode != 400 {
+			t.Errorf("%s: %d responses, want 2 with the second 400", l.name, len(resps))
+		}
+	}
+}
+
+// TestStalledHandshakeDoesNotBlockAccept: the framing listener completes
+// TLS handshakes itself, each in its own goroutine.
+func TestStalledHandshakeDoesNotBlockAccept(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, setup{})
+	addr := strings.TrimPrefix(h.API, "https://")
+	for range 3 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close() // silent: no ClientHello
+	}
+	start := time.Now()
+	r := h.get(h.API, "/registry/schemas", keyCred(h.RegistryKey))
+	if r.Status != 200 {
+		t.Fatalf("status %d", r.Status)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("request took %s behind stalled handshakes", d)
+	}
+}
