@@ -55,6 +55,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./keystore
 	$(GO) test -run '^$$' -fuzz '^FuzzRead$$' -fuzztime $(FUZZTIME) ./formctx
 	$(GO) test -run '^$$' -fuzz '^FuzzDifferential$$' -fuzztime $(FUZZTIME) ./differential
+	$(GO) test -run '^$$' -fuzz '^FuzzTracker$$' -fuzztime $(FUZZTIME) ./framing
+	$(GO) test -run '^$$' -fuzz '^FuzzString$$' -fuzztime $(FUZZTIME) ./redact
 
 ## lint: go vet, then golangci-lint (.golangci.yml gives the reason beside each choice)
 ##       install: go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@latest

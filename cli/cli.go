@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/keygate/keygate/config"
+	"github.com/keygate/keygate/redact"
 	"github.com/keygate/keygate/server"
 )
 
@@ -121,8 +122,11 @@ func newLogger(c config.LogConfig, w io.Writer) (*zap.Logger, func(), error) {
 	} else {
 		enc = zapcore.NewJSONEncoder(encCfg)
 	}
+	// Every line is redacted (API keys, bearer tokens, JWTs) before it is
+	// encoded, so no call site can log a credential; access lines are
+	// buffered (see logbuf.go).
 	ws, stop := bufferedSink(w)
-	core := flushCore{Core: zapcore.NewCore(enc, ws, lvl), ws: ws}
+	core := redact.Core(flushCore{Core: zapcore.NewCore(enc, ws, lvl), ws: ws})
 	return zap.New(core, zap.ErrorOutput(zapcore.Lock(zapcore.AddSync(w)))), stop, nil
 }
 

@@ -5,7 +5,6 @@ package server
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,10 +26,12 @@ import (
 
 	"github.com/keygate/keygate/auth"
 	"github.com/keygate/keygate/config"
+	"github.com/keygate/keygate/framing"
 	"github.com/keygate/keygate/gateway"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/oauth2"
 	"github.com/keygate/keygate/ratelimit"
+	"github.com/keygate/keygate/redact"
 	"github.com/keygate/keygate/redisconn"
 	"github.com/keygate/keygate/tlsconf"
 )
@@ -71,6 +72,7 @@ type Server struct {
 	closers  []func() error
 
 	api, admin, plain       *http.Server
+	errLog                  *log.Logger
 	apiLn, adminLn, plainLn net.Listener
 	draining                atomic.Bool
 	serveErr                chan error
@@ -105,6 +107,10 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (s *Server, err erro
 	if s.log == nil {
 		s.log = zap.NewNop()
 	}
+	// Redact credentials from every line, whoever logs it (the access
+	// log, net/http's and ReverseProxy's error logs, TLS, certmagic). A
+	// no-op when the caller's logger already redacts.
+	s.log = s.log.WithOptions(zap.WrapCore(redact.Core))
 	built := s // the returns below set s to nil; close what was opened
 	defer func() {
 		if err != nil {
@@ -185,26 +191,33 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (s *Server, err erro
 	}
 
 	errLog := log.New(httpErrorLog{s.log.Named("http")}, "", 0)
+	s.errLog = errLog
+	refused := gateway.NewFramingCounter(s.registry)
 	s.api = &http.Server{
-		Handler:           gw,
-		TLSConfig:         s.tls.TLSConfig(),
-		ReadHeaderTimeout: sc.ReadHeaderTimeout,
-		ReadTimeout:       sc.ReadTimeout,
-		WriteTimeout:      sc.WriteTimeout,
-		IdleTimeout:       sc.IdleTimeout,
-		MaxHeaderBytes:    sc.MaxHeaderBytes,
-		ErrorLog:          errLog,
+		Handler:     framing.Guard(gw, gateway.RefuseFraming(s.log.Named("access"), "api", refused)),
+		ConnContext: framing.ConnContext,
+		// framing.Guard must see every request of a connection.
+		DisableGeneralOptionsHandler: true,
+		TLSConfig:                    s.tls.TLSConfig(),
+		ReadHeaderTimeout:            sc.ReadHeaderTimeout,
+		ReadTimeout:                  sc.ReadTimeout,
+		WriteTimeout:                 sc.WriteTimeout,
+		IdleTimeout:                  sc.IdleTimeout,
+		MaxHeaderBytes:               sc.MaxHeaderBytes,
+		ErrorLog:                     errLog,
 	}
 	s.admin = &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: sc.IdleTimeout, ErrorLog: errLog}
 	if s.plainLn != nil {
 		plain := &gateway.PlainHTTP{HTTPSPort: strconv.Itoa(port(s.apiLn)), Auth: authn, Logger: s.log.Named("plain_http"), Exposed: gateway.NewExposedCounter(s.registry)}
 		s.plain = &http.Server{
-			Handler:           s.tls.HTTPChallengeHandler(plain),
-			ReadHeaderTimeout: sc.ReadHeaderTimeout,
-			ReadTimeout:       30 * time.Second,
-			IdleTimeout:       sc.IdleTimeout,
-			MaxHeaderBytes:    sc.MaxHeaderBytes,
-			ErrorLog:          errLog,
+			Handler:                      framing.Guard(s.tls.HTTPChallengeHandler(plain), gateway.RefuseFraming(s.log.Named("plain_http"), "plain_http", refused)),
+			ConnContext:                  framing.ConnContext,
+			DisableGeneralOptionsHandler: true,
+			ReadHeaderTimeout:            sc.ReadHeaderTimeout,
+			ReadTimeout:                  30 * time.Second,
+			IdleTimeout:                  sc.IdleTimeout,
+			MaxHeaderBytes:               sc.MaxHeaderBytes,
+			ErrorLog:                     errLog,
 		}
 	}
 	if s.api.TLSConfig == nil {
@@ -343,23 +356,24 @@ func (s *Server) HTTPAddr() net.Addr {
 // Serve serves until Shutdown and returns the first listener failure, or
 // nil after a clean shutdown.
 func (s *Server) Serve() error {
-	go func() {
-		var err error
-		if s.api.TLSConfig != nil {
-			err = s.api.Serve(tls.NewListener(s.apiLn, s.api.TLSConfig))
-		} else {
-			err = s.api.Serve(s.apiLn)
-		}
-		s.serveErr <- err
-	}()
+	// Read before Serve, which may set TLSConfig.
+	tlsConfig := s.api.TLSConfig
+	// The framing listener terminates TLS itself, so that it sees the
+	// plaintext of HTTP/1 connections.
+	apiLn := framing.NewListener(s.apiLn, framing.ListenerConfig{
+		TLS:              tlsConfig,
+		HandshakeTimeout: handshakeTimeout(s.api),
+		Logf:             s.errLog.Printf,
+	})
+	go func() { s.serveErr <- s.api.Serve(apiLn) }()
 	go func() { s.serveErr <- s.admin.Serve(s.adminLn) }()
 	if s.plain != nil {
-		go func() { s.serveErr <- s.plain.Serve(s.plainLn) }()
+		go func() { s.serveErr <- s.plain.Serve(framing.NewListener(s.plainLn, framing.ListenerConfig{})) }()
 	}
 	s.log.Info("keygate serving",
 		zap.String("api", s.apiLn.Addr().String()),
 		zap.String("admin", s.adminLn.Addr().String()),
-		zap.Bool("tls", s.api.TLSConfig != nil))
+		zap.Bool("tls", tlsConfig != nil))
 	err := <-s.serveErr
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
@@ -485,6 +499,22 @@ func (s *Server) readiness() (int, readiness) {
 		}
 	}
 	return status, rd
+}
+
+// handshakeTimeout bounds a TLS handshake as net/http would: the shortest
+// of the server's read-header, read and write timeouts, 10 s when none is
+// set.
+func handshakeTimeout(srv *http.Server) time.Duration {
+	var d time.Duration
+	for _, t := range []time.Duration{srv.ReadHeaderTimeout, srv.ReadTimeout, srv.WriteTimeout} {
+		if t > 0 && (d == 0 || t < d) {
+			d = t
+		}
+	}
+	if d == 0 {
+		d = 10 * time.Second
+	}
+	return d
 }
 
 // port is a listener's TCP port, or 0 for none.
