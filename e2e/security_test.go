@@ -67,8 +67,8 @@ func (g *gateway) rawResponse(t *testing.T, req string) (*http.Response, []byte)
 	return resp, b
 }
 
-// syncBody is a well-formed /sync form bound to ctx.
-func syncBody(boundary, ctx string) string {
+// rawSyncBody is a well-formed /sync form bound to ctx, delimited by boundary.
+func rawSyncBody(boundary, ctx string) string {
 	return "--" + boundary + "\r\n" +
 		"Content-Disposition: form-data; name=\"files\"; filename=\"doc.pdf\"\r\nContent-Type: application/pdf\r\n\r\n%PDF-1.4 x\r\n" +
 		"--" + boundary + "\r\nContent-Disposition: form-data; name=\"id\"\r\n\r\n2b7e1516-28ae-4d2a-a6f7-15884c3f4e2a\r\n" +
@@ -98,7 +98,7 @@ func TestSecurityWhatTheUpstreamReads(t *testing.T) {
 			// Finding 1: a part that is not form-data but names the context.
 			name: "attachment disposition carries another context", status: 400, msg: "Content-Disposition",
 			req: func() string {
-				body := "--B\r\nContent-Disposition: attachment; name=\"contextId\"\r\n\r\n" + ctxB + "\r\n" + syncBody("B", ctxA)
+				body := "--B\r\nContent-Disposition: attachment; name=\"contextId\"\r\n\r\n" + ctxB + "\r\n" + rawSyncBody("B", ctxA)
 				return "POST /sync HTTP/1.1\r\nHost: " + host + "\r\nX-Api-Key: " + key + "\r\nContent-Type: multipart/form-data; boundary=B\r\nContent-Length: " + fmt.Sprint(len(body)) + "\r\n\r\n" + body
 			}(),
 		},
@@ -106,7 +106,7 @@ func TestSecurityWhatTheUpstreamReads(t *testing.T) {
 			// Finding 2: two Content-Type headers with different boundaries.
 			name: "two Content-Type headers", status: 400, msg: "exactly one Content-Type",
 			req: func() string {
-				body := syncBody("A", ctxA)
+				body := rawSyncBody("A", ctxA)
 				return "POST /sync HTTP/1.1\r\nHost: " + host + "\r\nX-Api-Key: " + key + "\r\nContent-Type: multipart/form-data; boundary=A\r\nContent-Type: multipart/form-data; boundary=Z\r\nContent-Length: " + fmt.Sprint(len(body)) + "\r\n\r\n" + body
 			}(),
 		},
@@ -117,7 +117,7 @@ func TestSecurityWhatTheUpstreamReads(t *testing.T) {
 			req: func() string {
 				var buf bytes.Buffer
 				zw := gzip.NewWriter(&buf)
-				_, _ = zw.Write([]byte(syncBody("A", ctxA)))
+				_, _ = zw.Write([]byte(rawSyncBody("A", ctxA)))
 				_ = zw.Close()
 				body := buf.String()
 				return "POST /sync HTTP/1.1\r\nHost: " + host + "\r\nX-Api-Key: " + key + "\r\nContent-Type: multipart/form-data; boundary=A\r\nContent-Encoding: gzip\r\nContent-Length: " + fmt.Sprint(len(body)) + "\r\n\r\n" + body
@@ -126,21 +126,25 @@ func TestSecurityWhatTheUpstreamReads(t *testing.T) {
 		{
 			name: "context in the query string", status: 400, msg: "query string",
 			req: func() string {
-				body := syncBody("A", ctxA)
+				body := rawSyncBody("A", ctxA)
 				return "POST /sync?contextId=" + ctxB + " HTTP/1.1\r\nHost: " + host + "\r\nX-Api-Key: " + key + "\r\nContent-Type: multipart/form-data; boundary=A\r\nContent-Length: " + fmt.Sprint(len(body)) + "\r\n\r\n" + body
 			}(),
 		},
 	}
 	// Finding 7: paths an upstream could read as another route.
-	for _, p := range []string{"/%73ync", "/registry%2fx", "/registry/..;/sync", "/registry/%2e%2e/sync", "/registry/a%2Fb", "/sync;x", "/" + key} {
-		body := syncBody("A", ctxA)
+	for _, p := range []string{"/%73ync", "/registry%2fx", "/registry/..;/sync", "/registry/%2e%2e/sync", "/registry/a%2Fb", "/sync;x", "/" + key, "/registry/x?k=" + key} {
+		body := rawSyncBody("A", ctxA)
+		status, msg := 404, "no such endpoint"
+		if strings.Contains(p, key) { // finding 8: a key in the URL
+			status, msg = 400, "never in the URL"
+		}
 		refusals = append(refusals, struct {
 			name   string
 			req    string
 			status int
 			msg    string
 		}{
-			name: "path " + strings.ReplaceAll(p, key, "<key>"), status: 404, msg: "no such endpoint",
+			name: "path " + strings.ReplaceAll(p, key, "<key>"), status: status, msg: msg,
 			req: "POST " + p + " HTTP/1.1\r\nHost: " + host + "\r\nX-Api-Key: " + key + "\r\nContent-Type: multipart/form-data; boundary=A\r\nContent-Length: " + fmt.Sprint(len(body)) + "\r\n\r\n" + body,
 		})
 	}
@@ -161,7 +165,7 @@ func TestSecurityWhatTheUpstreamReads(t *testing.T) {
 	// Findings 4, 5 and 6: a valid request with trailers, underscore
 	// aliases of the key and client IP headers is forwarded without them.
 	t.Run("trailers, header aliases and client IP headers are not forwarded", func(t *testing.T) {
-		body := syncBody("A", ctxA)
+		body := rawSyncBody("A", ctxA)
 		chunked := fmt.Sprintf("%x\r\n%s\r\n0\r\nX-Api-Key: %s\r\nX-Keygate-Context: %s\r\n\r\n", len(body), body, key, ctxB)
 		req := "POST /sync HTTP/1.1\r\nHost: " + host + "\r\nX-Api-Key: " + key +
 			"\r\nx_api_key: " + key + "\r\nX-Api_key: " + key +

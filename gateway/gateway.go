@@ -25,6 +25,7 @@ import (
 	"github.com/keygate/keygate/auth"
 	"github.com/keygate/keygate/formctx"
 	"github.com/keygate/keygate/ratelimit"
+	"github.com/keygate/keygate/redact"
 )
 
 // Authenticator checks a request's credentials. A Verdict that is not OK is
@@ -216,6 +217,19 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (g *Gateway) serve(w *recorder, r *http.Request, st *state) {
+	if !knownMethod(r.Method) {
+		// Not echoed, not logged raw, never forwarded: a key pasted into
+		// the method position is a credential too.
+		g.fail(w, st, http.StatusMethodNotAllowed, "method not allowed", "method")
+		return
+	}
+	if redact.Contains(r.URL.RawQuery) || redact.Contains(r.URL.EscapedPath()) {
+		// A credential in the URL ends up in logs and caches all along the
+		// way; it is refused, never forwarded (nor checked: a valid key is
+		// not to be made valid this way).
+		g.fail(w, st, http.StatusBadRequest, "credentials belong in the x-api-key or Authorization header, never in the URL", "credential_in_url")
+		return
+	}
 	if g.failures != nil && g.throttled(w, r, st) {
 		return
 	}

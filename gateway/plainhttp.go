@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/keygate/keygate/redact"
 	"go.uber.org/zap"
 )
 
@@ -45,10 +47,10 @@ func (p *PlainHTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Trace-Id", tr.ID)
 	_, hasKey := r.Header["X-Api-Key"]
 	_, hasAuthz := r.Header["Authorization"]
-	inURL := keyShaped(r.URL.RawQuery) || keyShaped(r.URL.EscapedPath()) || keyShaped(r.URL.Path)
+	inURL := redact.Contains(r.URL.RawQuery) || redact.Contains(r.URL.EscapedPath()) || redact.Contains(r.URL.Path)
 	if !inURL && r.URL.RawQuery != "" {
 		if q, err := url.QueryUnescape(r.URL.RawQuery); err == nil {
-			inURL = keyShaped(q)
+			inURL = redact.Contains(q)
 		}
 	}
 	if !inURL && r.URL.RawQuery != "" {
@@ -95,36 +97,6 @@ func (p *PlainHTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	WriteError(w, tr.ID, http.StatusBadRequest, "HTTPS required")
-}
-
-// keyShaped reports whether s holds something shaped like an API key:
-// svc_live_ or svc_test_ (any letter case) followed by an alphanumeric.
-func keyShaped(s string) bool {
-	for {
-		i := indexFoldSvc(s)
-		if i < 0 {
-			return false
-		}
-		rest := s[i+4:]
-		if len(rest) > 5 && (strings.EqualFold(rest[:5], "live_") || strings.EqualFold(rest[:5], "test_")) && isAlnum(rest[5]) {
-			return true
-		}
-		s = s[i+4:]
-	}
-}
-
-// indexFoldSvc finds "svc_" in s, in any letter case.
-func indexFoldSvc(s string) int {
-	for i := 0; i+4 <= len(s); i++ {
-		if s[i]|0x20 == 's' && s[i+1]|0x20 == 'v' && s[i+2]|0x20 == 'c' && s[i+3] == '_' {
-			return i
-		}
-	}
-	return -1
-}
-
-func isAlnum(c byte) bool {
-	return '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
 }
 
 // credentialAlias reports whether a header name reads as x-api-key or

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"net/http"
 	"net/url"
 	"strings"
 )
@@ -109,4 +110,15 @@ func unhex(c byte) (byte, bool) {
 		return c - 'A' + 10, true
 	}
 	return 0, false
+}
+
+// knownMethod reports whether method is one of HTTP's standard methods;
+// anything else is refused before it is looked at further.
+func knownMethod(m string) bool {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions:
+		return true
+	}
+	return false
 }

@@ -169,9 +169,42 @@ func TestSecurityPaths(t *testing.T) {
 func TestSecurityNotFoundDoesNotEchoPath(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{})
-	r := e.do(e.request("GET", "/svc_live_notakey", e.LiveKey, "", nil))
-	assertError(t, r, 404, "")
-	if bytes.Contains(r.Body, []byte("svc_live")) {
+	r := e.do(e.request("GET", "/no/such/<script>", e.LiveKey, "", nil))
+	assertError(t, r, 404, "no such endpoint")
+	if bytes.Contains(r.Body, []byte("script")) || bytes.Contains(r.Body, []byte("such/")) {
 		t.Fatalf("body echoes the path: %s", r.Body)
+	}
+}
+
+// TestSecurityCredentialInURL: a key-shaped value or a bearer token in the
+// path or query is refused with 400 before anything else, never forwarded
+// and never echoed; so is a method that is not HTTP's (a key pasted into
+// the method position).
+func TestSecurityCredentialInURL(t *testing.T) {
+	t.Parallel()
+	up := &headerUpstream{}
+	e := newEnv(t, envOpts{extractionH: up})
+	for _, target := range []string{"/svc_live_notakey1", "/registry/" + e.RegistryKey, "/registry?k=" + e.RegistryKey, "/sync?token=eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2ln", "/registry/SVC_TEST_abc"} {
+		r := e.do(e.request("GET", target, e.RegistryKey, "", nil))
+		assertError(t, r, 400, "never in the URL")
+		if bytes.Contains(r.Body, []byte("svc_")) || bytes.Contains(r.Body, []byte("SVC_")) {
+			t.Fatalf("%s: the body echoes it: %s", target, r.Body)
+		}
+	}
+	c := tlsDial(t, e.URL)
+	defer c.Close()
+	_, _ = c.Write([]byte("SVC_LIVE_ABCDEF123 /registry/x HTTP/1.1\r\nHost: x\r\nX-Api-Key: " + e.RegistryKey + "\r\n\r\n"))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assertError(t, result{Status: resp.StatusCode, Header: resp.Header, Body: b}, 405, "method not allowed")
+	if bytes.Contains(b, []byte("SVC_")) {
+		t.Fatalf("the body echoes the method: %s", b)
+	}
+	if n := up.hits.Load(); n != 0 {
+		t.Fatalf("%d requests reached the upstream", n)
 	}
 }
