@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/keygate/keygate/auth"
+	"github.com/keygate/keygate/formctx"
 	"github.com/keygate/keygate/gateway"
 	"github.com/keygate/keygate/ratelimit"
 )
@@ -312,27 +313,6 @@ func isContextField(name string) bool {
 	return strings.EqualFold(name, "contextid")
 }
 
-// asciiEqualFold compares letter case only in ASCII, as the context rule
-// does (strings.EqualFold would also fold, for example, the Kelvin sign).
-func asciiEqualFold(a, b string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := 0; i < len(a); i++ {
-		x, y := a[i], b[i]
-		if 'A' <= x && x <= 'Z' {
-			x += 'a' - 'A'
-		}
-		if 'A' <= y && y <= 'Z' {
-			y += 'a' - 'A'
-		}
-		if x != y {
-			return false
-		}
-	}
-	return true
-}
-
 // errDifferential is a parser that reads something other than the bound
 // context in a body keygate forwarded.
 var errDifferential = errors.New("differential")
@@ -372,7 +352,7 @@ func check(bound string, body []byte, o outcome) error {
 			continue // refused: nothing to mistake
 		}
 		for _, f := range p.Fields {
-			if isContextField(f[0]) && !asciiEqualFold(f[1], bound) {
+			if isContextField(f[0]) && !formctx.EqualContext(f[1], bound) {
 				errs = append(errs, fmt.Errorf("%w: %s reads %s field %q = %q", errDifferential, name, f[2], f[0], f[1]))
 			}
 		}

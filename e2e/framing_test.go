@@ -1,13 +1,10 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/tls"
-	"errors"
 	"io"
 	"mime/multipart"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -18,43 +15,6 @@ import (
 	"github.com/keygate/keygate/internal/testkit"
 	"github.com/keygate/keygate/standin"
 )
-
-// rawResponses sends payload on a new connection (TLS with HTTP/1.1 when
-// tc is set) and reads responses until keygate closes the connection; it
-// fails if the connection is still open after 10 s.
-func rawResponses(t *testing.T, addr string, tc *tls.Config, payload string) []*http.Response {
-	t.Helper()
-	var c net.Conn
-	var err error
-	if tc != nil {
-		c, err = tls.Dial("tcp", addr, tc)
-	} else {
-		c, err = net.Dial("tcp", addr)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := io.WriteString(c, payload); err != nil {
-		t.Fatal(err)
-	}
-	var out []*http.Response
-	br := bufio.NewReader(c)
-	for {
-		resp, err := http.ReadResponse(br, nil)
-		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				t.Fatalf("connection still open after %d responses", len(out))
-			}
-			return out
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body = io.NopCloser(bytes.NewReader(b))
-		out = append(out, resp)
-	}
-}
 
 // syncBody is a /sync form bound to contextID.
 func syncBody(contextID string) (contentType string, body string) {
@@ -110,7 +70,7 @@ func TestFramingContentLengthWithTransferEncoding(t *testing.T) {
 			addr string
 			tc   *tls.Config
 		}{{"api", g.apiAddr(), tlsCfg}, {"plain-HTTP listener", plain, nil}} {
-			resps := rawResponses(t, l.addr, l.tc, req+sound)
+			resps := testkit.RawExchange(t, l.addr, l.tc, req+sound)
 			if len(resps) != 1 {
 				t.Errorf("%s on %s: %d responses, want one (400) and the connection closed", name, l.name, len(resps))
 				continue
@@ -131,7 +91,7 @@ func TestFramingContentLengthWithTransferEncoding(t *testing.T) {
 
 	// Sound requests, pipelined (one chunked), are all served.
 	soundChunked := "POST /sync HTTP/1.1\r\nHost: k\r\nX-Api-Key: " + key + "\r\nContent-Type: " + ct + "\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked
-	resps := rawResponses(t, g.apiAddr(), tlsCfg, sound+soundChunked+strings.Replace(sound, "Host: k\r\n", "Host: k\r\nConnection: close\r\n", 1))
+	resps := testkit.RawExchange(t, g.apiAddr(), tlsCfg, sound+soundChunked+strings.Replace(sound, "Host: k\r\n", "Host: k\r\nConnection: close\r\n", 1))
 	if len(resps) != 3 {
 		t.Fatalf("pipelined sound requests: %d responses, want 3", len(resps))
 	}

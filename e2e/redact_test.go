@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/keygate/keygate/internal/testkit"
 )
 
 // TestRedactKeysInLogs: finding 8. A key in the path, in the method
@@ -62,7 +64,7 @@ func TestRedactKeysInLogs(t *testing.T) {
 		// Refused by the framing check, key in path and method.
 		key + " /" + key + " HTTP/1.1\r\nHost: k\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
 	} {
-		rawResponses(t, g.apiAddr(), &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}}, req)
+		testkit.RawExchange(t, g.apiAddr(), &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}}, req)
 	}
 	// Stop the gateway so that every line is flushed.
 	g.signal(syscall.SIGTERM)

@@ -1,12 +1,9 @@
 package server_test
 
 import (
-	"bufio"
 	"crypto/tls"
-	"errors"
 	"io"
 	"net"
-	"net/http"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -16,46 +13,6 @@ import (
 	"github.com/keygate/keygate/config"
 	"github.com/keygate/keygate/internal/testkit"
 )
-
-// rawExchange sends payload on one new connection to addr (over TLS with
-// HTTP/1.1 when roots is set) and reads responses until the server closes
-// the connection. It fails if the connection is still open after 10 s.
-func rawExchange(t *testing.T, addr string, roots *tls.Config, payload string) []*http.Response {
-	t.Helper()
-	var c net.Conn
-	var err error
-	if roots != nil {
-		c, err = tls.Dial("tcp", addr, roots)
-	} else {
-		c, err = net.Dial("tcp", addr)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := io.WriteString(c, payload); err != nil {
-		t.Fatal(err)
-	}
-	var out []*http.Response
-	br := bufio.NewReader(c)
-	for {
-		resp, err := http.ReadResponse(br, nil)
-		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				t.Fatalf("connection still open after %d responses", len(out))
-			}
-			return out // closed (EOF or reset)
-		}
-		body, err := io.ReadAll(resp.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body = io.NopCloser(strings.NewReader(string(body)))
-		out = append(out, resp)
-	}
-}
 
 type framingListener struct {
 	name string
@@ -102,7 +59,7 @@ func TestAmbiguousFramingIsRefused(t *testing.T) {
 		}
 		for i, req := range smuggled(h.RegistryKey) {
 			before := h.Registry.hits.Load() + h.Extraction.hits.Load()
-			resps := rawExchange(t, l.addr, l.tls, req+l.ok+l.ok)
+			resps := testkit.RawExchange(t, l.addr, l.tls, req+l.ok+l.ok)
 			if len(resps) != 1 {
 				t.Errorf("%s #%d: %d responses, want the 400 alone and the connection closed", l.name, i, len(resps))
 				continue
@@ -135,7 +92,7 @@ func TestPipelinedRequestsStillServed(t *testing.T) {
 		post := "POST /nowhere HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary=b\r\nContent-Length: " + itoa(len(body)) + "\r\n\r\n" + body
 		chunked := "POST /nowhere HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3;ext=1\r\nabc\r\n0\r\nX-T: 1\r\n\r\n"
 		last := strings.Replace(l.ok, "\r\n\r\n", "\r\nConnection: close\r\n\r\n", 1)
-		resps := rawExchange(t, l.addr, l.tls, l.ok+chunked+post+l.ok+last)
+		resps := testkit.RawExchange(t, l.addr, l.tls, l.ok+chunked+post+l.ok+last)
 		if len(resps) != 5 {
 			t.Errorf("%s: %d responses, want 5", l.name, len(resps))
 			continue
@@ -163,7 +120,7 @@ func TestPipelinedRequestsStillServed(t *testing.T) {
 func TestFramingListenerKeepsTLSState(t *testing.T) {
 	t.Parallel()
 	tlsH, _, listeners := framingListeners(t)
-	resps := rawExchange(t, listeners[0].addr, listeners[0].tls, strings.Replace(listeners[0].ok, "\r\n\r\n", "\r\nConnection: close\r\n\r\n", 1))
+	resps := testkit.RawExchange(t, listeners[0].addr, listeners[0].tls, strings.Replace(listeners[0].ok, "\r\n\r\n", "\r\nConnection: close\r\n\r\n", 1))
 	if len(resps) != 1 || resps[0].StatusCode != 200 {
 		t.Fatalf("HTTP/1.1 over TLS: %d responses", len(resps))
 	}
@@ -198,7 +155,7 @@ func TestFramingCountsEveryRequest(t *testing.T) {
 	_, _, listeners := framingListeners(t)
 	for _, l := range listeners {
 		smuggle := "POST /sync HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
-		resps := rawExchange(t, l.addr, l.tls, "OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n"+smuggle+l.ok)
+		resps := testkit.RawExchange(t, l.addr, l.tls, "OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n"+smuggle+l.ok)
 		if len(resps) != 2 || resps[1].StatusCode != 400 {
 			t.Errorf("%s: %d responses, want 2 with the second 400", l.name, len(resps))
 		}
