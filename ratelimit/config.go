@@ -47,6 +47,10 @@ type Config struct {
 	// Limits maps a key's environment ("live", "test") to its limit; both
 	// are required, and other names are allowed but unused.
 	Limits map[string]Limit `yaml:"limits"`
+	// Plans names limit sets that keys and consumers may be put on
+	// (`keygate keys update ID --plan NAME`); see Plan and Resolver.
+	// Empty by default.
+	Plans map[string]Plan `yaml:"plans"`
 }
 
 // DefaultConfig returns the defaults: local backend, fail open, 429, one
@@ -134,6 +138,7 @@ func (c Config) Validate() error {
 			bad("limits."+env, "required: every key is live or test, and each environment needs a limit")
 		}
 	}
+	validatePlans(c.Plans, bad)
 	return first
 }
 
