@@ -138,10 +138,10 @@ func TestResolve(t *testing.T) {
 			src:  ratelimit.FieldSources{ed, ed, ed, ed}, id: "key_a",
 		},
 		{
-			name:    "temporary key override applies until it expires, then the plan",
-			s:       ratelimit.Subject{KeyID: "key_a", Env: "live", KeyPlan: "pro", KeyOverride: &ratelimit.Override{Rate: 500, Until: future}},
-			want:    ratelimit.Limit{Rate: 500, Per: time.Second, Burst: 400, Quota: ratelimit.Quota{Requests: 50000, Per: day}},
-			src:     ratelimit.FieldSources{ko, kp, kp, kp}, id: "key_a", plan: "pro", until: future,
+			name: "temporary key override applies until it expires, then the plan",
+			s:    ratelimit.Subject{KeyID: "key_a", Env: "live", KeyPlan: "pro", KeyOverride: &ratelimit.Override{Rate: 500, Until: future}},
+			want: ratelimit.Limit{Rate: 500, Per: time.Second, Burst: 400, Quota: ratelimit.Quota{Requests: 50000, Per: day}},
+			src:  ratelimit.FieldSources{ko, kp, kp, kp}, id: "key_a", plan: "pro", until: future,
 			wantNxt: &ratelimit.Limit{Rate: 200, Per: time.Second, Burst: 400, Quota: ratelimit.Quota{Requests: 50000, Per: day}},
 		},
 		{
