@@ -45,8 +45,8 @@ func newRedisKeys(prefix string) redisKeys {
 		prefix = "keygate:"
 	}
 	return redisKeys{
-		records: prefix + "keystore:{ks}:records",
-		ids:     prefix + "keystore:{ks}:ids",
+		records:   prefix + "keystore:{ks}:records",
+		ids:       prefix + "keystore:{ks}:ids",
 		channel:   prefix + "keystore:changes",
 		consumers: prefix + "keystore:{ks}:consumers",
 	}
