@@ -229,11 +229,8 @@ func (g *Gateway) serve(w *recorder, r *http.Request, st *state) {
 		return
 	}
 
-	lim, ok := g.cfg.Limits[p.Env]
-	if !ok {
-		lim = g.cfg.Limits["live"]
-	}
-	d, err := g.limiter.Allow(r.Context(), p.ID, lim)
+	lim, limitID := g.limitFor(&p)
+	d, err := g.limiter.Allow(r.Context(), limitID, lim)
 	if err != nil {
 		w.Header().Set("Retry-After", "1")
 		g.fail(w, st, http.StatusServiceUnavailable, "rate limiter unavailable, try again shortly", "limiter_error")
