@@ -1,10 +1,13 @@
 package ratelimit
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -338,4 +341,103 @@ func (r *Resolver) resolveAt(s Subject, now time.Time) *Effective {
 		}
 	}
 	return e
+}
+
+// overrideJSON is Override as JSON: durations as text ("1s"), a quota of
+// none as the string "none", and no zero fields.
+type overrideJSON struct {
+	Rate  float64         `json:"rate,omitempty"`
+	Per   string          `json:"per,omitempty"`
+	Burst int             `json:"burst,omitempty"`
+	Quota json.RawMessage `json:"quota,omitempty"`
+	Until *time.Time      `json:"until,omitempty"`
+}
+
+type quotaJSON struct {
+	Requests int64  `json:"requests"`
+	Per      string `json:"per"`
+}
+
+// MarshalJSON writes durations as text and a quota of none as "none".
+func (o Override) MarshalJSON() ([]byte, error) {
+	v := overrideJSON{Rate: o.Rate, Burst: o.Burst}
+	if o.Per != 0 {
+		v.Per = o.Per.String()
+	}
+	if o.Quota != nil {
+		var err error
+		if *o.Quota == (Quota{}) {
+			v.Quota = json.RawMessage(`"none"`)
+		} else if v.Quota, err = json.Marshal(quotaJSON{o.Quota.Requests, o.Quota.Per.String()}); err != nil {
+			return nil, err
+		}
+	}
+	if !o.Until.IsZero() {
+		v.Until = &o.Until
+	}
+	return json.Marshal(v)
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (o *Override) UnmarshalJSON(b []byte) error {
+	var v overrideJSON
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	out := Override{Rate: v.Rate, Burst: v.Burst}
+	var err error
+	if v.Per != "" {
+		if out.Per, err = time.ParseDuration(v.Per); err != nil {
+			return fmt.Errorf("per: %w", err)
+		}
+	}
+	if len(v.Quota) > 0 && string(v.Quota) != "null" {
+		out.Quota = &Quota{}
+		if string(v.Quota) != `"none"` {
+			var q quotaJSON
+			if err := json.Unmarshal(v.Quota, &q); err != nil {
+				return fmt.Errorf("quota: %w", err)
+			}
+			out.Quota.Requests = q.Requests
+			if q.Per != "" {
+				if out.Quota.Per, err = time.ParseDuration(q.Per); err != nil {
+					return fmt.Errorf("quota.per: %w", err)
+				}
+			}
+		}
+	}
+	if v.Until != nil {
+		out.Until = *v.Until
+	}
+	*o = out
+	return nil
+}
+
+// ParseQuota parses the command-line form of a quota: "50000/24h", or
+// "none" for no quota.
+func ParseQuota(s string) (Quota, error) {
+	if s == "none" {
+		return Quota{}, nil
+	}
+	n, per, ok := strings.Cut(s, "/")
+	if !ok {
+		return Quota{}, fmt.Errorf("quota %q: want REQUESTS/PERIOD such as 50000/24h, or none", s)
+	}
+	req, err := strconv.ParseInt(n, 10, 64)
+	if err != nil || req < 1 {
+		return Quota{}, fmt.Errorf("quota %q: requests must be a whole number of at least 1", s)
+	}
+	d, err := time.ParseDuration(per)
+	if err != nil || d <= 0 {
+		return Quota{}, fmt.Errorf("quota %q: period must be a positive duration such as 24h", s)
+	}
+	return Quota{Requests: req, Per: d}, nil
+}
+
+// String is the command-line form of q: "50000/24h0m0s", or "none".
+func (q Quota) String() string {
+	if !q.Enabled() {
+		return "none"
+	}
+	return strconv.FormatInt(q.Requests, 10) + "/" + q.Per.String()
 }

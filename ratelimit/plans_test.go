@@ -1,6 +1,8 @@
 package ratelimit_test
 
 import (
+	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -260,6 +262,47 @@ func TestPlansValidate(t *testing.T) {
 		err := cfg.Validate()
 		if err == nil || !strings.HasPrefix(err.Error(), c.field) {
 			t.Errorf("%v: error %v, want it to start with %s", c.plans, err, c.field)
+		}
+	}
+}
+
+// TestOverrideJSON: durations as text, a quota of none as "none", and a
+// round trip.
+func TestOverrideJSON(t *testing.T) {
+	t.Parallel()
+	until := time.Date(2026, 12, 31, 0, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		o    ratelimit.Override
+		want string
+	}{
+		{ratelimit.Override{Rate: 200, Per: time.Second, Burst: 400, Quota: &ratelimit.Quota{Requests: 50000, Per: 24 * time.Hour}, Until: until},
+			`{"rate":200,"per":"1s","burst":400,"quota":{"requests":50000,"per":"24h0m0s"},"until":"2026-12-31T00:00:00Z"}`},
+		{ratelimit.Override{Quota: &ratelimit.Quota{}}, `{"quota":"none"}`},
+		{ratelimit.Override{Burst: 3}, `{"burst":3}`},
+	} {
+		b, err := json.Marshal(c.o)
+		if err != nil || string(b) != c.want {
+			t.Errorf("marshal: %s %v, want %s", b, err, c.want)
+		}
+		var back ratelimit.Override
+		if err := json.Unmarshal(b, &back); err != nil || !reflect.DeepEqual(back, c.o) {
+			t.Errorf("round trip of %s: %+v %v", b, back, err)
+		}
+	}
+	for _, c := range []struct {
+		in   string
+		want ratelimit.Quota
+		ok   bool
+	}{
+		{"50000/24h", ratelimit.Quota{Requests: 50000, Per: 24 * time.Hour}, true},
+		{"none", ratelimit.Quota{}, true},
+		{"0/24h", ratelimit.Quota{}, false},
+		{"50000", ratelimit.Quota{}, false},
+		{"5/-1h", ratelimit.Quota{}, false},
+	} {
+		q, err := ratelimit.ParseQuota(c.in)
+		if (err == nil) != c.ok || q != c.want {
+			t.Errorf("ParseQuota(%q) = %+v, %v", c.in, q, err)
 		}
 	}
 }
