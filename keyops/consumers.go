@@ -3,7 +3,6 @@ package keyops
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 
 	"github.com/keygate/keygate/keystore"
@@ -58,7 +57,7 @@ func (s *Service) newConsumer(spec ConsumerSpec, lu LimitUpdate, changes map[str
 		return keystore.Consumer{}, err
 	}
 	if c, err = keystore.NewConsumer(c, s.now()); err != nil {
-		return keystore.Consumer{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return keystore.Consumer{}, asInvalid(err)
 	}
 	return c, nil
 }
@@ -155,7 +154,7 @@ func (s *Service) UpdateConsumer(ctx context.Context, a Actor, id string, u Cons
 		})
 	}
 	if errors.Is(err, keystore.ErrConsumerInUse) {
-		err = fmt.Errorf("%w: %w", ErrInvalid, err)
+		err = asInvalid(err)
 	}
 	if err := s.audit(ctx, a, "consumer.update", id, changes, err); err != nil {
 		return keystore.Consumer{}, err

@@ -136,9 +136,18 @@ func New(cfg Config) (*Service, error) {
 // admin API answers 400 for it.
 var ErrInvalid = errors.New("keyops: invalid request")
 
+// invalidError is an error in the request; its text is the cause's.
+type invalidError struct{ err error }
+
+func (e invalidError) Error() string   { return e.err.Error() }
+func (e invalidError) Unwrap() []error { return []error{ErrInvalid, e.err} }
+
 func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+	return invalidError{fmt.Errorf(format, args...)}
 }
+
+// asInvalid marks err as an error in the request.
+func asInvalid(err error) error { return invalidError{err} }
 
 // audit reports e (stamped now) and returns err, or the auditor's error.
 func (s *Service) audit(ctx context.Context, a Actor, action, target string, changes map[string]string, err error) error {

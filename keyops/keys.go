@@ -24,11 +24,11 @@ func (s *Service) IssueKey(ctx context.Context, a Actor, req keystore.IssueReque
 		changes["expires_in"] = req.ExpiresIn.String()
 	}
 	if err := req.Validate(); err != nil {
-		return "", keystore.Record{}, s.audit(ctx, a, "key.issue", "", changes, fmt.Errorf("%w: %w", ErrInvalid, err))
+		return "", keystore.Record{}, s.audit(ctx, a, "key.issue", "", changes, asInvalid(err))
 	}
 	key, rec, err := s.store.Issue(ctx, req)
 	if errors.Is(err, keystore.ErrContextNotAllowed) || errors.Is(err, keystore.ErrConsumerNotFound) {
-		err = fmt.Errorf("%w: %w", ErrInvalid, err)
+		err = asInvalid(err)
 	}
 	if err := s.audit(ctx, a, "key.issue", rec.ID, changes, err); err != nil {
 		return "", keystore.Record{}, err
