@@ -240,10 +240,22 @@ func keysImport(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer done()
-	added, skipped, err := admin.(*keystore.RedisAdmin).Import(context.Background(), recs)
+	cons, err := keystore.ParseFileConsumers(data)
+	if err != nil {
+		return fmt.Errorf("keys import: %s: %w", *from, err)
+	}
+	ra := admin.(*keystore.RedisAdmin)
+	cAdded, cSkipped, err := ra.ImportConsumers(context.Background(), cons)
+	if err != nil {
+		return err
+	}
+	added, skipped, err := ra.Import(context.Background(), recs)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "imported %d keys, skipped %d already in Redis\n", added, skipped)
+	if len(cons) > 0 {
+		fmt.Fprintf(stdout, "imported %d consumers, skipped %d already in Redis\n", cAdded, cSkipped)
+	}
 	return nil
 }

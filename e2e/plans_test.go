@@ -151,7 +151,7 @@ func TestConsumerScopeSharesOneQuota(t *testing.T) {
 			switch {
 			case s == 200:
 				admitted.Add(1)
-			case s == 429 && strings.Contains(body, "quota"):
+			case s == 429 && strings.Contains(body, "quota") && strings.Contains(body, "consumer"):
 				quotaRefusals.Add(1)
 			default:
 				t.Errorf("unexpected %d %s", s, body)

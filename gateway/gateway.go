@@ -243,7 +243,7 @@ func (g *Gateway) serve(w *recorder, r *http.Request, st *state) {
 		g.metrics.RateLimited.WithLabelValues(p.Env, string(d.Reason)).Inc()
 		msg := "Rate Limited: too many requests, back off and retry"
 		if d.Reason == ratelimit.ReasonQuota {
-			msg = "Rate Limited: usage quota exhausted for this key; it renews in " + strconv.FormatInt(ceilSeconds(d.Reset, 1), 10) + "s"
+			msg = "Rate Limited: usage quota exhausted for this " + quotaHolder(&p, limitID) + "; it renews in " + strconv.FormatInt(ceilSeconds(d.Reset, 1), 10) + "s"
 		}
 		g.fail(w, st, g.cfg.RateLimitStatus, msg, string(d.Reason))
 		return

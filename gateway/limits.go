@@ -25,3 +25,12 @@ func (g *Gateway) limitFor(p *auth.Principal) (ratelimit.Limit, string) {
 	}
 	return lim, p.ID
 }
+
+// quotaHolder says whose quota ran out: the key's own, or the one its
+// consumer's keys share.
+func quotaHolder(p *auth.Principal, limitID string) string {
+	if limitID != p.ID { // only a consumer-scoped plan changes the bucket
+		return "consumer (shared by its keys)"
+	}
+	return "key"
+}

@@ -224,3 +224,10 @@ func NewConsumer(c Consumer, now time.Time) (Consumer, error) {
 	c = NormalizeConsumer(c)
 	return c, ValidateConsumer(c)
 }
+
+// ParseFileConsumers parses and validates the bytes of a keystore file, as
+// ParseFile does, and returns its consumers.
+func ParseFileConsumers(data []byte) ([]Consumer, error) {
+	doc, err := parseDoc(data)
+	return doc.Consumers, err
+}

@@ -3,6 +3,7 @@ package keystore_test
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -202,5 +203,38 @@ func TestConsumerValidation(t *testing.T) {
 	}
 	if err := keystore.ValidateConsumer(ok); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestRedisImportConsumers moves a file keystore's consumers into Redis
+// once, with `keys import`.
+func TestRedisImportConsumers(t *testing.T) {
+	t.Parallel()
+	rs := redistest.Start(t)
+	path := filepath.Join(t.TempDir(), "keys.yaml")
+	fa := &keystore.FileAdmin{Path: path}
+	ctx := context.Background()
+	con, _ := keystore.NewConsumer(keystore.Consumer{Name: "Acme", Plan: "team", Override: &ratelimit.Override{Quota: &ratelimit.Quota{}}}, time.Now())
+	if err := fa.CreateConsumer(ctx, con); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := keystore.ParseFileConsumers(data)
+	if err != nil || len(cons) != 1 {
+		t.Fatalf("parse: %v %v", cons, err)
+	}
+	admin := &keystore.RedisAdmin{Client: redisClient(t, rs.Addr)}
+	if added, skipped, err := admin.ImportConsumers(ctx, cons); err != nil || added != 1 || skipped != 0 {
+		t.Fatalf("import: %d %d %v", added, skipped, err)
+	}
+	if added, skipped, err := admin.ImportConsumers(ctx, cons); err != nil || added != 0 || skipped != 1 {
+		t.Fatalf("second import: %d %d %v", added, skipped, err)
+	}
+	got, err := admin.GetConsumer(ctx, con.ID)
+	if err != nil || got.Name != "Acme" || got.Override == nil || got.Override.Quota == nil || *got.Override.Quota != (ratelimit.Quota{}) {
+		t.Errorf("imported: %+v %v", got, err)
 	}
 }

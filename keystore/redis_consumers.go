@@ -323,3 +323,31 @@ func (a *RedisAdmin) announceConsumer(ctx context.Context, id string) error {
 	}
 	return nil
 }
+
+// ImportConsumers stores consumers (from a file keystore) that Redis does
+// not hold yet, and reports how many it added and skipped.
+func (a *RedisAdmin) ImportConsumers(ctx context.Context, cons []Consumer) (added, skipped int, err error) {
+	if err := ValidateConsumers(cons); err != nil {
+		return 0, 0, err
+	}
+	k := newRedisKeys(a.Prefix)
+	for _, c := range cons {
+		v, err := encodeConsumer(c)
+		if err != nil {
+			return added, skipped, err
+		}
+		ok, err := a.Client.HSetNX(ctx, k.consumers, c.ID, v).Result()
+		if err != nil {
+			return added, skipped, fmt.Errorf("keystore: import %s: %w", c.ID, err)
+		}
+		if ok {
+			added++
+		} else {
+			skipped++
+		}
+	}
+	if added > 0 {
+		err = a.Client.Publish(ctx, k.channel, "*").Err()
+	}
+	return added, skipped, err
+}
