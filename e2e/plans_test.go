@@ -118,6 +118,38 @@ func TestSupportRaisesOneKeysLimit(t *testing.T) {
 	took = allReplicas(t, gs, keyB, "40", time.Second)
 	t.Logf("grant expired on 3 replicas %s after its end", took.Round(time.Millisecond))
 	same(t, gs, keyA, "50000", "the other key after the grant")
+
+	// A resolved limit costs the request path no Redis call of its own:
+	// still exactly one EVALSHA per admitted request. The Redis keystore's
+	// background resync (HGETALL every resync_interval) and pub/sub pings
+	// are not on the request path and do not grow with requests.
+	before, othersBefore := commandCalls(t, rs)
+	const n = 30
+	for i := 0; i < n; i++ {
+		if s, _ := gs[i%3].rateLimitHeader(keyA); s != 200 {
+			t.Fatalf("request %d: %d", i, s)
+		}
+	}
+	after, othersAfter := commandCalls(t, rs)
+	if after-before != n {
+		t.Errorf("EVALSHA calls = %d for %d admitted requests, want exactly one each", after-before, n)
+	}
+	insideScript := map[string]int{"get": 2, "set": 1, "time": 1, "incr": 1, "pexpire": 1, "pttl": 1}
+	for name, c := range othersAfter {
+		d := c - othersBefore[name]
+		switch per, ok := insideScript[name]; {
+		case ok:
+			if d > per*n {
+				t.Errorf("%d %s calls from %d scripts", d, name, n)
+			}
+		case name == "hgetall" || name == "ping":
+			if d > 2*len(gs) {
+				t.Errorf("%d %s calls during %d requests: more than background work", d, name, n)
+			}
+		case d != 0:
+			t.Errorf("%d extra %s round trips during the run", d, name)
+		}
+	}
 }
 
 // TestConsumerScopeSharesOneQuota: two keys of one consumer on a plan
