@@ -87,7 +87,7 @@ func TestConsumersCommands(t *testing.T) {
 	if code, _, errOut := run("keys", "issue", "--config", cfg, "--product", "extraction", "--env", "live", "--context", ctxB, "--consumer", id); code != 2 || !strings.Contains(errOut, "not among") {
 		t.Errorf("issue outside the consumer's contexts: %d %s", code, errOut)
 	}
-	code, out, errOut = run("keys", "issue", "--config", cfg, "--product", "extraction", "--env", "live", "--context", ctxA, "--consumer", id)
+	code, _, errOut = run("keys", "issue", "--config", cfg, "--product", "extraction", "--env", "live", "--context", ctxA, "--consumer", id)
 	if code != 0 || !strings.Contains(errOut, "consumer="+id) {
 		t.Fatalf("issue for the consumer: %d %s", code, errOut)
 	}
