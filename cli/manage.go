@@ -213,6 +213,9 @@ func printKey(w io.Writer, d keyops.KeyDetail) {
 	}
 	_ = tw.Flush()
 	printLimit(w, d.Limit, "effective limit")
+	for _, warn := range d.Warnings {
+		fmt.Fprintln(w, "note:", warn)
+	}
 }
 
 func printLimit(w io.Writer, l *keyops.Limit, title string) {

@@ -121,3 +121,25 @@ func TestKeyOpsExplainAndAudit(t *testing.T) {
 		t.Errorf("update changes: %v", audit.events[4].Changes)
 	}
 }
+
+// TestShowKeyWarns: a plan removed from the configuration is named as
+// skipped.
+func TestShowKeyWarns(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "keys.yaml")
+	fa := &keystore.FileAdmin{Path: path}
+	ctx := context.Background()
+	_, rec, err := fa.Issue(ctx, keystore.IssueRequest{Product: keystore.Registry, Env: keystore.Test})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fa.UpdateKey(ctx, rec.ID, func(r keystore.Record) (keystore.Record, error) { r.Plan = "retired"; return r, nil }); err != nil {
+		t.Fatal(err)
+	}
+	res, _ := ratelimit.DefaultConfig().Resolver()
+	s, _ := keyops.New(keyops.Config{Store: fa, Limits: res})
+	d, err := s.ShowKey(ctx, rec.ID)
+	if err != nil || len(d.Warnings) != 1 || !strings.Contains(d.Warnings[0], "retired") || d.Limit.Sources["rate"] != "env default (test)" {
+		t.Errorf("show: %+v %v %v", d.Limit, d.Warnings, err)
+	}
+}

@@ -83,6 +83,9 @@ type KeyDetail struct {
 	keystore.RecordView
 	// Limit is the effective limit now and where each field came from.
 	Limit *Limit `json:"effective_limit"`
+	// Warnings name what the limit ignores: a plan no longer configured,
+	// a consumer that was deleted, an override that has expired.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // ShowKey returns the key with id and its effective limit.
@@ -102,7 +105,23 @@ func (s *Service) ShowKey(ctx context.Context, id string) (KeyDetail, error) {
 		}
 	}
 	now := s.now()
-	return KeyDetail{RecordView: rec.View(now), Limit: s.explain(rec, con, now)}, nil
+	d := KeyDetail{RecordView: rec.View(now), Limit: s.explain(rec, con, now)}
+	if rec.Consumer != "" && con == nil {
+		d.Warnings = append(d.Warnings, "consumer "+rec.Consumer+" no longer exists; its plan and override do not apply")
+	}
+	if s.limits.CheckPlan(rec.Plan) != nil {
+		d.Warnings = append(d.Warnings, "plan "+rec.Plan+" is not in ratelimit.plans; it is skipped")
+	}
+	if con != nil && s.limits.CheckPlan(con.Plan) != nil {
+		d.Warnings = append(d.Warnings, "the consumer's plan "+con.Plan+" is not in ratelimit.plans; it is skipped")
+	}
+	if o := rec.Override; o != nil && !o.ActiveAt(now) {
+		d.Warnings = append(d.Warnings, "the key's override ended at "+o.Until.UTC().Format(time.RFC3339))
+	}
+	if con != nil && con.Override != nil && !con.Override.ActiveAt(now) {
+		d.Warnings = append(d.Warnings, "the consumer's override ended at "+con.Override.Until.UTC().Format(time.RFC3339))
+	}
+	return d, nil
 }
 
 // KeyUpdate changes a key. Nil fields are left as they are.
