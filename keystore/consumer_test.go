@@ -2,6 +2,7 @@ package keystore_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -237,4 +238,40 @@ func TestRedisImportConsumers(t *testing.T) {
 	if err != nil || got.Name != "Acme" || got.Override == nil || got.Override.Quota == nil || *got.Override.Quota != (ratelimit.Quota{}) {
 		t.Errorf("imported: %+v %v", got, err)
 	}
+}
+
+// TestRedisConsumerMissedMessageIsResynced: a consumer change whose
+// announcement was lost reaches the keys' limits at the periodic resync.
+func TestRedisConsumerMissedMessageIsResynced(t *testing.T) {
+	t.Parallel()
+	rs := redistest.Start(t)
+	c := redisClient(t, rs.Addr)
+	ctx := context.Background()
+	admin := &keystore.RedisAdmin{Client: c}
+	con, _ := keystore.NewConsumer(keystore.Consumer{Name: "Acme"}, time.Now())
+	if err := admin.CreateConsumer(ctx, con); err != nil {
+		t.Fatal(err)
+	}
+	key, _, err := admin.Issue(ctx, keystore.IssueRequest{Product: keystore.Registry, Env: keystore.Live, Consumer: con.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := keystore.OpenRedis(keystore.RedisConfig{Client: redisClient(t, rs.Addr), ResyncInterval: 300 * time.Millisecond, Limits: testLimits(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	rate := func() float64 {
+		r, ok, err := s.Lookup(ctx, keystore.HashKey(key))
+		if err != nil || !ok || r.Limits == nil {
+			return 0
+		}
+		return r.Limits.Limit.Rate
+	}
+	testkit.Eventually(t, time.Second, "env default", func() bool { return rate() == 50 })
+	// Put the consumer on a plan behind the admin's back: no message.
+	con.Plan = "pro"
+	b, _ := json.Marshal(con)
+	c.HSet(ctx, "keygate:keystore:{ks}:consumers", con.ID, string(b))
+	testkit.Eventually(t, 2*time.Second, "the consumer's plan after a resync", func() bool { return rate() == 200 })
 }
