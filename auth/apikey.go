@@ -104,7 +104,7 @@ func (a *APIKeys) Authenticate(r *http.Request) (Verdict, error) {
 	default:
 		return Refuse(ReasonExpired, msgExpired), nil
 	}
-	p := Principal{ID: rec.ID, Name: rec.Name, Env: string(rec.Env), Context: rec.Context, Method: MethodAPIKey}
+	p := Principal{ID: rec.ID, Name: rec.Name, Env: string(rec.Env), Context: rec.Context, Method: MethodAPIKey, Limits: rec.Limits}
 	switch rec.Product {
 	case keystore.Extraction:
 		p.Products = productsExtraction

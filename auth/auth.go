@@ -4,6 +4,8 @@
 // the gateway consumes them.
 package auth
 
+import "github.com/keygate/keygate/ratelimit"
+
 // Method names how a principal authenticated.
 type Method string
 
@@ -30,6 +32,11 @@ type Principal struct {
 	Context string
 	// Method says how the principal authenticated.
 	Method Method
+	// Limits is the key's effective rate limit and quota, resolved by the
+	// key store when the record loaded (plans, overrides, consumer); nil
+	// means the env default (ratelimit.limits[Env]), as for OAuth 2.0
+	// principals.
+	Limits *ratelimit.Effective
 }
 
 // Allows reports whether the principal may call product.

@@ -1,6 +1,6 @@
-// Package cli is keygate's command line: serve, keys, demo, standin and
-// version. Main returns the process exit code, so the commands are tested
-// in-process as well as through the built binary.
+// Package cli is keygate's command line: serve, keys, consumers, demo,
+// standin and version. Main returns the process exit code, so the
+// commands are tested in-process as well as through the built binary.
 package cli
 
 import (
@@ -33,11 +33,20 @@ const usage = `keygate: an authenticating reverse proxy for the Document Extract
 Usage:
   keygate serve [--config FILE]              run the gateway (embedded defaults without --config)
   keygate keys issue --config FILE --product extraction|registry --env live|test
-                     [--context UUID] [--name TEXT] [--expires-in DURATION]
-  keygate keys list --config FILE [--json]
+                     [--context UUID] [--name TEXT] [--expires-in DURATION] [--consumer ID]
+  keygate keys list --config FILE [--json] [--consumer ID]
+  keygate keys show --config FILE ID [--json]          the key and its effective limit, explained
+  keygate keys update --config FILE ID [--name TEXT] [--plan NAME] [--rate N] [--per DURATION]
+                     [--burst N] [--quota N/DURATION|none] [--until RFC3339|never] [--clear-override]
   keygate keys revoke --config FILE ID
   keygate keys rotate --config FILE ID [--grace DURATION]
   keygate keys import --config FILE --from KEYS.yaml   (into the redis keystore)
+  keygate consumers create --config FILE --name TEXT [--meta K=V]... [--context UUID]...
+                     [--plan NAME] [--rate N] [--per DURATION] [--burst N] [--quota N/DURATION|none] [--until RFC3339]
+  keygate consumers list|show --config FILE [ID] [--json]
+  keygate consumers update --config FILE ID [--name TEXT] [--meta K=V]... [--context UUID]... [--any-context]
+                     [--plan NAME] [--rate N] [--per DURATION] [--burst N] [--quota ...] [--until ...] [--clear-override]
+  keygate consumers delete --config FILE ID           (refused while it has active keys)
   keygate demo [--config FILE]               serve with stand-in backends and a demo key (make run)
   keygate standin --listen ADDR --name NAME  run a stand-in backend that echoes what it receives
   keygate version
@@ -56,6 +65,8 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		err = serve(args[1:], stderr)
 	case "keys":
 		err = keys(args[1:], stdout, stderr)
+	case "consumers":
+		err = consumers(args[1:], stdout, stderr)
 	case "demo":
 		err = demo(args[1:], stdout, stderr)
 	case "standin":

@@ -12,21 +12,14 @@ import (
 	"time"
 
 	"github.com/keygate/keygate/config"
+	"github.com/keygate/keygate/keyops"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/redisconn"
 )
 
-// keyAdmin is what the keys commands need from a keystore backend.
-type keyAdmin interface {
-	Issue(ctx context.Context, req keystore.IssueRequest) (string, keystore.Record, error)
-	List(ctx context.Context) ([]keystore.Record, error)
-	Revoke(ctx context.Context, id string) (keystore.Record, error)
-	Rotate(ctx context.Context, id string, grace time.Duration) (string, keystore.Record, error)
-}
-
 // openAdmin returns the admin of the configured keystore backend, and a
 // function to release it.
-func openAdmin(cfg config.Config) (keyAdmin, func(), error) {
+func openAdmin(cfg config.Config) (keyops.Store, func(), error) {
 	switch cfg.Keystore.Backend {
 	case "file":
 		return &keystore.FileAdmin{Path: cfg.Keystore.File}, func() {}, nil
@@ -53,6 +46,7 @@ func keys(args []string, stdout, stderr io.Writer) error {
 	cfgPath := fs.String("config", "", "config file (YAML); embedded defaults when empty")
 	var (
 		product, env, contextID, name *string
+		consumer                      *string
 		expiresIn, grace              *time.Duration
 		asJSON                        *bool
 	)
@@ -63,13 +57,17 @@ func keys(args []string, stdout, stderr io.Writer) error {
 		contextID = fs.String("context", "", "context UUID the key is bound to (required for extraction keys)")
 		name = fs.String("name", "", "a name for the key, such as the application or team member")
 		expiresIn = fs.Duration("expires-in", 0, "expire the key after this long (0: never)")
+		consumer = fs.String("consumer", "", "the consumer (con_...) that owns the key")
 	case "list":
 		asJSON = fs.Bool("json", false, "print a JSON array")
+		consumer = fs.String("consumer", "", "only the keys of this consumer")
 	case "revoke":
 	case "rotate":
 		grace = fs.Duration("grace", 0, "how long the old key keeps working (0: revoked at once)")
 	case "import":
 		return keysImport(fs, args, stdout, stderr)
+	case "update", "show":
+		return keysManage(sub, fs, args, stdout, stderr)
 	default:
 		return usageError{fmt.Sprintf("keys: unknown subcommand %q", sub)}
 	}
@@ -80,28 +78,29 @@ func keys(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	admin, done, err := openAdmin(cfg)
+	ops, done, err := openOps(cfg)
 	if err != nil {
 		return err
 	}
 	defer done()
 	ctx := context.Background()
+	actor := cliActor()
 
 	switch sub {
 	case "issue":
-		req := keystore.IssueRequest{Product: keystore.Product(*product), Env: keystore.Env(*env), Context: *contextID, Name: *name, ExpiresIn: *expiresIn}
+		req := keystore.IssueRequest{Product: keystore.Product(*product), Env: keystore.Env(*env), Context: *contextID, Name: *name, ExpiresIn: *expiresIn, Consumer: *consumer}
 		if err := req.Validate(); err != nil {
 			return usageError{err.Error()}
 		}
-		key, rec, err := admin.Issue(ctx, req)
+		key, rec, err := ops.IssueKey(ctx, actor, req)
 		if err != nil {
-			return err
+			return opError(err)
 		}
 		fmt.Fprintln(stdout, key)
 		describe(stderr, "issued", rec)
 		fmt.Fprintln(stderr, "This is the only time the key is shown. Store it in a secret store.")
 	case "list":
-		recs, err := admin.List(ctx)
+		recs, err := ops.ListKeys(ctx, keyops.KeyFilter{Consumer: *consumer})
 		if err != nil {
 			return err
 		}
@@ -112,9 +111,9 @@ func keys(args []string, stdout, stderr io.Writer) error {
 		}
 		id := fs.Arg(0)
 		if sub == "revoke" {
-			rec, err := admin.Revoke(ctx, id)
+			rec, err := ops.RevokeKey(ctx, actor, id)
 			if err != nil {
-				return err
+				return opError(err)
 			}
 			describe(stderr, "revoked", rec)
 			fmt.Fprintln(stdout, rec.ID)
@@ -123,9 +122,9 @@ func keys(args []string, stdout, stderr io.Writer) error {
 		if *grace < 0 {
 			return usageError{"keys rotate: --grace must not be negative"}
 		}
-		key, rec, err := admin.Rotate(ctx, id, *grace)
+		key, rec, err := ops.RotateKey(ctx, actor, id, *grace)
 		if err != nil {
-			return err
+			return opError(err)
 		}
 		fmt.Fprintln(stdout, key)
 		describe(stderr, "issued", rec)
@@ -163,8 +162,11 @@ func interleave(args []string) []string {
 }
 
 func isBoolFlag(a string) bool {
-	a = strings.TrimLeft(a, "-")
-	return a == "json"
+	switch strings.TrimLeft(a, "-") {
+	case "json", "clear-override", "any-context":
+		return true
+	}
+	return false
 }
 
 func describe(w io.Writer, what string, r keystore.Record) {
@@ -172,7 +174,11 @@ func describe(w io.Writer, what string, r keystore.Record) {
 	if !r.ExpiresAt.IsZero() {
 		exp = r.ExpiresAt.UTC().Format(time.RFC3339)
 	}
-	fmt.Fprintf(w, "%s %s: product=%s env=%s context=%s name=%q expires=%s\n", what, r.ID, r.Product, r.Env, orDash(r.Context), r.Name, exp)
+	fmt.Fprintf(w, "%s %s: product=%s env=%s context=%s name=%q expires=%s", what, r.ID, r.Product, r.Env, orDash(r.Context), r.Name, exp)
+	if r.Consumer != "" {
+		fmt.Fprintf(w, " consumer=%s", r.Consumer)
+	}
+	fmt.Fprintln(w)
 }
 
 func orDash(s string) string {
@@ -194,13 +200,13 @@ func printList(w io.Writer, recs []keystore.Record, asJSON bool) error {
 		return enc.Encode(views)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAME\tPRODUCT\tENV\tCONTEXT\tSTATUS\tCREATED\tEXPIRES")
+	fmt.Fprintln(tw, "ID\tNAME\tPRODUCT\tENV\tCONTEXT\tSTATUS\tCREATED\tEXPIRES\tCONSUMER\tPLAN")
 	for _, r := range recs {
 		exp := "never"
 		if !r.ExpiresAt.IsZero() {
 			exp = r.ExpiresAt.UTC().Format(time.RFC3339)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, orDash(r.Name), r.Product, r.Env, orDash(r.Context), r.StateAt(now), r.CreatedAt.UTC().Format(time.RFC3339), exp)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, orDash(r.Name), r.Product, r.Env, orDash(r.Context), r.StateAt(now), r.CreatedAt.UTC().Format(time.RFC3339), exp, orDash(r.Consumer), orDash(r.Plan))
 	}
 	return tw.Flush()
 }
@@ -234,10 +240,22 @@ func keysImport(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer done()
-	added, skipped, err := admin.(*keystore.RedisAdmin).Import(context.Background(), recs)
+	cons, err := keystore.ParseFileConsumers(data)
+	if err != nil {
+		return fmt.Errorf("keys import: %s: %w", *from, err)
+	}
+	ra := admin.(*keystore.RedisAdmin)
+	cAdded, cSkipped, err := ra.ImportConsumers(context.Background(), cons)
+	if err != nil {
+		return err
+	}
+	added, skipped, err := ra.Import(context.Background(), recs)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "imported %d keys, skipped %d already in Redis\n", added, skipped)
+	if len(cons) > 0 {
+		fmt.Fprintf(stdout, "imported %d consumers, skipped %d already in Redis\n", cAdded, cSkipped)
+	}
 	return nil
 }

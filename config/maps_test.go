@@ -50,6 +50,20 @@ ratelimit:
 		err: "ratelimit.limits.test: required",
 	},
 	{
+		path: "ratelimit.plans", name: "plans as written, scope defaulting to key",
+		yaml: `
+ratelimit:
+  plans:
+    pro: { rate: 200, per: 1s, burst: 400, quota: { requests: 50000, per: 24h } }
+    team: { rate: 20, per: 1s, burst: 20, scope: consumer }
+`,
+		got: func(c config.Config) any { return c.RateLimit.Plans },
+		want: map[string]ratelimit.Plan{
+			"pro":  {Limit: ratelimit.Limit{Rate: 200, Per: time.Second, Burst: 400, Quota: ratelimit.Quota{Requests: 50000, Per: 24 * time.Hour}}},
+			"team": {Limit: ratelimit.Limit{Rate: 20, Per: time.Second, Burst: 20}, Scope: ratelimit.ScopeConsumer},
+		},
+	},
+	{
 		path: "auth.oauth2.product_scopes", name: "one product",
 		yaml: `
 auth:
@@ -162,6 +176,8 @@ func TestPartialMapEntryNamesTheMissingField(t *testing.T) {
 	for _, c := range []struct{ name, yaml, field string }{
 		{"limit without per", "ratelimit:\n  limits:\n    live: { rate: 10, burst: 20 }\n    test: { rate: 1, per: 1s, burst: 1 }\n", "ratelimit.limits.live.per"},
 		{"empty map", "ratelimit:\n  limits: {}\n", "ratelimit.limits"},
+		{"plan without burst", "ratelimit:\n  plans:\n    pro: { rate: 10, per: 1s }\n", "ratelimit.plans.pro.burst"},
+		{"plan with a bad scope", "ratelimit:\n  plans:\n    pro: { rate: 10, per: 1s, burst: 5, scope: team }\n", "ratelimit.plans.pro.scope"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

@@ -282,11 +282,8 @@ func (g *Gateway) serve(w *recorder, r *http.Request, st *state) {
 	}
 	defer g.concurrency.Release(p.ID)
 
-	lim, ok := g.cfg.Limits[p.Env]
-	if !ok {
-		lim = g.cfg.Limits["live"]
-	}
-	d, err := g.limiter.Allow(r.Context(), p.ID, lim)
+	lim, limitID := g.limitFor(&p)
+	d, err := g.limiter.Allow(r.Context(), limitID, lim)
 	if err != nil {
 		w.Header().Set("Retry-After", "1")
 		g.fail(w, st, http.StatusServiceUnavailable, "rate limiter unavailable, try again shortly", "limiter_error")
@@ -299,7 +296,7 @@ func (g *Gateway) serve(w *recorder, r *http.Request, st *state) {
 		g.metrics.RateLimited.WithLabelValues(p.Env, string(d.Reason)).Inc()
 		msg := "Rate Limited: too many requests, back off and retry"
 		if d.Reason == ratelimit.ReasonQuota {
-			msg = "Rate Limited: usage quota exhausted for this key; it renews in " + strconv.FormatInt(ceilSeconds(d.Reset, 1), 10) + "s"
+			msg = "Rate Limited: usage quota exhausted for this " + quotaHolder(&p, limitID) + "; it renews in " + strconv.FormatInt(ceilSeconds(d.Reset, 1), 10) + "s"
 		}
 		g.fail(w, st, g.cfg.RateLimitStatus, msg, string(d.Reason))
 		return

@@ -34,6 +34,16 @@ func (a *FileAdmin) now() time.Time {
 // update runs change on the records under the lock and writes the result
 // unless change fails.
 func (a *FileAdmin) update(ctx context.Context, change func([]Record) ([]Record, error)) error {
+	return a.updateDoc(ctx, func(doc *fileDoc) error {
+		recs, err := change(doc.Keys)
+		doc.Keys = recs
+		return err
+	})
+}
+
+// updateDoc runs change on the keys and consumers under the lock and
+// writes the result unless change fails.
+func (a *FileAdmin) updateDoc(ctx context.Context, change func(*fileDoc) error) error {
 	if a.Path == "" {
 		return errors.New("keystore: FileAdmin.Path is empty")
 	}
@@ -45,18 +55,20 @@ func (a *FileAdmin) update(ctx context.Context, change func([]Record) ([]Record,
 		return err
 	}
 	defer unlock()
-	recs, err := readFile(a.Path)
+	doc, err := readDoc(a.Path)
 	if err != nil {
 		return err
 	}
-	recs, err = change(recs)
-	if err != nil {
+	if err := change(&doc); err != nil {
 		return err
 	}
-	if err := ValidateRecords(recs); err != nil {
+	if err := ValidateRecords(doc.Keys); err != nil {
 		return fmt.Errorf("keystore: refusing to write an invalid keystore: %w", err)
 	}
-	data, err := MarshalFile(recs)
+	if err := ValidateConsumers(doc.Consumers); err != nil {
+		return fmt.Errorf("keystore: refusing to write an invalid keystore: %w", err)
+	}
+	data, err := marshalDoc(doc)
 	if err != nil {
 		return err
 	}
@@ -117,14 +129,24 @@ func (a *FileAdmin) Issue(ctx context.Context, req IssueRequest) (key string, re
 	if err := req.Validate(); err != nil {
 		return "", Record{}, err
 	}
-	err = a.update(ctx, func(recs []Record) ([]Record, error) {
+	err = a.updateDoc(ctx, func(doc *fileDoc) error {
+		if req.Consumer != "" {
+			i := findConsumer(doc.Consumers, req.Consumer)
+			if i < 0 {
+				return fmt.Errorf("consumer %q: %w", req.Consumer, ErrConsumerNotFound)
+			}
+			if err := CheckKeyForConsumer(doc.Consumers[i], req.Context); err != nil {
+				return err
+			}
+		}
 		for {
 			key, rec, err = NewRecord(req, a.now())
 			if err != nil {
-				return nil, err
+				return err
 			}
-			if findID(recs, rec.ID) < 0 {
-				return append(recs, rec), nil
+			if findID(doc.Keys, rec.ID) < 0 {
+				doc.Keys = append(doc.Keys, rec)
+				return nil
 			}
 		}
 	})

@@ -16,6 +16,8 @@ import (
 	"github.com/fsnotify/fsnotify"
 	"go.uber.org/zap"
 	"gopkg.in/yaml.v3"
+
+	"github.com/keygate/keygate/ratelimit"
 )
 
 // FileVersion is the only keystore file format version.
@@ -23,8 +25,9 @@ const FileVersion = 1
 
 // fileDoc is the keystore file: YAML with a version and the records.
 type fileDoc struct {
-	Version int      `yaml:"version"`
-	Keys    []Record `yaml:"keys"`
+	Version   int        `yaml:"version"`
+	Keys      []Record   `yaml:"keys"`
+	Consumers []Consumer `yaml:"consumers,omitempty"`
 }
 
 const fileComment = "keygate keystore: SHA-256 hashes of API keys, never the keys.\n" +
@@ -35,34 +38,49 @@ const fileComment = "keygate keystore: SHA-256 hashes of API keys, never the key
 // so that a misspelt expires_at cannot make a key live forever. Contexts
 // are returned in lower case.
 func ParseFile(data []byte) ([]Record, error) {
+	doc, err := parseDoc(data)
+	return doc.Keys, err
+}
+
+// parseDoc parses and validates the keys and consumers of a keystore file.
+func parseDoc(data []byte) (fileDoc, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
-		return nil, nil
+		return fileDoc{}, nil
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	var doc fileDoc
 	if err := dec.Decode(&doc); err != nil {
-		return nil, fmt.Errorf("keystore file: %w", err)
+		return fileDoc{}, fmt.Errorf("keystore file: %w", err)
 	}
 	if doc.Version != FileVersion {
-		return nil, fmt.Errorf("keystore file: version: must be %d, got %d", FileVersion, doc.Version)
+		return fileDoc{}, fmt.Errorf("keystore file: version: must be %d, got %d", FileVersion, doc.Version)
 	}
 	for i := range doc.Keys {
 		doc.Keys[i].Context = strings.ToLower(doc.Keys[i].Context)
 	}
 	if err := ValidateRecords(doc.Keys); err != nil {
-		return nil, fmt.Errorf("keystore file: %w", err)
+		return fileDoc{}, fmt.Errorf("keystore file: %w", err)
 	}
-	return doc.Keys, nil
+	if err := ValidateConsumers(doc.Consumers); err != nil {
+		return fileDoc{}, fmt.Errorf("keystore file: %w", err)
+	}
+	return doc, nil
 }
 
 // MarshalFile returns the bytes of a keystore file holding recs.
 func MarshalFile(recs []Record) ([]byte, error) {
-	if recs == nil {
-		recs = []Record{}
+	return marshalDoc(fileDoc{Keys: recs})
+}
+
+// marshalDoc returns the bytes of a keystore file holding doc.
+func marshalDoc(doc fileDoc) ([]byte, error) {
+	doc.Version = FileVersion
+	if doc.Keys == nil {
+		doc.Keys = []Record{}
 	}
 	var node yaml.Node
-	if err := node.Encode(fileDoc{Version: FileVersion, Keys: recs}); err != nil {
+	if err := node.Encode(doc); err != nil {
 		return nil, fmt.Errorf("keystore file: %w", err)
 	}
 	node.HeadComment = fileComment
@@ -85,18 +103,24 @@ var ErrKeystoreVanished = errors.New("keystore file vanished")
 // readFile reads and parses the keystore at path; an absent file is an
 // empty keystore.
 func readFile(path string) ([]Record, error) {
+	doc, err := readDoc(path)
+	return doc.Keys, err
+}
+
+// readDoc reads and parses the keystore at path with its consumers.
+func readDoc(path string) (fileDoc, error) {
 	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
+		return fileDoc{}, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("keystore file: %w", err)
+		return fileDoc{}, fmt.Errorf("keystore file: %w", err)
 	}
-	recs, err := ParseFile(data)
+	doc, err := parseDoc(data)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return fileDoc{}, fmt.Errorf("%s: %w", path, err)
 	}
-	return recs, nil
+	return doc, nil
 }
 
 // FileConfig configures a FileStore.
@@ -117,6 +141,9 @@ type FileConfig struct {
 	// a failed reload the last good keystore keeps serving and keys is its
 	// size. It is called from one goroutine at a time.
 	OnReload func(keys int, err error) `yaml:"-"`
+	// Limits, when set, resolves each key's effective limit (its and its
+	// consumer's plan and override) at every load, into Record.Limits.
+	Limits *ratelimit.Resolver `yaml:"-"`
 }
 
 // DefaultPollInterval is the poll interval when FileConfig.PollInterval is
@@ -157,6 +184,7 @@ type FileStore struct {
 	poll     time.Duration
 	log      *zap.Logger
 	onReload func(int, error)
+	limits   limitResolver
 
 	snap atomic.Pointer[snapshot]
 
@@ -213,6 +241,7 @@ func OpenFile(cfg FileConfig) (*FileStore, error) {
 		poll:     cfg.PollInterval,
 		log:      cfg.Logger,
 		onReload: cfg.OnReload,
+		limits:   limitResolver{cfg.Limits},
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
 	}
@@ -302,7 +331,8 @@ func (s *FileStore) run() {
 // reload reads the file and, if it is good, swaps it in.
 func (s *FileStore) reload() error {
 	sig := statSig(s.path)
-	recs, err := readFile(s.path)
+	doc, err := readDoc(s.path)
+	recs := doc.Keys
 	if err == nil && len(recs) == 0 && s.Len() > 0 {
 		what := "is empty or lists no keys"
 		if !sig.exists {
@@ -338,6 +368,7 @@ func (s *FileStore) reload() error {
 				zap.String("path", s.path), zap.Int("removed", removed), zap.Int("keys", len(m)))
 		}
 	}
+	s.limits.resolveAll(m, consumerMap(doc.Consumers), time.Now())
 	prev := s.snap.Swap(&snapshot{byHash: m})
 	if prev == nil {
 		s.log.Info("keystore: loaded", zap.String("path", s.path), zap.Int("keys", len(m)), zap.Bool("exists", sig.exists))

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/keygate/keygate/ratelimit"
 )
 
 // Status is the state of a key. Active, Revoked and Rotated are stored;
@@ -69,6 +71,19 @@ type Record struct {
 	RevokedAt time.Time `yaml:"revoked_at,omitempty" json:"revoked_at,omitzero"`
 	// ReplacedBy is the id of the key that replaced this one by rotation.
 	ReplacedBy string `yaml:"replaced_by,omitempty" json:"replaced_by,omitempty"`
+	// Consumer is the id of the consumer that owns the key; "" for none.
+	Consumer string `yaml:"consumer,omitempty" json:"consumer,omitempty"`
+	// Plan names an entry of ratelimit.plans; "" means none of its own.
+	Plan string `yaml:"plan,omitempty" json:"plan,omitempty"`
+	// Override replaces some fields of the key's limit, possibly until a
+	// time; nil for none.
+	Override *ratelimit.Override `yaml:"override,omitempty" json:"override,omitempty"`
+
+	// Limits is the key's effective limit, resolved by the store that
+	// serves the record (when it was given a ratelimit.Resolver) from the
+	// key's and its consumer's plan and override. It is never stored; nil
+	// means the env default.
+	Limits *ratelimit.Effective `yaml:"-" json:"-"`
 }
 
 // StateAt is the effective status of the key at now: Active, Revoked or
@@ -111,6 +126,10 @@ type RecordView struct {
 	RevokedAt *time.Time `json:"revoked_at,omitempty"`
 	// ReplacedBy is left out unless the key was rotated.
 	ReplacedBy string `json:"replaced_by,omitempty"`
+	// Consumer, Plan and Override are left out when not set.
+	Consumer string              `json:"consumer,omitempty"`
+	Plan     string              `json:"plan,omitempty"`
+	Override *ratelimit.Override `json:"override,omitempty"`
 }
 
 // View returns the record as list output shows it at now.
@@ -125,6 +144,9 @@ func (r Record) View(now time.Time) RecordView {
 		StoredStatus: r.Status,
 		CreatedAt:    r.CreatedAt,
 		ReplacedBy:   r.ReplacedBy,
+		Consumer:     r.Consumer,
+		Plan:         r.Plan,
+		Override:     r.Override,
 	}
 	if !r.ExpiresAt.IsZero() {
 		t := r.ExpiresAt
@@ -160,6 +182,9 @@ type IssueRequest struct {
 	Name string
 	// ExpiresIn is the lifetime of the key; zero means it never expires.
 	ExpiresIn time.Duration
+	// Consumer is the id of the consumer that owns the key; optional. The
+	// store checks that it exists and allows the context.
+	Consumer string
 }
 
 // maxNameLen bounds Record.Name.
@@ -181,6 +206,9 @@ func (r IssueRequest) Validate() error {
 	}
 	if r.ExpiresIn < 0 {
 		return fmt.Errorf("expires_in: must not be negative, got %s", r.ExpiresIn)
+	}
+	if r.Consumer != "" && !ValidConsumerID(r.Consumer) {
+		return fmt.Errorf("consumer: must be a consumer id (con_...), got %q", r.Consumer)
 	}
 	return nil
 }
@@ -264,7 +292,10 @@ func ValidateRecord(r Record) error {
 	if r.ReplacedBy != "" && !validID(r.ReplacedBy) {
 		return fmt.Errorf("replaced_by: must be a key id, got %q", r.ReplacedBy)
 	}
-	return nil
+	if r.Consumer != "" && !ValidConsumerID(r.Consumer) {
+		return fmt.Errorf("consumer: must be a consumer id (con_...), got %q", r.Consumer)
+	}
+	return checkPlanOverride(r.Plan, r.Override)
 }
 
 func validID(id string) bool {
@@ -325,6 +356,7 @@ func NewRecord(req IssueRequest, now time.Time) (key string, rec Record, err err
 		Context:   strings.ToLower(req.Context),
 		CreatedAt: now,
 		Status:    Active,
+		Consumer:  req.Consumer,
 	}
 	if req.ExpiresIn > 0 {
 		rec.ExpiresAt = now.Add(req.ExpiresIn)
@@ -348,7 +380,7 @@ func RevokeRecord(r Record, now time.Time) (Record, error) {
 }
 
 // RotateRecord replaces old by a new key with the same product, env,
-// context and name. It returns the new key, old as it is after rotation, and
+// context, name, consumer, plan and override. It returns the new key, old as it is after rotation, and
 // the replacement's record.
 //
 // With grace > 0 old becomes Rotated and expires at now+grace (or at its
@@ -369,7 +401,7 @@ func RotateRecord(old Record, now time.Time, grace time.Duration) (key string, o
 	case old.StateAt(now) != Active:
 		return "", old, Record{}, fmt.Errorf("rotate %s: %w", old.ID, ErrExpired)
 	}
-	req := IssueRequest{Product: old.Product, Env: old.Env, Context: old.Context, Name: old.Name}
+	req := IssueRequest{Product: old.Product, Env: old.Env, Context: old.Context, Name: old.Name, Consumer: old.Consumer}
 	if !old.ExpiresAt.IsZero() && old.ExpiresAt.After(old.CreatedAt) {
 		req.ExpiresIn = old.ExpiresAt.Sub(old.CreatedAt)
 	}
@@ -377,6 +409,7 @@ func RotateRecord(old Record, now time.Time, grace time.Duration) (key string, o
 	if err != nil {
 		return "", old, Record{}, fmt.Errorf("rotate %s: %w", old.ID, err)
 	}
+	replacement.Plan, replacement.Override = old.Plan, old.Override
 	now = stamp(now)
 	oldAfter = old
 	oldAfter.ReplacedBy = replacement.ID

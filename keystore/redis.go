@@ -16,6 +16,8 @@ import (
 	"github.com/sony/gobreaker/v2"
 	"go.uber.org/zap"
 	"golang.org/x/sync/singleflight"
+
+	"github.com/keygate/keygate/ratelimit"
 )
 
 // ErrUnavailable means the Redis keystore cannot answer for a key it has not
@@ -28,10 +30,14 @@ var ErrUnavailable = errors.New("keystore: key store unavailable")
 //	<prefix>keystore:{ks}:records  field "sha256:<hex>" -> record JSON
 //	<prefix>keystore:{ks}:ids      field "<key id>"     -> "sha256:<hex>"
 //
+//	<prefix>keystore:{ks}:consumers field "<consumer id>" -> consumer JSON
+//
 // Changes are announced on <prefix>keystore:changes with the changed hashes
-// (comma-separated), or "*" for "re-read everything".
+// and "con:<consumer id>" items (comma-separated), or "*" for "re-read
+// everything".
 type redisKeys struct {
 	records, ids, channel string
+	consumers             string // field "<consumer id>" -> consumer JSON
 }
 
 func newRedisKeys(prefix string) redisKeys {
@@ -39,9 +45,10 @@ func newRedisKeys(prefix string) redisKeys {
 		prefix = "keygate:"
 	}
 	return redisKeys{
-		records: prefix + "keystore:{ks}:records",
-		ids:     prefix + "keystore:{ks}:ids",
-		channel: prefix + "keystore:changes",
+		records:   prefix + "keystore:{ks}:records",
+		ids:       prefix + "keystore:{ks}:ids",
+		channel:   prefix + "keystore:changes",
+		consumers: prefix + "keystore:{ks}:consumers",
 	}
 }
 
@@ -94,6 +101,10 @@ type RedisConfig struct {
 	// OnReload is called after each full (re)load with the number of
 	// records, or the error; nil ok.
 	OnReload func(keys int, err error)
+	// Limits, when set, resolves each key's effective limit (its and its
+	// consumer's plan and override) whenever a record or a consumer is
+	// loaded or changes, into Record.Limits.
+	Limits *ratelimit.Resolver
 }
 
 // RedisStore serves key lookups from an in-process copy of the Redis
@@ -107,6 +118,8 @@ type RedisStore struct {
 	keys    redisKeys
 	log     *zap.Logger
 	snap    atomic.Pointer[map[Hash]Record]
+	cons    atomic.Pointer[map[string]Consumer] // written with snap, under writeMu
+	limits  limitResolver
 	writeMu sync.Mutex // serializes snapshot writers
 	neg     *expirable.LRU[Hash, struct{}]
 	sf      singleflight.Group
@@ -141,7 +154,7 @@ func OpenRedis(cfg RedisConfig) (*RedisStore, error) {
 	if cfg.NegativeTTL <= 0 {
 		cfg.NegativeTTL = time.Second
 	}
-	s := &RedisStore{cfg: cfg, keys: newRedisKeys(cfg.Prefix), log: cfg.Logger, resync: make(chan struct{}, 1)}
+	s := &RedisStore{cfg: cfg, keys: newRedisKeys(cfg.Prefix), log: cfg.Logger, resync: make(chan struct{}, 1), limits: limitResolver{cfg.Limits}}
 	if s.log == nil {
 		s.log = zap.NewNop()
 	}
@@ -239,7 +252,7 @@ func (s *RedisStore) upsert(rec Record) {
 	for k, v := range *old {
 		m[k] = v
 	}
-	m[rec.Hash] = rec
+	m[rec.Hash] = s.limits.resolve(rec, s.consumers(), time.Now())
 	s.snap.Store(&m)
 }
 
@@ -266,7 +279,7 @@ func (s *RedisStore) remove(h Hash) {
 func (s *RedisStore) reload() error {
 	ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
 	defer cancel()
-	all, err := s.cfg.Client.HGetAll(ctx, s.keys.records).Result()
+	all, cons, err := s.loadAll(ctx)
 	if err != nil {
 		if s.cfg.OnReload != nil {
 			s.cfg.OnReload(0, err)
@@ -282,7 +295,9 @@ func (s *RedisStore) reload() error {
 		}
 		m[rec.Hash] = rec
 	}
+	s.limits.resolveAll(m, cons, time.Now())
 	s.writeMu.Lock()
+	s.cons.Store(&cons)
 	s.snap.Store(&m)
 	s.writeMu.Unlock()
 	s.neg.Purge()
@@ -299,6 +314,10 @@ func (s *RedisStore) apply(payload string) {
 		return
 	}
 	for _, f := range strings.Split(payload, ",") {
+		if id, ok := strings.CutPrefix(f, consumerChange); ok {
+			s.applyConsumer(id)
+			continue
+		}
 		h, err := ParseHash(f)
 		if err != nil {
 			continue
@@ -442,7 +461,7 @@ func (a *RedisAdmin) Issue(ctx context.Context, req IssueRequest) (string, Recor
 	if err != nil {
 		return "", Record{}, err
 	}
-	if err := a.write(ctx, nil, rec); err != nil {
+	if err := a.writeKey(ctx, rec); err != nil {
 		return "", Record{}, err
 	}
 	return key, rec, nil
@@ -570,25 +589,6 @@ func (a *RedisAdmin) change(ctx context.Context, id string, f func(Record) ([]Re
 		return err
 	}
 	return a.announce(ctx, changed...)
-}
-
-// write stores new records (ids must be unused) and announces them.
-func (a *RedisAdmin) write(ctx context.Context, _ *redis.Tx, recs ...Record) error {
-	k := newRedisKeys(a.Prefix)
-	err := a.Client.Watch(ctx, func(tx *redis.Tx) error {
-		for _, r := range recs {
-			if exists, err := tx.HExists(ctx, k.ids, r.ID).Result(); err != nil {
-				return err
-			} else if exists {
-				return fmt.Errorf("keystore: id %s already in use", r.ID)
-			}
-		}
-		return a.put(ctx, tx, recs...)
-	}, k.records, k.ids)
-	if err != nil {
-		return fmt.Errorf("keystore: %w", err)
-	}
-	return a.announce(ctx, recs...)
 }
 
 func (a *RedisAdmin) put(ctx context.Context, tx *redis.Tx, recs ...Record) error {

@@ -51,6 +51,10 @@ type Config struct {
 	// once; past it the answer is Status. It is counted per replica (in
 	// memory), whatever the backend. 0 means no cap.
 	MaxConcurrent int `yaml:"max_concurrent"`
+	// Plans names limit sets that keys and consumers may be put on
+	// (`keygate keys update ID --plan NAME`); see Plan and Resolver.
+	// Empty by default.
+	Plans map[string]Plan `yaml:"plans"`
 }
 
 // DefaultMaxConcurrent is the default cap on one credential's requests in
@@ -147,6 +151,7 @@ func (c Config) Validate() error {
 			bad("limits."+env, "required: every key is live or test, and each environment needs a limit")
 		}
 	}
+	validatePlans(c.Plans, bad)
 	return first
 }
 

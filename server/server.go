@@ -241,9 +241,13 @@ func (s *Server) openStore() error {
 		reloads.WithLabelValues("ok").Inc()
 		keys.Set(float64(n))
 	}
+	limits, err := s.cfg.RateLimit.Resolver()
+	if err != nil {
+		return err
+	}
 	switch s.cfg.Keystore.Backend {
 	case "file":
-		fs, err := keystore.OpenFile(keystore.FileConfig{Path: s.cfg.Keystore.File, Logger: s.log.Named("keystore"), OnReload: onReload})
+		fs, err := keystore.OpenFile(keystore.FileConfig{Path: s.cfg.Keystore.File, Logger: s.log.Named("keystore"), OnReload: onReload, Limits: limits})
 		if err != nil {
 			return fmt.Errorf("keystore.file: %w", err)
 		}
@@ -256,6 +260,7 @@ func (s *Server) openStore() error {
 			ResyncInterval: s.cfg.Keystore.ResyncInterval,
 			Timeout:        s.cfg.RateLimit.RedisTimeout,
 			OnReload:       onReload,
+			Limits:         limits,
 		})
 		if err != nil {
 			return err

@@ -1,0 +1,421 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/user"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/keygate/keygate/config"
+	"github.com/keygate/keygate/keyops"
+	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/ratelimit"
+)
+
+// openOps returns the key and consumer operations on the configured
+// keystore backend, and a function to release it. The CLI writes the
+// store directly through package keyops, as the admin API does: there is
+// one implementation of the rules, and the CLI works without a running
+// gateway.
+func openOps(cfg config.Config) (*keyops.Service, func(), error) {
+	store, done, err := openAdmin(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	limits, err := cfg.RateLimit.Resolver()
+	if err != nil {
+		done()
+		return nil, nil, err
+	}
+	ops, err := keyops.New(keyops.Config{Store: store, Limits: limits})
+	if err != nil {
+		done()
+		return nil, nil, err
+	}
+	return ops, done, nil
+}
+
+// cliActor is "cli:<os user>", the actor of every change the CLI makes.
+func cliActor() keyops.Actor {
+	name := ""
+	if u, err := user.Current(); err == nil {
+		name = u.Username
+	}
+	if name == "" {
+		name = os.Getenv("USER")
+	}
+	if name == "" {
+		name = "uid" + strconv.Itoa(os.Getuid())
+	}
+	return keyops.Actor{ID: "cli:" + name}
+}
+
+// opError turns an error in what was asked for into a usage error (exit
+// 2); other errors (the store failed, the key is revoked) exit 1.
+func opError(err error) error {
+	if errors.Is(err, keyops.ErrInvalid) {
+		return usageError{err.Error()}
+	}
+	return err
+}
+
+// limitFlags are the flags that change a plan and an override, shared by
+// `keys update` and `consumers create|update`.
+type limitFlags struct {
+	plan, quota, until *string
+	rate               *float64
+	per                *time.Duration
+	burst              *int
+	clear              *bool
+}
+
+func addLimitFlags(fs *flag.FlagSet, update bool) *limitFlags {
+	l := &limitFlags{
+		plan:  fs.String("plan", "", "a plan of ratelimit.plans (\"\" with update: none)"),
+		rate:  fs.Float64("rate", 0, "override: requests per --per"),
+		per:   fs.Duration("per", 0, "override: the period of --rate, such as 1s"),
+		burst: fs.Int("burst", 0, "override: the burst"),
+		quota: fs.String("quota", "", "override: the quota, REQUESTS/PERIOD such as 50000/24h, or none"),
+		until: fs.String("until", "", "the override ends at this RFC 3339 time and the limit falls back by itself (never: permanent)"),
+	}
+	if update {
+		l.clear = fs.Bool("clear-override", false, "drop the override (before applying --rate, --per, --burst, --quota)")
+	}
+	return l
+}
+
+// update builds the LimitUpdate of the flags that were given.
+func (l *limitFlags) update(fs *flag.FlagSet) (keyops.LimitUpdate, error) {
+	var u keyops.LimitUpdate
+	var err error
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "plan":
+			u.Plan = l.plan
+		case "rate":
+			u.Rate = l.rate
+		case "per":
+			u.Per = l.per
+		case "burst":
+			u.Burst = l.burst
+		case "quota":
+			q, qerr := parseQuota(*l.quota)
+			if qerr != nil {
+				err = qerr
+			}
+			u.Quota = &q
+		case "until":
+			var t time.Time
+			if *l.until != "never" {
+				if t, err = time.Parse(time.RFC3339, *l.until); err != nil {
+					err = fmt.Errorf("--until: want an RFC 3339 time such as 2026-12-31T00:00:00Z, or never")
+				}
+			}
+			u.Until = &t
+		case "clear-override":
+			u.ClearOverride = *l.clear
+		}
+	})
+	if err != nil {
+		return keyops.LimitUpdate{}, usageError{err.Error()}
+	}
+	return u, nil
+}
+
+func keysManage(sub string, fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
+	cfgPath := fs.Lookup("config").Value
+	var (
+		asJSON *bool
+		lf     *limitFlags
+		name   *string
+	)
+	if sub == "show" {
+		asJSON = fs.Bool("json", false, "print JSON")
+	} else {
+		name = fs.String("name", "", "a new name for the key")
+		lf = addLimitFlags(fs, true)
+	}
+	if err := fs.Parse(interleave(args)); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return usageError{fmt.Sprintf("keys %s: want exactly one key ID", sub)}
+	}
+	id := fs.Arg(0)
+	var u keyops.KeyUpdate
+	if sub == "update" {
+		var err error
+		if u.Limits, err = lf.update(fs); err != nil {
+			return err
+		}
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name == "name" {
+				u.Name = name
+			}
+		})
+	}
+	cfg, err := loadConfig(cfgPath.String())
+	if err != nil {
+		return err
+	}
+	ops, done, err := openOps(cfg)
+	if err != nil {
+		return err
+	}
+	defer done()
+	ctx := context.Background()
+	if sub == "update" {
+		rec, err := ops.UpdateKey(ctx, cliActor(), id, u)
+		if err != nil {
+			return opError(err)
+		}
+		fmt.Fprintf(stderr, "updated %s; running gateways apply it within a second\n", rec.ID)
+		asJSON = new(bool)
+	}
+	d, err := ops.ShowKey(ctx, id)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return writeJSON(stdout, d)
+	}
+	printKey(stdout, d)
+	return nil
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func printKey(w io.Writer, d keyops.KeyDetail) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	exp := "never"
+	if d.ExpiresAt != nil {
+		exp = d.ExpiresAt.UTC().Format(time.RFC3339)
+	}
+	fmt.Fprintf(tw, "id\t%s\nname\t%s\nproduct\t%s\nenv\t%s\ncontext\t%s\nconsumer\t%s\nstatus\t%s\ncreated\t%s\nexpires\t%s\nplan\t%s\n",
+		d.ID, orDash(d.Name), d.Product, d.Env, orDash(d.Context), orDash(d.Consumer), d.Status,
+		d.CreatedAt.UTC().Format(time.RFC3339), exp, orDash(d.Plan))
+	if d.Override != nil {
+		b, _ := json.Marshal(d.Override)
+		fmt.Fprintf(tw, "override\t%s\n", b)
+	}
+	_ = tw.Flush()
+	printLimit(w, d.Limit, "effective limit")
+	for _, warn := range d.Warnings {
+		fmt.Fprintln(w, "note:", warn)
+	}
+}
+
+func printLimit(w io.Writer, l *keyops.Limit, title string) {
+	fmt.Fprintf(w, "%s (bucket %s, scope %s):\n", title, l.Bucket, l.Scope)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "  rate\t%s\t%s\n", strconv.FormatFloat(l.Rate, 'g', -1, 64), l.Sources["rate"])
+	fmt.Fprintf(tw, "  per\t%s\t%s\n", l.Per, l.Sources["per"])
+	fmt.Fprintf(tw, "  burst\t%d\t%s\n", l.Burst, l.Sources["burst"])
+	fmt.Fprintf(tw, "  quota\t%s\t%s\n", l.Quota, l.Sources["quota"])
+	_ = tw.Flush()
+	if l.Then != nil {
+		printLimit(w, l.Then, "from "+l.Until.UTC().Format(time.RFC3339))
+	}
+}
+
+// stringList is a repeatable flag.
+type stringList []string
+
+func (s *stringList) String() string     { return strings.Join(*s, ",") }
+func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
+
+func consumers(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return usageError{"consumers: want create, list, show, update or delete"}
+	}
+	sub, args := args[0], args[1:]
+	fs := flag.NewFlagSet("consumers "+sub, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfgPath := fs.String("config", "", "config file (YAML); embedded defaults when empty")
+	var (
+		name       *string
+		meta, ctxs stringList
+		anyContext *bool
+		lf         *limitFlags
+		asJSON     *bool
+	)
+	switch sub {
+	case "create", "update":
+		name = fs.String("name", "", "the consumer's name, such as the customer")
+		fs.Var(&meta, "meta", "metadata KEY=VALUE (repeatable; KEY= removes it on update)")
+		fs.Var(&ctxs, "context", "a context UUID its keys may be bound to (repeatable; on update, replaces the list)")
+		lf = addLimitFlags(fs, sub == "update")
+		if sub == "update" {
+			anyContext = fs.Bool("any-context", false, "allow its keys any context")
+		}
+	case "list", "show":
+		asJSON = fs.Bool("json", false, "print JSON")
+	case "delete":
+	default:
+		return usageError{fmt.Sprintf("consumers: unknown subcommand %q", sub)}
+	}
+	if err := fs.Parse(interleave(args)); err != nil {
+		return err
+	}
+	wantID := sub == "show" || sub == "update" || sub == "delete"
+	if wantID && fs.NArg() != 1 {
+		return usageError{fmt.Sprintf("consumers %s: want exactly one consumer ID", sub)}
+	}
+	if !wantID && fs.NArg() != 0 {
+		return usageError{fmt.Sprintf("consumers %s: unexpected argument %q", sub, fs.Arg(0))}
+	}
+	metadata := map[string]string{}
+	for _, kv := range meta {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return usageError{fmt.Sprintf("--meta %q: want KEY=VALUE", kv)}
+		}
+		metadata[k] = v
+	}
+	var lu keyops.LimitUpdate
+	if lf != nil {
+		var err error
+		if lu, err = lf.update(fs); err != nil {
+			return err
+		}
+	}
+	cfg, err := loadConfig(*cfgPath)
+	if err != nil {
+		return err
+	}
+	ops, done, err := openOps(cfg)
+	if err != nil {
+		return err
+	}
+	defer done()
+	ctx := context.Background()
+	actor := cliActor()
+
+	switch sub {
+	case "create":
+		spec := keyops.ConsumerSpec{Name: *name, Metadata: metadata, Contexts: ctxs, Limits: lu}
+		if lu.Plan != nil {
+			spec.Plan = *lu.Plan
+		}
+		for k, v := range metadata {
+			if v == "" {
+				return usageError{fmt.Sprintf("--meta %s=: a value is required", k)}
+			}
+		}
+		if len(metadata) == 0 {
+			spec.Metadata = nil
+		}
+		c, err := ops.CreateConsumer(ctx, actor, spec)
+		if err != nil {
+			return opError(err)
+		}
+		fmt.Fprintln(stdout, c.ID)
+		fmt.Fprintf(stderr, "created consumer %s: name=%q\n", c.ID, c.Name)
+	case "list":
+		cons, err := ops.ListConsumers(ctx)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			if cons == nil {
+				cons = []keystore.Consumer{}
+			}
+			return writeJSON(stdout, cons)
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tNAME\tPLAN\tOVERRIDE\tCONTEXTS\tCREATED")
+		for _, c := range cons {
+			ov := "-"
+			if c.Override != nil {
+				b, _ := json.Marshal(c.Override)
+				ov = string(b)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", c.ID, orDash(c.Name), orDash(c.Plan), ov, orDash(strings.Join(c.Contexts, ",")), c.CreatedAt.UTC().Format(time.RFC3339))
+		}
+		return tw.Flush()
+	case "show":
+		d, err := ops.ShowConsumer(ctx, fs.Arg(0))
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return writeJSON(stdout, d)
+		}
+		printConsumer(stdout, d)
+	case "update":
+		u := keyops.ConsumerUpdate{Limits: lu}
+		fs.Visit(func(f *flag.Flag) {
+			switch f.Name {
+			case "name":
+				u.Name = name
+			case "context":
+				c := []string(ctxs)
+				u.Contexts = &c
+			case "any-context":
+				if *anyContext {
+					u.Contexts = &[]string{}
+				}
+			}
+		})
+		if len(metadata) > 0 {
+			u.Metadata = metadata
+		}
+		c, err := ops.UpdateConsumer(ctx, actor, fs.Arg(0), u)
+		if err != nil {
+			return opError(err)
+		}
+		fmt.Fprintf(stderr, "updated consumer %s; running gateways apply it within a second\n", c.ID)
+		d, err := ops.ShowConsumer(ctx, c.ID)
+		if err != nil {
+			return err
+		}
+		printConsumer(stdout, d)
+	case "delete":
+		c, err := ops.DeleteConsumer(ctx, actor, fs.Arg(0))
+		if err != nil {
+			return opError(err)
+		}
+		fmt.Fprintln(stdout, c.ID)
+		fmt.Fprintf(stderr, "deleted consumer %s\n", c.ID)
+	}
+	return nil
+}
+
+func printConsumer(w io.Writer, d keyops.ConsumerDetail) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "id\t%s\nname\t%s\nplan\t%s\n", d.ID, orDash(d.Name), orDash(d.Plan))
+	if d.Override != nil {
+		b, _ := json.Marshal(d.Override)
+		fmt.Fprintf(tw, "override\t%s\n", b)
+	}
+	fmt.Fprintf(tw, "contexts\t%s\n", orDash(strings.Join(d.Contexts, ", ")))
+	keys := make([]string, 0, len(d.Metadata))
+	for k := range d.Metadata {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(tw, "metadata.%s\t%s\n", k, d.Metadata[k])
+	}
+	fmt.Fprintf(tw, "created\t%s\n", d.CreatedAt.UTC().Format(time.RFC3339))
+	for _, st := range []keystore.Status{keystore.Active, keystore.Expired, keystore.Revoked} {
+		fmt.Fprintf(tw, "keys %s\t%s\n", st, orDash(strings.Join(d.Keys[st], ", ")))
+	}
+	_ = tw.Flush()
+}
+
+// parseQuota parses --quota: REQUESTS/PERIOD or none.
+func parseQuota(s string) (ratelimit.Quota, error) { return ratelimit.ParseQuota(s) }

@@ -1,0 +1,203 @@
+package e2e
+
+import (
+	"bytes"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/keygate/keygate/internal/redistest"
+)
+
+// rateLimitHeader posts a small /sync upload and returns the status and
+// the RateLimit-Limit header: the burst, or the quota when the quota is
+// the tighter constraint.
+func (g *gateway) rateLimitHeader(key string) (int, string) {
+	ct, body := smallForm()
+	req, _ := http.NewRequest("POST", g.API+"/sync", bytes.NewReader(body))
+	req.Header.Set("Content-Type", ct)
+	req.Header.Set("X-Api-Key", key)
+	resp, err := g.Client.Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	resp.Body.Close()
+	return resp.StatusCode, resp.Header.Get("RateLimit-Limit")
+}
+
+// allReplicas waits, with one deadline for all of them, until every
+// replica reports want as key's RateLimit-Limit, and returns how long
+// that took.
+func allReplicas(t *testing.T, gs []*gateway, key, want string, within time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	pending := map[int]bool{}
+	for i := range gs {
+		pending[i] = true
+	}
+	eventually(t, within, func() string {
+		for i := range pending {
+			if s, got := gs[i].rateLimitHeader(key); s == 200 && got == want {
+				delete(pending, i)
+			}
+		}
+		if len(pending) > 0 {
+			return fmt.Sprintf("%d replicas do not report RateLimit-Limit %s yet", len(pending), want)
+		}
+		return ""
+	})
+	return time.Since(start)
+}
+
+// same checks that every replica reports want for key now.
+func same(t *testing.T, gs []*gateway, key, want, what string) {
+	t.Helper()
+	for i, g := range gs {
+		if s, got := g.rateLimitHeader(key); s != 200 || got != want {
+			t.Errorf("%s: replica %d: %d with RateLimit-Limit %q, want 200 with %q", what, i, s, got, want)
+		}
+	}
+}
+
+// TestSupportRaisesOneKeysLimit: with three replicas sharing a Redis
+// keystore and limiter, one `keys update` raises one key's limit and
+// quota on every replica within a second and leaves the other key alone;
+// a temporary grant falls back by itself when it expires.
+func TestSupportRaisesOneKeysLimit(t *testing.T) {
+	rs := redistest.Start(t)
+	// The quota (40) is the tighter constraint by default, so
+	// RateLimit-Limit shows it; a grant with a burst over its quota shows
+	// the new quota, which proves both were raised.
+	gs := replicas(t, 3, rs.Addr, "redis", `    live: { rate: 1000, per: 1s, burst: 1000, quota: { requests: 40, per: 24h } }
+    test: { rate: 1000, per: 1s, burst: 1000 }`, "")
+	keyA := gs[0].issue("--product", "extraction", "--env", "live", "--context", ctxA, "--name", "customer-a")
+	keyB := gs[0].issue("--product", "extraction", "--env", "live", "--context", ctxA, "--name", "customer-b")
+	waitKey(t, gs, keyA)
+	waitKey(t, gs, keyB)
+	same(t, gs, keyA, "40", "before")
+	same(t, gs, keyB, "40", "before")
+	idOf := func(name string) string {
+		for _, r := range gs[0].list() {
+			if r.Name == name {
+				return r.ID
+			}
+		}
+		t.Fatalf("no key named %s", name)
+		return ""
+	}
+	idA, idB := idOf("customer-a"), idOf("customer-b")
+
+	// One command raises A's limit and quota.
+	if out, errOut, err := gs[1].keygate("keys", "update", idA, "--rate", "2000", "--burst", "100000", "--quota", "50000/24h"); err != nil {
+		t.Fatalf("keys update: %v\n%s%s", err, out, errOut)
+	}
+	took := allReplicas(t, gs, keyA, "50000", time.Second)
+	t.Logf("raised limit live on 3 replicas after %s", took.Round(time.Millisecond))
+	same(t, gs, keyB, "40", "the other key after the raise")
+	out, _, err := gs[2].keygate("keys", "show", idA)
+	if err != nil || !strings.Contains(out, "key override") || !strings.Contains(out, "50000/24h0m0s") {
+		t.Errorf("keys show: %v\n%s", err, out)
+	}
+
+	// A temporary grant for B: a couple of seconds, then back by itself.
+	until := time.Now().Add(3 * time.Second).UTC().Truncate(time.Second)
+	if out, errOut, err := gs[2].keygate("keys", "update", idB, "--burst", "100000", "--quota", "60000/24h", "--until", until.Format(time.RFC3339)); err != nil {
+		t.Fatalf("keys update --until: %v\n%s%s", err, out, errOut)
+	}
+	allReplicas(t, gs, keyB, "60000", time.Second)
+	same(t, gs, keyA, "50000", "the other key during the grant")
+	if d := time.Until(until); d > 0 {
+		time.Sleep(d)
+	}
+	// The fallback needs no change message: each replica compares the
+	// time with the grant's end on the request path.
+	took = allReplicas(t, gs, keyB, "40", time.Second)
+	t.Logf("grant expired on 3 replicas %s after its end", took.Round(time.Millisecond))
+	same(t, gs, keyA, "50000", "the other key after the grant")
+
+	// A resolved limit costs the request path no Redis call of its own:
+	// still exactly one EVALSHA per admitted request. The Redis keystore's
+	// background resync (HGETALL every resync_interval) and pub/sub pings
+	// are not on the request path and do not grow with requests.
+	before, othersBefore := commandCalls(t, rs)
+	const n = 30
+	for i := 0; i < n; i++ {
+		if s, _ := gs[i%3].rateLimitHeader(keyA); s != 200 {
+			t.Fatalf("request %d: %d", i, s)
+		}
+	}
+	after, othersAfter := commandCalls(t, rs)
+	if after-before != n {
+		t.Errorf("EVALSHA calls = %d for %d admitted requests, want exactly one each", after-before, n)
+	}
+	insideScript := map[string]int{"get": 2, "set": 1, "time": 1, "incr": 1, "pexpire": 1, "pttl": 1}
+	for name, c := range othersAfter {
+		d := c - othersBefore[name]
+		switch per, ok := insideScript[name]; {
+		case ok:
+			if d > per*n {
+				t.Errorf("%d %s calls from %d scripts", d, name, n)
+			}
+		case name == "hgetall" || name == "ping":
+			if d > 2*len(gs) {
+				t.Errorf("%d %s calls during %d requests: more than background work", d, name, n)
+			}
+		case d != 0:
+			t.Errorf("%d extra %s round trips during the run", d, name)
+		}
+	}
+}
+
+// TestConsumerScopeSharesOneQuota: two keys of one consumer on a plan
+// with scope consumer share one quota exactly across three replicas.
+func TestConsumerScopeSharesOneQuota(t *testing.T) {
+	rs := redistest.Start(t)
+	const quota = 30
+	gs := replicas(t, 3, rs.Addr, "redis", fmt.Sprintf(`    live: { rate: 1000, per: 1s, burst: 1000 }
+    test: { rate: 1000, per: 1s, burst: 1000 }
+  plans:
+    team: { rate: 1000, per: 1s, burst: 1000, quota: { requests: %d, per: 24h }, scope: consumer }`, quota), "")
+	out, errOut, err := gs[0].keygate("consumers", "create", "--name", "Acme", "--plan", "team", "--context", ctxA)
+	if err != nil {
+		t.Fatalf("consumers create: %v\n%s", err, errOut)
+	}
+	con := strings.TrimSpace(out)
+	keys := []string{
+		gs[0].issue("--product", "extraction", "--env", "live", "--context", ctxA, "--consumer", con),
+		gs[1].issue("--product", "extraction", "--env", "live", "--context", ctxA, "--consumer", con),
+	}
+	for _, k := range keys {
+		waitKey(t, gs, k)
+	}
+	var admitted, quotaRefusals atomic.Int64
+	var wg sync.WaitGroup
+	for i := 0; i < 3*quota; i++ {
+		wg.Add(1)
+		go func(g *gateway, key string) {
+			defer wg.Done()
+			s, body := g.send(key)
+			switch {
+			case s == 200:
+				admitted.Add(1)
+			case s == 429 && strings.Contains(body, "quota") && strings.Contains(body, "consumer"):
+				quotaRefusals.Add(1)
+			default:
+				t.Errorf("unexpected %d %s", s, body)
+			}
+		}(gs[i%3], keys[i%2])
+	}
+	wg.Wait()
+	if admitted.Load() != quota || quotaRefusals.Load() != 2*quota {
+		t.Errorf("two keys of one consumer: admitted %d, refused for quota %d; want exactly %d and %d", admitted.Load(), quotaRefusals.Load(), quota, 2*quota)
+	}
+	// A key outside the consumer keeps its own (unlimited) quota.
+	other := gs[2].issue("--product", "extraction", "--env", "live", "--context", ctxA)
+	waitKey(t, gs, other)
+	if s, body := gs[0].send(other); s != 200 {
+		t.Errorf("a key of no consumer: %d %s", s, body)
+	}
+}

@@ -1,0 +1,82 @@
+package gateway_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/keygate/keygate/auth"
+	"github.com/keygate/keygate/gateway"
+	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/ratelimit"
+)
+
+// BenchmarkRequestPathResolvedLimit is BenchmarkRequestPath for a key of a
+// consumer on a plan, with a temporary grant of its own: the limit comes
+// resolved from the store, so the path does what it does for an env
+// default plus one time comparison.
+func BenchmarkRequestPathResolvedLimit(b *testing.B) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(200)
+	}))
+	b.Cleanup(up.Close)
+	envs := map[string]ratelimit.Limit{"live": {Rate: 1e9, Per: time.Second, Burst: 1e9}, "test": {Rate: 1e9, Per: time.Second, Burst: 1e9}}
+	res, err := ratelimit.NewResolver(envs, map[string]ratelimit.Plan{"big": {Limit: ratelimit.Limit{Rate: 1e9, Per: time.Second, Burst: 1e9}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	path := filepath.Join(b.TempDir(), "keys.yaml")
+	admin := &keystore.FileAdmin{Path: path}
+	ctx := context.Background()
+	con, _ := keystore.NewConsumer(keystore.Consumer{Name: "bench", Plan: "big"}, time.Now())
+	if err := admin.CreateConsumer(ctx, con); err != nil {
+		b.Fatal(err)
+	}
+	key, rec, err := admin.Issue(ctx, keystore.IssueRequest{Product: keystore.Extraction, Env: keystore.Live, Context: ctxA, Consumer: con.ID})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := admin.UpdateKey(ctx, rec.ID, func(r keystore.Record) (keystore.Record, error) {
+		r.Override = &ratelimit.Override{Burst: 2e9, Until: time.Now().Add(time.Hour)}
+		return r, nil
+	}); err != nil {
+		b.Fatal(err)
+	}
+	store, err := keystore.OpenFile(keystore.FileConfig{Path: path, Limits: res})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = store.Close() })
+	keys, _ := auth.NewAPIKeys(auth.APIKeysConfig{Store: store})
+	gw, err := gateway.New(gateway.Config{
+		Upstreams:    gateway.UpstreamsConfig{Extraction: gateway.UpstreamConfig{Targets: []string{up.URL}}, Registry: gateway.UpstreamConfig{Targets: []string{up.URL}}},
+		MaxBodyBytes: 100 << 20,
+		Limits:       envs,
+	}, gateway.Deps{Auth: keys, Limiter: ratelimit.NewLocal(ratelimit.LocalConfig{})})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ct, body := form(b, part{"contextId", ctxA}, part{"id", "1"}, part{"files", string(bytes.Repeat([]byte("x"), 16<<10))})
+	b.ReportAllocs()
+	b.SetBytes(int64(len(body)))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		req := httptest.NewRequest("POST", "/sync", bytes.NewReader(body))
+		req.Header.Set("Content-Type", ct)
+		req.Header.Set("X-Api-Key", key)
+		w := httptest.NewRecorder()
+		gw.ServeHTTP(w, req)
+		if w.Code != 200 {
+			b.Fatalf("status %d: %s", w.Code, w.Body)
+		}
+		if i == 0 && w.Header()["Ratelimit-Limit"][0] != "2000000000" { // the grant's burst
+			b.Fatalf("RateLimit-Limit %v", w.Header()["Ratelimit-Limit"])
+		}
+	}
+}

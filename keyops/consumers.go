@@ -1,0 +1,176 @@
+package keyops
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"github.com/keygate/keygate/keystore"
+)
+
+// ConsumerSpec is a consumer to create.
+type ConsumerSpec struct {
+	Name     string
+	Metadata map[string]string
+	// Contexts, when not empty, are the only contexts its keys may be
+	// bound to.
+	Contexts []string
+	// Plan names an entry of ratelimit.plans; "" for none.
+	Plan   string
+	Limits LimitUpdate // an override to start with; its Plan is ignored
+}
+
+// CreateConsumer creates a consumer with a new id.
+func (s *Service) CreateConsumer(ctx context.Context, a Actor, spec ConsumerSpec) (keystore.Consumer, error) {
+	if err := checkActor(a); err != nil {
+		return keystore.Consumer{}, err
+	}
+	changes := map[string]string{"name": spec.Name}
+	for k, v := range spec.Metadata {
+		changes["metadata."+k] = v
+	}
+	if len(spec.Contexts) > 0 {
+		changes["contexts"] = strings.Join(spec.Contexts, ",")
+	}
+	lu := spec.Limits
+	lu.Plan = nil
+	if spec.Plan != "" {
+		lu.Plan = &spec.Plan
+	}
+	c, err := s.newConsumer(spec, lu, changes)
+	if err == nil {
+		err = s.store.CreateConsumer(ctx, c)
+	}
+	if err := s.audit(ctx, a, "consumer.create", c.ID, changes, err); err != nil {
+		return keystore.Consumer{}, err
+	}
+	return c, nil
+}
+
+func (s *Service) newConsumer(spec ConsumerSpec, lu LimitUpdate, changes map[string]string) (keystore.Consumer, error) {
+	if err := s.checkLimits(lu); err != nil {
+		return keystore.Consumer{}, err
+	}
+	c := keystore.Consumer{Name: spec.Name, Metadata: spec.Metadata, Contexts: spec.Contexts}
+	var err error
+	if c.Plan, c.Override, err = lu.apply("", nil, s.now(), changes); err != nil {
+		return keystore.Consumer{}, err
+	}
+	if c, err = keystore.NewConsumer(c, s.now()); err != nil {
+		return keystore.Consumer{}, asInvalid(err)
+	}
+	return c, nil
+}
+
+// ListConsumers returns every consumer in the order they were created.
+func (s *Service) ListConsumers(ctx context.Context) ([]keystore.Consumer, error) {
+	return s.store.ListConsumers(ctx)
+}
+
+// ConsumerDetail is a consumer as `consumers show` prints it, with the
+// ids of its keys.
+type ConsumerDetail struct {
+	keystore.Consumer
+	// Keys are the ids of its keys, by effective status.
+	Keys map[keystore.Status][]string `json:"keys"`
+}
+
+// ShowConsumer returns the consumer with id and its keys.
+func (s *Service) ShowConsumer(ctx context.Context, id string) (ConsumerDetail, error) {
+	c, err := s.store.GetConsumer(ctx, id)
+	if err != nil {
+		return ConsumerDetail{}, err
+	}
+	recs, err := s.ListKeys(ctx, KeyFilter{Consumer: id})
+	if err != nil {
+		return ConsumerDetail{}, err
+	}
+	d := ConsumerDetail{Consumer: c, Keys: map[keystore.Status][]string{}}
+	now := s.now()
+	for _, r := range recs {
+		st := r.StateAt(now)
+		d.Keys[st] = append(d.Keys[st], r.ID)
+	}
+	return d, nil
+}
+
+// ConsumerUpdate changes a consumer. Nil fields are left as they are.
+type ConsumerUpdate struct {
+	Name *string
+	// Metadata sets entries; an entry set to "" is removed.
+	Metadata map[string]string
+	// Contexts replaces the allowed contexts; an empty slice allows any.
+	// Narrowing them is refused while an active key of the consumer is
+	// bound to a context left out.
+	Contexts *[]string
+	Limits   LimitUpdate
+}
+
+// UpdateConsumer changes the consumer with id. A change of its plan or
+// override reaches every running gateway within a second, for all its
+// keys that set no limit of their own.
+func (s *Service) UpdateConsumer(ctx context.Context, a Actor, id string, u ConsumerUpdate) (keystore.Consumer, error) {
+	if err := checkActor(a); err != nil {
+		return keystore.Consumer{}, err
+	}
+	if u.Name == nil && len(u.Metadata) == 0 && u.Contexts == nil && u.Limits.IsZero() {
+		return keystore.Consumer{}, invalid("nothing to update")
+	}
+	changes := map[string]string{}
+	err := s.checkLimits(u.Limits)
+	var out keystore.Consumer
+	if err == nil {
+		now := s.now()
+		out, err = s.store.UpdateConsumer(ctx, id, func(c keystore.Consumer) (keystore.Consumer, error) {
+			if u.Name != nil {
+				c.Name = *u.Name
+				changes["name"] = c.Name
+			}
+			if len(u.Metadata) > 0 {
+				m := make(map[string]string, len(c.Metadata)+len(u.Metadata))
+				for k, v := range c.Metadata {
+					m[k] = v
+				}
+				for k, v := range u.Metadata {
+					if v == "" {
+						delete(m, k)
+					} else {
+						m[k] = v
+					}
+					changes["metadata."+k] = v
+				}
+				c.Metadata = m
+				if len(m) == 0 {
+					c.Metadata = nil
+				}
+			}
+			if u.Contexts != nil {
+				c.Contexts = append([]string(nil), (*u.Contexts)...)
+				changes["contexts"] = strings.Join(c.Contexts, ",")
+			}
+			var err error
+			c.Plan, c.Override, err = u.Limits.apply(c.Plan, c.Override, now, changes)
+			return c, err
+		})
+	}
+	if errors.Is(err, keystore.ErrConsumerInUse) {
+		err = asInvalid(err)
+	}
+	if err := s.audit(ctx, a, "consumer.update", id, changes, err); err != nil {
+		return keystore.Consumer{}, err
+	}
+	return out, nil
+}
+
+// DeleteConsumer deletes the consumer with id. It is refused
+// (keystore.ErrConsumerInUse) while the consumer has active keys.
+func (s *Service) DeleteConsumer(ctx context.Context, a Actor, id string) (keystore.Consumer, error) {
+	if err := checkActor(a); err != nil {
+		return keystore.Consumer{}, err
+	}
+	c, err := s.store.DeleteConsumer(ctx, id)
+	if err := s.audit(ctx, a, "consumer.delete", id, nil, err); err != nil {
+		return keystore.Consumer{}, err
+	}
+	return c, nil
+}

@@ -1,0 +1,145 @@
+package keyops_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/keygate/keygate/keyops"
+	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/ratelimit"
+)
+
+const ctxA = "6f1c2d3e-4a5b-4c6d-8e7f-90a1b2c3d4e5"
+
+type recorder struct {
+	mu     sync.Mutex
+	events []keyops.Event
+}
+
+func (r *recorder) Audit(_ context.Context, e keyops.Event) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, e)
+	return nil
+}
+
+func newService(t *testing.T) (*keyops.Service, *recorder) {
+	t.Helper()
+	cfg := ratelimit.DefaultConfig()
+	cfg.Plans = map[string]ratelimit.Plan{
+		"pro":  {Limit: ratelimit.Limit{Rate: 200, Per: time.Second, Burst: 400, Quota: ratelimit.Quota{Requests: 50000, Per: 24 * time.Hour}}},
+		"team": {Limit: ratelimit.Limit{Rate: 20, Per: time.Second, Burst: 20}, Scope: ratelimit.ScopeConsumer},
+	}
+	res, err := cfg.Resolver()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{}
+	s, err := keyops.New(keyops.Config{Store: &keystore.FileAdmin{Path: filepath.Join(t.TempDir(), "keys.yaml")}, Limits: res, Auditor: rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, rec
+}
+
+// TestKeyOpsExplainAndAudit: an update's plan and override show in the
+// explanation with their sources; every change, made or refused, reaches
+// the Auditor with its actor and never with the key.
+func TestKeyOpsExplainAndAudit(t *testing.T) {
+	t.Parallel()
+	s, audit := newService(t)
+	ctx := context.Background()
+	cli := keyops.Actor{ID: "cli:support"}
+	con, err := s.CreateConsumer(ctx, cli, keyops.ConsumerSpec{Name: "Acme", Plan: "team", Contexts: []string{ctxA}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, rec, err := s.IssueKey(ctx, cli, keystore.IssueRequest{Product: keystore.Extraction, Env: keystore.Live, Context: ctxA, Consumer: con.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := s.ShowKey(ctx, rec.ID)
+	if err != nil || d.Limit.Bucket != con.ID || d.Limit.Sources["rate"] != "consumer plan team" || d.Limit.Quota != "none" {
+		t.Fatalf("show: %+v %v", d.Limit, err)
+	}
+	bad := "enterprise"
+	if _, err := s.UpdateKey(ctx, cli, rec.ID, keyops.KeyUpdate{Limits: keyops.LimitUpdate{Plan: &bad}}); !errors.Is(err, keyops.ErrInvalid) || !strings.Contains(err.Error(), "pro") {
+		t.Errorf("unknown plan: %v", err)
+	}
+	past := time.Now().Add(-time.Hour)
+	rate := 500.0
+	if _, err := s.UpdateKey(ctx, cli, rec.ID, keyops.KeyUpdate{Limits: keyops.LimitUpdate{Rate: &rate, Until: &past}}); !errors.Is(err, keyops.ErrInvalid) {
+		t.Errorf("until in the past: %v", err)
+	}
+	pro := "pro"
+	until := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+	if _, err := s.UpdateKey(ctx, cli, rec.ID, keyops.KeyUpdate{Limits: keyops.LimitUpdate{Plan: &pro, Rate: &rate, Until: &until}}); err != nil {
+		t.Fatal(err)
+	}
+	d, err = s.ShowKey(ctx, rec.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := d.Limit
+	if l.Rate != 500 || l.Sources["rate"] != "key override" || l.Sources["burst"] != "key plan pro" || l.Bucket != rec.ID ||
+		l.Until == nil || !l.Until.Equal(until) || l.Then == nil || l.Then.Rate != 200 || l.Quota != "50000/24h0m0s" {
+		t.Errorf("explained: %+v then %+v", l, l.Then)
+	}
+	if _, err := s.UpdateKey(ctx, cli, rec.ID, keyops.KeyUpdate{Limits: keyops.LimitUpdate{ClearOverride: true}}); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := s.GetKey(ctx, rec.ID); r.Override != nil || r.Plan != "pro" {
+		t.Errorf("after --clear-override: %+v %q", r.Override, r.Plan)
+	}
+	if _, err := s.DeleteConsumer(ctx, cli, con.ID); !errors.Is(err, keystore.ErrConsumerInUse) {
+		t.Errorf("delete with an active key: %v", err)
+	}
+	if _, err := s.UpdateKey(ctx, keyops.Actor{}, rec.ID, keyops.KeyUpdate{Limits: keyops.LimitUpdate{ClearOverride: true}}); !errors.Is(err, keyops.ErrInvalid) {
+		t.Errorf("no actor: %v", err)
+	}
+
+	want := []string{"consumer.create ok", "key.issue ok", "key.update error", "key.update error", "key.update ok", "key.update ok", "consumer.delete error"}
+	if len(audit.events) != len(want) {
+		t.Fatalf("%d events, want %d: %+v", len(audit.events), len(want), audit.events)
+	}
+	for i, e := range audit.events {
+		if got := e.Action + " " + e.Outcome(); got != want[i] || e.Actor != cli || e.Time.IsZero() {
+			t.Errorf("event %d: %s by %+v, want %s by %+v", i, got, e.Actor, want[i], cli)
+		}
+		for k, v := range e.Changes {
+			if strings.Contains(v, key[9:]) || strings.Contains(v, "sha256") {
+				t.Errorf("event %d: %s carries the key or its hash", i, k)
+			}
+		}
+	}
+	if audit.events[4].Changes["plan"] != "pro" || audit.events[4].Changes["override.rate"] != "500" {
+		t.Errorf("update changes: %v", audit.events[4].Changes)
+	}
+}
+
+// TestShowKeyWarns: a plan removed from the configuration is named as
+// skipped.
+func TestShowKeyWarns(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "keys.yaml")
+	fa := &keystore.FileAdmin{Path: path}
+	ctx := context.Background()
+	_, rec, err := fa.Issue(ctx, keystore.IssueRequest{Product: keystore.Registry, Env: keystore.Test})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fa.UpdateKey(ctx, rec.ID, func(r keystore.Record) (keystore.Record, error) { r.Plan = "retired"; return r, nil }); err != nil {
+		t.Fatal(err)
+	}
+	res, _ := ratelimit.DefaultConfig().Resolver()
+	s, _ := keyops.New(keyops.Config{Store: fa, Limits: res})
+	d, err := s.ShowKey(ctx, rec.ID)
+	if err != nil || len(d.Warnings) != 1 || !strings.Contains(d.Warnings[0], "retired") || d.Limit.Sources["rate"] != "env default (test)" {
+		t.Errorf("show: %+v %v %v", d.Limit, d.Warnings, err)
+	}
+}

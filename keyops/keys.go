@@ -1,0 +1,204 @@
+package keyops
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/keygate/keygate/keystore"
+)
+
+// IssueKey issues a key. The key is returned once and stored nowhere; a
+// key of a consumer must be bound to one of the consumer's contexts, if
+// it lists any.
+func (s *Service) IssueKey(ctx context.Context, a Actor, req keystore.IssueRequest) (string, keystore.Record, error) {
+	if err := checkActor(a); err != nil {
+		return "", keystore.Record{}, err
+	}
+	changes := map[string]string{"product": string(req.Product), "env": string(req.Env), "context": req.Context, "name": req.Name}
+	if req.Consumer != "" {
+		changes["consumer"] = req.Consumer
+	}
+	if req.ExpiresIn > 0 {
+		changes["expires_in"] = req.ExpiresIn.String()
+	}
+	if err := req.Validate(); err != nil {
+		return "", keystore.Record{}, s.audit(ctx, a, "key.issue", "", changes, asInvalid(err))
+	}
+	key, rec, err := s.store.Issue(ctx, req)
+	if errors.Is(err, keystore.ErrContextNotAllowed) || errors.Is(err, keystore.ErrConsumerNotFound) {
+		err = asInvalid(err)
+	}
+	if err := s.audit(ctx, a, "key.issue", rec.ID, changes, err); err != nil {
+		return "", keystore.Record{}, err
+	}
+	return key, rec, nil
+}
+
+// KeyFilter selects keys; empty fields select all.
+type KeyFilter struct {
+	Consumer string
+	Product  keystore.Product
+	Env      keystore.Env
+	// Status is an effective status: active, revoked or expired.
+	Status keystore.Status
+}
+
+// ListKeys returns the keys that f selects, in the order they were
+// issued.
+func (s *Service) ListKeys(ctx context.Context, f KeyFilter) ([]keystore.Record, error) {
+	recs, err := s.store.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	now := s.now()
+	out := recs[:0]
+	for _, r := range recs {
+		if (f.Consumer == "" || r.Consumer == f.Consumer) && (f.Product == "" || r.Product == f.Product) &&
+			(f.Env == "" || r.Env == f.Env) && (f.Status == "" || r.StateAt(now) == f.Status) {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+// GetKey returns the record of the key with id, or keystore.ErrNotFound.
+func (s *Service) GetKey(ctx context.Context, id string) (keystore.Record, error) {
+	recs, err := s.store.List(ctx)
+	if err != nil {
+		return keystore.Record{}, err
+	}
+	for _, r := range recs {
+		if r.ID == id {
+			return r, nil
+		}
+	}
+	return keystore.Record{}, fmt.Errorf("%q: %w", id, keystore.ErrNotFound)
+}
+
+// KeyDetail is a key as `keys show` prints it: its record (never the key
+// or its hash) and its effective limit, explained.
+type KeyDetail struct {
+	keystore.RecordView
+	// Limit is the effective limit now and where each field came from.
+	Limit *Limit `json:"effective_limit"`
+	// Warnings name what the limit ignores: a plan no longer configured,
+	// a consumer that was deleted, an override that has expired.
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+// ShowKey returns the key with id and its effective limit.
+func (s *Service) ShowKey(ctx context.Context, id string) (KeyDetail, error) {
+	rec, err := s.GetKey(ctx, id)
+	if err != nil {
+		return KeyDetail{}, err
+	}
+	var con *keystore.Consumer
+	if rec.Consumer != "" {
+		c, err := s.store.GetConsumer(ctx, rec.Consumer)
+		switch {
+		case err == nil:
+			con = &c
+		case !errors.Is(err, keystore.ErrConsumerNotFound): // deleted: counts as none
+			return KeyDetail{}, err
+		}
+	}
+	now := s.now()
+	d := KeyDetail{RecordView: rec.View(now), Limit: s.explain(rec, con, now)}
+	if rec.Consumer != "" && con == nil {
+		d.Warnings = append(d.Warnings, "consumer "+rec.Consumer+" no longer exists; its plan and override do not apply")
+	}
+	if s.limits.CheckPlan(rec.Plan) != nil {
+		d.Warnings = append(d.Warnings, "plan "+rec.Plan+" is not in ratelimit.plans; it is skipped")
+	}
+	if con != nil && s.limits.CheckPlan(con.Plan) != nil {
+		d.Warnings = append(d.Warnings, "the consumer's plan "+con.Plan+" is not in ratelimit.plans; it is skipped")
+	}
+	if o := rec.Override; o != nil && !o.ActiveAt(now) {
+		d.Warnings = append(d.Warnings, "the key's override ended at "+o.Until.UTC().Format(time.RFC3339))
+	}
+	if con != nil && con.Override != nil && !con.Override.ActiveAt(now) {
+		d.Warnings = append(d.Warnings, "the consumer's override ended at "+con.Override.Until.UTC().Format(time.RFC3339))
+	}
+	return d, nil
+}
+
+// KeyUpdate changes a key. Nil fields are left as they are.
+type KeyUpdate struct {
+	Name *string
+	// ExpiresAt sets when the key stops working; the zero time means
+	// never.
+	ExpiresAt *time.Time
+	Limits    LimitUpdate
+}
+
+// UpdateKey changes the name, expiry, plan or override of the key with
+// id. The change reaches every running gateway within a second.
+func (s *Service) UpdateKey(ctx context.Context, a Actor, id string, u KeyUpdate) (keystore.Record, error) {
+	if err := checkActor(a); err != nil {
+		return keystore.Record{}, err
+	}
+	changes := map[string]string{}
+	if u.Name == nil && u.ExpiresAt == nil && u.Limits.IsZero() {
+		return keystore.Record{}, invalid("nothing to update")
+	}
+	err := s.checkLimits(u.Limits)
+	var rec keystore.Record
+	if err == nil {
+		now := s.now()
+		rec, err = s.store.UpdateKey(ctx, id, func(r keystore.Record) (keystore.Record, error) {
+			if u.Name != nil {
+				r.Name = *u.Name
+				changes["name"] = r.Name
+			}
+			if u.ExpiresAt != nil {
+				if r.Status != keystore.Active {
+					return r, invalid("expires_at: only an active key's expiry can change (this one is %s)", r.Status)
+				}
+				r.ExpiresAt = u.ExpiresAt.UTC().Truncate(time.Second)
+				changes["expires_at"] = ""
+				if !r.ExpiresAt.IsZero() {
+					changes["expires_at"] = r.ExpiresAt.Format(time.RFC3339)
+				}
+			}
+			var err error
+			r.Plan, r.Override, err = u.Limits.apply(r.Plan, r.Override, now, changes)
+			return r, err
+		})
+	}
+	if err := s.audit(ctx, a, "key.update", id, changes, err); err != nil {
+		return keystore.Record{}, err
+	}
+	return rec, nil
+}
+
+// RevokeKey revokes the key with id at once.
+func (s *Service) RevokeKey(ctx context.Context, a Actor, id string) (keystore.Record, error) {
+	if err := checkActor(a); err != nil {
+		return keystore.Record{}, err
+	}
+	rec, err := s.store.Revoke(ctx, id)
+	if err := s.audit(ctx, a, "key.revoke", id, map[string]string{"status": string(keystore.Revoked)}, err); err != nil {
+		return keystore.Record{}, err
+	}
+	return rec, nil
+}
+
+// RotateKey replaces the key with id by a new one (same product, env,
+// context, name, consumer, plan and override); the old key keeps working
+// for grace. It returns the new key, once, and its record.
+func (s *Service) RotateKey(ctx context.Context, a Actor, id string, grace time.Duration) (string, keystore.Record, error) {
+	if err := checkActor(a); err != nil {
+		return "", keystore.Record{}, err
+	}
+	if grace < 0 {
+		return "", keystore.Record{}, invalid("grace: must not be negative, got %s", grace)
+	}
+	key, rec, err := s.store.Rotate(ctx, id, grace)
+	changes := map[string]string{"grace": grace.String(), "replaced_by": rec.ID}
+	if err := s.audit(ctx, a, "key.rotate", id, changes, err); err != nil {
+		return "", keystore.Record{}, err
+	}
+	return key, rec, nil
+}

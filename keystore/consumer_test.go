@@ -1,0 +1,277 @@
+package keystore_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/keygate/keygate/internal/redistest"
+	"github.com/keygate/keygate/internal/testkit"
+	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/ratelimit"
+)
+
+const ctxOther = "0a9b8c7d-6e5f-4a3b-9c2d-1e0f2a3b4c5d"
+
+// consumerAdmin is what both backends' admins offer for consumers.
+type consumerAdmin interface {
+	Issue(ctx context.Context, req keystore.IssueRequest) (string, keystore.Record, error)
+	Revoke(ctx context.Context, id string) (keystore.Record, error)
+	UpdateKey(ctx context.Context, id string, f func(keystore.Record) (keystore.Record, error)) (keystore.Record, error)
+	CreateConsumer(ctx context.Context, c keystore.Consumer) error
+	ListConsumers(ctx context.Context) ([]keystore.Consumer, error)
+	GetConsumer(ctx context.Context, id string) (keystore.Consumer, error)
+	UpdateConsumer(ctx context.Context, id string, f func(keystore.Consumer) (keystore.Consumer, error)) (keystore.Consumer, error)
+	DeleteConsumer(ctx context.Context, id string) (keystore.Consumer, error)
+}
+
+type lookupStore interface {
+	Lookup(ctx context.Context, h keystore.Hash) (keystore.Record, bool, error)
+}
+
+func testLimits(t *testing.T) *ratelimit.Resolver {
+	t.Helper()
+	cfg := ratelimit.DefaultConfig()
+	cfg.Plans = map[string]ratelimit.Plan{
+		"team": {Limit: ratelimit.Limit{Rate: 20, Per: time.Second, Burst: 20, Quota: ratelimit.Quota{Requests: 30, Per: time.Hour}}, Scope: ratelimit.ScopeConsumer},
+		"pro":  {Limit: ratelimit.Limit{Rate: 200, Per: time.Second, Burst: 400}},
+	}
+	r, err := cfg.Resolver()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// TestConsumersOnEveryBackend: consumers are created, checked when keys
+// are issued, updated and deleted through either backend, and every
+// change reaches two running stores (two replicas) within a second, with
+// the keys' effective limits re-resolved.
+func TestConsumersOnEveryBackend(t *testing.T) {
+	t.Parallel()
+	limits := testLimits(t)
+	backends := map[string]func(t *testing.T) (consumerAdmin, func() lookupStore){
+		"file": func(t *testing.T) (consumerAdmin, func() lookupStore) {
+			path := filepath.Join(t.TempDir(), "keys.yaml")
+			return &keystore.FileAdmin{Path: path}, func() lookupStore {
+				s, err := keystore.OpenFile(keystore.FileConfig{Path: path, PollInterval: 100 * time.Millisecond, Limits: limits})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = s.Close() })
+				return s
+			}
+		},
+		"redis": func(t *testing.T) (consumerAdmin, func() lookupStore) {
+			rs := redistest.Start(t)
+			return &keystore.RedisAdmin{Client: redisClient(t, rs.Addr)}, func() lookupStore {
+				s, err := keystore.OpenRedis(keystore.RedisConfig{Client: redisClient(t, rs.Addr), ResyncInterval: time.Minute, Limits: limits})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = s.Close() })
+				testkit.Eventually(t, time.Second, "store loaded and subscribed", func() bool { return s.Ready() && !s.Degraded() })
+				return s
+			}
+		},
+	}
+	for name, open := range backends {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			admin, openStore := open(t)
+			stores := []lookupStore{openStore(), openStore()}
+			ctx := context.Background()
+			con, err := keystore.NewConsumer(keystore.Consumer{Name: "Acme", Metadata: map[string]string{"crm": "A-17"}, Contexts: []string{ctxUUID}, Plan: "team"}, time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := admin.CreateConsumer(ctx, con); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := admin.GetConsumer(ctx, con.ID); err != nil || got.Name != "Acme" || got.Metadata["crm"] != "A-17" {
+				t.Fatalf("get: %+v %v", got, err)
+			}
+			if _, _, err := admin.Issue(ctx, keystore.IssueRequest{Product: keystore.Extraction, Env: keystore.Live, Context: ctxOther, Consumer: con.ID}); !errors.Is(err, keystore.ErrContextNotAllowed) {
+				t.Errorf("issue outside the consumer's contexts: %v", err)
+			}
+			if _, _, err := admin.Issue(ctx, keystore.IssueRequest{Product: keystore.Extraction, Env: keystore.Live, Context: ctxUUID, Consumer: "con_0000000000000000"}); !errors.Is(err, keystore.ErrConsumerNotFound) {
+				t.Errorf("issue for an unknown consumer: %v", err)
+			}
+			key, rec, err := admin.Issue(ctx, keystore.IssueRequest{Product: keystore.Extraction, Env: keystore.Live, Context: ctxUUID, Consumer: con.ID})
+			if err != nil {
+				t.Fatal(err)
+			}
+			limit := func(s lookupStore) *ratelimit.Effective {
+				r, ok, err := s.Lookup(ctx, keystore.HashKey(key))
+				if err != nil || !ok || r.Limits == nil {
+					return nil
+				}
+				return r.Limits
+			}
+			waitAll := func(what string, cond func(e *ratelimit.Effective) bool) {
+				t.Helper()
+				for _, s := range stores {
+					testkit.Eventually(t, time.Second, what, func() bool { e := limit(s); return e != nil && cond(e) })
+				}
+			}
+			waitAll("the consumer's scope-consumer plan", func(e *ratelimit.Effective) bool {
+				return e.ID == con.ID && e.Limit.Quota.Requests == 30 && e.Sources.Rate == ratelimit.FromConsumerPlan
+			})
+			if _, err := admin.UpdateConsumer(ctx, con.ID, func(c keystore.Consumer) (keystore.Consumer, error) {
+				c.Override = &ratelimit.Override{Quota: &ratelimit.Quota{Requests: 60, Per: time.Hour}}
+				return c, nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			waitAll("the consumer's override", func(e *ratelimit.Effective) bool {
+				return e.ID == con.ID && e.Limit.Quota.Requests == 60 && e.Sources.Quota == ratelimit.FromConsumerOverride
+			})
+			until := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+			if _, err := admin.UpdateKey(ctx, rec.ID, func(r keystore.Record) (keystore.Record, error) {
+				r.Plan, r.Override = "pro", &ratelimit.Override{Rate: 500, Until: until}
+				return r, nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			waitAll("the key's plan and temporary override", func(e *ratelimit.Effective) bool {
+				return e.ID == rec.ID && e.Limit.Rate == 500 && e.Limit.Burst == 400 && e.Until.Equal(until) && e.Next != nil && e.Next.Limit.Rate == 200
+			})
+			if _, err := admin.UpdateKey(ctx, rec.ID, func(r keystore.Record) (keystore.Record, error) {
+				r.Context = ctxOther
+				return r, nil
+			}); err == nil {
+				t.Error("update changed the key's context")
+			}
+			if _, err := admin.UpdateConsumer(ctx, con.ID, func(c keystore.Consumer) (keystore.Consumer, error) {
+				c.Contexts = []string{ctxOther}
+				return c, nil
+			}); !errors.Is(err, keystore.ErrConsumerInUse) {
+				t.Errorf("narrowing contexts away from an active key: %v", err)
+			}
+			if _, err := admin.DeleteConsumer(ctx, con.ID); !errors.Is(err, keystore.ErrConsumerInUse) {
+				t.Errorf("delete with an active key: %v", err)
+			}
+			if _, err := admin.Revoke(ctx, rec.ID); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := admin.DeleteConsumer(ctx, con.ID); err != nil {
+				t.Fatalf("delete after revoking its keys: %v", err)
+			}
+			if _, err := admin.GetConsumer(ctx, con.ID); !errors.Is(err, keystore.ErrConsumerNotFound) {
+				t.Errorf("get after delete: %v", err)
+			}
+			if cons, err := admin.ListConsumers(ctx); err != nil || len(cons) != 0 {
+				t.Errorf("list after delete: %v %v", cons, err)
+			}
+			if _, err := admin.UpdateKey(ctx, rec.ID, func(r keystore.Record) (keystore.Record, error) {
+				r.Plan, r.Override = "", nil
+				return r, nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			waitAll("a deleted consumer counts as none", func(e *ratelimit.Effective) bool {
+				return e.ID == rec.ID && e.Limit.Rate == 50 && e.Sources.Rate == ratelimit.FromEnvDefault
+			})
+		})
+	}
+}
+
+// TestConsumerValidation: messages name the field.
+func TestConsumerValidation(t *testing.T) {
+	t.Parallel()
+	ok := keystore.Consumer{ID: "con_0123456789abcdef", Name: "Acme"}
+	for _, c := range []struct {
+		mut   func(*keystore.Consumer)
+		field string
+	}{
+		{func(c *keystore.Consumer) { c.ID = "key_0123456789abcdef" }, "id:"},
+		{func(c *keystore.Consumer) { c.Name = "a\x01" }, "name:"},
+		{func(c *keystore.Consumer) { c.Contexts = []string{"nope"} }, "contexts[0]:"},
+		{func(c *keystore.Consumer) { c.Plan = "Pro Plan" }, "plan:"},
+		{func(c *keystore.Consumer) { c.Override = &ratelimit.Override{Rate: -1} }, "override.rate:"},
+		{func(c *keystore.Consumer) { c.Metadata = map[string]string{"a=b": "x"} }, "metadata:"},
+	} {
+		x := ok
+		c.mut(&x)
+		err := keystore.ValidateConsumer(x)
+		if err == nil || len(err.Error()) < len(c.field) || err.Error()[:len(c.field)] != c.field {
+			t.Errorf("%+v: %v, want %s", x, err, c.field)
+		}
+	}
+	if err := keystore.ValidateConsumer(ok); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestRedisImportConsumers moves a file keystore's consumers into Redis
+// once, with `keys import`.
+func TestRedisImportConsumers(t *testing.T) {
+	t.Parallel()
+	rs := redistest.Start(t)
+	path := filepath.Join(t.TempDir(), "keys.yaml")
+	fa := &keystore.FileAdmin{Path: path}
+	ctx := context.Background()
+	con, _ := keystore.NewConsumer(keystore.Consumer{Name: "Acme", Plan: "team", Override: &ratelimit.Override{Quota: &ratelimit.Quota{}}}, time.Now())
+	if err := fa.CreateConsumer(ctx, con); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := keystore.ParseFileConsumers(data)
+	if err != nil || len(cons) != 1 {
+		t.Fatalf("parse: %v %v", cons, err)
+	}
+	admin := &keystore.RedisAdmin{Client: redisClient(t, rs.Addr)}
+	if added, skipped, err := admin.ImportConsumers(ctx, cons); err != nil || added != 1 || skipped != 0 {
+		t.Fatalf("import: %d %d %v", added, skipped, err)
+	}
+	if added, skipped, err := admin.ImportConsumers(ctx, cons); err != nil || added != 0 || skipped != 1 {
+		t.Fatalf("second import: %d %d %v", added, skipped, err)
+	}
+	got, err := admin.GetConsumer(ctx, con.ID)
+	if err != nil || got.Name != "Acme" || got.Override == nil || got.Override.Quota == nil || *got.Override.Quota != (ratelimit.Quota{}) {
+		t.Errorf("imported: %+v %v", got, err)
+	}
+}
+
+// TestRedisConsumerMissedMessageIsResynced: a consumer change whose
+// announcement was lost reaches the keys' limits at the periodic resync.
+func TestRedisConsumerMissedMessageIsResynced(t *testing.T) {
+	t.Parallel()
+	rs := redistest.Start(t)
+	c := redisClient(t, rs.Addr)
+	ctx := context.Background()
+	admin := &keystore.RedisAdmin{Client: c}
+	con, _ := keystore.NewConsumer(keystore.Consumer{Name: "Acme"}, time.Now())
+	if err := admin.CreateConsumer(ctx, con); err != nil {
+		t.Fatal(err)
+	}
+	key, _, err := admin.Issue(ctx, keystore.IssueRequest{Product: keystore.Registry, Env: keystore.Live, Consumer: con.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := keystore.OpenRedis(keystore.RedisConfig{Client: redisClient(t, rs.Addr), ResyncInterval: 300 * time.Millisecond, Limits: testLimits(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	rate := func() float64 {
+		r, ok, err := s.Lookup(ctx, keystore.HashKey(key))
+		if err != nil || !ok || r.Limits == nil {
+			return 0
+		}
+		return r.Limits.Limit.Rate
+	}
+	testkit.Eventually(t, time.Second, "env default", func() bool { return rate() == 50 })
+	// Put the consumer on a plan behind the admin's back: no message.
+	con.Plan = "pro"
+	b, _ := json.Marshal(con)
+	c.HSet(ctx, "keygate:keystore:{ks}:consumers", con.ID, string(b))
+	testkit.Eventually(t, 2*time.Second, "the consumer's plan after a resync", func() bool { return rate() == 200 })
+}

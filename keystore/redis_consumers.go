@@ -1,0 +1,353 @@
+package keystore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+)
+
+// consumerChange starts the item of a change message that names a
+// changed (or deleted) consumer.
+const consumerChange = "con:"
+
+func encodeConsumer(c Consumer) (string, error) {
+	b, err := json.Marshal(c)
+	return string(b), err
+}
+
+func decodeConsumer(field, value string) (Consumer, error) {
+	var c Consumer
+	if err := json.Unmarshal([]byte(value), &c); err != nil {
+		return Consumer{}, fmt.Errorf("keystore: consumer %s: %w", field, err)
+	}
+	if c.ID != field {
+		return Consumer{}, fmt.Errorf("keystore: consumer under %q has id %q", field, c.ID)
+	}
+	return c, ValidateConsumer(c)
+}
+
+// consumers is the store's copy of the consumers; never nil.
+func (s *RedisStore) consumers() map[string]Consumer {
+	if m := s.cons.Load(); m != nil {
+		return *m
+	}
+	return nil
+}
+
+// loadAll reads every record and consumer in one round trip.
+func (s *RedisStore) loadAll(ctx context.Context) (map[string]string, map[string]Consumer, error) {
+	var recs, cons *redis.MapStringStringCmd
+	_, err := s.cfg.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		recs = p.HGetAll(ctx, s.keys.records)
+		cons = p.HGetAll(ctx, s.keys.consumers)
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	m := make(map[string]Consumer, len(cons.Val()))
+	for f, v := range cons.Val() {
+		c, err := decodeConsumer(f, v)
+		if err != nil {
+			s.log.Error("keystore: skipping a bad consumer in Redis", zap.Error(err))
+			continue
+		}
+		m[c.ID] = c
+	}
+	return recs.Val(), m, nil
+}
+
+// applyConsumer re-reads the consumer with id and re-resolves the limits
+// of its keys.
+func (s *RedisStore) applyConsumer(id string) {
+	v, err := s.breaker.Execute(func() (any, error) {
+		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.Timeout)
+		defer cancel()
+		return s.cfg.Client.HGet(ctx, s.keys.consumers, id).Result()
+	})
+	var con *Consumer
+	switch {
+	case errors.Is(err, redis.Nil): // deleted
+	case err != nil:
+		s.requestResync()
+		return
+	default:
+		c, err := decodeConsumer(id, v.(string))
+		if err != nil {
+			s.log.Error("keystore: bad consumer in Redis", zap.Error(err))
+			return
+		}
+		con = &c
+	}
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	old := s.snap.Load()
+	if old == nil {
+		return
+	}
+	cons := make(map[string]Consumer, len(s.consumers())+1)
+	for k, c := range s.consumers() {
+		cons[k] = c
+	}
+	if con != nil {
+		cons[id] = *con
+	} else {
+		delete(cons, id)
+	}
+	m := make(map[Hash]Record, len(*old))
+	now := time.Now()
+	for h, r := range *old {
+		if r.Consumer == id {
+			r = s.limits.resolve(r, cons, now)
+		}
+		m[h] = r
+	}
+	s.cons.Store(&cons)
+	s.snap.Store(&m)
+}
+
+// watch runs an optimistic transaction on the keystore's hashes, retrying
+// when another admin changed them meanwhile.
+func (a *RedisAdmin) watch(ctx context.Context, f func(tx *redis.Tx) error) error {
+	k := newRedisKeys(a.Prefix)
+	var err error
+	for attempt := 0; attempt < 20; attempt++ {
+		err = a.Client.Watch(ctx, f, k.records, k.ids, k.consumers)
+		if !errors.Is(err, redis.TxFailedErr) {
+			return err
+		}
+	}
+	return err
+}
+
+// writeKey stores a new key record whose id must be unused; a key of a
+// consumer needs the consumer to exist and to allow the key's context.
+func (a *RedisAdmin) writeKey(ctx context.Context, rec Record) error {
+	k := newRedisKeys(a.Prefix)
+	err := a.watch(ctx, func(tx *redis.Tx) error {
+		if exists, err := tx.HExists(ctx, k.ids, rec.ID).Result(); err != nil {
+			return err
+		} else if exists {
+			return fmt.Errorf("keystore: id %s already in use", rec.ID)
+		}
+		if rec.Consumer != "" {
+			c, err := getConsumer(ctx, tx, k, rec.Consumer)
+			if err != nil {
+				return err
+			}
+			if err := CheckKeyForConsumer(c, rec.Context); err != nil {
+				return err
+			}
+		}
+		return a.put(ctx, tx, rec)
+	})
+	if err != nil {
+		return err
+	}
+	return a.announce(ctx, rec)
+}
+
+func getConsumer(ctx context.Context, c redis.Cmdable, k redisKeys, id string) (Consumer, error) {
+	v, err := c.HGet(ctx, k.consumers, id).Result()
+	if errors.Is(err, redis.Nil) {
+		return Consumer{}, fmt.Errorf("consumer %q: %w", id, ErrConsumerNotFound)
+	}
+	if err != nil {
+		return Consumer{}, fmt.Errorf("keystore: %w", err)
+	}
+	return decodeConsumer(id, v)
+}
+
+// allRecords reads and decodes every key record.
+func allRecords(ctx context.Context, c redis.Cmdable, k redisKeys) ([]Record, error) {
+	all, err := c.HGetAll(ctx, k.records).Result()
+	if err != nil {
+		return nil, fmt.Errorf("keystore: %w", err)
+	}
+	recs := make([]Record, 0, len(all))
+	for f, v := range all {
+		r, err := decodeRecord(f, v)
+		if err != nil {
+			return nil, err
+		}
+		recs = append(recs, r)
+	}
+	return recs, nil
+}
+
+// UpdateKey applies f to the record of the key with id and stores and
+// announces the result; see FileAdmin.UpdateKey.
+func (a *RedisAdmin) UpdateKey(ctx context.Context, id string, f func(Record) (Record, error)) (Record, error) {
+	var out Record
+	err := a.change(ctx, id, func(old Record) ([]Record, error) {
+		r, err := updateRecord(old, f)
+		out = r
+		return []Record{r}, err
+	})
+	if err != nil {
+		return Record{}, err
+	}
+	return out, nil
+}
+
+// CreateConsumer stores a new consumer; its id must be unused.
+func (a *RedisAdmin) CreateConsumer(ctx context.Context, c Consumer) error {
+	c = NormalizeConsumer(c)
+	if err := ValidateConsumer(c); err != nil {
+		return err
+	}
+	v, err := encodeConsumer(c)
+	if err != nil {
+		return err
+	}
+	k := newRedisKeys(a.Prefix)
+	ok, err := a.Client.HSetNX(ctx, k.consumers, c.ID, v).Result()
+	if err != nil {
+		return fmt.Errorf("keystore: %w", err)
+	}
+	if !ok {
+		return fmt.Errorf("keystore: consumer id %s already in use", c.ID)
+	}
+	return a.announceConsumer(ctx, c.ID)
+}
+
+// ListConsumers returns every consumer, oldest first.
+func (a *RedisAdmin) ListConsumers(ctx context.Context) ([]Consumer, error) {
+	k := newRedisKeys(a.Prefix)
+	all, err := a.Client.HGetAll(ctx, k.consumers).Result()
+	if err != nil {
+		return nil, fmt.Errorf("keystore: %w", err)
+	}
+	cons := make([]Consumer, 0, len(all))
+	for f, v := range all {
+		c, err := decodeConsumer(f, v)
+		if err != nil {
+			return nil, err
+		}
+		cons = append(cons, c)
+	}
+	sort.Slice(cons, func(i, j int) bool {
+		if !cons[i].CreatedAt.Equal(cons[j].CreatedAt) {
+			return cons[i].CreatedAt.Before(cons[j].CreatedAt)
+		}
+		return cons[i].ID < cons[j].ID
+	})
+	return cons, nil
+}
+
+// GetConsumer returns the consumer with id, or ErrConsumerNotFound.
+func (a *RedisAdmin) GetConsumer(ctx context.Context, id string) (Consumer, error) {
+	return getConsumer(ctx, a.Client, newRedisKeys(a.Prefix), id)
+}
+
+// UpdateConsumer applies f to the consumer with id and stores and
+// announces the result; see FileAdmin.UpdateConsumer.
+func (a *RedisAdmin) UpdateConsumer(ctx context.Context, id string, f func(Consumer) (Consumer, error)) (Consumer, error) {
+	k := newRedisKeys(a.Prefix)
+	var out Consumer
+	err := a.watch(ctx, func(tx *redis.Tx) error {
+		old, err := getConsumer(ctx, tx, k, id)
+		if err != nil {
+			return err
+		}
+		c, err := updateConsumer(old, f, a.now())
+		if err != nil {
+			return err
+		}
+		if !slices.Equal(c.Contexts, old.Contexts) {
+			recs, err := allRecords(ctx, tx, k)
+			if err != nil {
+				return err
+			}
+			if err := CheckConsumerKeys(c, recs, a.now(), false); err != nil {
+				return err
+			}
+		}
+		v, err := encodeConsumer(c)
+		if err != nil {
+			return err
+		}
+		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.HSet(ctx, k.consumers, id, v)
+			return nil
+		})
+		out = c
+		return err
+	})
+	if err != nil {
+		return Consumer{}, err
+	}
+	return out, a.announceConsumer(ctx, id)
+}
+
+// DeleteConsumer removes the consumer with id; see
+// FileAdmin.DeleteConsumer.
+func (a *RedisAdmin) DeleteConsumer(ctx context.Context, id string) (Consumer, error) {
+	k := newRedisKeys(a.Prefix)
+	var out Consumer
+	err := a.watch(ctx, func(tx *redis.Tx) error {
+		c, err := getConsumer(ctx, tx, k, id)
+		if err != nil {
+			return err
+		}
+		recs, err := allRecords(ctx, tx, k)
+		if err != nil {
+			return err
+		}
+		if err := CheckConsumerKeys(c, recs, a.now(), true); err != nil {
+			return err
+		}
+		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.HDel(ctx, k.consumers, id)
+			return nil
+		})
+		out = c
+		return err
+	})
+	if err != nil {
+		return Consumer{}, err
+	}
+	return out, a.announceConsumer(ctx, id)
+}
+
+func (a *RedisAdmin) announceConsumer(ctx context.Context, id string) error {
+	if err := a.Client.Publish(ctx, newRedisKeys(a.Prefix).channel, consumerChange+id).Err(); err != nil {
+		return fmt.Errorf("keystore: change stored but not announced (replicas pick it up at their next resync): %w", err)
+	}
+	return nil
+}
+
+// ImportConsumers stores consumers (from a file keystore) that Redis does
+// not hold yet, and reports how many it added and skipped.
+func (a *RedisAdmin) ImportConsumers(ctx context.Context, cons []Consumer) (added, skipped int, err error) {
+	if err := ValidateConsumers(cons); err != nil {
+		return 0, 0, err
+	}
+	k := newRedisKeys(a.Prefix)
+	for _, c := range cons {
+		v, err := encodeConsumer(c)
+		if err != nil {
+			return added, skipped, err
+		}
+		ok, err := a.Client.HSetNX(ctx, k.consumers, c.ID, v).Result()
+		if err != nil {
+			return added, skipped, fmt.Errorf("keystore: import %s: %w", c.ID, err)
+		}
+		if ok {
+			added++
+		} else {
+			skipped++
+		}
+	}
+	if added > 0 {
+		err = a.Client.Publish(ctx, k.channel, "*").Err()
+	}
+	return added, skipped, err
+}
