@@ -217,7 +217,7 @@ func (b *bench) closedLoop(ctx context.Context, t *target, size int) (closedResu
 	out, err := cmd.CombinedOutput()
 	after := cpuTicks(t.root.Process.Pid)
 	if err != nil {
-		return closedResult{}, fmt.Errorf("wrk %s: %v\n%s", t.name, err, out)
+		return closedResult{}, fmt.Errorf("wrk %s: %w\n%s", t.name, err, out)
 	}
 	var r closedResult
 	if m := reRPS.FindSubmatch(out); m != nil {

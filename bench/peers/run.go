@@ -275,7 +275,7 @@ func (b *bench) buildKeygate() (string, error) {
 	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, "./cmd/keygate")
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/keygate: %v\n%s", err, out)
+		return "", fmt.Errorf("go build ./cmd/keygate: %w\n%s", err, out)
 	}
 	return bin, nil
 }
@@ -323,7 +323,7 @@ func (b *bench) issueKey(bin, cfg string) error {
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("keygate keys issue: %v: %s", err, errb.String())
+		return fmt.Errorf("keygate keys issue: %w: %s", err, errb.String())
 	}
 	b.key = strings.TrimSpace(out.String())
 	return nil

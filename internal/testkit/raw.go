@@ -44,6 +44,7 @@ func RawExchange(t testing.TB, addr string, roots *tls.Config, payload string) [
 			return out // closed (EOF or reset)
 		}
 		body, err := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
 		if err != nil {
 			t.Fatal(err)
 		}
