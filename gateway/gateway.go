@@ -192,7 +192,7 @@ type state struct {
 	spilled    bool
 	errMessage string
 	idle       idleBody
-	small      []byte // the whole /sync body, when readSmall read it
+	small      *smallBuf // the whole /sync body, when readSmall read it
 }
 
 type stateKey struct{}
@@ -337,7 +337,7 @@ func (g *Gateway) serve(w *recorder, r *http.Request, st *state) {
 			return
 		case ok:
 			st.small = buf
-			st.bytesIn.Store(int64(len(buf)))
+			st.bytesIn.Store(int64(len(buf.b)))
 		default:
 			r.Body = &watchedBody{rc: body, st: st}
 		}

@@ -55,7 +55,7 @@ type upstreamTransport struct{ g *Gateway }
 
 func (t upstreamTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	st := req.Context().Value(stateKey{}).(*state)
-	if len(st.small) > 0 {
+	if st.small != nil {
 		memBody(req, st.small)
 	}
 	return st.upstream.transport.RoundTrip(req)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"sync"
+	"sync/atomic"
 )
 
 // A /sync body of known length up to smallBodyMax is read whole, through
@@ -25,11 +27,56 @@ const (
 // server's body reader never lets happen.
 var errBodyTooLong = errors.New("gateway: body longer than its Content-Length")
 
+// smallBuf is a pooled buffer holding one whole /sync body. It is
+// reference-counted: the request that read it holds one reference, and so
+// does every reader of it handed to the transport (which may still be
+// writing the body upstream after the handler returned, and closes the
+// reader when it is done). The buffer goes back to the pool only when all
+// are released, so no reader ever sees it reused.
+type smallBuf struct {
+	b    []byte // len: the body's length; cap: smallBodyMax
+	refs atomic.Int32
+}
+
+var smallBufs = sync.Pool{New: func() any { return &smallBuf{b: make([]byte, 0, smallBodyMax)} }}
+
+func (s *smallBuf) release() {
+	if s.refs.Add(-1) == 0 {
+		s.b = s.b[:0]
+		smallBufs.Put(s)
+	}
+}
+
+// reader returns a new reader of the body, holding a reference until it
+// is closed.
+func (s *smallBuf) reader() io.ReadCloser {
+	s.refs.Add(1)
+	r := &smallReader{buf: s}
+	r.Reset(s.b)
+	return r
+}
+
+// smallReader is a *bytes.Reader (so io.Copy writes the body with one
+// WriteTo) that releases its buffer reference on the first Close.
+type smallReader struct {
+	bytes.Reader
+	buf    *smallBuf
+	closed atomic.Bool
+}
+
+func (r *smallReader) Close() error {
+	if r.closed.CompareAndSwap(false, true) {
+		r.buf.release()
+	}
+	return nil
+}
+
 // readSmall reads body whole when its length n allows. ok=false means the
 // body is to be streamed; err is a failed read (a failed check among
 // them), which the caller answers like a failure found while streaming.
-// release gives back the reservation once the request is over.
-func (g *Gateway) readSmall(body io.Reader, n int64) (buf []byte, release func(), ok bool, err error) {
+// release gives back the reservation and the request's buffer reference
+// once the request is over.
+func (g *Gateway) readSmall(body io.Reader, n int64) (buf *smallBuf, release func(), ok bool, err error) {
 	if n < 0 || n > smallBodyMax {
 		return nil, nil, false, nil
 	}
@@ -37,11 +84,14 @@ func (g *Gateway) readSmall(body io.Reader, n int64) (buf []byte, release func()
 		g.smallHeld.Add(-n)
 		return nil, nil, false, nil
 	}
-	release = func() { g.smallHeld.Add(-n) }
-	// Not pooled: the transport may still write it after the handler
-	// returns (an upstream that answers before reading the whole body).
-	buf = make([]byte, n)
-	if _, err = io.ReadFull(body, buf); err != nil {
+	sb := smallBufs.Get().(*smallBuf)
+	sb.refs.Store(1)
+	sb.b = sb.b[:n]
+	release = func() {
+		g.smallHeld.Add(-n)
+		sb.release()
+	}
+	if _, err = io.ReadFull(body, sb.b); err != nil {
 		return nil, release, true, err
 	}
 	var one [1]byte
@@ -53,16 +103,15 @@ func (g *Gateway) readSmall(body io.Reader, n int64) (buf []byte, release func()
 	case m > 0:
 		return nil, release, true, errBodyTooLong
 	case err == io.EOF:
-		return buf, release, true, nil
+		return sb, release, true, nil
 	default:
 		return nil, release, true, err
 	}
 }
 
 // memBody gives the transport a fresh in-memory reader of a body read by
-// readSmall, for each attempt. net/http recognises the type and sends the
-// headers and the body together.
-func memBody(req *http.Request, b []byte) {
-	req.Body = io.NopCloser(bytes.NewReader(b))
-	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
+// readSmall, for each attempt (GetBody serves retries).
+func memBody(req *http.Request, b *smallBuf) {
+	req.Body = b.reader()
+	req.GetBody = func() (io.ReadCloser, error) { return b.reader(), nil }
 }
