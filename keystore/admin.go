@@ -68,6 +68,9 @@ func (a *FileAdmin) updateDoc(ctx context.Context, change func(*fileDoc) error) 
 	if err := ValidateConsumers(doc.Consumers); err != nil {
 		return fmt.Errorf("keystore: refusing to write an invalid keystore: %w", err)
 	}
+	if err := validateAdminTokens(doc.AdminTokens); err != nil {
+		return fmt.Errorf("keystore: refusing to write an invalid keystore: %w", err)
+	}
 	data, err := marshalDoc(doc)
 	if err != nil {
 		return err
