@@ -372,9 +372,11 @@ func FileEvents(ctx context.Context, path string, q Query) ([]Event, string, err
 
 // StreamEvents reads the audit stream key with XREVRANGE.
 func StreamEvents(ctx context.Context, c redis.UniversalClient, key string, q Query) ([]Event, string, error) {
+	// Stream ids are Redis's clock at XADD, event times the writer's: the
+	// ids bound the scan with a margin for skew, the times select.
 	hi, lo := "+", "-"
 	if !q.Until.IsZero() {
-		hi = "(" + strconv.FormatInt(q.Until.UnixMilli(), 10) + "-0"
+		hi = "(" + strconv.FormatInt(q.Until.Add(clockSkew).UnixMilli(), 10) + "-0"
 	}
 	if q.Cursor != "" {
 		id, ok := strings.CutPrefix(q.Cursor, "s")
@@ -383,8 +385,8 @@ func StreamEvents(ctx context.Context, c redis.UniversalClient, key string, q Qu
 		}
 		hi = "(" + id
 	}
-	if !q.Since.IsZero() {
-		lo = strconv.FormatInt(q.Since.UnixMilli(), 10) + "-0"
+	if !q.Since.IsZero() && q.Since.Add(-clockSkew).UnixMilli() > 0 {
+		lo = strconv.FormatInt(q.Since.Add(-clockSkew).UnixMilli(), 10) + "-0"
 	}
 	limit := q.limit()
 	batch := int64(limit + 1)
@@ -418,6 +420,10 @@ func StreamEvents(ctx context.Context, c redis.UniversalClient, key string, q Qu
 	}
 }
 
+// clockSkew is how far the clocks of Redis and of a writer are assumed
+// to differ at most.
+const clockSkew = time.Hour
+
 func validStreamID(id string) bool {
 	ms, seq, ok := strings.Cut(id, "-")
 	if !ok {
@@ -427,3 +433,6 @@ func validStreamID(id string) bool {
 	_, err2 := strconv.ParseUint(seq, 10, 64)
 	return err1 == nil && err2 == nil
 }
+
+// File is the audit file's path.
+func (l *Log) File() string { return l.cfg.File }
