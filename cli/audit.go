@@ -8,6 +8,7 @@ import (
 	"io"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/keygate/keygate/audit"
 	"github.com/keygate/keygate/config"
+	"github.com/keygate/keygate/keyops"
 	"github.com/keygate/keygate/keystore"
 )
 
@@ -27,6 +29,23 @@ func openAudit(cfg config.Config, store any) (*audit.Log, error) {
 		client = ra.Client
 	}
 	return audit.Open(cfg.AuditConfig(client))
+}
+
+// auditImport records a `keys import` (made, partly made or failed) in
+// the audit log, and returns err or the audit log's error.
+func auditImport(log *audit.Log, from string, added, skipped, cAdded, cSkipped int, err error) error {
+	changes := map[string]string{
+		"from": from, "keys_added": strconv.Itoa(added), "keys_skipped": strconv.Itoa(skipped),
+		"consumers_added": strconv.Itoa(cAdded), "consumers_skipped": strconv.Itoa(cSkipped),
+	}
+	aerr := log.Audit(context.Background(), keyops.Event{Time: time.Now().UTC(), Actor: cliActor(), Action: "key.import", Changes: changes, Err: err})
+	if err != nil {
+		return err
+	}
+	if aerr != nil {
+		return fmt.Errorf("keys import was made but not audited: %w", aerr)
+	}
+	return nil
 }
 
 // auditCmd is `keygate audit`: the newest events (all of them with

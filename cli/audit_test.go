@@ -252,4 +252,22 @@ ratelimit:
 		t.Fatalf("keygate audit --json: %d %s %s", code, out, errOut)
 	}
 	checkAuditLog(t, "keygate audit --json (stream)", out, listed, secrets, changes)
+
+	// keys import is audited too, with its counts.
+	fileCfg := planConfig(t)
+	code, out, _ = run("keys", "issue", "--product", "registry", "--env", "test", "--config", fileCfg)
+	if code != 0 {
+		t.Fatal("issue into the file keystore")
+	}
+	imported := strings.TrimSpace(out)
+	from := filepath.Join(filepath.Dir(fileCfg), "keys.yaml")
+	if code, _, errOut := run("keys", "import", "--from", from, "--config", cfg); code != 0 {
+		t.Fatalf("keys import: %s", errOut)
+	}
+	code, out, _ = run("audit", "--json", "--limit", "1", "--config", cfg)
+	var last []audit.Event
+	if code != 0 || json.Unmarshal([]byte(out), &last) != nil || len(last) != 1 || last[0].Action != "key.import" ||
+		last[0].Changes["keys_added"] != "1" || last[0].Actor != osActor() || strings.Contains(out, imported[9:]) {
+		t.Errorf("keys import in the audit log: %d %s", code, out)
+	}
 }

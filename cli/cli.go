@@ -52,7 +52,8 @@ Usage:
                      scopes: keys:read keys:write consumers:read consumers:write usage:read audit:read
   keygate admin-tokens list --config FILE [--json]
   keygate admin-tokens revoke --config FILE ID
-  keygate audit --config FILE [--since DURATION] [--json] [--limit N]   the audit log, oldest first
+  keygate audit --config FILE [--since DURATION] [--json] [--limit N] [--actor ID] [--target ID]
+                     the audit log, oldest first (--limit 0: all)
   keygate demo [--config FILE]               serve with stand-in backends and a demo key (make run)
   keygate standin --listen ADDR --name NAME  run a stand-in backend that echoes what it receives
   keygate version
