@@ -144,11 +144,32 @@ func Open(cfg Config) (*Log, error) {
 	if err := os.MkdirAll(filepath.Dir(cfg.File), 0o700); err != nil {
 		return nil, fmt.Errorf("audit: %w", err)
 	}
-	f, err := os.OpenFile(cfg.File, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	f, err := os.OpenFile(cfg.File, os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("audit: %w", err)
 	}
+	if err := endLine(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("audit: %w", err)
+	}
 	return &Log{cfg: cfg, f: f, key: StreamKey(cfg.Prefix)}, nil
+}
+
+// endLine ends a torn last line (a writer that died mid-write), so that
+// the next event starts a line of its own and stays readable.
+func endLine(f *os.File) error {
+	fi, err := f.Stat()
+	if err != nil || fi.Size() == 0 {
+		return err
+	}
+	var last [1]byte
+	if _, err := f.ReadAt(last[:], fi.Size()-1); err != nil {
+		return err
+	}
+	if last[0] != '\n' {
+		_, err = f.Write([]byte{'\n'})
+	}
+	return err
 }
 
 // Close closes the file. It is safe to call more than once.
