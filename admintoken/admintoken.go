@@ -138,8 +138,8 @@ func NewAuthenticator(cfg AuthConfig) (*Authenticator, error) {
 // unknown, revoked or expired token (401); err is set when the store
 // failed (5xx), never for a bad token. Errors never contain the token.
 func (a *Authenticator) Authenticate(ctx context.Context, token string) (TokenInfo, bool, error) {
-	if keystore.ParseAdminToken(token) != nil {
-		return TokenInfo{}, false, nil
+	if wellFormed := keystore.ParseAdminToken(token) == nil; !wellFormed {
+		return TokenInfo{}, false, nil // a bad token is a 401, not an error
 	}
 	h := keystore.HashKey(token)
 	t, found, err := a.store.LookupAdminToken(ctx, h)

@@ -229,7 +229,7 @@ ratelimit:
 	var events []audit.Event
 	for _, m := range msgs {
 		s, _ := m.Values["event"].(string)
-		raw.WriteString(fmt.Sprint(m.Values))
+		fmt.Fprint(&raw, m.Values)
 		var e audit.Event
 		if err := json.Unmarshal([]byte(s), &e); err != nil {
 			t.Fatalf("stream entry %s: %v", m.ID, err)

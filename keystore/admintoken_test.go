@@ -134,3 +134,21 @@ func TestAdminTokenStores(t *testing.T) {
 		})
 	}
 }
+
+// FuzzParseAdminToken: no input panics, a refusal never echoes the
+// input, and whatever is accepted is shaped like a token.
+func FuzzParseAdminToken(f *testing.F) {
+	tok, _ := keystore.GenerateAdminToken()
+	for _, s := range []string{tok, "", "kga_", "kga_" + strings.Repeat("0", 36), "svc_live_x", tok[:39] + "\x00"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		err := keystore.ParseAdminToken(s)
+		if err == nil && (len(s) != keystore.AdminTokenLen || !strings.HasPrefix(s, keystore.AdminTokenPrefix)) {
+			t.Fatalf("accepted %q", s)
+		}
+		if err != nil && len(s) > 8 && strings.Contains(err.Error(), s) {
+			t.Fatalf("error %q echoes the input", err)
+		}
+	})
+}
