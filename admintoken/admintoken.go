@@ -16,7 +16,8 @@
 //
 // Authenticate reads the store on every call, so a token created or
 // revoked on one machine counts on every replica at once (with Redis, one
-// HGET by hash; with the file keystore, a read of the file). Tokens are
+// HGET by hash; with the file keystore, a stat of the file, which a
+// FileAdmin re-reads only when it changed: keep one FileAdmin). Tokens are
 // looked up by their hash and compared in constant time, and an unknown
 // well-formed token costs the same lookup as a known one.
 //

@@ -22,6 +22,8 @@ type FileAdmin struct {
 	Path string
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+
+	tokens adminTokenCache // see LookupAdminToken
 }
 
 func (a *FileAdmin) now() time.Time {

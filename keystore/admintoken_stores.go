@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -50,11 +51,12 @@ func (a *FileAdmin) RevokeAdminToken(ctx context.Context, id string) (AdminToken
 }
 
 // LookupAdminToken returns the admin token whose token hashes to h. It
-// reads the file on every call (the admin API is not the request path,
-// and so a change is seen at once) and compares h with every token's
-// hash in constant time, so an unknown token costs what a known one does.
+// stats the file at every call and re-reads it when it changed (every
+// write replaces it, so a change is seen at once), and compares h with
+// every token's hash in constant time, so an unknown token costs what a
+// known one does.
 func (a *FileAdmin) LookupAdminToken(ctx context.Context, h Hash) (AdminToken, bool, error) {
-	ts, err := a.ListAdminTokens(ctx)
+	ts, err := a.tokens.load(ctx, a.Path)
 	if err != nil {
 		return AdminToken{}, false, err
 	}
@@ -66,6 +68,34 @@ func (a *FileAdmin) LookupAdminToken(ctx context.Context, h Hash) (AdminToken, b
 		}
 	}
 	return out, found, nil
+}
+
+// adminTokenCache holds the admin tokens of a keystore file as of its
+// last read, so that authenticating does not parse every key record
+// each time. The zero value is empty.
+type adminTokenCache struct {
+	mu     sync.Mutex
+	sig    fileSig
+	tokens []AdminToken
+	loaded bool
+}
+
+func (c *adminTokenCache) load(ctx context.Context, path string) ([]AdminToken, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	sig := statSig(path)
+	if c.loaded && sig.same(c.sig) {
+		return c.tokens, nil
+	}
+	doc, err := readDoc(path)
+	if err != nil {
+		return nil, err
+	}
+	c.sig, c.tokens, c.loaded = sig, doc.AdminTokens, true
+	return c.tokens, nil
 }
 
 func revokeAdminToken(t AdminToken, now time.Time) (AdminToken, error) {
