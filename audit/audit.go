@@ -48,7 +48,9 @@ import (
 // keygate's configuration file.
 type Config struct {
 	// File is the JSON-lines audit file; required. keygate's config
-	// defaults it to audit.jsonl in the directory of keystore.file.
+	// defaults it to audit.jsonl in the directory of keystore.file. "none"
+	// writes no file, only the Redis stream (Redis is then required): for
+	// replicas whose filesystem is read-only or ephemeral.
 	File string `yaml:"file"`
 	// RedisMaxLen caps the Redis stream, approximately (MAXLEN ~): older
 	// events are trimmed. Default 100000.
@@ -68,6 +70,9 @@ const DefaultRedisMaxLen = 100000
 // DefaultConfig returns the defaults: no file (the caller sets one) and
 // a stream of about 100000 events.
 func DefaultConfig() Config { return Config{RedisMaxLen: DefaultRedisMaxLen} }
+
+// NoFile as Config.File turns the audit file off (Redis stream only).
+const NoFile = "none"
 
 // DefaultFile is the audit file beside a keystore file.
 func DefaultFile(keystoreFile string) string {
@@ -135,11 +140,17 @@ func Open(cfg Config) (*Log, error) {
 	if cfg.File == "" {
 		return nil, errors.New("audit: Config.File: required")
 	}
+	if cfg.File == NoFile && cfg.Redis == nil {
+		return nil, errors.New("audit: audit.file none needs the Redis keystore, whose stream is then the only audit log")
+	}
 	if cfg.RedisMaxLen == 0 {
 		cfg.RedisMaxLen = DefaultRedisMaxLen
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if cfg.File == NoFile {
+		return &Log{cfg: cfg, key: StreamKey(cfg.Prefix)}, nil
 	}
 	if err := os.MkdirAll(filepath.Dir(cfg.File), 0o700); err != nil {
 		return nil, fmt.Errorf("audit: %w", err)
@@ -175,7 +186,11 @@ func endLine(f *os.File) error {
 // Close closes the file. It is safe to call more than once.
 func (l *Log) Close() error {
 	var err error
-	l.once.Do(func() { err = l.f.Close() })
+	l.once.Do(func() {
+		if l.f != nil {
+			err = l.f.Close()
+		}
+	})
 	return err
 }
 
@@ -188,13 +203,15 @@ func (l *Log) Audit(ctx context.Context, e keyops.Event) error {
 		return fmt.Errorf("audit: %w", err)
 	}
 	var errs []error
-	l.mu.Lock()
-	if _, err := l.f.Write(append(line, '\n')); err != nil {
-		errs = append(errs, fmt.Errorf("audit: file: %w", err))
-	} else if err := l.f.Sync(); err != nil {
-		errs = append(errs, fmt.Errorf("audit: file: %w", err))
+	if l.f != nil {
+		l.mu.Lock()
+		if _, err := l.f.Write(append(line, '\n')); err != nil {
+			errs = append(errs, fmt.Errorf("audit: file: %w", err))
+		} else if err := l.f.Sync(); err != nil {
+			errs = append(errs, fmt.Errorf("audit: file: %w", err))
+		}
+		l.mu.Unlock()
 	}
-	l.mu.Unlock()
 	if l.cfg.Redis != nil {
 		err := l.cfg.Redis.XAdd(ctx, &redis.XAddArgs{
 			Stream: l.key, MaxLen: l.cfg.RedisMaxLen, Approx: true,
@@ -455,5 +472,5 @@ func validStreamID(id string) bool {
 	return err1 == nil && err2 == nil
 }
 
-// File is the audit file's path.
+// File is the audit file's path, or NoFile.
 func (l *Log) File() string { return l.cfg.File }

@@ -197,3 +197,30 @@ func TestTornLineIsSkipped(t *testing.T) {
 		t.Errorf("Events = %+v, %q, %v", events, next, err)
 	}
 }
+
+// TestStreamOnly: audit.file none writes only the stream, and needs one.
+func TestStreamOnly(t *testing.T) {
+	t.Parallel()
+	if _, err := audit.Open(audit.Config{File: audit.NoFile}); err == nil {
+		t.Error("audit.file none without Redis was accepted")
+	}
+	rs := redistest.Start(t)
+	c := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{rs.Addr}})
+	t.Cleanup(func() { _ = c.Close() })
+	l, err := audit.Open(audit.Config{File: audit.NoFile, Redis: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Audit(context.Background(), keyops.Event{Time: time.Now(), Actor: keyops.Actor{ID: "cli:x"}, Action: "key.revoke", Target: "key_1"}); err != nil {
+		t.Fatal(err)
+	}
+	if events, _, err := l.Events(context.Background(), audit.Query{}); err != nil || len(events) != 1 || events[0].Target != "key_1" {
+		t.Errorf("Events = %+v, %v", events, err)
+	}
+	if _, err := os.Stat(audit.NoFile); err == nil {
+		t.Error(`a file named "none" was written`)
+	}
+	if err := l.Close(); err != nil {
+		t.Error(err)
+	}
+}

@@ -231,6 +231,9 @@ func (c Config) Validate() error {
 	if err := c.Audit.Validate(); err != nil {
 		return err
 	}
+	if c.Audit.File == audit.NoFile && c.Keystore.Backend != "redis" {
+		return errors.New("audit.file: none needs keystore.backend redis (its stream is then the only audit log)")
+	}
 	return c.Log.Validate()
 }
 
