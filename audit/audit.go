@@ -134,8 +134,8 @@ var (
 	_ Reader         = (*Log)(nil)
 )
 
-// Open opens (creating it, mode 0600, and its directory, 0700) the audit
-// file of cfg.
+// Open checks cfg and returns its Log. The file is created (mode 0600,
+// its directory 0700) with the first event.
 func Open(cfg Config) (*Log, error) {
 	if cfg.File == "" {
 		return nil, errors.New("audit: Config.File: required")
@@ -149,21 +149,29 @@ func Open(cfg Config) (*Log, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.File == NoFile {
-		return &Log{cfg: cfg, key: StreamKey(cfg.Prefix)}, nil
+	return &Log{cfg: cfg, key: StreamKey(cfg.Prefix)}, nil
+}
+
+// openFile opens (creating it, mode 0600, and its directory, 0700) the
+// audit file, on the first event: a command that changes nothing
+// creates nothing. Called with l.mu held.
+func (l *Log) openFile() error {
+	if l.f != nil {
+		return nil
 	}
-	if err := os.MkdirAll(filepath.Dir(cfg.File), 0o700); err != nil {
-		return nil, fmt.Errorf("audit: %w", err)
+	if err := os.MkdirAll(filepath.Dir(l.cfg.File), 0o700); err != nil {
+		return err
 	}
-	f, err := os.OpenFile(cfg.File, os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600)
+	f, err := os.OpenFile(l.cfg.File, os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("audit: %w", err)
+		return err
 	}
 	if err := endLine(f); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("audit: %w", err)
+		return err
 	}
-	return &Log{cfg: cfg, f: f, key: StreamKey(cfg.Prefix)}, nil
+	l.f = f
+	return nil
 }
 
 // endLine ends a torn last line (a writer that died mid-write), so that
@@ -187,6 +195,8 @@ func endLine(f *os.File) error {
 func (l *Log) Close() error {
 	var err error
 	l.once.Do(func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
 		if l.f != nil {
 			err = l.f.Close()
 		}
@@ -203,9 +213,11 @@ func (l *Log) Audit(ctx context.Context, e keyops.Event) error {
 		return fmt.Errorf("audit: %w", err)
 	}
 	var errs []error
-	if l.f != nil {
+	if l.cfg.File != NoFile {
 		l.mu.Lock()
-		if _, err := l.f.Write(append(line, '\n')); err != nil {
+		if err := l.openFile(); err != nil {
+			errs = append(errs, fmt.Errorf("audit: file: %w", err))
+		} else if _, err := l.f.Write(append(line, '\n')); err != nil {
 			errs = append(errs, fmt.Errorf("audit: file: %w", err))
 		} else if err := l.f.Sync(); err != nil {
 			errs = append(errs, fmt.Errorf("audit: file: %w", err))
