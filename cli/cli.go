@@ -1,6 +1,7 @@
-// Package cli is keygate's command line: serve, keys, consumers, demo,
-// standin and version. Main returns the process exit code, so the
-// commands are tested in-process as well as through the built binary.
+// Package cli is keygate's command line: serve, keys, consumers,
+// admin-tokens, audit, demo, standin and version. Main returns the process
+// exit code, so the commands are tested in-process as well as through the
+// built binary.
 package cli
 
 import (
@@ -47,6 +48,12 @@ Usage:
   keygate consumers update --config FILE ID [--name TEXT] [--meta K=V]... [--context UUID]... [--any-context]
                      [--plan NAME] [--rate N] [--per DURATION] [--burst N] [--quota ...] [--until ...] [--clear-override]
   keygate consumers delete --config FILE ID           (refused while it has active keys)
+  keygate admin-tokens create --config FILE --name TEXT --scopes SCOPE,... [--expires-in 90d]
+                     scopes: keys:read keys:write consumers:read consumers:write usage:read audit:read
+  keygate admin-tokens list --config FILE [--json]
+  keygate admin-tokens revoke --config FILE ID
+  keygate audit --config FILE [--since DURATION] [--json] [--limit N] [--actor ID] [--target ID]
+                     the audit log, oldest first (--limit 0: all)
   keygate demo [--config FILE]               serve with stand-in backends and a demo key (make run)
   keygate standin --listen ADDR --name NAME  run a stand-in backend that echoes what it receives
   keygate version
@@ -67,6 +74,10 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		err = keys(args[1:], stdout, stderr)
 	case "consumers":
 		err = consumers(args[1:], stdout, stderr)
+	case "admin-tokens":
+		err = adminTokens(args[1:], stdout, stderr)
+	case "audit":
+		err = auditCmd(args[1:], stdout, stderr)
 	case "demo":
 		err = demo(args[1:], stdout, stderr)
 	case "standin":

@@ -245,12 +245,17 @@ func keysImport(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error
 		return fmt.Errorf("keys import: %s: %w", *from, err)
 	}
 	ra := admin.(*keystore.RedisAdmin)
-	cAdded, cSkipped, err := ra.ImportConsumers(context.Background(), cons)
+	log, err := openAudit(cfg, ra)
 	if err != nil {
 		return err
 	}
-	added, skipped, err := ra.Import(context.Background(), recs)
-	if err != nil {
+	defer log.Close()
+	cAdded, cSkipped, err := ra.ImportConsumers(context.Background(), cons)
+	var added, skipped int
+	if err == nil {
+		added, skipped, err = ra.Import(context.Background(), recs)
+	}
+	if err := auditImport(log, *from, added, skipped, cAdded, cSkipped, err); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "imported %d keys, skipped %d already in Redis\n", added, skipped)

@@ -22,7 +22,8 @@ import (
 )
 
 // openOps returns the key and consumer operations on the configured
-// keystore backend, and a function to release it. The CLI writes the
+// keystore backend, every change audited (see openAudit), and a function
+// to release them. The CLI writes the
 // store directly through package keyops, as the admin API does: there is
 // one implementation of the rules, and the CLI works without a running
 // gateway.
@@ -36,12 +37,18 @@ func openOps(cfg config.Config) (*keyops.Service, func(), error) {
 		done()
 		return nil, nil, err
 	}
-	ops, err := keyops.New(keyops.Config{Store: store, Limits: limits})
+	log, err := openAudit(cfg, store)
 	if err != nil {
 		done()
 		return nil, nil, err
 	}
-	return ops, done, nil
+	release := func() { _ = log.Close(); done() }
+	ops, err := keyops.New(keyops.Config{Store: store, Limits: limits, Auditor: log})
+	if err != nil {
+		release()
+		return nil, nil, err
+	}
+	return ops, release, nil
 }
 
 // cliActor is "cli:<os user>", the actor of every change the CLI makes.

@@ -17,6 +17,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/keygate/keygate/audit"
 	"github.com/keygate/keygate/gateway"
 	"github.com/keygate/keygate/oauth2"
 	"github.com/keygate/keygate/ratelimit"
@@ -36,6 +37,9 @@ type Config struct {
 	RateLimit ratelimit.Config        `yaml:"ratelimit"`
 	Auth      AuthConfig              `yaml:"auth"`
 	Log       LogConfig               `yaml:"log"`
+	// Audit is the audit log of changes to keys, consumers and admin
+	// tokens; see package audit and AuditConfig.
+	Audit audit.Config `yaml:"audit"`
 }
 
 // ServerConfig is the listeners and their protections.
@@ -151,7 +155,8 @@ func Default() Config {
 			OAuth2:       oauth2.DefaultConfig(),
 			FailureLimit: ratelimit.DefaultFailureLimitConfig(),
 		},
-		Log: LogConfig{Level: "info", Format: "json"},
+		Log:   LogConfig{Level: "info", Format: "json"},
+		Audit: audit.DefaultConfig(),
 	}
 }
 
@@ -222,6 +227,12 @@ func (c Config) Validate() error {
 	}
 	if err := c.Auth.Validate(); err != nil {
 		return err
+	}
+	if err := c.Audit.Validate(); err != nil {
+		return err
+	}
+	if c.Audit.File == audit.NoFile && c.Keystore.Backend != "redis" {
+		return errors.New("audit.file: none needs keystore.backend redis (its stream is then the only audit log)")
 	}
 	return c.Log.Validate()
 }

@@ -50,6 +50,8 @@ func TestInvalidConfigNamesTheField(t *testing.T) {
 		{"target scheme", "upstreams:\n  registry: { targets: [\"ftp://h:1\"] }\n", "upstreams.registry.targets[0]"},
 		{"keystore backend", "keystore:\n  backend: sql\n", "keystore.backend"},
 		{"keystore file", "keystore:\n  file: \"\"\n", "keystore.file"},
+		{"audit file none without redis", "audit:\n  file: none\n", "audit.file"},
+		{"audit stream cap", "audit:\n  redis_max_len: 0\n", "audit.redis_max_len"},
 		{"rate limit status", "ratelimit:\n  status: 500\n", "ratelimit.status"},
 		{"failure mode", "ratelimit:\n  failure_mode: maybe\n", "ratelimit.failure_mode"},
 		{"burst", "ratelimit:\n  limits:\n    live: { rate: 5, per: 1s, burst: 0 }\n", "ratelimit.limits.live.burst"},

@@ -22,6 +22,8 @@ type FileAdmin struct {
 	Path string
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+
+	tokens adminTokenCache // see LookupAdminToken
 }
 
 func (a *FileAdmin) now() time.Time {
@@ -66,6 +68,9 @@ func (a *FileAdmin) updateDoc(ctx context.Context, change func(*fileDoc) error) 
 		return fmt.Errorf("keystore: refusing to write an invalid keystore: %w", err)
 	}
 	if err := ValidateConsumers(doc.Consumers); err != nil {
+		return fmt.Errorf("keystore: refusing to write an invalid keystore: %w", err)
+	}
+	if err := validateAdminTokens(doc.AdminTokens); err != nil {
 		return fmt.Errorf("keystore: refusing to write an invalid keystore: %w", err)
 	}
 	data, err := marshalDoc(doc)

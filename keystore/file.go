@@ -28,6 +28,8 @@ type fileDoc struct {
 	Version   int        `yaml:"version"`
 	Keys      []Record   `yaml:"keys"`
 	Consumers []Consumer `yaml:"consumers,omitempty"`
+	// AdminTokens are the admin API's tokens (hashed); see admintoken.go.
+	AdminTokens []AdminToken `yaml:"admin_tokens,omitempty"`
 }
 
 const fileComment = "keygate keystore: SHA-256 hashes of API keys, never the keys.\n" +
@@ -63,6 +65,9 @@ func parseDoc(data []byte) (fileDoc, error) {
 		return fileDoc{}, fmt.Errorf("keystore file: %w", err)
 	}
 	if err := ValidateConsumers(doc.Consumers); err != nil {
+		return fileDoc{}, fmt.Errorf("keystore file: %w", err)
+	}
+	if err := validateAdminTokens(doc.AdminTokens); err != nil {
 		return fileDoc{}, fmt.Errorf("keystore file: %w", err)
 	}
 	return doc, nil

@@ -116,13 +116,31 @@ func generate(env Env, r io.Reader) (string, error) {
 	if prefix == "" {
 		return "", fmt.Errorf("keystore: unknown env %q", env)
 	}
-	buf := make([]byte, KeyLen)
+	return generatePrefixed(prefix, r)
+}
+
+// generatePrefixed returns prefix, RandomLen random base62 characters and
+// their checksum: the shape of API keys and admin tokens.
+func generatePrefixed(prefix string, r io.Reader) (string, error) {
+	n := len(prefix)
+	buf := make([]byte, n+RandomLen+ChecksumLen)
 	copy(buf, prefix)
-	if err := randomBase62(r, buf[prefixLen:prefixLen+RandomLen]); err != nil {
+	if err := randomBase62(r, buf[n:n+RandomLen]); err != nil {
 		return "", fmt.Errorf("keystore: generate key: %w", err)
 	}
-	putChecksum(buf[prefixLen+RandomLen:], crc(buf[:prefixLen+RandomLen]))
+	putChecksum(buf[n+RandomLen:], crc(buf[:n+RandomLen]))
 	return string(buf), nil
+}
+
+// checksumOK reports whether the last ChecksumLen characters of s are the
+// checksum of the rest.
+func checksumOK(s string) bool {
+	if len(s) < ChecksumLen {
+		return false
+	}
+	var want [ChecksumLen]byte
+	putChecksum(want[:], crc(s[:len(s)-ChecksumLen]))
+	return string(want[:]) == s[len(s)-ChecksumLen:]
 }
 
 // randomBase62 fills dst with uniformly distributed base62 characters,
@@ -178,9 +196,7 @@ func Parse(key string) (Env, error) {
 	if len(key) != KeyLen {
 		return "", errLength
 	}
-	var want [ChecksumLen]byte
-	putChecksum(want[:], crc(key[:prefixLen+RandomLen]))
-	if string(want[:]) != key[prefixLen+RandomLen:] {
+	if !checksumOK(key) {
 		return "", ErrChecksum
 	}
 	return env, nil

@@ -1,6 +1,7 @@
 // Package redact masks credentials in text bound for logs: API keys
-// (svc_live_… and svc_test_…, the prefix matched in any case), bearer
-// tokens ("Bearer <token>") and JWT-shaped strings (eyJ….….…). Core wraps
+// (svc_live_… and svc_test_…) and admin tokens (kga_…), the prefix matched
+// in any case, bearer tokens ("Bearer <token>") and JWT-shaped strings
+// (eyJ….….…). Core wraps
 // a zapcore.Core so that every message and field of a logger is redacted
 // before it is encoded, whatever the call site logs.
 //
@@ -57,23 +58,31 @@ func next(s string, from int) (start, end int) {
 	return start, end
 }
 
-// findKey finds svc_live_ or svc_test_ (any case) followed by at least
-// one alphanumeric; the span is the alphanumerics.
+// findKey finds svc_live_ or svc_test_ (an API key) or kga_ (an admin
+// token), in any case, followed by at least one alphanumeric; the span is
+// the alphanumerics.
 func findKey(s string, from int) (int, int) {
 	for i := from; i < len(s); {
 		j := strings.IndexByte(s[i:], '_')
 		if j < 0 {
 			return -1, -1
 		}
-		u := i + j // s[u] == '_' after "svc"
+		u := i + j // s[u] == '_' after "svc" or "kga"
 		i = u + 1
-		if u < 3 || !foldEq(s[u-3:u], "svc") || len(s) < u+7 {
-			continue
-		}
-		if env := s[u+1 : u+6]; !foldEq(env, "live_") && !foldEq(env, "test_") {
+		if u < 3 {
 			continue
 		}
 		st := u + 6
+		switch {
+		case foldEq(s[u-3:u], "kga"): // an admin token
+			st = u + 1
+		case !foldEq(s[u-3:u], "svc") || len(s) < u+7:
+			continue
+		default:
+			if env := s[u+1 : u+6]; !foldEq(env, "live_") && !foldEq(env, "test_") {
+				continue
+			}
+		}
 		en := st
 		for en < len(s) && isAlnum(s[en]) {
 			en++

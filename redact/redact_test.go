@@ -21,6 +21,8 @@ func TestString(t *testing.T) {
 		{"key glued to a word", "x" + key + "-y", "xsvc_live_[REDACTED]-y"},
 		{"two keys", key + "," + key, "svc_live_[REDACTED],svc_live_[REDACTED]"},
 		{"other env", "svc_prod_abc", "svc_prod_abc"},
+		{"admin token", "token=kga_4f9Qk2ZpR7xT1mWcB8nLd3HsVy6Ja0EuKg5rNo;", "token=kga_[REDACTED];"},
+		{"kga_ alone", "kga_ kga_-x", "kga_ kga_-x"},
 		{"bearer", "Authorization: Bearer abc.def-ghi~+/==", "Authorization: Bearer [REDACTED]"},
 		{"bearer, odd case and tab", "bEaReR\tTOKEN123 rest", "bEaReR\t[REDACTED] rest"},
 		{"bearer auth-param", `Bearer realm="keygate", error="invalid_token"`, `Bearer realm="keygate", error="invalid_token"`},
