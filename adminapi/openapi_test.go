@@ -383,7 +383,6 @@ func validate(t *testing.T, doc obj, schema any, v any, at string) error {
 	return nil
 }
 
-
 func listOf(v any) []any {
 	l, _ := v.([]any)
 	return l
