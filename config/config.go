@@ -17,6 +17,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/keygate/keygate/adminapi"
 	"github.com/keygate/keygate/gateway"
 	"github.com/keygate/keygate/oauth2"
 	"github.com/keygate/keygate/ratelimit"
@@ -35,6 +36,7 @@ type Config struct {
 	Redis     redisconn.Config        `yaml:"redis"`
 	RateLimit ratelimit.Config        `yaml:"ratelimit"`
 	Auth      AuthConfig              `yaml:"auth"`
+	AdminAPI  adminapi.Config         `yaml:"admin_api"`
 	Log       LogConfig               `yaml:"log"`
 }
 
@@ -151,7 +153,8 @@ func Default() Config {
 			OAuth2:       oauth2.DefaultConfig(),
 			FailureLimit: ratelimit.DefaultFailureLimitConfig(),
 		},
-		Log: LogConfig{Level: "info", Format: "json"},
+		AdminAPI: adminapi.DefaultConfig(),
+		Log:      LogConfig{Level: "info", Format: "json"},
 	}
 }
 
@@ -223,7 +226,29 @@ func (c Config) Validate() error {
 	if err := c.Auth.Validate(); err != nil {
 		return err
 	}
+	if err := c.validateAdminAPI(); err != nil {
+		return err
+	}
 	return c.Log.Validate()
+}
+
+// validateAdminAPI checks the admin_api section and how it fits the
+// listeners and TLS.
+func (c Config) validateAdminAPI() error {
+	a := c.AdminAPI
+	if err := a.Validate(); err != nil {
+		return err
+	}
+	if !a.Enabled {
+		return nil
+	}
+	if clash(a.Listen, c.Server.Listen) || clash(a.Listen, c.Server.AdminListen) || (c.Server.HTTPListen != "" && clash(a.Listen, c.Server.HTTPListen)) {
+		return errors.New("admin_api.listen: must differ from server.listen, server.admin_listen and server.http_listen")
+	}
+	if a.TLS == adminapi.TLSOn && c.TLS.Mode == tlsconf.ModeOff {
+		return errors.New("admin_api.tls: on uses the gateway's certificate, but tls.mode is off; set admin_api.tls: off (loopback only) or a tls.mode")
+	}
+	return nil
 }
 
 // Validate checks the server section.
