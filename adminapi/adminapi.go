@@ -190,8 +190,8 @@ type UsageReader interface {
 type AuditQuery struct {
 	// Since, when not zero, leaves out older events.
 	Since time.Time
-	// Target, Actor and Action, when set, select events with that value.
-	Target, Actor, Action string
+	// Target and Actor, when set, select events with that value.
+	Target, Actor string
 	// Limit is the page size (1 to 1000).
 	Limit int
 	// Cursor is the reader's own next_cursor of the previous page; "" for

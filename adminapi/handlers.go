@@ -516,7 +516,7 @@ func (a *API) auditEvents(r *request) (response, error) {
 		return response{}, notConfigured("the audit log")
 	}
 	q := r.URL.Query()
-	aq := AuditQuery{Target: q.Get("target"), Actor: q.Get("actor"), Action: q.Get("action"), Cursor: q.Get("cursor"), Limit: defaultLimit}
+	aq := AuditQuery{Target: q.Get("target"), Actor: q.Get("actor"), Cursor: q.Get("cursor"), Limit: defaultLimit}
 	if s := q.Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > maxLimit {
