@@ -95,7 +95,7 @@ func (c Config) Validate() error {
 	}
 	host, _, err := net.SplitHostPort(c.Listen)
 	if err != nil {
-		return fmt.Errorf("admin_api.listen: %v", err)
+		return fmt.Errorf("admin_api.listen: %w", err)
 	}
 	switch c.TLS {
 	case TLSOn:

@@ -182,7 +182,7 @@ func TestOpenAPIExamplesRoundTrip(t *testing.T) {
 						if re, ok := reqExamples[ex].(obj); ok {
 							b, _ := json.Marshal(re["value"])
 							body = string(b)
-						} else if reqExamples != nil && len(reqExamples) > 0 && ex != "no_credential" && ex != "missing_scope" {
+						} else if len(reqExamples) > 0 && ex != "no_credential" && ex != "missing_scope" {
 							t.Fatalf("response example %s has no request example of the same name", ex)
 						} else if len(reqExamples) > 0 {
 							for _, re := range reqExamples { // any valid body

@@ -44,7 +44,6 @@ type response struct {
 	body     any
 	replay   any
 	location string
-	noStore  bool
 	raw      []byte // written as is, with contentType
 	ctype    string
 }
@@ -134,7 +133,7 @@ func (a *API) wrap(rt Route) http.Handler {
 			if prev.location != "" {
 				h.Set("Location", prev.location)
 			}
-			writeBody(w, prev.status, prev.body, contentTypeOf(prev.status), false)
+			writeBody(w, prev.status, prev.body, contentTypeOf(prev.status))
 			return
 		}
 		status, stored, location := a.serve(w, req, rt)
@@ -165,7 +164,7 @@ func (a *API) serve(w http.ResponseWriter, r *request, rt Route) (int, []byte, s
 		if pe.status == http.StatusUnauthorized {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="keygate-admin"`)
 		}
-		writeBody(w, pe.status, b, "application/problem+json", true)
+		writeBody(w, pe.status, b, "application/problem+json")
 		return pe.status, b, ""
 	}
 	if res.location != "" {
@@ -189,7 +188,7 @@ func (a *API) serve(w http.ResponseWriter, r *request, rt Route) (int, []byte, s
 		return pe.status, nil, ""
 	}
 	b = append(b, '\n')
-	writeBody(w, res.status, b, "application/json", true)
+	writeBody(w, res.status, b, "application/json")
 	stored := b
 	if res.replay != nil {
 		if stored, err = json.Marshal(res.replay); err != nil {
@@ -200,7 +199,7 @@ func (a *API) serve(w http.ResponseWriter, r *request, rt Route) (int, []byte, s
 	return res.status, stored, res.location
 }
 
-func writeBody(w http.ResponseWriter, status int, b []byte, ctype string, _ bool) {
+func writeBody(w http.ResponseWriter, status int, b []byte, ctype string) {
 	h := w.Header()
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Content-Type-Options", "nosniff")
