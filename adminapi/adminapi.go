@@ -270,12 +270,25 @@ func New(cfg Config, deps Deps) (*API, error) {
 	}
 	a.idem = newIdempotency(cfg.IdempotencyTTL, cfg.IdempotencyMaxEntries, a.now)
 	a.mux = http.NewServeMux()
+	// Paths the API serves under another method answer 405 with Allow;
+	// any other path 404.
+	byPath := http.NewServeMux()
+	allow := map[string][]string{}
 	for _, rt := range a.routes() {
 		a.mux.Handle(rt.Method+" "+rt.Pattern, a.wrap(rt))
+		allow[rt.Pattern] = append(allow[rt.Pattern], rt.Method)
 	}
-	a.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeProblem(w, r, http.StatusNotFound, "not-found", "no such resource or method", "")
+	for pattern, methods := range allow {
+		allowed := strings.Join(methods, ", ")
+		byPath.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Allow", allowed)
+			writeProblem(w, r, http.StatusMethodNotAllowed, "method-not-allowed", "method not allowed", "this resource allows "+allowed)
+		})
+	}
+	byPath.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, r, http.StatusNotFound, "not-found", "no such resource", "")
 	})
+	a.mux.Handle("/", byPath)
 	return a, nil
 }
 

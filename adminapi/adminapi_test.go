@@ -329,6 +329,7 @@ func TestProblems(t *testing.T) {
 		{"unknown key", "GET", "/v1/keys/key_ffffffffffffffff", "", nil, 404, "not-found"},
 		{"unknown consumer", "PATCH", "/v1/consumers/con_ffffffffffffffff", `{"name":"x"}`, nil, 404, "not-found"},
 		{"unknown path", "GET", "/v1/nothing", "", nil, 404, "not-found"},
+		{"wrong method", "PUT", "/v1/keys/" + keyAcme, `{}`, nil, 405, "method-not-allowed"},
 		{"unknown field", "POST", "/v1/keys", `{"product":"registry","env":"test","secret":1}`, nil, 400, "invalid-request"},
 		{"not JSON", "POST", "/v1/keys", `product=registry`, nil, 400, "invalid-request"},
 		{"wrong media type", "POST", "/v1/consumers", `{"name":"x"}`, []string{"Content-Type: text/plain"}, 415, "unsupported-media-type"},
