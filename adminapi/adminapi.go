@@ -312,6 +312,17 @@ func (a *API) TLSConfig(base *tls.Config) (*tls.Config, error) {
 	if a.clientCA != nil {
 		c.ClientCAs = a.clientCA
 		c.ClientAuth = tls.VerifyClientCertIfGiven
+		// A per-connection config would drop the client CA: keep it.
+		if inner := c.GetConfigForClient; inner != nil {
+			c.GetConfigForClient = func(h *tls.ClientHelloInfo) (*tls.Config, error) {
+				cc, err := inner(h)
+				if cc != nil {
+					cc = cc.Clone()
+					cc.ClientCAs, cc.ClientAuth = a.clientCA, tls.VerifyClientCertIfGiven
+				}
+				return cc, err
+			}
+		}
 	}
 	return c, nil
 }

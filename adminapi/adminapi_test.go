@@ -10,6 +10,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math/big"
 	"net/http"
 	"net/http/httptest"
@@ -19,6 +20,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/keygate/keygate/adminapi"
 	"github.com/keygate/keygate/internal/testkit"
@@ -615,5 +619,33 @@ func TestConfigValidate(t *testing.T) {
 	}
 	if _, err := api.TLSConfig(nil); err == nil {
 		t.Error("TLS on without a gateway certificate succeeded")
+	}
+}
+
+// TestLogLine: one line per call, with the actor and status, and neither
+// the token nor the issued key.
+func TestLogLine(t *testing.T) {
+	t.Parallel()
+	core, logs := observer.New(zap.InfoLevel)
+	f := newFixture(t, func(_ *adminapi.Config, d *adminapi.Deps) { d.Logger = zap.New(core) })
+	r := f.do(t, allToken, "POST", "/v1/keys", `{"product":"registry","env":"test"}`)
+	key := r.json(t)["key"].(string)
+	f.do(t, "", "GET", "/v1/keys?cursor=abc", "")
+	entries := logs.All()
+	if len(entries) != 2 {
+		t.Fatalf("%d log lines, want 2", len(entries))
+	}
+	first, second := entries[0].ContextMap(), entries[1].ContextMap()
+	if first["actor"] != "tok_all" || first["status"] != int64(201) || first["path"] != "/v1/keys" {
+		t.Errorf("first line %v", first)
+	}
+	if second["actor"] != "" || second["status"] != int64(401) {
+		t.Errorf("second line %v", second)
+	}
+	for _, e := range entries {
+		line := fmt.Sprint(e.ContextMap())
+		if strings.Contains(line, key) || strings.Contains(line, allToken) || strings.Contains(line, "cursor") {
+			t.Errorf("log line holds a secret or the query: %s", line)
+		}
 	}
 }

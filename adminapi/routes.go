@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"strings"
 
+	"go.uber.org/zap"
+
 	"github.com/keygate/keygate/keyops"
 )
 
@@ -78,11 +80,22 @@ func isWrite(method string) bool { return method != http.MethodGet && method != 
 // wrap authenticates, checks the scope, reads the body, applies the
 // Idempotency-Key and writes the handler's response.
 func (a *API) wrap(rt Route) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		start := a.now()
+		w := &statusWriter{ResponseWriter: rw}
+		var actor string
+		defer func() {
+			// One line per call: no query (cursors), no header, no body.
+			if ce := a.log.Check(zap.InfoLevel, "admin api"); ce != nil {
+				ce.Write(zap.String("method", r.Method), zap.String("path", r.URL.Path), zap.Int("status", w.status),
+					zap.String("actor", actor), zap.String("remote", r.RemoteAddr), zap.Duration("duration", a.now().Sub(start)))
+			}
+		}()
 		p, ok := a.authenticate(w, r)
 		if !ok {
 			return
 		}
+		actor = p.ID
 		if rt.Scope != "" && !p.Has(rt.Scope) {
 			writeProblem(w, r, http.StatusForbidden, "forbidden", "missing scope", "this operation needs the scope "+rt.Scope)
 			return
@@ -210,6 +223,26 @@ func writeBody(w http.ResponseWriter, status int, b []byte, ctype string) {
 	h.Set("Content-Type", ctype)
 	w.WriteHeader(status)
 	_, _ = w.Write(b)
+}
+
+// statusWriter remembers the status written, for the log line.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
 }
 
 // decode reads r's JSON body into v, refusing unknown fields and
