@@ -26,6 +26,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/keygate/keygate/keyops"
@@ -74,10 +75,13 @@ type Config struct {
 	// authenticated with no scope (403 everywhere).
 	ClientCertScopes map[string][]string `yaml:"client_cert_scopes"`
 	// IdempotencyTTL is how long an Idempotency-Key is remembered;
-	// default 24h.
+	// default 24h. With the file keystore they are kept in memory, per
+	// replica; with the Redis keystore, in Redis.
 	IdempotencyTTL time.Duration `yaml:"idempotency_ttl"`
-	// IdempotencyMaxEntries caps the remembered Idempotency-Keys; the
-	// oldest go first. Default 10000.
+	// IdempotencyMaxEntries caps the Idempotency-Keys remembered in
+	// memory; the oldest go first. Default 10000. With the Redis
+	// keystore they are kept in Redis, shared by the replicas, and
+	// expire by themselves.
 	IdempotencyMaxEntries int `yaml:"idempotency_max_entries"`
 }
 
@@ -224,6 +228,11 @@ type Deps struct {
 	// nil answers 501.
 	Usage UsageReader
 	Audit AuditReader
+	// Redis, when set (the Redis keystore), keeps the Idempotency-Key
+	// records, shared by every replica, under RedisPrefix; otherwise
+	// they are kept in memory, per replica.
+	Redis       redis.UniversalClient
+	RedisPrefix string
 	// Logger logs failures; nil means none.
 	Logger *zap.Logger
 	// Now is the clock; nil means time.Now.
@@ -238,7 +247,7 @@ type API struct {
 	log      *zap.Logger
 	now      func() time.Time
 	clientCA *x509.CertPool
-	idem     *idempotency
+	idem     idemStore
 	mux      *http.ServeMux
 }
 
@@ -268,7 +277,11 @@ func New(cfg Config, deps Deps) (*API, error) {
 			return nil, fmt.Errorf("admin_api.client_ca_file: %s holds no PEM certificate", cfg.ClientCAFile)
 		}
 	}
-	a.idem = newIdempotency(cfg.IdempotencyTTL, cfg.IdempotencyMaxEntries, a.now)
+	if deps.Redis != nil {
+		a.idem = &redisIdempotency{client: deps.Redis, prefix: deps.RedisPrefix, ttl: cfg.IdempotencyTTL}
+	} else {
+		a.idem = newIdempotency(cfg.IdempotencyTTL, cfg.IdempotencyMaxEntries, a.now)
+	}
 	a.mux = http.NewServeMux()
 	// Paths the API serves under another method answer 405 with Allow;
 	// any other path 404.

@@ -2,6 +2,7 @@ package adminapi
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -130,8 +131,13 @@ func (a *API) wrap(rt Route) http.Handler {
 			return
 		}
 		ikey := p.ID + "\x00" + key
-		prev, conflict, mismatch := a.idem.begin(ikey, fingerprint(r, req.body))
+		prev, conflict, mismatch, err := a.idem.begin(r.Context(), ikey, fingerprint(r, req.body))
 		switch {
+		case err != nil:
+			a.log.Error("admin api idempotency store failed", zap.Error(err))
+			writeProblem(w, r, http.StatusServiceUnavailable, "unavailable", "the idempotency store is unavailable",
+				"a request with an Idempotency-Key cannot be made safely now; retry shortly")
+			return
 		case mismatch:
 			writeProblem(w, r, http.StatusUnprocessableEntity, "idempotency-key-reused", "Idempotency-Key reused",
 				"this Idempotency-Key was used for a different request (method, path or body); use a new key")
@@ -149,12 +155,26 @@ func (a *API) wrap(rt Route) http.Handler {
 			writeBody(w, prev.status, prev.body, contentTypeOf(prev.status))
 			return
 		}
+		// The change is made whether or not the client waits: the record
+		// of its response must not depend on the request's context.
+		ctx := context.WithoutCancel(r.Context())
+		finished := false
+		defer func() {
+			if !finished { // a panic: let the retry run again
+				_ = a.idem.abandon(ctx, ikey)
+			}
+		}()
 		status, stored, location := a.serve(w, req, rt)
+		finished = true
 		if status >= 500 {
-			a.idem.abandon(ikey)
+			if err := a.idem.abandon(ctx, ikey); err != nil {
+				a.log.Warn("admin api idempotency store failed", zap.Error(err))
+			}
 			return
 		}
-		a.idem.finish(ikey, status, stored, location)
+		if err := a.idem.finish(ctx, ikey, status, stored, location); err != nil {
+			a.log.Warn("admin api idempotency store failed: a retry of this request may be refused (409) until its claim expires", zap.Error(err))
+		}
 	})
 }
 

@@ -252,11 +252,13 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (s *Server, err erro
 // backend's admin, and opens its listener.
 func (s *Server) openAdminAPI(deps Deps) error {
 	var store keyops.Store
+	var idemRedis redis.UniversalClient // Idempotency-Keys: in Redis with the Redis keystore, else in memory
 	switch s.cfg.Keystore.Backend {
 	case "file":
 		store = &keystore.FileAdmin{Path: s.cfg.Keystore.File}
 	case "redis":
 		store = &keystore.RedisAdmin{Client: s.redis, Prefix: s.cfg.Redis.KeyPrefix}
+		idemRedis = s.redis
 	}
 	limits, err := s.cfg.RateLimit.Resolver()
 	if err != nil {
@@ -268,6 +270,7 @@ func (s *Server) openAdminAPI(deps Deps) error {
 	}
 	api, err := adminapi.New(s.cfg.AdminAPI, adminapi.Deps{
 		Ops: ops, Tokens: deps.AdminTokens, Usage: deps.Usage, Audit: deps.Audit, Logger: s.log.Named("admin_api"),
+		Redis: idemRedis, RedisPrefix: s.cfg.Redis.KeyPrefix,
 	})
 	if err != nil {
 		return err
