@@ -17,6 +17,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/keygate/keygate/adminapi"
 	"github.com/keygate/keygate/audit"
 	"github.com/keygate/keygate/gateway"
 	"github.com/keygate/keygate/oauth2"
@@ -36,6 +37,7 @@ type Config struct {
 	Redis     redisconn.Config        `yaml:"redis"`
 	RateLimit ratelimit.Config        `yaml:"ratelimit"`
 	Auth      AuthConfig              `yaml:"auth"`
+	AdminAPI  adminapi.Config         `yaml:"admin_api"`
 	Log       LogConfig               `yaml:"log"`
 	// Audit is the audit log of changes to keys, consumers and admin
 	// tokens; see package audit and AuditConfig.
@@ -155,8 +157,9 @@ func Default() Config {
 			OAuth2:       oauth2.DefaultConfig(),
 			FailureLimit: ratelimit.DefaultFailureLimitConfig(),
 		},
-		Log:   LogConfig{Level: "info", Format: "json"},
-		Audit: audit.DefaultConfig(),
+		AdminAPI: adminapi.DefaultConfig(),
+		Log:      LogConfig{Level: "info", Format: "json"},
+		Audit:    audit.DefaultConfig(),
 	}
 }
 
@@ -234,7 +237,29 @@ func (c Config) Validate() error {
 	if c.Audit.File == audit.NoFile && c.Keystore.Backend != "redis" {
 		return errors.New("audit.file: none needs keystore.backend redis (its stream is then the only audit log)")
 	}
+	if err := c.validateAdminAPI(); err != nil {
+		return err
+	}
 	return c.Log.Validate()
+}
+
+// validateAdminAPI checks the admin_api section and how it fits the
+// listeners and TLS.
+func (c Config) validateAdminAPI() error {
+	a := c.AdminAPI
+	if err := a.Validate(); err != nil {
+		return err
+	}
+	if !a.Enabled {
+		return nil
+	}
+	if clash(a.Listen, c.Server.Listen) || clash(a.Listen, c.Server.AdminListen) || (c.Server.HTTPListen != "" && clash(a.Listen, c.Server.HTTPListen)) {
+		return errors.New("admin_api.listen: must differ from server.listen, server.admin_listen and server.http_listen")
+	}
+	if a.TLS == adminapi.TLSOn && c.TLS.Mode == tlsconf.ModeOff {
+		return errors.New("admin_api.tls: on uses the gateway's certificate, but tls.mode is off; set admin_api.tls: off (loopback only) or a tls.mode")
+	}
+	return nil
 }
 
 // Validate checks the server section.

@@ -91,6 +91,16 @@ auth:
 		got:  func(c config.Config) any { return c.Auth.OAuth2.ProductScopes },
 		want: map[string]string{"registry": "r:read"},
 	},
+	{
+		path: "admin_api.client_cert_scopes", name: "scopes as written",
+		yaml: `
+admin_api:
+  client_ca_file: ca.pem
+  client_cert_scopes: { support: [keys:read, keys:write] }
+`,
+		got:  func(c config.Config) any { return c.AdminAPI.ClientCertScopes },
+		want: map[string][]string{"support": {"keys:read", "keys:write"}},
+	},
 }
 
 // TestFileMapReplacesTheDefault: each map-valued option written in a file

@@ -73,6 +73,8 @@ type setup struct {
 	// serverName is the client's SNI and verified name; empty means none
 	// (the URL's IP address is verified).
 	serverName string
+	// deps changes the server's Deps (the admin API's token store).
+	deps func(*server.Deps)
 }
 
 // harness is one real keygate server on loopback with stand-in upstreams,
@@ -149,7 +151,11 @@ func newHarness(t *testing.T, s setup) *harness {
 			t.Error("an Authorization value appears in the log")
 		}
 	})
-	srv, err := server.New(context.Background(), cfg, server.Deps{Logger: logger})
+	deps := server.Deps{Logger: logger}
+	if s.deps != nil {
+		s.deps(&deps)
+	}
+	srv, err := server.New(context.Background(), cfg, deps)
 	if err != nil {
 		t.Fatalf("server.New: %v", err)
 	}

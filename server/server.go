@@ -1,10 +1,12 @@
 // Package server assembles a running keygate from its configuration: the
 // key store, the limiter, the authenticators, the gateway, TLS, and the API,
-// admin and plain-HTTP listeners, with a graceful drain on shutdown.
+// admin, admin-API and plain-HTTP listeners, with a graceful drain on
+// shutdown.
 package server
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,10 +26,12 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/keygate/keygate/adminapi"
 	"github.com/keygate/keygate/auth"
 	"github.com/keygate/keygate/config"
 	"github.com/keygate/keygate/framing"
 	"github.com/keygate/keygate/gateway"
+	"github.com/keygate/keygate/keyops"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/oauth2"
 	"github.com/keygate/keygate/ratelimit"
@@ -55,6 +59,16 @@ type Deps struct {
 	// Getenv reads secrets named in the config (redis.password_env); nil
 	// means os.Getenv.
 	Getenv func(string) string
+	// AdminTokens checks the admin API's bearer tokens; nil accepts none
+	// (client certificates only).
+	AdminTokens adminapi.TokenAuthenticator
+	// Usage and Audit serve the admin API's usage and audit-events
+	// endpoints; nil answers 501.
+	Usage adminapi.UsageReader
+	Audit adminapi.AuditReader
+	// Auditor receives every change made through the admin API; nil
+	// records nothing.
+	Auditor keyops.Auditor
 }
 
 // Server is a running keygate. Build it with New, run it with Serve, stop
@@ -74,9 +88,12 @@ type Server struct {
 	api, admin, plain       *http.Server
 	errLog                  *log.Logger
 	apiLn, adminLn, plainLn net.Listener
-	draining                atomic.Bool
-	serveErr                chan error
-	shutdownOnce            sync.Once
+	// adminAPI serves admin_api on adminAPILn; nil unless enabled.
+	adminAPI     *http.Server
+	adminAPILn   net.Listener
+	draining     atomic.Bool
+	serveErr     chan error
+	shutdownOnce sync.Once
 }
 
 // readyStore is the key store as the server needs it.
@@ -103,7 +120,7 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (s *Server, err erro
 			return nil, fmt.Errorf("server.spool_dir: %q must be an existing directory", d)
 		}
 	}
-	s = &Server{cfg: cfg, log: deps.Logger, registry: prometheus.NewRegistry(), serveErr: make(chan error, 3)}
+	s = &Server{cfg: cfg, log: deps.Logger, registry: prometheus.NewRegistry(), serveErr: make(chan error, 4)}
 	if s.log == nil {
 		s.log = zap.NewNop()
 	}
@@ -220,10 +237,69 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (s *Server, err erro
 			ErrorLog:                     errLog,
 		}
 	}
+	if cfg.AdminAPI.Enabled {
+		if err := s.openAdminAPI(deps); err != nil {
+			return nil, err
+		}
+	}
 	if s.api.TLSConfig == nil {
 		s.log.Warn("tls.mode is off: the API listener serves plain HTTP; run it only behind a TLS-terminating load balancer")
 	}
 	return s, nil
+}
+
+// openAdminAPI builds the admin API over keyops on the keystore
+// backend's admin, and opens its listener.
+func (s *Server) openAdminAPI(deps Deps) error {
+	var store keyops.Store
+	var idemRedis redis.UniversalClient // Idempotency-Keys: in Redis with the Redis keystore, else in memory
+	switch s.cfg.Keystore.Backend {
+	case "file":
+		store = &keystore.FileAdmin{Path: s.cfg.Keystore.File}
+	case "redis":
+		store = &keystore.RedisAdmin{Client: s.redis, Prefix: s.cfg.Redis.KeyPrefix}
+		idemRedis = s.redis
+	}
+	if err := s.adminAPIDeps(&deps, store); err != nil {
+		return err
+	}
+	limits, err := s.cfg.RateLimit.Resolver()
+	if err != nil {
+		return err
+	}
+	ops, err := keyops.New(keyops.Config{Store: store, Limits: limits, Auditor: deps.Auditor})
+	if err != nil {
+		return err
+	}
+	api, err := adminapi.New(s.cfg.AdminAPI, adminapi.Deps{
+		Ops: ops, Tokens: deps.AdminTokens, Usage: deps.Usage, Audit: deps.Audit, Logger: s.log.Named("admin_api"),
+		Redis: idemRedis, RedisPrefix: s.cfg.Redis.KeyPrefix,
+	})
+	if err != nil {
+		return err
+	}
+	tlsConfig, err := api.TLSConfig(s.tls.TLSConfig())
+	if err != nil {
+		return err
+	}
+	if deps.AdminTokens == nil && s.cfg.AdminAPI.ClientCAFile == "" {
+		s.log.Warn("admin_api is enabled but accepts no credential yet: no admin token store and no admin_api.client_ca_file")
+	}
+	if s.adminAPILn, err = net.Listen("tcp", s.cfg.AdminAPI.Listen); err != nil {
+		return fmt.Errorf("admin_api.listen: %w", err)
+	}
+	sc := s.cfg.Server
+	s.adminAPI = &http.Server{
+		Handler:           api.Handler(),
+		TLSConfig:         tlsConfig,
+		ReadHeaderTimeout: sc.ReadHeaderTimeout,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       sc.IdleTimeout,
+		MaxHeaderBytes:    sc.MaxHeaderBytes,
+		ErrorLog:          s.errLog,
+	}
+	return nil
 }
 
 func (s *Server) openStore() error {
@@ -350,6 +426,15 @@ func (s *Server) APIAddr() net.Addr { return s.apiLn.Addr() }
 // AdminAddr is the admin listener's address.
 func (s *Server) AdminAddr() net.Addr { return s.adminLn.Addr() }
 
+// AdminAPIAddr is the admin API listener's address, or nil when
+// admin_api is not enabled.
+func (s *Server) AdminAPIAddr() net.Addr {
+	if s.adminAPILn == nil {
+		return nil
+	}
+	return s.adminAPILn.Addr()
+}
+
 // HTTPAddr is the plain-HTTP listener's address, or nil.
 func (s *Server) HTTPAddr() net.Addr {
 	if s.plainLn == nil {
@@ -375,6 +460,15 @@ func (s *Server) Serve() error {
 	if s.plain != nil {
 		go func() { s.serveErr <- s.plain.Serve(framing.NewListener(s.plainLn, framing.ListenerConfig{})) }()
 	}
+	if s.adminAPI != nil {
+		// Read before Serve, which sets TLSConfig's NextProtos.
+		ln, tlsOn := s.adminAPILn, s.adminAPI.TLSConfig != nil
+		if tlsOn {
+			ln = tls.NewListener(ln, s.adminAPI.TLSConfig.Clone())
+		}
+		go func() { s.serveErr <- s.adminAPI.Serve(ln) }()
+		s.log.Info("admin API serving", zap.String("admin_api", s.adminAPILn.Addr().String()), zap.Bool("tls", tlsOn))
+	}
 	s.log.Info("keygate serving",
 		zap.String("api", s.apiLn.Addr().String()),
 		zap.String("admin", s.adminLn.Addr().String()),
@@ -395,7 +489,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.draining.Store(true)
 		s.log.Info("draining: no new connections; waiting for in-flight requests")
 		var wg sync.WaitGroup
-		servers := []*http.Server{s.api, s.plain}
+		servers := []*http.Server{s.api, s.plain, s.adminAPI}
 		errs := make([]error, len(servers)+1)
 		for i, srv := range servers {
 			if srv == nil {
@@ -428,7 +522,7 @@ func (s *Server) closeAll() {
 		_ = s.closers[i]()
 	}
 	s.closers = nil
-	for _, ln := range []net.Listener{s.apiLn, s.adminLn, s.plainLn} {
+	for _, ln := range []net.Listener{s.apiLn, s.adminLn, s.plainLn, s.adminAPILn} {
 		if ln != nil {
 			_ = ln.Close()
 		}

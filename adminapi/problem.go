@@ -1,0 +1,73 @@
+package adminapi
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	"go.uber.org/zap"
+
+	"github.com/keygate/keygate/keyops"
+	"github.com/keygate/keygate/keystore"
+)
+
+// Problem is an RFC 9457 problem details object, the body of every error.
+type Problem struct {
+	// Type identifies the kind of problem: "urn:keygate:problem:" and a
+	// slug such as unauthorized or invalid-request.
+	Type string `json:"type"`
+	// Title is the same for every problem of a Type.
+	Title string `json:"title"`
+	// Status is the HTTP status.
+	Status int `json:"status"`
+	// Detail explains this occurrence; it never holds a credential.
+	Detail string `json:"detail,omitempty"`
+	// Instance is the request path.
+	Instance string `json:"instance,omitempty"`
+}
+
+// ProblemTypePrefix starts every Problem.Type.
+const ProblemTypePrefix = "urn:keygate:problem:"
+
+func writeProblem(w http.ResponseWriter, r *http.Request, status int, slug, title, detail string) {
+	p := Problem{Type: ProblemTypePrefix + slug, Title: title, Status: status, Detail: detail, Instance: r.URL.Path}
+	b, _ := json.Marshal(p)
+	h := w.Header()
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// apiError is an error with its problem type.
+type apiError struct {
+	status int
+	slug   string
+	title  string
+	detail string
+}
+
+func (e *apiError) Error() string { return e.detail }
+
+func badRequest(detail string) error {
+	return &apiError{http.StatusBadRequest, "invalid-request", "the request is invalid", detail}
+}
+
+// problemOf maps an error to its problem: the one place that does.
+func (a *API) problemOf(r *http.Request, err error) *apiError {
+	var ae *apiError
+	switch {
+	case errors.As(err, &ae):
+		return ae
+	case errors.Is(err, keyops.ErrInvalid):
+		return &apiError{http.StatusBadRequest, "invalid-request", "the request is invalid", err.Error()}
+	case errors.Is(err, keystore.ErrNotFound), errors.Is(err, keystore.ErrConsumerNotFound):
+		return &apiError{http.StatusNotFound, "not-found", "no such resource", err.Error()}
+	case errors.Is(err, keystore.ErrConsumerInUse), errors.Is(err, keystore.ErrRevoked),
+		errors.Is(err, keystore.ErrRotated), errors.Is(err, keystore.ErrExpired):
+		return &apiError{http.StatusConflict, "conflict", "the resource's state does not allow this", err.Error()}
+	}
+	a.log.Error("admin api request failed", zap.String("method", r.Method), zap.String("path", r.URL.Path), zap.Error(err))
+	return &apiError{http.StatusInternalServerError, "internal", "internal error", "the request failed; the gateway's log has the cause"}
+}
