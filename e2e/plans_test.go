@@ -2,15 +2,18 @@ package e2e
 
 import (
 	"bytes"
+	"crypto/tls"
 	"fmt"
 	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/keygate/keygate/internal/redistest"
+	"github.com/keygate/keygate/internal/testkit"
 )
 
 // rateLimitHeader posts a small /sync upload and returns the status and
@@ -200,4 +203,58 @@ func TestConsumerScopeSharesOneQuota(t *testing.T) {
 	if s, body := gs[0].send(other); s != 200 {
 		t.Errorf("a key of no consumer: %d %s", s, body)
 	}
+}
+
+// TestSupportRaisesOneKeysLimitThroughTheAPI: the same grant as above,
+// made with one admin-API call (PATCH /v1/keys/{id} with an admin token)
+// on one of three replicas sharing a Redis keystore, reaches every replica
+// within a second, leaves the other key alone, and falls back by itself
+// when its --until passes.
+func TestSupportRaisesOneKeysLimitThroughTheAPI(t *testing.T) {
+	rs := redistest.Start(t)
+	gs := replicas(t, 3, rs.Addr, "redis", `    live: { rate: 1000, per: 1s, burst: 1000, quota: { requests: 40, per: 24h } }
+    test: { rate: 1000, per: 1s, burst: 1000 }`, "")
+	// Replica 0 also serves the admin API: restart it with the section.
+	adminAddr := testkit.FreeAddr(t)
+	gs[0].signal(syscall.SIGTERM)
+	if err := gs[0].wait(30 * time.Second); err != nil {
+		t.Fatalf("stopping replica 0: %v", err)
+	}
+	gs[0].rewriteConfig(func(c string) string {
+		return c + fmt.Sprintf("admin_api:\n  enabled: true\n  listen: %q\n", adminAddr)
+	})
+	gs[0].start()
+
+	keyA := gs[1].issue("--product", "extraction", "--env", "live", "--context", ctxA, "--name", "customer-a")
+	keyB := gs[1].issue("--product", "extraction", "--env", "live", "--context", ctxA, "--name", "customer-b")
+	waitKey(t, gs, keyA)
+	waitKey(t, gs, keyB)
+	same(t, gs, keyA, "40", "before")
+	var idA string
+	for _, r := range gs[1].list() {
+		if r.Name == "customer-a" {
+			idA = r.ID
+		}
+	}
+	out, errOut, err := gs[1].keygate("admin-tokens", "create", "--name", "support", "--scopes", "keys:read,keys:write")
+	if err != nil {
+		t.Fatalf("admin-tokens create: %v\n%s", err, errOut)
+	}
+	api := &adminAPI{t: t, base: "https://" + adminAddr, token: strings.TrimSpace(strings.SplitN(out, "\n", 2)[0]),
+		client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}}
+
+	until := time.Now().Add(4 * time.Second).UTC().Truncate(time.Second)
+	body := fmt.Sprintf(`{"override":{"burst":100000,"quota":"50000/24h","until":%q}}`, until.Format(time.RFC3339))
+	if status, rec, _ := api.call("PATCH", "/v1/keys/"+idA, body); status != http.StatusOK {
+		t.Fatalf("PATCH /v1/keys/%s: %d %v", idA, status, rec)
+	}
+	took := allReplicas(t, gs, keyA, "50000", time.Second)
+	t.Logf("raised through the API, live on 3 replicas after %s", took.Round(time.Millisecond))
+	same(t, gs, keyB, "40", "the other key after the raise")
+	if d := time.Until(until); d > 0 {
+		time.Sleep(d)
+	}
+	allReplicas(t, gs, keyA, "40", time.Second)
+	same(t, gs, keyB, "40", "the other key after the grant")
+	assertNoKeyInLogs(t, gs...)
 }
