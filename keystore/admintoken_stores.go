@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
 	"sync"
 	"time"
 
@@ -189,24 +188,11 @@ func (a *RedisAdmin) watchTokens(ctx context.Context, f func(tx *redis.Tx) error
 // ListAdminTokens returns every admin token, oldest first.
 func (a *RedisAdmin) ListAdminTokens(ctx context.Context) ([]AdminToken, error) {
 	tokens, _ := adminTokenKeys(a.Prefix)
-	all, err := a.Client.HGetAll(ctx, tokens).Result()
+	out, err := hashAll(ctx, a.Client, tokens, decodeAdminToken)
 	if err != nil {
-		return nil, fmt.Errorf("keystore: %w", err)
+		return nil, err
 	}
-	out := make([]AdminToken, 0, len(all))
-	for f, v := range all {
-		t, err := decodeAdminToken(f, v)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, t)
-	}
-	sort.Slice(out, func(i, j int) bool {
-		if !out[i].CreatedAt.Equal(out[j].CreatedAt) {
-			return out[i].CreatedAt.Before(out[j].CreatedAt)
-		}
-		return out[i].ID < out[j].ID
-	})
+	oldestFirst(out, func(t *AdminToken) time.Time { return t.CreatedAt }, func(t *AdminToken) string { return t.ID })
 	return out, nil
 }
 

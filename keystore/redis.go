@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -469,25 +468,11 @@ func (a *RedisAdmin) Issue(ctx context.Context, req IssueRequest) (string, Recor
 
 // List returns every record, oldest first.
 func (a *RedisAdmin) List(ctx context.Context) ([]Record, error) {
-	k := newRedisKeys(a.Prefix)
-	all, err := a.Client.HGetAll(ctx, k.records).Result()
+	recs, err := allRecords(ctx, a.Client, newRedisKeys(a.Prefix))
 	if err != nil {
-		return nil, fmt.Errorf("keystore: %w", err)
+		return nil, err
 	}
-	recs := make([]Record, 0, len(all))
-	for f, v := range all {
-		r, err := decodeRecord(f, v)
-		if err != nil {
-			return nil, err
-		}
-		recs = append(recs, r)
-	}
-	sort.Slice(recs, func(i, j int) bool {
-		if !recs[i].CreatedAt.Equal(recs[j].CreatedAt) {
-			return recs[i].CreatedAt.Before(recs[j].CreatedAt)
-		}
-		return recs[i].ID < recs[j].ID
-	})
+	oldestFirst(recs, func(r *Record) time.Time { return r.CreatedAt }, func(r *Record) string { return r.ID })
 	return recs, nil
 }
 

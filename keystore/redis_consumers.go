@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -167,19 +166,7 @@ func getConsumer(ctx context.Context, c redis.Cmdable, k redisKeys, id string) (
 
 // allRecords reads and decodes every key record.
 func allRecords(ctx context.Context, c redis.Cmdable, k redisKeys) ([]Record, error) {
-	all, err := c.HGetAll(ctx, k.records).Result()
-	if err != nil {
-		return nil, fmt.Errorf("keystore: %w", err)
-	}
-	recs := make([]Record, 0, len(all))
-	for f, v := range all {
-		r, err := decodeRecord(f, v)
-		if err != nil {
-			return nil, err
-		}
-		recs = append(recs, r)
-	}
-	return recs, nil
+	return hashAll(ctx, c, k.records, decodeRecord)
 }
 
 // UpdateKey applies f to the record of the key with id and stores and
@@ -220,25 +207,11 @@ func (a *RedisAdmin) CreateConsumer(ctx context.Context, c Consumer) error {
 
 // ListConsumers returns every consumer, oldest first.
 func (a *RedisAdmin) ListConsumers(ctx context.Context) ([]Consumer, error) {
-	k := newRedisKeys(a.Prefix)
-	all, err := a.Client.HGetAll(ctx, k.consumers).Result()
+	cons, err := hashAll(ctx, a.Client, newRedisKeys(a.Prefix).consumers, decodeConsumer)
 	if err != nil {
-		return nil, fmt.Errorf("keystore: %w", err)
+		return nil, err
 	}
-	cons := make([]Consumer, 0, len(all))
-	for f, v := range all {
-		c, err := decodeConsumer(f, v)
-		if err != nil {
-			return nil, err
-		}
-		cons = append(cons, c)
-	}
-	sort.Slice(cons, func(i, j int) bool {
-		if !cons[i].CreatedAt.Equal(cons[j].CreatedAt) {
-			return cons[i].CreatedAt.Before(cons[j].CreatedAt)
-		}
-		return cons[i].ID < cons[j].ID
-	})
+	oldestFirst(cons, func(c *Consumer) time.Time { return c.CreatedAt }, func(c *Consumer) string { return c.ID })
 	return cons, nil
 }
 
