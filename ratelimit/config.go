@@ -127,24 +127,7 @@ func (c Config) Validate() error {
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		l, p := c.Limits[name], "limits."+name
-		if l.Rate <= 0 {
-			bad(p+".rate", "must be positive, got %g", l.Rate)
-		}
-		if l.Per <= 0 {
-			bad(p+".per", "must be a positive duration such as 1s, got %s", l.Per)
-		}
-		if l.Burst < 1 {
-			bad(p+".burst", "must be at least 1, got %d", l.Burst)
-		}
-		if q := l.Quota; q != (Quota{}) {
-			if q.Requests < 1 {
-				bad(p+".quota.requests", "must be at least 1, got %d", q.Requests)
-			}
-			if q.Per <= 0 {
-				bad(p+".quota.per", "must be a positive duration such as 24h, got %s", q.Per)
-			}
-		}
+		validateLimit(c.Limits[name], "limits."+name, bad)
 	}
 	for _, env := range []string{"live", "test"} {
 		if _, ok := c.Limits[env]; !ok && len(c.Limits) > 0 {
