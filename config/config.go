@@ -22,6 +22,7 @@ import (
 	"github.com/keygate/keygate/ratelimit"
 	"github.com/keygate/keygate/redisconn"
 	"github.com/keygate/keygate/tlsconf"
+	"github.com/keygate/keygate/usage"
 )
 
 // Config is the whole configuration file. Its zero value is not useful:
@@ -36,6 +37,7 @@ type Config struct {
 	RateLimit ratelimit.Config        `yaml:"ratelimit"`
 	Auth      AuthConfig              `yaml:"auth"`
 	Log       LogConfig               `yaml:"log"`
+	Usage     usage.Config            `yaml:"usage"`
 }
 
 // ServerConfig is the listeners and their protections.
@@ -151,7 +153,8 @@ func Default() Config {
 			OAuth2:       oauth2.DefaultConfig(),
 			FailureLimit: ratelimit.DefaultFailureLimitConfig(),
 		},
-		Log: LogConfig{Level: "info", Format: "json"},
+		Log:   LogConfig{Level: "info", Format: "json"},
+		Usage: usage.DefaultConfig(),
 	}
 }
 
@@ -201,6 +204,9 @@ func (c Config) Validate() error {
 		return err
 	}
 	if err := c.TLS.Validate(); err != nil {
+		return err
+	}
+	if err := c.Usage.Validate(); err != nil {
 		return err
 	}
 	if c.TLS.Mode == "acme" && c.Server.HTTPListen == "" && slices.Contains(c.TLS.Challenges, "http-01") {

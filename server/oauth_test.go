@@ -111,10 +111,10 @@ func TestOAuth2BesideAPIKeys(t *testing.T) {
 	})
 
 	t.Run("metrics count each method by id", func(t *testing.T) {
-		if got := h.metric("keygate_authenticated_requests_total", "method", "oauth2", "id", "oauth2:client-RS256"); got != 2 {
+		if got := h.metric("keygate_authenticated_requests_total", "method", "oauth2", "env", "live"); got != 2 {
 			t.Errorf(`{method="oauth2",id="oauth2:client-RS256"} = %v, want 2`, got)
 		}
-		if got := h.metric("keygate_authenticated_requests_total", "method", "api_key", "id", h.LiveID); got != 1 {
+		if got := h.metric("keygate_authenticated_requests_total", "method", "api_key", "env", "live"); got != 1 {
 			t.Errorf(`{method="api_key",id=%q} = %v, want 1`, h.LiveID, got)
 		}
 	})
