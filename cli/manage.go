@@ -36,12 +36,18 @@ func openOps(cfg config.Config) (*keyops.Service, func(), error) {
 		done()
 		return nil, nil, err
 	}
-	ops, err := keyops.New(keyops.Config{Store: store, Limits: limits})
+	ur, qr, udone, err := usageReaders(cfg)
 	if err != nil {
 		done()
 		return nil, nil, err
 	}
-	return ops, done, nil
+	ops, err := keyops.New(keyops.Config{Store: store, Limits: limits, Usage: ur, Quota: qr})
+	if err != nil {
+		udone()
+		done()
+		return nil, nil, err
+	}
+	return ops, func() { udone(); done() }, nil
 }
 
 // cliActor is "cli:<os user>", the actor of every change the CLI makes.
@@ -264,6 +270,8 @@ func consumers(args []string, stdout, stderr io.Writer) error {
 	case "list", "show":
 		asJSON = fs.Bool("json", false, "print JSON")
 	case "delete":
+	case "usage":
+		return showUsage("consumers", fs, args, stdout)
 	default:
 		return usageError{fmt.Sprintf("consumers: unknown subcommand %q", sub)}
 	}
