@@ -47,6 +47,8 @@ Usage:
   keygate consumers update --config FILE ID [--name TEXT] [--meta K=V]... [--context UUID]... [--any-context]
                      [--plan NAME] [--rate N] [--per DURATION] [--burst N] [--quota ...] [--until ...] [--clear-override]
   keygate consumers delete --config FILE ID           (refused while it has active keys)
+  keygate keys usage --config FILE ID [--json] [--since DURATION]        counts (up to 168h) and quota left
+  keygate consumers usage --config FILE ID [--json] [--since DURATION]   the same, summed over its keys
   keygate demo [--config FILE]               serve with stand-in backends and a demo key (make run)
   keygate standin --listen ADDR --name NAME  run a stand-in backend that echoes what it receives
   keygate version

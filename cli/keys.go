@@ -38,7 +38,7 @@ func openAdmin(cfg config.Config) (keyops.Store, func(), error) {
 
 func keys(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return usageError{"keys: want issue, list, revoke, rotate or import"}
+		return usageError{"keys: want issue, list, show, update, usage, revoke, rotate or import"}
 	}
 	sub, args := args[0], args[1:]
 	fs := flag.NewFlagSet("keys "+sub, flag.ContinueOnError)

@@ -245,7 +245,7 @@ func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
 func consumers(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return usageError{"consumers: want create, list, show, update or delete"}
+		return usageError{"consumers: want create, list, show, update, usage or delete"}
 	}
 	sub, args := args[0], args[1:]
 	fs := flag.NewFlagSet("consumers "+sub, flag.ContinueOnError)

@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -50,7 +51,7 @@ func keyID(t *testing.T, g *gateway, name string) string {
 }
 
 // TestUsageAcrossReplicas: a known mix of admitted, rate-limited,
-// quota-refused and context-refused requests through two replicas sharing
+// quota-refused, context-refused and product-refused requests through two replicas sharing
 // Redis shows up exactly in `keys usage --json` once flushed; last use
 // moves; `keys list` shows it.
 func TestUsageAcrossReplicas(t *testing.T) {
@@ -76,6 +77,19 @@ func TestUsageAcrossReplicas(t *testing.T) {
 	expect(gs[0], rated, ctxB, 403)
 	expect(gs[1], rated, ctxA, 429)
 	expect(gs[0], rated, ctxA, 429)
+	// rated on the registry: refused for the product, before the limiter.
+	for _, g := range gs {
+		req, _ := http.NewRequest("GET", g.API+"/registry/schemas", nil)
+		req.Header.Set("X-Api-Key", rated)
+		resp, err := g.Client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 403 {
+			t.Fatalf("extraction key on the registry: %d, want 403", resp.StatusCode)
+		}
+	}
 	// quoted: quota 3 = 3 admitted, then 2 refused by the quota.
 	for i := range 5 {
 		want := 200
@@ -88,7 +102,7 @@ func TestUsageAcrossReplicas(t *testing.T) {
 	var r usageReport
 	eventually(t, 5*time.Second, func() string {
 		r = gs[1].usage(t, "keys", "usage", ratedID)
-		if r.Admitted != 2 || r.Context != 1 || r.Rate != 2 || r.Quota != 0 || r.Product != 0 {
+		if r.Admitted != 2 || r.Context != 1 || r.Rate != 2 || r.Quota != 0 || r.Product != 2 {
 			return fmt.Sprintf("rated: %+v", r)
 		}
 		return ""
