@@ -54,6 +54,8 @@ Usage:
   keygate admin-tokens revoke --config FILE ID
   keygate audit --config FILE [--since DURATION] [--json] [--limit N] [--actor ID] [--target ID]
                      the audit log, oldest first (--limit 0: all)
+  keygate keys usage --config FILE ID [--json] [--since DURATION]        counts (up to 168h) and quota left
+  keygate consumers usage --config FILE ID [--json] [--since DURATION]   the same, summed over its keys
   keygate demo [--config FILE]               serve with stand-in backends and a demo key (make run)
   keygate standin --listen ADDR --name NAME  run a stand-in backend that echoes what it receives
   keygate version

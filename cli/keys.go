@@ -38,7 +38,7 @@ func openAdmin(cfg config.Config) (keyops.Store, func(), error) {
 
 func keys(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return usageError{"keys: want issue, list, revoke, rotate or import"}
+		return usageError{"keys: want issue, list, show, update, usage, revoke, rotate or import"}
 	}
 	sub, args := args[0], args[1:]
 	fs := flag.NewFlagSet("keys "+sub, flag.ContinueOnError)
@@ -68,6 +68,8 @@ func keys(args []string, stdout, stderr io.Writer) error {
 		return keysImport(fs, args, stdout, stderr)
 	case "update", "show":
 		return keysManage(sub, fs, args, stdout, stderr)
+	case "usage":
+		return showUsage("keys", fs, args, stdout)
 	default:
 		return usageError{fmt.Sprintf("keys: unknown subcommand %q", sub)}
 	}
@@ -104,7 +106,11 @@ func keys(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		return printList(stdout, recs, *asJSON)
+		last, err := ops.LastUsed(ctx)
+		if err != nil {
+			return err
+		}
+		return printList(stdout, recs, last, *asJSON)
 	case "revoke", "rotate":
 		if fs.NArg() != 1 {
 			return usageError{fmt.Sprintf("keys %s: want exactly one key ID", sub)}
@@ -188,25 +194,37 @@ func orDash(s string) string {
 	return s
 }
 
-func printList(w io.Writer, recs []keystore.Record, asJSON bool) error {
+func printList(w io.Writer, recs []keystore.Record, last map[string]time.Time, asJSON bool) error {
 	now := time.Now()
 	if asJSON {
-		views := make([]keystore.RecordView, 0, len(recs))
+		type view struct {
+			keystore.RecordView
+			LastUsedAt *time.Time `json:"last_used_at"`
+		}
+		views := make([]view, 0, len(recs))
 		for _, r := range recs {
-			views = append(views, r.View(now))
+			v := view{RecordView: r.View(now)}
+			if t, ok := last[r.ID]; ok {
+				v.LastUsedAt = &t
+			}
+			views = append(views, v)
 		}
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		return enc.Encode(views)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAME\tPRODUCT\tENV\tCONTEXT\tSTATUS\tCREATED\tEXPIRES\tCONSUMER\tPLAN")
+	fmt.Fprintln(tw, "ID\tNAME\tPRODUCT\tENV\tCONTEXT\tSTATUS\tCREATED\tEXPIRES\tCONSUMER\tPLAN\tLAST USED")
 	for _, r := range recs {
 		exp := "never"
 		if !r.ExpiresAt.IsZero() {
 			exp = r.ExpiresAt.UTC().Format(time.RFC3339)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, orDash(r.Name), r.Product, r.Env, orDash(r.Context), r.StateAt(now), r.CreatedAt.UTC().Format(time.RFC3339), exp, orDash(r.Consumer), orDash(r.Plan))
+		used := "never"
+		if t, ok := last[r.ID]; ok {
+			used = t.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, orDash(r.Name), r.Product, r.Env, orDash(r.Context), r.StateAt(now), r.CreatedAt.UTC().Format(time.RFC3339), exp, orDash(r.Consumer), orDash(r.Plan), used)
 	}
 	return tw.Flush()
 }

@@ -42,8 +42,14 @@ func openOps(cfg config.Config) (*keyops.Service, func(), error) {
 		done()
 		return nil, nil, err
 	}
-	release := func() { _ = log.Close(); done() }
-	ops, err := keyops.New(keyops.Config{Store: store, Limits: limits, Auditor: log})
+	ur, qr, udone, err := usageReaders(cfg)
+	if err != nil {
+		_ = log.Close()
+		done()
+		return nil, nil, err
+	}
+	release := func() { udone(); _ = log.Close(); done() }
+	ops, err := keyops.New(keyops.Config{Store: store, Limits: limits, Auditor: log, Usage: ur, Quota: qr})
 	if err != nil {
 		release()
 		return nil, nil, err
@@ -246,7 +252,7 @@ func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
 func consumers(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return usageError{"consumers: want create, list, show, update or delete"}
+		return usageError{"consumers: want create, list, show, update, usage or delete"}
 	}
 	sub, args := args[0], args[1:]
 	fs := flag.NewFlagSet("consumers "+sub, flag.ContinueOnError)
@@ -271,6 +277,8 @@ func consumers(args []string, stdout, stderr io.Writer) error {
 	case "list", "show":
 		asJSON = fs.Bool("json", false, "print JSON")
 	case "delete":
+	case "usage":
+		return showUsage("consumers", fs, args, stdout)
 	default:
 		return usageError{fmt.Sprintf("consumers: unknown subcommand %q", sub)}
 	}

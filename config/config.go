@@ -24,6 +24,7 @@ import (
 	"github.com/keygate/keygate/ratelimit"
 	"github.com/keygate/keygate/redisconn"
 	"github.com/keygate/keygate/tlsconf"
+	"github.com/keygate/keygate/usage"
 )
 
 // Config is the whole configuration file. Its zero value is not useful:
@@ -42,6 +43,8 @@ type Config struct {
 	// Audit is the audit log of changes to keys, consumers and admin
 	// tokens; see package audit and AuditConfig.
 	Audit audit.Config `yaml:"audit"`
+	// Usage is per-key usage counting; see package usage.
+	Usage usage.Config `yaml:"usage"`
 }
 
 // ServerConfig is the listeners and their protections.
@@ -160,6 +163,7 @@ func Default() Config {
 		AdminAPI: adminapi.DefaultConfig(),
 		Log:      LogConfig{Level: "info", Format: "json"},
 		Audit:    audit.DefaultConfig(),
+		Usage:    usage.DefaultConfig(),
 	}
 }
 
@@ -209,6 +213,9 @@ func (c Config) Validate() error {
 		return err
 	}
 	if err := c.TLS.Validate(); err != nil {
+		return err
+	}
+	if err := c.Usage.Validate(); err != nil {
 		return err
 	}
 	if c.TLS.Mode == "acme" && c.Server.HTTPListen == "" && slices.Contains(c.TLS.Challenges, "http-01") {

@@ -204,7 +204,9 @@ func commandCalls(t *testing.T, rs *redistest.Server) (evalsha int, others map[s
 
 // TestOneRedisRoundTripPerAdmittedRequest reads Redis INFO commandstats
 // before and after a run: each admitted request cost exactly one EVALSHA
-// and nothing else.
+// and nothing else. The usage flushes are counted apart: one pipeline
+// (HINCRBY, EXPIRE, ZADD) per replica per flush interval, about seconds
+// elapsed × replicas, whatever the number of requests.
 func TestOneRedisRoundTripPerAdmittedRequest(t *testing.T) {
 	rs := redistest.Start(t)
 	gs := replicas(t, 3, rs.Addr, "file", "", "")
@@ -215,14 +217,27 @@ func TestOneRedisRoundTripPerAdmittedRequest(t *testing.T) {
 			t.Fatalf("warm-up %d: %d %s", i, s, b)
 		}
 	}
+	flushes := func() (n float64) {
+		for _, g := range gs {
+			n += g.metric("keygate_usage_flushes_total", "outcome", "ok")
+		}
+		return n
+	}
+	time.Sleep(1500 * time.Millisecond) // and the usage flush's connection
+	flushesBefore := flushes()
 	before, othersBefore := commandCalls(t, rs)
+	start := time.Now()
 	const n = 60
 	for i := 0; i < n; i++ {
 		if s, b := gs[i%3].send(key); s != 200 {
 			t.Fatalf("request %d: %d %s", i, s, b)
 		}
+		time.Sleep(40 * time.Millisecond) // spread over a few flush intervals
 	}
+	time.Sleep(1500 * time.Millisecond) // the last flushes
 	after, othersAfter := commandCalls(t, rs)
+	flushed := int(flushes() - flushesBefore)
+	elapsed := time.Since(start).Seconds()
 	t.Logf("%d admitted requests: %d EVALSHA calls", n, after-before)
 	if after-before != n {
 		t.Errorf("EVALSHA calls = %d for %d admitted requests, want exactly one each", after-before, n)
@@ -230,6 +245,27 @@ func TestOneRedisRoundTripPerAdmittedRequest(t *testing.T) {
 	// Redis counts the commands a script runs inside EVALSHA as well; those
 	// are no round trips. Anything else sent during the run would be one.
 	insideScript := map[string]int{"get": 2, "set": 1, "time": 1, "incr": 1, "pexpire": 1, "pttl": 1}
+	t.Logf("%.1fs, 3 replicas: %d usage flushes", elapsed, flushed)
+	if flushed < 1 || float64(flushed) > 3*(elapsed+1) {
+		t.Errorf("%d usage flushes in %.1fs on 3 replicas, want between 1 and about one per second per replica", flushed, elapsed)
+	}
+	// One key: each flush is one pipeline of HINCRBY (admitted, bytes_in),
+	// one EXPIRE and one ZADD.
+	for name, per := range map[string]int{"hincrby": 2, "expire": 1, "zadd": 1} {
+		if d := othersAfter[name] - othersBefore[name]; d != per*flushed {
+			t.Errorf("%d %s calls for %d flushes, want %d", d, name, flushed, per*flushed)
+		}
+		delete(othersAfter, name)
+	}
+	// The flusher and a request may each need a connection at the same
+	// moment: the pool then dials one more (HELLO, CLIENT SETINFO). That
+	// is once per connection, not per request.
+	for _, name := range []string{"hello", "client|setinfo"} {
+		if d := othersAfter[name] - othersBefore[name]; d > 3*2 {
+			t.Errorf("%d %s calls: more new connections than the pool's growth explains", d, name)
+		}
+		delete(othersAfter, name)
+	}
 	for name, c := range othersAfter {
 		d := c - othersBefore[name]
 		if per, ok := insideScript[name]; ok {

@@ -14,6 +14,7 @@ import (
 	"github.com/keygate/keygate/gateway"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/ratelimit"
+	"github.com/keygate/keygate/usage"
 )
 
 // benchGateway is the request path with its real collaborators (file
@@ -54,7 +55,7 @@ func benchGatewayWith(b *testing.B, mod func(*gateway.Config, *gateway.Deps)) (*
 			"test": {Rate: 1e9, Per: time.Second, Burst: 1e9},
 		},
 	}
-	deps := gateway.Deps{Auth: keys, Limiter: ratelimit.NewLocal(ratelimit.LocalConfig{})}
+	deps := gateway.Deps{Auth: keys, Limiter: ratelimit.NewLocal(ratelimit.LocalConfig{}), Usage: usage.NewCounters(0)}
 	if mod != nil {
 		mod(&cfg, &deps)
 	}

@@ -94,6 +94,8 @@ type Deps struct {
 	// Failures, when set, throttles addresses with too many failed
 	// authentications.
 	Failures FailureLimiter
+	// Usage, when set, counts each key's requests (see UsageRecorder).
+	Usage UsageRecorder
 }
 
 // Gateway is the API handler. Build it with New; it is safe for concurrent
@@ -104,6 +106,7 @@ type Gateway struct {
 	limiter    Limiter
 	log        *zap.Logger
 	metrics    *Metrics
+	usage      UsageRecorder
 	extraction *upstream
 	registry   *upstream
 	proxy      *httputil.ReverseProxy
@@ -135,7 +138,7 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 			return nil, fmt.Errorf("ratelimit.limits.%s: missing", env)
 		}
 	}
-	g := &Gateway{cfg: cfg, auth: deps.Auth, limiter: deps.Limiter, log: deps.Logger, metrics: deps.Metrics, failures: deps.Failures}
+	g := &Gateway{cfg: cfg, auth: deps.Auth, limiter: deps.Limiter, log: deps.Logger, metrics: deps.Metrics, failures: deps.Failures, usage: deps.Usage}
 	if cfg.BodyIdleTimeout < 0 || cfg.MaxConcurrent < 0 {
 		return nil, errors.New("gateway: BodyIdleTimeout and MaxConcurrent must not be negative")
 	}
@@ -183,6 +186,7 @@ type state struct {
 	route      route
 	principal  auth.Principal
 	authed     bool
+	admitted   bool // by the rate limiter
 	reason     string
 	bodyErr    atomic.Pointer[error] // set by the transport's goroutine
 	upstream   *upstream
@@ -257,7 +261,7 @@ func (g *Gateway) serve(w *recorder, r *http.Request, st *state) {
 	}
 	p := v.Principal
 	st.principal, st.authed = p, true
-	g.metrics.KeyRequests.WithLabelValues(string(p.Method), p.ID).Inc()
+	g.metrics.KeyRequests.WithLabelValues(string(p.Method), p.Env).Inc()
 	if p.Method == auth.MethodAPIKey {
 		for _, kv := range g.depHeaders {
 			w.Header().Set(kv[0], kv[1])
@@ -301,6 +305,7 @@ func (g *Gateway) serve(w *recorder, r *http.Request, st *state) {
 		g.fail(w, st, g.cfg.RateLimitStatus, msg, string(d.Reason))
 		return
 	}
+	st.admitted = true
 
 	if r.ContentLength > g.cfg.MaxBodyBytes {
 		g.fail(w, st, http.StatusRequestEntityTooLarge, "request body too large", "too_large")
@@ -429,6 +434,9 @@ func (g *Gateway) finish(r *http.Request, w *recorder, st *state, start time.Tim
 	route := st.route.String()
 	g.metrics.requests(st.route, status).Inc()
 	g.metrics.duration(st.route).Observe(elapsed.Seconds())
+	if st.authed && g.usage != nil {
+		g.recordUsage(st, start.Add(elapsed))
+	}
 	if ce := g.log.Check(zapcore.InfoLevel, "request"); ce != nil {
 		fields := []zap.Field{
 			zap.String("trace_id", st.trace.ID),

@@ -60,6 +60,7 @@ type envOpts struct {
 	bodyIdle    time.Duration
 	concurrent  int
 	failures    gateway.FailureLimiter
+	usage       gateway.UsageRecorder
 }
 
 func newEnv(t *testing.T, o envOpts) *env {
@@ -138,7 +139,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 		HSTS:             o.hsts,
 		BodyIdleTimeout:  o.bodyIdle,
 		MaxConcurrent:    o.concurrent,
-	}, gateway.Deps{Auth: keys, Limiter: ratelimit.NewLocal(ratelimit.LocalConfig{}), Failures: o.failures})
+	}, gateway.Deps{Auth: keys, Limiter: ratelimit.NewLocal(ratelimit.LocalConfig{}), Failures: o.failures, Usage: o.usage})
 	if err != nil {
 		t.Fatal(err)
 	}

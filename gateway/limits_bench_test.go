@@ -14,6 +14,7 @@ import (
 	"github.com/keygate/keygate/gateway"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/ratelimit"
+	"github.com/keygate/keygate/usage"
 )
 
 // BenchmarkRequestPathResolvedLimit is BenchmarkRequestPath for a key of a
@@ -58,7 +59,7 @@ func BenchmarkRequestPathResolvedLimit(b *testing.B) {
 		Upstreams:    gateway.UpstreamsConfig{Extraction: gateway.UpstreamConfig{Targets: []string{up.URL}}, Registry: gateway.UpstreamConfig{Targets: []string{up.URL}}},
 		MaxBodyBytes: 100 << 20,
 		Limits:       envs,
-	}, gateway.Deps{Auth: keys, Limiter: ratelimit.NewLocal(ratelimit.LocalConfig{})})
+	}, gateway.Deps{Auth: keys, Limiter: ratelimit.NewLocal(ratelimit.LocalConfig{}), Usage: usage.NewCounters(0)})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -48,8 +48,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"upstream"}),
 		KeyRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "keygate_authenticated_requests_total",
-			Help: "Authenticated requests by credential method (api_key, oauth2) and credential id, to see who still uses API keys.",
-		}, []string{"method", "id"}),
+			Help: "Authenticated requests by credential method (api_key, oauth2) and env (live, test; oauth2 clients' env). Per-key figures are in the usage store (keygate keys usage), never a label.",
+		}, []string{"method", "env"}),
 		statusLabels: map[int]string{},
 	}
 	for _, c := range []int{200, 201, 204, 400, 401, 403, 404, 405, 413, 429, 499, 500, 502, 503, 504} {

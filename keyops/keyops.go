@@ -103,6 +103,11 @@ type Config struct {
 	Auditor Auditor
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Usage reads per-key usage; nil means KeyUsage fails with ErrNoUsage.
+	Usage UsageReader
+	// Quota reads a bucket's quota use (Redis rate limiter); nil means
+	// quotas are per replica.
+	Quota QuotaReader
 }
 
 // Service manages keys and consumers. It is safe for concurrent use as
@@ -112,6 +117,9 @@ type Service struct {
 	limits  *ratelimit.Resolver
 	auditor Auditor
 	now     func() time.Time
+
+	usage       UsageReader
+	quotaReader QuotaReader
 }
 
 // New checks cfg and returns a Service.
@@ -128,7 +136,7 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Service{store: cfg.Store, limits: cfg.Limits, auditor: cfg.Auditor, now: cfg.Now}, nil
+	return &Service{store: cfg.Store, limits: cfg.Limits, auditor: cfg.Auditor, now: cfg.Now, usage: cfg.Usage, quotaReader: cfg.Quota}, nil
 }
 
 // ErrInvalid wraps errors in what the caller asked for (a bad flag or

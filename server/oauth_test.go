@@ -110,12 +110,13 @@ func TestOAuth2BesideAPIKeys(t *testing.T) {
 		}
 	})
 
-	t.Run("metrics count each method by id", func(t *testing.T) {
-		if got := h.metric("keygate_authenticated_requests_total", "method", "oauth2", "id", "oauth2:client-RS256"); got != 2 {
-			t.Errorf(`{method="oauth2",id="oauth2:client-RS256"} = %v, want 2`, got)
+	t.Run("metrics count each method by env, never by id", func(t *testing.T) {
+		// Both signers' clients; per-client figures are in the usage store.
+		if got := h.metric("keygate_authenticated_requests_total", "method", "oauth2", "env", "live"); got != 6 {
+			t.Errorf(`{method="oauth2",env="live"} = %v, want 6`, got)
 		}
-		if got := h.metric("keygate_authenticated_requests_total", "method", "api_key", "id", h.LiveID); got != 1 {
-			t.Errorf(`{method="api_key",id=%q} = %v, want 1`, h.LiveID, got)
+		if got := h.metric("keygate_authenticated_requests_total", "method", "api_key", "env", "live"); got != 1 {
+			t.Errorf(`{method="api_key",env="live"} = %v, want 1`, got)
 		}
 	})
 }

@@ -202,7 +202,7 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (s *Server, err erro
 		BodyIdleTimeout:  cfg.Server.BodyIdleTimeout,
 		MaxConcurrent:    cfg.RateLimit.MaxConcurrent,
 		TrustedProxies:   trusted,
-	}, gateway.Deps{Auth: authn, Limiter: s.limiter, Logger: s.log.Named("access"), Metrics: s.metrics, Failures: failures})
+	}, gateway.Deps{Auth: authn, Limiter: s.limiter, Logger: s.log.Named("access"), Metrics: s.metrics, Failures: failures, Usage: s.openUsage()})
 	if err != nil {
 		return nil, err
 	}

@@ -203,15 +203,15 @@ func TestAdminListener(t *testing.T) {
 			}
 		}
 	})
-	t.Run("authenticated requests are counted per key", func(t *testing.T) {
-		before := h.metric("keygate_authenticated_requests_total", "method", "api_key", "id", h.LiveID)
+	t.Run("authenticated requests are counted per method and env, never per key", func(t *testing.T) {
+		before := h.metric("keygate_authenticated_requests_total", "method", "api_key", "env", "live")
 		for range 3 {
 			if r := h.sync(keyCred(h.LiveKey), ctxA); r.Status != 200 {
 				t.Fatalf("sync: %d", r.Status)
 			}
 		}
-		if got := h.metric("keygate_authenticated_requests_total", "method", "api_key", "id", h.LiveID); got != before+3 {
-			t.Errorf(`keygate_authenticated_requests_total{method="api_key",id=%q} went %v -> %v, want +3`, h.LiveID, before, got)
+		if got := h.metric("keygate_authenticated_requests_total", "method", "api_key", "env", "live"); got != before+3 {
+			t.Errorf(`keygate_authenticated_requests_total{method="api_key",env="live"} went %v -> %v, want +3`, before, got)
 		}
 	})
 }

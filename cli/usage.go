@@ -1,0 +1,119 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/keygate/keygate/config"
+	"github.com/keygate/keygate/keyops"
+	"github.com/keygate/keygate/ratelimit"
+	"github.com/keygate/keygate/redisconn"
+	"github.com/keygate/keygate/server"
+)
+
+// usageReaders opens what keyops needs to read usage: the usage store the
+// gateways flush to (server.UsageStore), and the Redis limiter's quota
+// counters when ratelimit.backend is redis.
+func usageReaders(cfg config.Config) (keyops.UsageReader, keyops.QuotaReader, func(), error) {
+	var client redis.UniversalClient
+	done := func() {}
+	if cfg.Keystore.Backend == "redis" || cfg.RateLimit.Backend == "redis" {
+		rc := cfg.Redis
+		rc.ReadTimeout, rc.WriteTimeout, rc.DialTimeout = 2*time.Second, 2*time.Second, 2*time.Second
+		c, err := redisconn.New(rc, os.Getenv)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		client, done = c, func() { _ = c.Close() }
+	}
+	r, _ := server.UsageStore(cfg, client).(keyops.UsageReader)
+	var q keyops.QuotaReader
+	if cfg.RateLimit.Backend == ratelimit.BackendRedis {
+		prefix := cfg.Redis.KeyPrefix
+		if prefix == "" {
+			prefix = ratelimit.DefaultKeyPrefix
+		}
+		q = func(ctx context.Context, bucket string) (int64, time.Duration, error) {
+			// The limiter's quota key (see ratelimit/redis.go).
+			k := prefix + "q:{" + bucket + "}"
+			v, err := client.Get(ctx, k).Result()
+			if err == redis.Nil {
+				return 0, 0, nil
+			}
+			if err != nil {
+				return 0, 0, err
+			}
+			used, _ := strconv.ParseInt(v, 10, 64)
+			ttl, err := client.PTTL(ctx, k).Result()
+			return used, max(ttl, 0), err
+		}
+	}
+	return r, q, done, nil
+}
+
+// showUsage is `keys usage ID` and `consumers usage ID`.
+func showUsage(what string, fs *flag.FlagSet, args []string, stdout io.Writer) error {
+	cfgPath := fs.Lookup("config").Value.String
+	asJSON := fs.Bool("json", false, "print JSON")
+	since := fs.Duration("since", 24*time.Hour, "the period counted, up to 168h (whole hours)")
+	if err := fs.Parse(interleave(args)); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return usageError{fmt.Sprintf("%s usage: want exactly one ID", what)}
+	}
+	cfg, err := loadConfig(cfgPath())
+	if err != nil {
+		return err
+	}
+	ops, done, err := openOps(cfg)
+	if err != nil {
+		return err
+	}
+	defer done()
+	ctx := context.Background()
+	var u keyops.Usage
+	if what == "keys" {
+		u, err = ops.KeyUsage(ctx, fs.Arg(0), *since)
+	} else {
+		u, err = ops.ConsumerUsage(ctx, fs.Arg(0), *since)
+	}
+	if err != nil {
+		return opError(err)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(u)
+	}
+	last := "never"
+	if u.LastUsedAt != nil {
+		last = u.LastUsedAt.UTC().Format(time.RFC3339)
+	}
+	fmt.Fprintf(stdout, "id:            %s\n", u.ID)
+	if what == "consumers" {
+		fmt.Fprintf(stdout, "keys:          %s\n", orDash(strings.Join(u.Keys, ", ")))
+	}
+	fmt.Fprintf(stdout, "since:         %s\nlast used at:  %s\nadmitted:      %d\nrefused:       rate %d, quota %d, context %d, product %d, concurrency %d\nbytes in:      %d\n",
+		u.Since, last, u.Admitted, u.Rate, u.Quota, u.Context, u.Product, u.Concurrency, u.BytesIn)
+	if q := u.QuotaNow; q != nil {
+		line := q.Limit
+		if q.Remaining != nil {
+			line += fmt.Sprintf(", %d remaining, renews in %s", *q.Remaining, q.ResetsIn)
+		}
+		if q.Note != "" {
+			line += " (" + q.Note + ")"
+		}
+		fmt.Fprintf(stdout, "quota:         %s\n", line)
+	}
+	return nil
+}

@@ -1,0 +1,51 @@
+package server
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/keygate/keygate/config"
+	"github.com/keygate/keygate/usage"
+)
+
+// UsageStore is where a configuration keeps per-key usage: Redis (under
+// redis.key_prefix) when the keystore or the rate limiter is on Redis, so
+// that every replica's counts meet; else the file keystore's companion
+// file KEYS_FILE.usage.json. client is the Redis client of the first case.
+func UsageStore(cfg config.Config, client redis.UniversalClient) usage.Store {
+	if cfg.Keystore.Backend == "redis" || cfg.RateLimit.Backend == "redis" {
+		return &usage.RedisStore{Client: client, Prefix: cfg.Redis.KeyPrefix}
+	}
+	return &usage.FileStore{Path: cfg.Keystore.File + ".usage.json"}
+}
+
+// openUsage starts counting usage and flushing it every
+// usage.flush_interval; the flusher's last flush runs on Shutdown, after
+// the listeners drained and before Redis is closed.
+func (s *Server) openUsage() *usage.Counters {
+	counters := usage.NewCounters(s.cfg.Usage.MaxKeys)
+	flushes := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "keygate_usage_flushes_total",
+		Help: "Flushes of the per-key usage counts to the usage store (one Redis pipeline each), by outcome (ok, error).",
+	}, []string{"outcome"})
+	s.registry.MustRegister(flushes, prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "keygate_usage_dropped_total",
+		Help: "Requests not counted in per-key usage because usage.max_keys keys were already tracked in the flush interval.",
+	}, func() float64 { return float64(counters.Dropped()) }))
+	f := &usage.Flusher{
+		Counters: counters,
+		Store:    UsageStore(s.cfg, s.redis),
+		Interval: s.cfg.Usage.FlushInterval,
+		Logger:   s.log.Named("usage"),
+		OnFlush: func(err error) {
+			if err != nil {
+				flushes.WithLabelValues("error").Inc()
+				return
+			}
+			flushes.WithLabelValues("ok").Inc()
+		},
+	}
+	f.Start()
+	s.closers = append(s.closers, f.Close)
+	return counters
+}

@@ -1,0 +1,168 @@
+// Package usage counts each key's requests (admitted, refused by reason),
+// bytes in and last use on every replica, and flushes the counts in
+// batches to a Store: per-key hourly Redis hashes kept 7 days, or a local
+// JSON file next to the file keystore. Nothing here is on the request path
+// but Counters.Record, which allocates nothing for a key already tracked.
+//
+// A crash loses at most the counts of one flush interval (default 1s).
+package usage
+
+import (
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Outcome is how a request of a known key ended.
+type Outcome uint8
+
+// The outcomes counted.
+const (
+	Admitted Outcome = iota
+	RefusedRate
+	RefusedQuota
+	RefusedContext
+	RefusedProduct
+	RefusedConcurrency
+	numOutcomes
+)
+
+// fields are the hash fields (and JSON names) of the outcomes, then bytes.
+var fields = [numOutcomes]string{"admitted", "rate", "quota", "context", "product", "concurrency"}
+
+const fieldBytesIn = "bytes_in"
+
+type entry struct {
+	n     [numOutcomes]atomic.Int64
+	bytes atomic.Int64
+	last  atomic.Int64 // unix milliseconds
+}
+
+const numShards = 32
+
+type shard struct {
+	mu sync.RWMutex
+	m  map[string]*entry
+	_  [40]byte // keep shards on their own cache lines
+}
+
+// Counters are the per-key counts since the last Drain. Build them with
+// NewCounters; they are safe for concurrent use.
+type Counters struct {
+	seed     maphash.Seed
+	perShard int
+	shards   [numShards]shard
+	dropped  atomic.Int64
+}
+
+// NewCounters tracks at most maxKeys distinct keys between two drains
+// (rounded up to a multiple of the shard count); requests of further keys
+// are counted in Dropped only. maxKeys <= 0 means 100000.
+func NewCounters(maxKeys int) *Counters {
+	if maxKeys <= 0 {
+		maxKeys = 100000
+	}
+	c := &Counters{seed: maphash.MakeSeed(), perShard: (maxKeys + numShards - 1) / numShards}
+	for i := range c.shards {
+		c.shards[i].m = make(map[string]*entry)
+	}
+	return c
+}
+
+// Record counts one request of key id. It takes a read lock and a few
+// atomic adds for a key already tracked since the last drain.
+func (c *Counters) Record(id string, o Outcome, bytesIn int64, now time.Time) {
+	if id == "" || o >= numOutcomes {
+		return
+	}
+	s := &c.shards[maphash.String(c.seed, id)%numShards]
+	ms := now.UnixMilli()
+	s.mu.RLock()
+	e := s.m[id]
+	if e != nil {
+		e.add(o, bytesIn, ms)
+		s.mu.RUnlock()
+		return
+	}
+	s.mu.RUnlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e = s.m[id]; e == nil {
+		if len(s.m) >= c.perShard {
+			c.dropped.Add(1)
+			return
+		}
+		e = &entry{}
+		s.m[id] = e
+	}
+	e.add(o, bytesIn, ms)
+}
+
+func (e *entry) add(o Outcome, bytesIn, ms int64) {
+	e.n[o].Add(1)
+	if bytesIn > 0 {
+		e.bytes.Add(bytesIn)
+	}
+	for {
+		old := e.last.Load()
+		if ms <= old || e.last.CompareAndSwap(old, ms) {
+			return
+		}
+	}
+}
+
+// Dropped is how many requests went uncounted because the cap on tracked
+// keys was reached.
+func (c *Counters) Dropped() int64 { return c.dropped.Load() }
+
+// Delta is one key's counts since the previous drain.
+type Delta struct {
+	ID string
+	Counts
+	LastUsed time.Time
+}
+
+// Counts are request counts by outcome and bytes in.
+type Counts struct {
+	Admitted    int64 `json:"admitted"`
+	Rate        int64 `json:"refused_rate"`
+	Quota       int64 `json:"refused_quota"`
+	Context     int64 `json:"refused_context"`
+	Product     int64 `json:"refused_product"`
+	Concurrency int64 `json:"refused_concurrency"`
+	BytesIn     int64 `json:"bytes_in"`
+}
+
+func (c *Counts) ptr(i int) *int64 {
+	return [...]*int64{&c.Admitted, &c.Rate, &c.Quota, &c.Context, &c.Product, &c.Concurrency, &c.BytesIn}[i]
+}
+
+// Add adds o to c.
+func (c *Counts) Add(o Counts) {
+	for i := 0; i <= int(numOutcomes); i++ {
+		*c.ptr(i) += *o.ptr(i)
+	}
+}
+
+// Drain returns the counts since the previous drain and starts afresh.
+func (c *Counters) Drain() []Delta {
+	var out []Delta
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.mu.Lock()
+		m := s.m
+		s.m = make(map[string]*entry, len(m))
+		s.mu.Unlock()
+		// Record adds under the read lock: once swapped, m is ours.
+		for id, e := range m {
+			d := Delta{ID: id, LastUsed: time.UnixMilli(e.last.Load()).UTC()}
+			for o := Outcome(0); o < numOutcomes; o++ {
+				*d.ptr(int(o)) = e.n[o].Load()
+			}
+			d.BytesIn = e.bytes.Load()
+			out = append(out, d)
+		}
+	}
+	return out
+}

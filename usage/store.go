@@ -1,0 +1,275 @@
+package usage
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Retention is how long hourly buckets are kept: "last 7 days" can be
+// answered, plus the hour in progress.
+const Retention = 7*24*time.Hour + time.Hour
+
+// Store keeps flushed counts in hourly buckets.
+type Store interface {
+	// Flush adds one drain's deltas; now picks the hourly bucket.
+	Flush(ctx context.Context, ds []Delta, now time.Time) error
+	// Read sums the buckets of ids over the last `since` (whole hours,
+	// the current one included) and returns the latest last use of each.
+	Read(ctx context.Context, ids []string, since time.Duration, now time.Time) (Counts, map[string]time.Time, error)
+}
+
+func hour(t time.Time) string { return t.UTC().Format("2006010215") }
+
+// hours lists the buckets covering since up to now, newest first.
+func hours(since time.Duration, now time.Time) []string {
+	if since <= 0 || since > 7*24*time.Hour {
+		since = 7 * 24 * time.Hour
+	}
+	n := int((since + time.Hour - 1) / time.Hour)
+	out := make([]string, 0, n)
+	h := now.UTC().Truncate(time.Hour)
+	for i := 0; i < n; i++ {
+		out = append(out, hour(h.Add(-time.Duration(i)*time.Hour)))
+	}
+	return out
+}
+
+// RedisStore writes per-key hourly hashes PREFIX usage:{ID}:YYYYMMDDHH
+// (fields admitted, rate, quota, context, product, concurrency, bytes_in;
+// expiring after Retention) and the sorted set PREFIX usage:last (member
+// the key id, score its last use in unix ms, raised with ZADD GT so that
+// replicas flushing out of order never move it back).
+type RedisStore struct {
+	Client redis.UniversalClient
+	Prefix string
+}
+
+func (s *RedisStore) bucket(id, h string) string { return s.Prefix + "usage:{" + id + "}:" + h }
+func (s *RedisStore) lastKey() string            { return s.Prefix + "usage:last" }
+
+// Flush sends all deltas in one pipeline.
+func (s *RedisStore) Flush(ctx context.Context, ds []Delta, now time.Time) error {
+	if len(ds) == 0 {
+		return nil
+	}
+	h := hour(now)
+	_, err := s.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := range ds {
+			d := &ds[i]
+			k := s.bucket(d.ID, h)
+			for f := 0; f <= int(numOutcomes); f++ {
+				if v := *d.ptr(f); v != 0 {
+					p.HIncrBy(ctx, k, fieldName(f), v)
+				}
+			}
+			p.Expire(ctx, k, Retention)
+			if !d.LastUsed.IsZero() {
+				p.ZAddGT(ctx, s.lastKey(), redis.Z{Score: float64(d.LastUsed.UnixMilli()), Member: d.ID})
+			}
+		}
+		return nil
+	})
+	return err
+}
+
+func fieldName(f int) string {
+	if f == int(numOutcomes) {
+		return fieldBytesIn
+	}
+	return fields[f]
+}
+
+// Read sums the buckets of ids in one pipeline.
+func (s *RedisStore) Read(ctx context.Context, ids []string, since time.Duration, now time.Time) (Counts, map[string]time.Time, error) {
+	var total Counts
+	last := map[string]time.Time{}
+	if len(ids) == 0 {
+		return total, last, nil
+	}
+	hs := hours(since, now)
+	var gets []*redis.MapStringStringCmd
+	var score *redis.FloatSliceCmd
+	_, err := s.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, id := range ids {
+			for _, h := range hs {
+				gets = append(gets, p.HGetAll(ctx, s.bucket(id, h)))
+			}
+		}
+		score = p.ZMScore(ctx, s.lastKey(), ids...)
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return total, nil, err
+	}
+	for _, g := range gets {
+		m, err := g.Result()
+		if err != nil {
+			return total, nil, err
+		}
+		total.Add(parse(m))
+	}
+	for i, v := range score.Val() {
+		if v > 0 {
+			last[ids[i]] = time.UnixMilli(int64(v)).UTC()
+		}
+	}
+	return total, last, nil
+}
+
+// LastUsed returns the last use of every key that has one.
+func (s *RedisStore) LastUsed(ctx context.Context) (map[string]time.Time, error) {
+	zs, err := s.Client.ZRangeWithScores(ctx, s.lastKey(), 0, -1).Result()
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]time.Time, len(zs))
+	for _, z := range zs {
+		if id, ok := z.Member.(string); ok {
+			out[id] = time.UnixMilli(int64(z.Score)).UTC()
+		}
+	}
+	return out, nil
+}
+
+func parse(m map[string]string) Counts {
+	var c Counts
+	for f := 0; f <= int(numOutcomes); f++ {
+		if v, err := strconv.ParseInt(m[fieldName(f)], 10, 64); err == nil {
+			*c.ptr(f) = v
+		}
+	}
+	return c
+}
+
+// FileStore keeps the buckets in a JSON file (the file keystore's
+// companion, keys.yaml.usage.json), rewritten atomically at each flush.
+// One gateway process owns the file; the CLI only reads it.
+type FileStore struct {
+	Path string
+	mu   sync.Mutex
+	data *fileData
+}
+
+type fileData struct {
+	// Buckets: key id -> hour (YYYYMMDDHH) -> counts.
+	Buckets  map[string]map[string]Counts `json:"buckets"`
+	LastUsed map[string]time.Time         `json:"last_used_at"`
+}
+
+func (s *FileStore) load() (*fileData, error) {
+	d := &fileData{Buckets: map[string]map[string]Counts{}, LastUsed: map[string]time.Time{}}
+	b, err := os.ReadFile(s.Path)
+	if errors.Is(err, os.ErrNotExist) {
+		return d, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(b, d); err != nil {
+		return nil, fmt.Errorf("usage file %s: %w", s.Path, err)
+	}
+	if d.Buckets == nil {
+		d.Buckets = map[string]map[string]Counts{}
+	}
+	if d.LastUsed == nil {
+		d.LastUsed = map[string]time.Time{}
+	}
+	return d, nil
+}
+
+// Flush merges the deltas, drops buckets past Retention and rewrites the
+// file (temp file and rename).
+func (s *FileStore) Flush(_ context.Context, ds []Delta, now time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.data == nil {
+		d, err := s.load()
+		if err != nil {
+			return err
+		}
+		s.data = d
+	}
+	if len(ds) == 0 {
+		return nil
+	}
+	h := hour(now)
+	for _, d := range ds {
+		b := s.data.Buckets[d.ID]
+		if b == nil {
+			b = map[string]Counts{}
+			s.data.Buckets[d.ID] = b
+		}
+		c := b[h]
+		c.Add(d.Counts)
+		b[h] = c
+		if d.LastUsed.After(s.data.LastUsed[d.ID]) {
+			s.data.LastUsed[d.ID] = d.LastUsed
+		}
+	}
+	oldest := hour(now.Add(-Retention))
+	for id, b := range s.data.Buckets {
+		for h := range b {
+			if h < oldest {
+				delete(b, h)
+			}
+		}
+		if len(b) == 0 {
+			delete(s.data.Buckets, id)
+		}
+	}
+	out, err := json.Marshal(s.data)
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(s.Path), ".usage-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(out); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), s.Path)
+}
+
+// Read reads the file as last flushed.
+func (s *FileStore) Read(_ context.Context, ids []string, since time.Duration, now time.Time) (Counts, map[string]time.Time, error) {
+	var total Counts
+	d, err := s.load()
+	if err != nil {
+		return total, nil, err
+	}
+	last := map[string]time.Time{}
+	hs := hours(since, now)
+	for _, id := range ids {
+		for _, h := range hs {
+			total.Add(d.Buckets[id][h])
+		}
+		if t, ok := d.LastUsed[id]; ok {
+			last[id] = t
+		}
+	}
+	return total, last, nil
+}
+
+// LastUsed returns the last use of every key that has one.
+func (s *FileStore) LastUsed(context.Context) (map[string]time.Time, error) {
+	d, err := s.load()
+	if err != nil {
+		return nil, err
+	}
+	return d.LastUsed, nil
+}

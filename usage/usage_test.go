@@ -1,0 +1,275 @@
+package usage_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/keygate/keygate/internal/redistest"
+	"github.com/keygate/keygate/usage"
+)
+
+func byID(ds []usage.Delta) map[string]usage.Delta {
+	m := map[string]usage.Delta{}
+	for _, d := range ds {
+		m[d.ID] = d
+	}
+	return m
+}
+
+// TestCountersConcurrent: many goroutines record into the same and
+// different keys while drains run; every request is counted exactly once.
+func TestCountersConcurrent(t *testing.T) {
+	c := usage.NewCounters(0)
+	now := time.Unix(1_800_000_000, 0)
+	const workers, per = 8, 2000
+	var total usage.Counts
+	var mu sync.Mutex
+	drain := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, d := range c.Drain() {
+			total.Add(d.Counts)
+		}
+	}
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				drain()
+			}
+		}
+	}()
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range per {
+				id := fmt.Sprintf("key_%d", i%10)
+				if i%2 == 0 {
+					id = fmt.Sprintf("own_%d", w)
+				}
+				c.Record(id, usage.Outcome(i%3), 10, now.Add(time.Duration(i)*time.Millisecond))
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	drain()
+	got := total.Admitted + total.Rate + total.Quota
+	if got != workers*per || total.BytesIn != 10*workers*per {
+		t.Fatalf("counted %d requests, %d bytes; want %d, %d", got, total.BytesIn, workers*per, 10*workers*per)
+	}
+}
+
+func TestCountersLastUsedIsTheMax(t *testing.T) {
+	c := usage.NewCounters(0)
+	t0 := time.Unix(1_800_000_000, 0).UTC()
+	c.Record("k", usage.Admitted, 0, t0.Add(time.Second))
+	c.Record("k", usage.RefusedRate, 0, t0) // an older request finishing later
+	c.Record("", usage.Admitted, 0, t0)     // no key id: not counted
+	ds := byID(c.Drain())
+	if len(ds) != 1 || !ds["k"].LastUsed.Equal(t0.Add(time.Second)) || ds["k"].Admitted != 1 || ds["k"].Rate != 1 {
+		t.Fatalf("drain = %+v", ds)
+	}
+	if ds := c.Drain(); len(ds) != 0 {
+		t.Fatalf("second drain = %+v, want nothing", ds)
+	}
+}
+
+// TestCountersBoundedMemory: past the cap, new keys are not tracked but
+// counted as dropped; tracked keys keep counting; a drain frees the room.
+func TestCountersBoundedMemory(t *testing.T) {
+	c := usage.NewCounters(64) // 2 per shard
+	now := time.Now()
+	for i := range 10000 {
+		c.Record(fmt.Sprintf("key_%d", i), usage.Admitted, 0, now)
+	}
+	ds := c.Drain()
+	if len(ds) > 64 || len(ds) == 0 {
+		t.Fatalf("tracked %d keys, want 1..64", len(ds))
+	}
+	if got := c.Dropped(); got != 10000-int64(len(ds)) {
+		t.Fatalf("dropped %d, want %d", got, 10000-len(ds))
+	}
+	c.Record("key_1", usage.Admitted, 0, now)
+	if ds := c.Drain(); len(ds) != 1 {
+		t.Fatalf("after a drain: %d keys, want 1", len(ds))
+	}
+}
+
+func TestRecordAllocatesNothingForATrackedKey(t *testing.T) {
+	c := usage.NewCounters(0)
+	now := time.Now()
+	c.Record("key_a", usage.Admitted, 1, now)
+	if n := testing.AllocsPerRun(1000, func() { c.Record("key_a", usage.Admitted, 1, now) }); n != 0 {
+		t.Fatalf("Record allocates %v times per call", n)
+	}
+}
+
+func BenchmarkRecord(b *testing.B) {
+	c := usage.NewCounters(0)
+	now := time.Now()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			c.Record("key_abcdef", usage.Admitted, 100, now)
+		}
+	})
+}
+
+func storeRoundTrip(t *testing.T, s interface {
+	usage.Store
+	LastUsed(context.Context) (map[string]time.Time, error)
+}) {
+	ctx := context.Background()
+	now := time.Date(2026, 11, 23, 10, 30, 0, 0, time.UTC)
+	t1 := now.Add(-time.Minute)
+	c := usage.NewCounters(0)
+	c.Record("key_a", usage.Admitted, 100, t1)
+	c.Record("key_a", usage.RefusedQuota, 0, t1)
+	c.Record("key_b", usage.RefusedContext, 50, now)
+	if err := s.Flush(ctx, c.Drain(), now); err != nil {
+		t.Fatal(err)
+	}
+	// A second replica flushes an older last use into the next hour.
+	c.Record("key_a", usage.Admitted, 1, t1.Add(-time.Hour))
+	if err := s.Flush(ctx, c.Drain(), now.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	// An hour 3 days ago.
+	c.Record("key_a", usage.RefusedRate, 0, now.Add(-72*time.Hour))
+	if err := s.Flush(ctx, c.Drain(), now.Add(-72*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	got, last, err := s.Read(ctx, []string{"key_a"}, 24*time.Hour, now.Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (usage.Counts{Admitted: 2, Quota: 1, BytesIn: 101}); got != want {
+		t.Errorf("24h = %+v, want %+v", got, want)
+	}
+	if !last["key_a"].Equal(t1.Truncate(time.Millisecond)) {
+		t.Errorf("last used = %v, want %v (the max, not the latest flushed)", last["key_a"], t1)
+	}
+	got, _, _ = s.Read(ctx, []string{"key_a", "key_b"}, 7*24*time.Hour, now.Add(time.Hour))
+	if want := (usage.Counts{Admitted: 2, Quota: 1, Rate: 1, Context: 1, BytesIn: 151}); got != want {
+		t.Errorf("7d both = %+v, want %+v", got, want)
+	}
+	all, err := s.LastUsed(ctx)
+	if err != nil || len(all) != 2 {
+		t.Errorf("LastUsed = %v, %v", all, err)
+	}
+}
+
+func TestRedisStore(t *testing.T) {
+	srv := redistest.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = client.Close() })
+	s := &usage.RedisStore{Client: client, Prefix: "kg:"}
+	storeRoundTrip(t, s)
+	ttl, err := client.TTL(context.Background(), "kg:usage:{key_a}:2026112310").Result()
+	if err != nil || ttl <= 7*24*time.Hour || ttl > usage.Retention {
+		t.Errorf("bucket TTL = %v, %v; want just over 7 days", ttl, err)
+	}
+}
+
+// TestRedisFlushIsOnePipeline: one flush of many keys is one round trip
+// (go-redis sends a pipeline in one write; commandstats count the
+// commands, so this checks there is no EVALSHA and no per-key call
+// outside the pipeline through a hook).
+func TestRedisFlushIsOnePipeline(t *testing.T) {
+	srv := redistest.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = client.Close() })
+	if err := client.Ping(context.Background()).Err(); err != nil { // the connection's handshake is not the flush
+		t.Fatal(err)
+	}
+	h := &countHook{}
+	client.AddHook(h)
+	c := usage.NewCounters(0)
+	for i := range 500 {
+		c.Record(fmt.Sprintf("key_%d", i), usage.Admitted, 1, time.Now())
+	}
+	s := &usage.RedisStore{Client: client, Prefix: "kg:"}
+	if err := s.Flush(context.Background(), c.Drain(), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if h.pipelines != 1 || h.single != 0 {
+		t.Fatalf("flush made %d pipelines and %d single calls, want 1 and 0", h.pipelines, h.single)
+	}
+	info, _ := srv.Do("INFO", "commandstats")
+	if contains(info, "evalsha") || contains(info, "cmdstat_eval:") {
+		t.Fatalf("flush ran a script:\n%s", info)
+	}
+}
+
+type countHook struct{ pipelines, single int }
+
+func (h *countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() != "hello" { // a new connection's handshake
+			h.single++
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h *countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if cmds[0].Name() != "client" { // a new connection's CLIENT SETINFO
+			h.pipelines++
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func contains(s, sub string) bool {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if s[i:i+len(sub)] == sub {
+			return true
+		}
+	}
+	return false
+}
+
+func TestFileStore(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "keys.yaml.usage.json")
+	storeRoundTrip(t, &usage.FileStore{Path: path})
+	// A new process (the CLI) reads what was flushed.
+	got, _, err := (&usage.FileStore{Path: path}).Read(context.Background(), []string{"key_b"}, time.Hour, time.Date(2026, 11, 23, 10, 59, 0, 0, time.UTC))
+	if err != nil || got.Context != 1 {
+		t.Fatalf("re-read = %+v, %v", got, err)
+	}
+}
+
+func TestFlusherFlushesOnClose(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "u.json")
+	c := usage.NewCounters(0)
+	flushes := 0
+	f := &usage.Flusher{Counters: c, Store: &usage.FileStore{Path: path}, Interval: time.Hour, OnFlush: func(err error) {
+		if err != nil {
+			t.Error(err)
+		}
+		flushes++
+	}}
+	f.Start()
+	c.Record("k", usage.Admitted, 0, time.Now())
+	_ = f.Close()
+	if flushes != 1 {
+		t.Fatalf("flushes = %d, want 1 (on Close)", flushes)
+	}
+	got, _, _ := (&usage.FileStore{Path: path}).Read(context.Background(), []string{"k"}, time.Hour, time.Now())
+	if got.Admitted != 1 {
+		t.Fatalf("read %+v", got)
+	}
+}
