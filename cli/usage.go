@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -15,7 +14,6 @@ import (
 
 	"github.com/keygate/keygate/config"
 	"github.com/keygate/keygate/keyops"
-	"github.com/keygate/keygate/ratelimit"
 	"github.com/keygate/keygate/redisconn"
 	"github.com/keygate/keygate/server"
 )
@@ -36,28 +34,7 @@ func usageReaders(cfg config.Config) (keyops.UsageReader, keyops.QuotaReader, fu
 		client, done = c, func() { _ = c.Close() }
 	}
 	r, _ := server.UsageStore(cfg, client).(keyops.UsageReader)
-	var q keyops.QuotaReader
-	if cfg.RateLimit.Backend == ratelimit.BackendRedis {
-		prefix := cfg.Redis.KeyPrefix
-		if prefix == "" {
-			prefix = ratelimit.DefaultKeyPrefix
-		}
-		q = func(ctx context.Context, bucket string) (int64, time.Duration, error) {
-			// The limiter's quota key (see ratelimit/redis.go).
-			k := prefix + "q:{" + bucket + "}"
-			v, err := client.Get(ctx, k).Result()
-			if err == redis.Nil {
-				return 0, 0, nil
-			}
-			if err != nil {
-				return 0, 0, err
-			}
-			used, _ := strconv.ParseInt(v, 10, 64)
-			ttl, err := client.PTTL(ctx, k).Result()
-			return used, max(ttl, 0), err
-		}
-	}
-	return r, q, done, nil
+	return r, server.QuotaReader(cfg, client), done, nil
 }
 
 // showUsage is `keys usage ID` and `consumers usage ID`.

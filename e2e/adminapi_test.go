@@ -28,6 +28,7 @@ type adminAPI struct {
 	base   string
 	client *http.Client
 	token  string
+	usage  bool // the credential has usage:read
 }
 
 func (a *adminAPI) call(method, path, body string) (int, map[string]any, http.Header) {
@@ -89,6 +90,20 @@ func keyLifecycle(t *testing.T, g *gateway, a *adminAPI) {
 	if s, b, _ := g.post(key, ctxB, []byte("%PDF-1.4 e2e")); s != http.StatusForbidden {
 		t.Errorf("/sync with another context: %d %s", s, b)
 	}
+	if a.usage {
+		// GET /v1/keys/{id}/usage reads what the gateway flushed (once a
+		// second): one admitted request at least, one context refusal.
+		eventually(t, 5*time.Second, func() string {
+			status, u, _ := a.call("GET", "/v1/keys/"+id+"/usage?since=1h", "")
+			if status != http.StatusOK {
+				return fmt.Sprintf("usage: %d %v", status, u)
+			}
+			if adm, _ := u["admitted"].(float64); adm < 1 || u["refused_context"] != float64(1) || u["last_used_at"] == nil {
+				return fmt.Sprintf("usage not flushed yet: %v", u)
+			}
+			return ""
+		})
+	}
 	if status, rec, _ := a.call("POST", "/v1/keys/"+id+"/revoke", ""); status != http.StatusOK || rec["status"] != "revoked" {
 		t.Fatalf("revoke: %d %v", status, rec)
 	}
@@ -149,14 +164,14 @@ func TestAdminAPIClientCertificate(t *testing.T) {
 func TestAdminAPIToken(t *testing.T) {
 	t.Parallel()
 	g, base := startWithAdminAPI(t, "")
-	out, errOut, err := g.keygate("admin-tokens", "create", "--name", "e2e", "--scopes", "keys:read,keys:write,consumers:read,consumers:write")
+	out, errOut, err := g.keygate("admin-tokens", "create", "--name", "e2e", "--scopes", "keys:read,keys:write,consumers:read,consumers:write,usage:read")
 	if err != nil {
 		t.Fatalf("admin-tokens create: %v\n%s", err, errOut)
 	}
 	token := strings.TrimSpace(strings.SplitN(out, "\n", 2)[0])
 	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
 	t.Cleanup(client.CloseIdleConnections)
-	keyLifecycle(t, g, &adminAPI{t: t, base: base, client: client, token: token})
+	keyLifecycle(t, g, &adminAPI{t: t, base: base, client: client, token: token, usage: true})
 	if status, _, _ := (&adminAPI{t: t, base: base, client: client, token: token + "x"}).call("GET", "/v1/keys", ""); status != http.StatusUnauthorized {
 		t.Errorf("a wrong token: %d", status)
 	}

@@ -267,9 +267,13 @@ func (s *Server) openAdminAPI(deps Deps) error {
 	if err != nil {
 		return err
 	}
-	ops, err := keyops.New(keyops.Config{Store: store, Limits: limits, Auditor: deps.Auditor})
+	ur, _ := UsageStore(s.cfg, s.redis).(keyops.UsageReader)
+	ops, err := keyops.New(keyops.Config{Store: store, Limits: limits, Auditor: deps.Auditor, Usage: ur, Quota: QuotaReader(s.cfg, s.redis)})
 	if err != nil {
 		return err
+	}
+	if deps.Usage == nil {
+		deps.Usage = usageAPI{ops}
 	}
 	api, err := adminapi.New(s.cfg.AdminAPI, adminapi.Deps{
 		Ops: ops, Tokens: deps.AdminTokens, Usage: deps.Usage, Audit: deps.Audit, Logger: s.log.Named("admin_api"),

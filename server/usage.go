@@ -1,10 +1,17 @@
 package server
 
 import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/keygate/keygate/config"
+	"github.com/keygate/keygate/keyops"
+	"github.com/keygate/keygate/ratelimit"
 	"github.com/keygate/keygate/usage"
 )
 
@@ -17,6 +24,39 @@ func UsageStore(cfg config.Config, client redis.UniversalClient) usage.Store {
 		return &usage.RedisStore{Client: client, Prefix: cfg.Redis.KeyPrefix}
 	}
 	return &usage.FileStore{Path: cfg.Keystore.File + ".usage.json"}
+}
+
+// QuotaReader reads a bucket's quota use from the Redis limiter's own
+// quota counter (see ratelimit/redis.go); nil unless ratelimit.backend is
+// redis (a local limiter's quota is per replica and not readable here).
+func QuotaReader(cfg config.Config, client redis.UniversalClient) keyops.QuotaReader {
+	if cfg.RateLimit.Backend != ratelimit.BackendRedis || client == nil {
+		return nil
+	}
+	prefix := cfg.Redis.KeyPrefix
+	if prefix == "" {
+		prefix = ratelimit.DefaultKeyPrefix
+	}
+	return func(ctx context.Context, bucket string) (int64, time.Duration, error) {
+		k := prefix + "q:{" + bucket + "}"
+		v, err := client.Get(ctx, k).Result()
+		if errors.Is(err, redis.Nil) {
+			return 0, 0, nil
+		}
+		if err != nil {
+			return 0, 0, err
+		}
+		used, _ := strconv.ParseInt(v, 10, 64)
+		ttl, err := client.PTTL(ctx, k).Result()
+		return used, max(ttl, 0), err
+	}
+}
+
+// usageAPI serves GET /v1/keys/{id}/usage from keyops.
+type usageAPI struct{ ops *keyops.Service }
+
+func (u usageAPI) KeyUsage(ctx context.Context, id string, since time.Duration) (any, error) {
+	return u.ops.KeyUsage(ctx, id, since)
 }
 
 // openUsage starts counting usage and flushing it every
