@@ -149,6 +149,16 @@ func TestSupportRaisesOneKeysLimit(t *testing.T) {
 			if d > 2*len(gs) {
 				t.Errorf("%d %s calls during %d requests: more than background work", d, name, n)
 			}
+		case name == "hincrby" || name == "expire" || name == "zadd":
+			// The usage flush: one pipeline per replica per second,
+			// whatever the number of requests (TestOneRedisRoundTrip…
+			// checks its batching); this run lasts a second or two.
+			if d > 8*len(gs)*3 {
+				t.Errorf("%d %s calls during %d requests: more than the usage flushes", d, name, n)
+			}
+		case name == "hello" || name == "client":
+			// A new pooled connection's setup, when a flush and a request
+			// need one at the same moment.
 		case d != 0:
 			t.Errorf("%d extra %s round trips during the run", d, name)
 		}
