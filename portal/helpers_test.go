@@ -1,0 +1,221 @@
+package portal_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"gopkg.in/yaml.v3"
+
+	"github.com/keygate/keygate/internal/testkit"
+	"github.com/keygate/keygate/keyops"
+	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/portal"
+	"github.com/keygate/keygate/ratelimit"
+)
+
+// The fixture: two consumers, each with one key, bound to its own context.
+const (
+	ctxA = "6f1c2d3e-4a5b-4c6d-8e7f-90a1b2c3d4e5"
+	ctxB = "0a9b8c7d-6e5f-4a3b-9c2d-1e0f2a3b4c5d"
+	conA = "con_0a1b2c3d4e5f6071"
+	conB = "con_1b2c3d4e5f607182"
+	keyA = "key_3c4d5e6f708192a3"
+	keyB = "key_4d5e6f708192a3b4"
+)
+
+// recorder is a keyops.Auditor that keeps the events.
+type recorder struct {
+	mu     sync.Mutex
+	events []keyops.Event
+}
+
+func (r *recorder) Audit(_ context.Context, e keyops.Event) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, e)
+	return nil
+}
+
+func (r *recorder) all() []keyops.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]keyops.Event(nil), r.events...)
+}
+
+// clock is a settable clock.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) Add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+func writeKeystore(t *testing.T, path string) {
+	t.Helper()
+	created := time.Date(2026, 11, 2, 9, 30, 0, 0, time.UTC)
+	doc := struct {
+		Version   int                 `yaml:"version"`
+		Keys      []keystore.Record   `yaml:"keys"`
+		Consumers []keystore.Consumer `yaml:"consumers"`
+	}{
+		Version: keystore.FileVersion,
+		Consumers: []keystore.Consumer{
+			{ID: conA, Name: "Acme", Metadata: map[string]string{"org": "acme"}, Contexts: []string{ctxA}, CreatedAt: created},
+			{ID: conB, Name: "Globex", Metadata: map[string]string{"org": "globex"}, Contexts: []string{ctxB}, CreatedAt: created},
+		},
+		Keys: []keystore.Record{
+			{ID: keyA, Name: "acme-prod", Hash: keystore.HashKey("svc_live_fixtureA"), Product: keystore.Extraction, Env: keystore.Live, Context: ctxA, CreatedAt: created, Status: keystore.Active, Consumer: conA},
+			{ID: keyB, Name: "globex-prod", Hash: keystore.HashKey("svc_live_fixtureB"), Product: keystore.Extraction, Env: keystore.Live, Context: ctxB, CreatedAt: created, Status: keystore.Active, Consumer: conB},
+		},
+	}
+	b, err := yaml.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type fixture struct {
+	portal *portal.Portal
+	srv    *httptest.Server
+	store  *keystore.FileAdmin
+	audit  *recorder
+	logs   *testkit.SyncBuffer
+	clock  *clock
+}
+
+// newFixture serves a portal over HTTPS on loopback, with the fixture's
+// keystore, a settable clock, a recorded audit log and a captured log.
+func newFixture(t *testing.T, mod func(*portal.Config, *portal.Deps)) *fixture {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "keys.yaml")
+	writeKeystore(t, path)
+	f := &fixture{store: &keystore.FileAdmin{Path: path}, audit: &recorder{}, logs: &testkit.SyncBuffer{},
+		clock: &clock{t: time.Now().UTC()}}
+	res, err := ratelimit.DefaultConfig().Resolver()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops, err := keyops.New(keyops.Config{Store: f.store, Limits: res, Auditor: f.audit, Now: f.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := portal.DefaultConfig()
+	cfg.Enabled = true
+	f.srv = httptest.NewUnstartedServer(nil)
+	f.srv.StartTLS()
+	t.Cleanup(f.srv.Close)
+	cfg.PublicURL = f.srv.URL
+	logger := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(f.logs), zap.DebugLevel))
+	deps := portal.Deps{Ops: ops, Auditor: f.audit, Logger: logger, Now: f.clock.Now}
+	if mod != nil {
+		mod(&cfg, &deps)
+	}
+	f.portal, err = portal.New(cfg, deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.srv.Config.Handler = f.portal.Handler()
+	return f
+}
+
+// browser is an HTTP client with its own cookie jar that does not follow
+// redirects, so that tests see each answer.
+type browser struct {
+	t    *testing.T
+	c    *http.Client
+	base string
+}
+
+func (f *fixture) browser(t *testing.T) *browser {
+	t.Helper()
+	jar, _ := cookiejar.New(nil)
+	c := f.srv.Client()
+	c = &http.Client{Transport: c.Transport, Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	return &browser{t: t, c: c, base: f.srv.URL}
+}
+
+type page struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func (b *browser) do(req *http.Request) page {
+	b.t.Helper()
+	resp, err := b.c.Do(req)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return page{resp.StatusCode, resp.Header, string(body)}
+}
+
+func (b *browser) get(path string) page {
+	b.t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, b.base+path, nil)
+	return b.do(req)
+}
+
+// post sends a form; pairs are name, value, name, value...
+func (b *browser) post(path string, pairs ...string) page {
+	b.t.Helper()
+	v := url.Values{}
+	for i := 0; i+1 < len(pairs); i += 2 {
+		v.Add(pairs[i], pairs[i+1])
+	}
+	req, _ := http.NewRequest(http.MethodPost, b.base+path, strings.NewReader(v.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	return b.do(req)
+}
+
+var csrfRE = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+
+// csrf reads the session's CSRF token from a page with a form.
+func (b *browser) csrf() string {
+	b.t.Helper()
+	p := b.get("/keys")
+	m := csrfRE.FindStringSubmatch(p.body)
+	if m == nil {
+		b.t.Fatalf("no CSRF token on /keys (status %d)", p.status)
+	}
+	return m[1]
+}
+
+// signIn opens a delegated sign-in link for consumer.
+func (f *fixture) signIn(t *testing.T, consumer string) *browser {
+	t.Helper()
+	link, _, err := f.portal.SessionLink(context.Background(), keyops.Actor{ID: "tok_support"}, consumer, "user@"+consumer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := f.browser(t)
+	p := b.get(strings.TrimPrefix(link, f.srv.URL))
+	if p.status != http.StatusSeeOther || p.header.Get("Location") != "/keys" {
+		t.Fatalf("sign-in link: %d %s", p.status, p.header.Get("Location"))
+	}
+	return b
+}
+
+var newKeyRE = regexp.MustCompile(`svc_(live|test)_[A-Za-z0-9_]+`)
