@@ -180,7 +180,11 @@ func serve(args []string, stderr io.Writer) error {
 	return run(cfg, stderr)
 }
 
-func run(cfg config.Config, stderr io.Writer) error {
+func run(cfg config.Config, stderr io.Writer) error { return runWith(cfg, stderr, nil) }
+
+// runWith is run with a change to the server's dependencies (the demo's
+// portal sign-in).
+func runWith(cfg config.Config, stderr io.Writer, mod func(*server.Deps)) error {
 	log, stopLog, err := newLogger(cfg.Log, stderr)
 	if err != nil {
 		return err
@@ -193,5 +197,9 @@ func run(cfg config.Config, stderr io.Writer) error {
 	}))})
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	return server.Run(ctx, cfg, server.Deps{Logger: log, Getenv: os.Getenv})
+	deps := server.Deps{Logger: log, Getenv: os.Getenv}
+	if mod != nil {
+		mod(&deps)
+	}
+	return server.Run(ctx, cfg, deps)
 }

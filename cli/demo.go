@@ -13,6 +13,7 @@ import (
 
 	"github.com/keygate/keygate/config"
 	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/server"
 	"github.com/keygate/keygate/standin"
 )
 
@@ -22,6 +23,9 @@ const (
 	otherContext = "0a9b8c7d-6e5f-4a3b-9c2d-1e0f2a3b4c5d"
 	demoDocID    = "2b7e1516-28ae-4d2a-a6f7-15884c3f4e2a"
 	demoKeyName  = "demo (make run)"
+	// demoConsumerName is the demo's customer: the demo key is its, and
+	// the portal's development sign-in signs in as it.
+	demoConsumerName = "Demo customer (make run)"
 )
 
 // demo is `make run`: stand-in backends on the configured upstream
@@ -52,7 +56,11 @@ func demo(args []string, stdout, stderr io.Writer) error {
 		defer srv.Close()
 	}
 
-	key, err := issueDemoKey(cfg)
+	consumer, err := demoConsumer(cfg)
+	if err != nil {
+		return err
+	}
+	key, err := issueDemoKey(cfg, consumer)
 	if err != nil {
 		return err
 	}
@@ -63,6 +71,10 @@ func demo(args []string, stdout, stderr io.Writer) error {
 		scheme, insecure = "http", ""
 	}
 	base := fmt.Sprintf("%s://localhost:%s", scheme, port)
+	cfg.Portal.Enabled = true
+	if cfg.Portal.APIURL == "" {
+		cfg.Portal.APIURL = base
+	}
 	fmt.Fprintf(stdout, `
 keygate demo: stand-in backends on %s and %s
 Demo key (extraction, live, bound to context %s):
@@ -77,16 +89,47 @@ This one uses another context and gets 403 Invalid Context:
 
   curl %s-H 'x-api-key: %s' -F files=@README.md -F id=%s -F contextId=%s %s/sync
 
+Self-service portal: %s
+  Open it (accept the self-signed certificate) and press "Sign in as the demo
+  user": a development sign-in that exists only in demo mode. Create a key
+  there, then use it:
+
+  KEY='the key the portal showed'
+  curl %s-H "x-api-key: $KEY" -F files=@README.md -F id=%s -F contextId=%s %s/sync
+
 Admin: http://%s/healthz /readyz /metrics. Stop with Ctrl-C.
 
 `, cfg.Upstreams.Extraction.Targets[0], cfg.Upstreams.Registry.Targets[0], demoContext, key,
 		insecure, key, demoDocID, demoContext, base,
-		insecure, key, demoDocID, otherContext, base, cfg.Server.AdminListen)
-	return run(cfg, stderr)
+		insecure, key, demoDocID, otherContext, base,
+		cfg.Portal.URL(), insecure, demoDocID, demoContext, base, cfg.Server.AdminListen)
+	return runWith(cfg, stderr, func(d *server.Deps) { d.PortalDemoConsumer = consumer })
 }
 
-// issueDemoKey revokes the keys of earlier demo runs and issues a new one.
-func issueDemoKey(cfg config.Config) (string, error) {
+// demoConsumer returns the demo customer's id, creating it on the first
+// run: it may bind keys to the demo context only.
+func demoConsumer(cfg config.Config) (string, error) {
+	admin := &keystore.FileAdmin{Path: cfg.Keystore.File}
+	ctx := context.Background()
+	cons, err := admin.ListConsumers(ctx)
+	if err != nil {
+		return "", err
+	}
+	for _, c := range cons {
+		if c.Name == demoConsumerName {
+			return c.ID, nil
+		}
+	}
+	c, err := keystore.NewConsumer(keystore.Consumer{Name: demoConsumerName, Contexts: []string{demoContext}}, time.Now())
+	if err != nil {
+		return "", err
+	}
+	return c.ID, admin.CreateConsumer(ctx, c)
+}
+
+// issueDemoKey revokes the keys of earlier demo runs and issues a new one
+// for the demo customer.
+func issueDemoKey(cfg config.Config, consumer string) (string, error) {
 	admin := &keystore.FileAdmin{Path: cfg.Keystore.File}
 	ctx := context.Background()
 	recs, err := admin.List(ctx)
@@ -101,7 +144,7 @@ func issueDemoKey(cfg config.Config) (string, error) {
 		}
 	}
 	key, _, err := admin.Issue(ctx, keystore.IssueRequest{
-		Product: keystore.Extraction, Env: keystore.Live, Context: demoContext, Name: demoKeyName,
+		Product: keystore.Extraction, Env: keystore.Live, Context: demoContext, Name: demoKeyName, Consumer: consumer,
 	})
 	return key, err
 }

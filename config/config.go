@@ -21,6 +21,7 @@ import (
 	"github.com/keygate/keygate/audit"
 	"github.com/keygate/keygate/gateway"
 	"github.com/keygate/keygate/oauth2"
+	"github.com/keygate/keygate/portal"
 	"github.com/keygate/keygate/ratelimit"
 	"github.com/keygate/keygate/redisconn"
 	"github.com/keygate/keygate/tlsconf"
@@ -45,6 +46,8 @@ type Config struct {
 	Audit audit.Config `yaml:"audit"`
 	// Usage is per-key usage counting; see package usage.
 	Usage usage.Config `yaml:"usage"`
+	// Portal is the self-service portal; see package portal.
+	Portal portal.Config `yaml:"portal"`
 }
 
 // ServerConfig is the listeners and their protections.
@@ -164,6 +167,7 @@ func Default() Config {
 		Log:      LogConfig{Level: "info", Format: "json"},
 		Audit:    audit.DefaultConfig(),
 		Usage:    usage.DefaultConfig(),
+		Portal:   portal.DefaultConfig(),
 	}
 }
 
@@ -247,6 +251,9 @@ func (c Config) Validate() error {
 	if err := c.validateAdminAPI(); err != nil {
 		return err
 	}
+	if err := c.validatePortal(); err != nil {
+		return err
+	}
 	return c.Log.Validate()
 }
 
@@ -265,6 +272,24 @@ func (c Config) validateAdminAPI() error {
 	}
 	if a.TLS == adminapi.TLSOn && c.TLS.Mode == tlsconf.ModeOff {
 		return errors.New("admin_api.tls: on uses the gateway's certificate, but tls.mode is off; set admin_api.tls: off (loopback only) or a tls.mode")
+	}
+	return nil
+}
+
+// validatePortal checks the portal section and how it fits the other
+// listeners.
+func (c Config) validatePortal() error {
+	p := c.Portal
+	if err := p.Validate(); err != nil {
+		return fmt.Errorf("portal.%w", err)
+	}
+	if !p.Enabled {
+		return nil
+	}
+	if clash(p.Listen, c.Server.Listen) || clash(p.Listen, c.Server.AdminListen) ||
+		(c.Server.HTTPListen != "" && clash(p.Listen, c.Server.HTTPListen)) ||
+		(c.AdminAPI.Enabled && clash(p.Listen, c.AdminAPI.Listen)) {
+		return errors.New("portal.listen: must differ from server.listen, server.admin_listen, server.http_listen and admin_api.listen")
 	}
 	return nil
 }

@@ -23,6 +23,10 @@ type Config struct {
 	// https://portal.example.com; the one-time URLs of delegated sessions
 	// start with it. Default https://localhost:<port of listen>.
 	PublicURL string `yaml:"public_url"`
+	// APIURL is the API's address as clients reach it, such as
+	// https://api.example.com, for the examples the portal shows; "" shows
+	// a placeholder.
+	APIURL string `yaml:"api_url"`
 	// OIDC signs users in through the operator's identity provider; off
 	// when issuer is empty.
 	OIDC OIDCConfig `yaml:"oidc"`
@@ -110,6 +114,11 @@ func (c Config) Validate() error {
 			return fmt.Errorf("public_url: %w", err)
 		}
 	}
+	if c.APIURL != "" {
+		if err := absURL(c.APIURL); err != nil {
+			return fmt.Errorf("api_url: %w", err)
+		}
+	}
 	if o := c.OIDC; o.Issuer != "" {
 		if err := absURL(o.Issuer); err != nil {
 			return fmt.Errorf("oidc.issuer: %w", err)
@@ -165,6 +174,10 @@ func loopbackHost(h string) bool {
 	ip := net.ParseIP(h)
 	return ip != nil && ip.IsLoopback()
 }
+
+// URL is the portal's public base URL: PublicURL, or
+// https://localhost:<port> from Listen.
+func (c Config) URL() string { return c.publicURL() }
 
 // publicURL is PublicURL, or https://localhost:<port> from Listen.
 func (c Config) publicURL() string {

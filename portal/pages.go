@@ -110,7 +110,7 @@ func (p *Portal) showKey(w http.ResponseWriter, r *http.Request, sess *Session, 
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("Pragma", "no-cache")
 	p.render(w, r, http.StatusOK, "keyshown", sess, map[string]any{
-		"Key": key, "Record": rec.View(p.now()), "How": how, "Grace": graceText(grace),
+		"Key": key, "Record": rec.View(p.now()), "How": how, "Grace": graceText(grace), "API": p.cfg.APIURL,
 	})
 }
 

@@ -43,9 +43,9 @@ func (a auditReader) ReadAudit(ctx context.Context, q adminapi.AuditQuery) (admi
 	return adminapi.AuditPage{Items: evs, NextCursor: next}, nil
 }
 
-// adminAPIDeps fills what deps leaves out from the keystore backend's
-// admin: the admin token store, and the audit log (writer and reader).
-func (s *Server) adminAPIDeps(deps *Deps, store keyops.Store) error {
+// adminTokenDeps fills the admin token store from the keystore
+// backend's admin when deps leaves it out.
+func (s *Server) adminTokenDeps(deps *Deps, store keyops.Store) error {
 	if deps.AdminTokens == nil {
 		lookup, ok := store.(admintoken.Lookup)
 		if !ok {
@@ -57,6 +57,12 @@ func (s *Server) adminAPIDeps(deps *Deps, store keyops.Store) error {
 		}
 		deps.AdminTokens = adminTokens{a}
 	}
+	return nil
+}
+
+// auditDeps fills the audit log (writer and reader) when deps leaves it
+// out.
+func (s *Server) auditDeps(deps *Deps) error {
 	if deps.Auditor == nil || deps.Audit == nil {
 		log, err := audit.Open(s.cfg.AuditConfig(s.redis))
 		if err != nil {

@@ -34,6 +34,7 @@ import (
 	"github.com/keygate/keygate/keyops"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/oauth2"
+	"github.com/keygate/keygate/portal"
 	"github.com/keygate/keygate/ratelimit"
 	"github.com/keygate/keygate/redact"
 	"github.com/keygate/keygate/redisconn"
@@ -66,9 +67,15 @@ type Deps struct {
 	// endpoints; nil answers 501.
 	Usage adminapi.UsageReader
 	Audit adminapi.AuditReader
-	// Auditor receives every change made through the admin API; nil
-	// records nothing.
+	// Auditor receives every change made through the admin API and the
+	// portal; nil means the audit log of the audit section.
 	Auditor keyops.Auditor
+	// PortalDemoConsumer turns on the portal's development sign-in for
+	// that consumer: `keygate demo` only, never from a file.
+	PortalDemoConsumer string
+	// PortalHTTPClient reaches the portal's identity provider and
+	// webhook; nil means the default (tests trust their own provider).
+	PortalHTTPClient *http.Client
 }
 
 // Server is a running keygate. Build it with New, run it with Serve, stop
@@ -89,8 +96,16 @@ type Server struct {
 	errLog                  *log.Logger
 	apiLn, adminLn, plainLn net.Listener
 	// adminAPI serves admin_api on adminAPILn; nil unless enabled.
-	adminAPI     *http.Server
-	adminAPILn   net.Listener
+	adminAPI   *http.Server
+	adminAPILn net.Listener
+	// ops is the key-management service of the admin API and the
+	// portal; nil unless one of them is enabled.
+	ops *keyops.Service
+	// portal serves the self-service portal on portalLn; nil unless
+	// enabled.
+	portal       *portal.Portal
+	portalSrv    *http.Server
+	portalLn     net.Listener
 	draining     atomic.Bool
 	serveErr     chan error
 	shutdownOnce sync.Once
@@ -237,6 +252,12 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (s *Server, err erro
 			ErrorLog:                     errLog,
 		}
 	}
+	// The portal first: the admin API makes its sign-in links.
+	if cfg.Portal.Enabled {
+		if err := s.openPortal(&deps, trusted); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.AdminAPI.Enabled {
 		if err := s.openAdminAPI(deps); err != nil {
 			return nil, err
@@ -248,37 +269,54 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (s *Server, err erro
 	return s, nil
 }
 
-// openAdminAPI builds the admin API over keyops on the keystore
-// backend's admin, and opens its listener.
-func (s *Server) openAdminAPI(deps Deps) error {
+// openOps builds, once, the key-management service that the admin API
+// and the portal share, over the keystore backend's admin, with the audit
+// log.
+func (s *Server) openOps(deps *Deps) (*keyops.Service, keyops.Store, error) {
 	var store keyops.Store
-	var idemRedis redis.UniversalClient // Idempotency-Keys: in Redis with the Redis keystore, else in memory
 	switch s.cfg.Keystore.Backend {
 	case "file":
 		store = &keystore.FileAdmin{Path: s.cfg.Keystore.File}
 	case "redis":
 		store = &keystore.RedisAdmin{Client: s.redis, Prefix: s.cfg.Redis.KeyPrefix}
-		idemRedis = s.redis
 	}
-	if err := s.adminAPIDeps(&deps, store); err != nil {
-		return err
+	if s.ops != nil {
+		return s.ops, store, nil
+	}
+	if err := s.auditDeps(deps); err != nil {
+		return nil, nil, err
 	}
 	limits, err := s.cfg.RateLimit.Resolver()
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	ur, _ := UsageStore(s.cfg, s.redis).(keyops.UsageReader)
-	ops, err := keyops.New(keyops.Config{Store: store, Limits: limits, Auditor: deps.Auditor, Usage: ur, Quota: QuotaReader(s.cfg, s.redis)})
+	s.ops, err = keyops.New(keyops.Config{Store: store, Limits: limits, Auditor: deps.Auditor, Usage: ur, Quota: QuotaReader(s.cfg, s.redis)})
+	return s.ops, store, err
+}
+
+// openAdminAPI builds the admin API over keyops on the keystore
+// backend's admin, and opens its listener.
+func (s *Server) openAdminAPI(deps Deps) error {
+	ops, store, err := s.openOps(&deps)
 	if err != nil {
+		return err
+	}
+	var idemRedis redis.UniversalClient // Idempotency-Keys: in Redis with the Redis keystore, else in memory
+	if s.cfg.Keystore.Backend == "redis" {
+		idemRedis = s.redis
+	}
+	if err := s.adminTokenDeps(&deps, store); err != nil {
 		return err
 	}
 	if deps.Usage == nil {
 		deps.Usage = usageAPI{ops}
 	}
-	api, err := adminapi.New(s.cfg.AdminAPI, adminapi.Deps{
+	adeps := adminapi.Deps{
 		Ops: ops, Tokens: deps.AdminTokens, Usage: deps.Usage, Audit: deps.Audit, Logger: s.log.Named("admin_api"),
 		Redis: idemRedis, RedisPrefix: s.cfg.Redis.KeyPrefix,
-	})
+	}
+	api, err := adminapi.New(s.cfg.AdminAPI, adeps)
 	if err != nil {
 		return err
 	}
@@ -296,6 +334,45 @@ func (s *Server) openAdminAPI(deps Deps) error {
 	s.adminAPI = &http.Server{
 		Handler:           api.Handler(),
 		TLSConfig:         tlsConfig,
+		ReadHeaderTimeout: sc.ReadHeaderTimeout,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       sc.IdleTimeout,
+		MaxHeaderBytes:    sc.MaxHeaderBytes,
+		ErrorLog:          s.errLog,
+	}
+	return nil
+}
+
+// openPortal builds the self-service portal over the same keyops and
+// audit log as the admin API, and opens its listener: HTTPS with the
+// gateway's certificate, unless tls.mode is off (behind a TLS-terminating
+// load balancer).
+func (s *Server) openPortal(deps *Deps, trusted gateway.TrustedProxies) error {
+	ops, _, err := s.openOps(deps)
+	if err != nil {
+		return err
+	}
+	pdeps := portal.Deps{
+		Ops: ops, Auditor: deps.Auditor, Logger: s.log.Named("portal"), Getenv: deps.Getenv,
+		HTTPClient: deps.PortalHTTPClient, ClientAddr: trusted.ClientAddr, DemoConsumer: deps.PortalDemoConsumer,
+	}
+	if s.cfg.Keystore.Backend == "redis" {
+		pdeps.Redis, pdeps.RedisPrefix = s.redis, s.cfg.Redis.KeyPrefix
+	}
+	if pdeps.Getenv == nil {
+		pdeps.Getenv = os.Getenv
+	}
+	if s.portal, err = portal.New(s.cfg.Portal, pdeps); err != nil {
+		return err
+	}
+	if s.portalLn, err = net.Listen("tcp", s.cfg.Portal.Listen); err != nil {
+		return fmt.Errorf("portal.listen: %w", err)
+	}
+	sc := s.cfg.Server
+	s.portalSrv = &http.Server{
+		Handler:           s.portal.Handler(),
+		TLSConfig:         s.tls.TLSConfig(),
 		ReadHeaderTimeout: sc.ReadHeaderTimeout,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,
@@ -430,6 +507,18 @@ func (s *Server) APIAddr() net.Addr { return s.apiLn.Addr() }
 // AdminAddr is the admin listener's address.
 func (s *Server) AdminAddr() net.Addr { return s.adminLn.Addr() }
 
+// PortalAddr is the portal listener's address, or nil when the portal
+// is off.
+func (s *Server) PortalAddr() net.Addr {
+	if s.portalLn == nil {
+		return nil
+	}
+	return s.portalLn.Addr()
+}
+
+// Portal is the self-service portal, or nil when it is off.
+func (s *Server) Portal() *portal.Portal { return s.portal }
+
 // AdminAPIAddr is the admin API listener's address, or nil when
 // admin_api is not enabled.
 func (s *Server) AdminAPIAddr() net.Addr {
@@ -473,6 +562,14 @@ func (s *Server) Serve() error {
 		go func() { s.serveErr <- s.adminAPI.Serve(ln) }()
 		s.log.Info("admin API serving", zap.String("admin_api", s.adminAPILn.Addr().String()), zap.Bool("tls", tlsOn))
 	}
+	if s.portalSrv != nil {
+		ln, tlsOn := s.portalLn, s.portalSrv.TLSConfig != nil
+		if tlsOn {
+			ln = tls.NewListener(ln, s.portalSrv.TLSConfig.Clone())
+		}
+		go func() { s.serveErr <- s.portalSrv.Serve(ln) }()
+		s.log.Info("portal serving", zap.String("portal", s.portalLn.Addr().String()), zap.String("url", s.portal.URL()), zap.Bool("tls", tlsOn))
+	}
 	s.log.Info("keygate serving",
 		zap.String("api", s.apiLn.Addr().String()),
 		zap.String("admin", s.adminLn.Addr().String()),
@@ -493,7 +590,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.draining.Store(true)
 		s.log.Info("draining: no new connections; waiting for in-flight requests")
 		var wg sync.WaitGroup
-		servers := []*http.Server{s.api, s.plain, s.adminAPI}
+		servers := []*http.Server{s.api, s.plain, s.adminAPI, s.portalSrv}
 		errs := make([]error, len(servers)+1)
 		for i, srv := range servers {
 			if srv == nil {
@@ -526,7 +623,7 @@ func (s *Server) closeAll() {
 		_ = s.closers[i]()
 	}
 	s.closers = nil
-	for _, ln := range []net.Listener{s.apiLn, s.adminLn, s.plainLn, s.adminAPILn} {
+	for _, ln := range []net.Listener{s.apiLn, s.adminLn, s.plainLn, s.adminAPILn, s.portalLn} {
 		if ln != nil {
 			_ = ln.Close()
 		}
