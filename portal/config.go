@@ -43,6 +43,10 @@ type Config struct {
 	// LimitRequestWebhook, when set, receives each "request a higher
 	// limit" form as a JSON POST (https, or http to a loopback address).
 	LimitRequestWebhook string `yaml:"limit_request_webhook"`
+	// RotationGraces are the grace periods a rotation may choose (how
+	// long the old key keeps working); default 0 (at once), 1h, 24h and
+	// 168h. The second is preselected.
+	RotationGraces []time.Duration `yaml:"rotation_graces"`
 	// RateLimit bounds portal requests per session and per client
 	// address.
 	RateLimit RateLimitConfig `yaml:"rate_limit"`
@@ -94,11 +98,12 @@ type RateLimitConfig struct {
 // DefaultConfig is the portal section when the file says nothing.
 func DefaultConfig() Config {
 	return Config{
-		Listen:        ":8444",
-		ConsumerClaim: "sub",
-		OIDC:          OIDCConfig{Scopes: []string{"openid", "profile", "email"}},
-		Session:       SessionConfig{MaxAge: 12 * time.Hour, IdleTimeout: 30 * time.Minute},
-		RateLimit:     RateLimitConfig{PerSession: 10, PerAddress: 20, Burst: 40},
+		Listen:         ":8444",
+		ConsumerClaim:  "sub",
+		OIDC:           OIDCConfig{Scopes: []string{"openid", "profile", "email"}},
+		Session:        SessionConfig{MaxAge: 12 * time.Hour, IdleTimeout: 30 * time.Minute},
+		RateLimit:      RateLimitConfig{PerSession: 10, PerAddress: 20, Burst: 40},
+		RotationGraces: []time.Duration{0, time.Hour, 24 * time.Hour, 7 * 24 * time.Hour},
 	}
 }
 
@@ -143,6 +148,14 @@ func (c Config) Validate() error {
 	}
 	if c.RateLimit.PerSession <= 0 || c.RateLimit.PerAddress <= 0 || c.RateLimit.Burst < 1 {
 		return errors.New("rate_limit: per_session and per_address must be positive and burst at least 1")
+	}
+	if len(c.RotationGraces) == 0 {
+		return errors.New("rotation_graces: list at least one grace period")
+	}
+	for _, g := range c.RotationGraces {
+		if g < 0 || g > 90*24*time.Hour {
+			return fmt.Errorf("rotation_graces: %s is not between 0 and 90 days", g)
+		}
 	}
 	if w := c.LimitRequestWebhook; w != "" {
 		u, err := url.Parse(w)

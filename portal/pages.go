@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -130,25 +131,42 @@ func (p *Portal) ownKey(w http.ResponseWriter, r *http.Request, sess *Session) (
 	return keystore.Record{}, false
 }
 
-// graces are the grace periods a rotation may choose.
-var graces = []struct {
-	Value string
+// grace is a grace period a rotation may choose.
+type grace struct {
+	Value string // what the form sends
 	Label string
 	D     time.Duration
-}{
-	{"0", "None: the old key stops at once", 0},
-	{"1h", "1 hour", time.Hour},
-	{"24h", "24 hours", 24 * time.Hour},
-	{"168h", "7 days", 7 * 24 * time.Hour},
 }
 
-func graceText(d time.Duration) string {
-	for _, g := range graces {
-		if g.D == d {
-			return g.Label
-		}
+// graces are the configured grace periods, labelled.
+func (p *Portal) graces() []grace {
+	out := make([]grace, 0, len(p.cfg.RotationGraces))
+	for _, d := range p.cfg.RotationGraces {
+		out = append(out, grace{Value: d.String(), Label: graceText(d), D: d})
 	}
-	return d.String()
+	return out
+}
+
+// graceText is a grace period in words.
+func graceText(d time.Duration) string {
+	switch {
+	case d == 0:
+		return "None: the old key stops at once"
+	case d%(24*time.Hour) == 0:
+		return plural(int(d/(24*time.Hour)), "day")
+	case d%time.Hour == 0:
+		return plural(int(d/time.Hour), "hour")
+	case d%time.Minute == 0:
+		return plural(int(d/time.Minute), "minute")
+	}
+	return plural(int(d.Round(time.Second)/time.Second), "second")
+}
+
+func plural(n int, unit string) string {
+	if n == 1 {
+		return "1 " + unit
+	}
+	return strconv.Itoa(n) + " " + unit + "s"
 }
 
 func (p *Portal) rotatePage(w http.ResponseWriter, r *http.Request, sess *Session) {
@@ -156,7 +174,12 @@ func (p *Portal) rotatePage(w http.ResponseWriter, r *http.Request, sess *Sessio
 	if !ok {
 		return
 	}
-	p.render(w, r, http.StatusOK, "rotate", sess, map[string]any{"Record": rec.View(p.now()), "Graces": graces, "Default": "24h"})
+	gs := p.graces()
+	def := gs[0].Value
+	if len(gs) > 1 {
+		def = gs[1].Value
+	}
+	p.render(w, r, http.StatusOK, "rotate", sess, map[string]any{"Record": rec.View(p.now()), "Graces": gs, "Default": def})
 }
 
 func (p *Portal) rotateKey(w http.ResponseWriter, r *http.Request, sess *Session) {
@@ -165,7 +188,7 @@ func (p *Portal) rotateKey(w http.ResponseWriter, r *http.Request, sess *Session
 		return
 	}
 	grace := time.Duration(-1)
-	for _, g := range graces {
+	for _, g := range p.graces() {
 		if r.PostForm.Get("grace") == g.Value {
 			grace = g.D
 		}

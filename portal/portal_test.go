@@ -101,7 +101,7 @@ func TestIsolationBetweenConsumers(t *testing.T) {
 	}{
 		{"list shows no key of B", func() page { return a.get("/keys") }, 200},
 		{"rotate form of B's key", func() page { return a.get("/keys/" + keyB + "/rotate") }, 404},
-		{"rotate B's key", func() page { return a.post("/keys/"+keyB+"/rotate", "csrf", csrf, "grace", "0") }, 404},
+		{"rotate B's key", func() page { return a.post("/keys/"+keyB+"/rotate", "csrf", csrf, "grace", "0s") }, 404},
 		{"revoke form of B's key", func() page { return a.get("/keys/" + keyB + "/revoke") }, 404},
 		{"revoke B's key", func() page { return a.post("/keys/"+keyB+"/revoke", "csrf", csrf, "confirm", keyB) }, 404},
 		{"usage of B's key", func() page { return a.get("/usage?key=" + keyB) }, 404},
@@ -177,7 +177,7 @@ func TestCSRFAndCookieFlags(t *testing.T) {
 	own := a.csrf()
 
 	cross := func(path string, pairs ...string) page {
-		req, _ := http.NewRequest(http.MethodPost, a.base+path, strings.NewReader("csrf="+own+"&grace=0"))
+		req, _ := http.NewRequest(http.MethodPost, a.base+path, strings.NewReader("csrf="+own+"&grace=0s"))
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 		req.Header.Set("Origin", "https://evil.example")
 		return a.do(req)
@@ -266,7 +266,7 @@ func TestNewKeyShownOnce(t *testing.T) {
 		t.Fatalf("the shown key is not the stored one: %+v", rec)
 	}
 	// Rotation shows the next one once too.
-	p = a.post("/keys/"+rec.ID+"/rotate", "csrf", csrf, "grace", "1h")
+	p = a.post("/keys/"+rec.ID+"/rotate", "csrf", csrf, "grace", "1h0m0s")
 	key2 := newKeyRE.FindString(p.body)
 	if p.status != 200 || key2 == "" || key2 == key || p.header.Get("Cache-Control") != "no-store" {
 		t.Fatalf("rotate: %d, key shown %v", p.status, key2 != "")
