@@ -104,6 +104,8 @@ type Config struct {
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Usage reads per-key usage; nil means KeyUsage fails with ErrNoUsage.
+	// A SeriesReader (both usage stores) also serves KeyUsageSeries and
+	// ConsumerUsageSeries; otherwise they fail with ErrNoUsage.
 	Usage UsageReader
 	// Quota reads a bucket's quota use (Redis rate limiter); nil means
 	// quotas are per replica.

@@ -17,6 +17,19 @@ type UsageReader interface {
 	LastUsed(ctx context.Context) (map[string]time.Time, error)
 }
 
+// SeriesReader is a UsageReader that also reads the counts hour by hour
+// (for charts); usage.RedisStore and usage.FileStore fit.
+type SeriesReader interface {
+	UsageReader
+	Series(ctx context.Context, ids []string, since time.Duration, now time.Time) ([]usage.Hour, error)
+}
+
+// The usage stores fit.
+var (
+	_ SeriesReader = (*usage.RedisStore)(nil)
+	_ SeriesReader = (*usage.FileStore)(nil)
+)
+
 // QuotaReader returns how much of a limiter bucket's quota is used and
 // when it renews (0 when nothing is used yet). Nil means the quota is
 // counted per replica (ratelimit.backend local) and cannot be read here.
@@ -48,7 +61,8 @@ type QuotaStatus struct {
 	Note string `json:"note,omitempty"`
 }
 
-// ErrNoUsage means the Service was built without a UsageReader.
+// ErrNoUsage means the Service was built without a UsageReader (or,
+// for the series, without a SeriesReader).
 var ErrNoUsage = errors.New("keyops: usage is not available")
 
 // KeyUsage returns key id's usage over the last since (at most 7 days;
@@ -77,17 +91,9 @@ func (s *Service) KeyUsage(ctx context.Context, id string, since time.Duration) 
 // included). The quota is shown when the consumer's keys share one
 // (a consumer-scoped plan); otherwise each key has its own.
 func (s *Service) ConsumerUsage(ctx context.Context, id string, since time.Duration) (Usage, error) {
-	con, err := s.store.GetConsumer(ctx, id)
+	con, recs, ids, err := s.consumerKeys(ctx, id)
 	if err != nil {
 		return Usage{}, err
-	}
-	recs, err := s.ListKeys(ctx, KeyFilter{Consumer: id})
-	if err != nil {
-		return Usage{}, err
-	}
-	ids := make([]string, 0, len(recs))
-	for _, r := range recs {
-		ids = append(ids, r.ID)
 	}
 	u, err := s.readUsage(ctx, id, ids, since)
 	if err != nil {
@@ -106,15 +112,74 @@ func (s *Service) ConsumerUsage(ctx context.Context, id string, since time.Durat
 	return u, nil
 }
 
+// KeyUsageSeries returns key id's counts hour by hour over the last
+// since (at most 7 days; 0 means 24 hours): one entry per hour, oldest
+// first, the current hour included, zero for hours without requests.
+func (s *Service) KeyUsageSeries(ctx context.Context, id string, since time.Duration) ([]usage.Hour, error) {
+	if _, err := s.GetKey(ctx, id); err != nil {
+		return nil, err
+	}
+	return s.readSeries(ctx, []string{id}, since)
+}
+
+// ConsumerUsageSeries is KeyUsageSeries summed over consumer id's keys
+// (revoked ones included), as ConsumerUsage sums them.
+func (s *Service) ConsumerUsageSeries(ctx context.Context, id string, since time.Duration) ([]usage.Hour, error) {
+	_, _, ids, err := s.consumerKeys(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return s.readSeries(ctx, ids, since)
+}
+
+// consumerKeys returns consumer id and all its keys, and their ids.
+func (s *Service) consumerKeys(ctx context.Context, id string) (keystore.Consumer, []keystore.Record, []string, error) {
+	con, err := s.store.GetConsumer(ctx, id)
+	if err != nil {
+		return keystore.Consumer{}, nil, nil, err
+	}
+	recs, err := s.ListKeys(ctx, KeyFilter{Consumer: id})
+	if err != nil {
+		return keystore.Consumer{}, nil, nil, err
+	}
+	ids := make([]string, 0, len(recs))
+	for _, r := range recs {
+		ids = append(ids, r.ID)
+	}
+	return con, recs, ids, nil
+}
+
+// usageSince applies the default (24 hours) and the limit (the 7 days
+// kept) of a usage period.
+func usageSince(since time.Duration) (time.Duration, error) {
+	if since <= 0 {
+		return 24 * time.Hour, nil
+	}
+	if since > 7*24*time.Hour {
+		return 0, invalid("since: at most 7 days (168h) of usage is kept")
+	}
+	return since, nil
+}
+
+func (s *Service) readSeries(ctx context.Context, ids []string, since time.Duration) ([]usage.Hour, error) {
+	sr, ok := s.usage.(SeriesReader)
+	if !ok {
+		return nil, ErrNoUsage
+	}
+	since, err := usageSince(since)
+	if err != nil {
+		return nil, err
+	}
+	return sr.Series(ctx, ids, since, s.now())
+}
+
 func (s *Service) readUsage(ctx context.Context, id string, ids []string, since time.Duration) (Usage, error) {
 	if s.usage == nil {
 		return Usage{}, ErrNoUsage
 	}
-	if since <= 0 {
-		since = 24 * time.Hour
-	}
-	if since > 7*24*time.Hour {
-		return Usage{}, invalid("since: at most 7 days (168h) of usage is kept")
+	since, err := usageSince(since)
+	if err != nil {
+		return Usage{}, err
 	}
 	c, last, err := s.usage.Read(ctx, ids, since, s.now())
 	if err != nil {

@@ -138,6 +138,9 @@ func (c *Counts) ptr(i int) *int64 {
 	return [...]*int64{&c.Admitted, &c.Rate, &c.Quota, &c.Context, &c.Product, &c.Concurrency, &c.BytesIn}[i]
 }
 
+// Refused is the requests refused, for any reason.
+func (c Counts) Refused() int64 { return c.Rate + c.Quota + c.Context + c.Product + c.Concurrency }
+
 // Add adds o to c.
 func (c *Counts) Add(o Counts) {
 	for i := 0; i <= int(numOutcomes); i++ {

@@ -25,22 +25,42 @@ type Store interface {
 	// Read sums the buckets of ids over the last `since` (whole hours,
 	// the current one included) and returns the latest last use of each.
 	Read(ctx context.Context, ids []string, since time.Duration, now time.Time) (Counts, map[string]time.Time, error)
+	// Series returns the same buckets hour by hour, summed over ids:
+	// one entry per hour, oldest first, zero for hours without counts.
+	Series(ctx context.Context, ids []string, since time.Duration, now time.Time) ([]Hour, error)
 }
 
 func hour(t time.Time) string { return t.UTC().Format("2006010215") }
 
-// hours lists the buckets covering since up to now, newest first.
-func hours(since time.Duration, now time.Time) []string {
+// Hour is one hour's counts, summed over the keys asked for.
+type Hour struct {
+	// Start is the top of the hour, in UTC.
+	Start time.Time `json:"start"`
+	Counts
+}
+
+// newSeries returns zero counts for each hour covering since up to now
+// (whole hours, the current one included), oldest first; since <= 0 or
+// past 7 days means 7 days.
+func newSeries(since time.Duration, now time.Time) []Hour {
 	if since <= 0 || since > 7*24*time.Hour {
 		since = 7 * 24 * time.Hour
 	}
 	n := int((since + time.Hour - 1) / time.Hour)
-	out := make([]string, 0, n)
-	h := now.UTC().Truncate(time.Hour)
-	for i := 0; i < n; i++ {
-		out = append(out, hour(h.Add(-time.Duration(i)*time.Hour)))
+	out := make([]Hour, n)
+	first := now.UTC().Truncate(time.Hour).Add(-time.Duration(n-1) * time.Hour)
+	for i := range out {
+		out[i].Start = first.Add(time.Duration(i) * time.Hour)
 	}
 	return out
+}
+
+func sum(hs []Hour) Counts {
+	var c Counts
+	for _, h := range hs {
+		c.Add(h.Counts)
+	}
+	return c
 }
 
 // RedisStore writes per-key hourly hashes PREFIX usage:{ID}:YYYYMMDDHH
@@ -90,39 +110,58 @@ func fieldName(f int) string {
 
 // Read sums the buckets of ids in one pipeline.
 func (s *RedisStore) Read(ctx context.Context, ids []string, since time.Duration, now time.Time) (Counts, map[string]time.Time, error) {
-	var total Counts
+	hs, last, err := s.read(ctx, ids, since, now, true)
+	if err != nil {
+		return Counts{}, nil, err
+	}
+	return sum(hs), last, nil
+}
+
+// Series reads the buckets of all ids and hours in one pipeline.
+func (s *RedisStore) Series(ctx context.Context, ids []string, since time.Duration, now time.Time) ([]Hour, error) {
+	hs, _, err := s.read(ctx, ids, since, now, false)
+	return hs, err
+}
+
+// read gets the buckets of ids over since, hour by hour, and with
+// withLast their last uses, in one pipeline.
+func (s *RedisStore) read(ctx context.Context, ids []string, since time.Duration, now time.Time, withLast bool) ([]Hour, map[string]time.Time, error) {
+	hs := newSeries(since, now)
 	last := map[string]time.Time{}
 	if len(ids) == 0 {
-		return total, last, nil
+		return hs, last, nil
 	}
-	hs := hours(since, now)
-	var gets []*redis.MapStringStringCmd
+	gets := make([]*redis.MapStringStringCmd, 0, len(ids)*len(hs))
 	var score *redis.FloatSliceCmd
 	_, err := s.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, id := range ids {
 			for _, h := range hs {
-				gets = append(gets, p.HGetAll(ctx, s.bucket(id, h)))
+				gets = append(gets, p.HGetAll(ctx, s.bucket(id, hour(h.Start))))
 			}
 		}
-		score = p.ZMScore(ctx, s.lastKey(), ids...)
+		if withLast {
+			score = p.ZMScore(ctx, s.lastKey(), ids...)
+		}
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return total, nil, err
+		return nil, nil, err
 	}
-	for _, g := range gets {
+	for i, g := range gets {
 		m, err := g.Result()
 		if err != nil {
-			return total, nil, err
+			return nil, nil, err
 		}
-		total.Add(parse(m))
+		hs[i%len(hs)].Add(parse(m))
 	}
-	for i, v := range score.Val() {
-		if v > 0 {
-			last[ids[i]] = time.UnixMilli(int64(v)).UTC()
+	if score != nil {
+		for i, v := range score.Val() {
+			if v > 0 {
+				last[ids[i]] = time.UnixMilli(int64(v)).UTC()
+			}
 		}
 	}
-	return total, last, nil
+	return hs, last, nil
 }
 
 // LastUsed returns the last use of every key that has one.
@@ -247,22 +286,37 @@ func (s *FileStore) Flush(_ context.Context, ds []Delta, now time.Time) error {
 
 // Read reads the file as last flushed.
 func (s *FileStore) Read(_ context.Context, ids []string, since time.Duration, now time.Time) (Counts, map[string]time.Time, error) {
-	var total Counts
 	d, err := s.load()
 	if err != nil {
-		return total, nil, err
+		return Counts{}, nil, err
 	}
 	last := map[string]time.Time{}
-	hs := hours(since, now)
 	for _, id := range ids {
-		for _, h := range hs {
-			total.Add(d.Buckets[id][h])
-		}
 		if t, ok := d.LastUsed[id]; ok {
 			last[id] = t
 		}
 	}
-	return total, last, nil
+	return sum(d.series(ids, since, now)), last, nil
+}
+
+// Series reads the file as last flushed, hour by hour.
+func (s *FileStore) Series(_ context.Context, ids []string, since time.Duration, now time.Time) ([]Hour, error) {
+	d, err := s.load()
+	if err != nil {
+		return nil, err
+	}
+	return d.series(ids, since, now), nil
+}
+
+func (d *fileData) series(ids []string, since time.Duration, now time.Time) []Hour {
+	hs := newSeries(since, now)
+	for _, id := range ids {
+		b := d.Buckets[id]
+		for i := range hs {
+			hs[i].Add(b[hour(hs[i].Start)])
+		}
+	}
+	return hs
 }
 
 // LastUsed returns the last use of every key that has one.
