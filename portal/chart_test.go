@@ -265,12 +265,13 @@ func TestFormats(t *testing.T) {
 	}
 }
 
-// TestWriteSampleCharts writes a 24-hour and a 7-day chart to the
-// directory in KEYGATE_CHART_SAMPLES, to look at.
+// TestWriteSampleCharts writes a 24-hour, a 7-day and an empty chart
+// as files, to the directory in KEYGATE_CHART_SAMPLES when set (to look
+// at), else a temp dir.
 func TestWriteSampleCharts(t *testing.T) {
 	dir := os.Getenv("KEYGATE_CHART_SAMPLES")
 	if dir == "" {
-		t.Skip("set KEYGATE_CHART_SAMPLES to a directory to write sample charts")
+		dir = t.TempDir()
 	}
 	now := time.Date(2026, 11, 23, 10, 30, 0, 0, time.UTC)
 	wave := func(i int) usage.Counts {

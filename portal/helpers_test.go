@@ -24,6 +24,7 @@ import (
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/portal"
 	"github.com/keygate/keygate/ratelimit"
+	"github.com/keygate/keygate/usage"
 )
 
 // The fixture: two consumers, each with one key, bound to its own context.
@@ -102,6 +103,7 @@ type fixture struct {
 	audit  *recorder
 	logs   *testkit.SyncBuffer
 	clock  *clock
+	usage  *usage.FileStore
 }
 
 // newFixture serves a portal over HTTPS on loopback, with the fixture's
@@ -116,7 +118,8 @@ func newFixture(t *testing.T, mod func(*portal.Config, *portal.Deps)) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ops, err := keyops.New(keyops.Config{Store: f.store, Limits: res, Auditor: f.audit, Now: f.clock.Now})
+	f.usage = &usage.FileStore{Path: path + ".usage.json"}
+	ops, err := keyops.New(keyops.Config{Store: f.store, Limits: res, Auditor: f.audit, Now: f.clock.Now, Usage: f.usage})
 	if err != nil {
 		t.Fatal(err)
 	}

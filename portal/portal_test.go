@@ -13,6 +13,7 @@ import (
 	"github.com/keygate/keygate/keyops"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/portal"
+	"github.com/keygate/keygate/usage"
 )
 
 // A delegated sign-in link works once, then is refused; it expires after
@@ -406,5 +407,48 @@ func TestLimitRequest(t *testing.T) {
 	}
 	if !audited {
 		t.Fatal("the limit request is not in the audit log")
+	}
+}
+
+// The usage page shows the consumer's admitted and refused requests over
+// 24 hours and 7 days as SVG charts, one key's when chosen, never another
+// consumer's; beside them, each active key's limits.
+func TestUsagePage(t *testing.T) {
+	f := newFixture(t, nil)
+	now := f.clock.Now()
+	old := now.Add(-3 * 24 * time.Hour)
+	if err := f.usage.Flush(context.Background(), []usage.Delta{{ID: keyA, Counts: usage.Counts{Admitted: 30, Context: 1}, LastUsed: old}}, old); err != nil {
+		t.Fatal(err)
+	}
+	err := f.usage.Flush(context.Background(), []usage.Delta{
+		{ID: keyA, Counts: usage.Counts{Admitted: 7, Rate: 2}, LastUsed: now},
+		{ID: keyB, Counts: usage.Counts{Admitted: 1000, Quota: 50}, LastUsed: now},
+	}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := f.signIn(t, conA)
+	p := a.get("/usage")
+	if p.status != 200 {
+		t.Fatalf("usage: %d", p.status)
+	}
+	for _, want := range []string{
+		`id="totals-24h">7 admitted, 2 refused`,
+		`id="totals-7d">37 admitted, 3 refused`,
+		`<svg`, `role="img"`,
+		"Rate</dt><dd>", keyA,
+	} {
+		if !strings.Contains(p.body, want) {
+			t.Errorf("usage page lacks %q", want)
+		}
+	}
+	if strings.Count(p.body, "<svg") != 2 {
+		t.Errorf("%d charts, want 2 (24 hours and 7 days)", strings.Count(p.body, "<svg"))
+	}
+	if strings.Contains(p.body, "1000") || strings.Contains(p.body, "1,000") || strings.Contains(p.body, keyB) {
+		t.Error("the usage page shows consumer B's usage")
+	}
+	if p := a.get("/usage?key=" + keyA); !strings.Contains(p.body, `id="totals-24h">7 admitted, 2 refused`) {
+		t.Error("one key's usage is not shown")
 	}
 }
