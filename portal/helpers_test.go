@@ -112,6 +112,27 @@ func newFixture(t *testing.T, mod func(*portal.Config, *portal.Deps)) *fixture {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "keys.yaml")
 	writeKeystore(t, path)
+	return newFixtureAt(t, path, mod)
+}
+
+// sharedStore is a second replica of f: another portal over the same
+// keystore file.
+func sharedStore(t *testing.T, f *fixture, mod func(*portal.Config, *portal.Deps)) *fixture {
+	t.Helper()
+	return newFixtureAt(t, f.store.Path, mod)
+}
+
+func mustURL(t *testing.T, s string) *url.URL {
+	t.Helper()
+	u, err := url.Parse(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+func newFixtureAt(t *testing.T, path string, mod func(*portal.Config, *portal.Deps)) *fixture {
+	t.Helper()
 	f := &fixture{store: &keystore.FileAdmin{Path: path}, audit: &recorder{}, logs: &testkit.SyncBuffer{},
 		clock: &clock{t: time.Now().UTC()}}
 	res, err := ratelimit.DefaultConfig().Resolver()

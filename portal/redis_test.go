@@ -1,0 +1,64 @@
+package portal_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/keygate/keygate/internal/redistest"
+	"github.com/keygate/keygate/keyops"
+	"github.com/keygate/keygate/portal"
+)
+
+// With Redis, sessions and sign-in links are shared by every replica: a
+// link made on one opens on another, a session started on one is honoured
+// by the other, a sign-out on one ends it on both, and a link still works
+// once only across replicas. Redis holds hashes of the secrets, never the
+// secrets.
+func TestSessionsSharedThroughRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	rc := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = rc.Close() })
+	withRedis := func(_ *portal.Config, d *portal.Deps) { d.Redis, d.RedisPrefix = rc, "kg1:" }
+	r1 := newFixture(t, withRedis)
+	r2 := sharedStore(t, r1, withRedis) // a second replica: same keystore, same Redis
+
+	link, _, err := r1.portal.SessionLink(context.Background(), keyops.Actor{ID: "tok"}, conA, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := strings.TrimPrefix(link, r1.srv.URL+"/session/")
+	keys, err := rc.Keys(context.Background(), "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		if !strings.HasPrefix(k, "kg1:portal:") || strings.Contains(k, secret) {
+			t.Fatalf("Redis key %q: outside the prefix, or holding the link's secret", k)
+		}
+	}
+
+	b := r2.browser(t)
+	if p := b.get("/session/" + secret); p.status != http.StatusSeeOther {
+		t.Fatalf("link made on replica 1, opened on replica 2: %d", p.status)
+	}
+	if p := r1.browser(t).get("/session/" + secret); p.status != http.StatusGone {
+		t.Fatalf("the same link again on replica 1: %d, want 410", p.status)
+	}
+	// The same cookie on replica 1 (the jar is per host, so copy it).
+	cookie := b.c.Jar.Cookies(mustURL(t, r2.srv.URL))
+	b1 := r1.browser(t)
+	b1.c.Jar.SetCookies(mustURL(t, r1.srv.URL), cookie)
+	if p := b1.get("/keys"); p.status != 200 || !strings.Contains(p.body, keyA) {
+		t.Fatalf("replica 1 does not honour replica 2's session: %d", p.status)
+	}
+	if p := b1.post("/logout", "csrf", b1.csrf()); p.status != http.StatusSeeOther {
+		t.Fatalf("sign out on replica 1: %d", p.status)
+	}
+	if p := b.get("/keys"); p.status != http.StatusSeeOther {
+		t.Fatalf("replica 2 still honours a session signed out on replica 1: %d", p.status)
+	}
+}
