@@ -1,0 +1,87 @@
+package server_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/keygate/keygate/config"
+	"github.com/keygate/keygate/internal/testkit"
+	"github.com/keygate/keygate/keyops"
+	"github.com/keygate/keygate/keystore"
+)
+
+// TestPortal: the portal serves HTTPS on its own listener with the
+// gateway's certificate, never on the API listener; a key created in it
+// works on /sync at once and stops when revoked in it; the key is in no
+// log line.
+func TestPortal(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, setup{mod: func(c *config.Config) { c.Portal.Enabled, c.Portal.Listen = true, "127.0.0.1:0" }})
+	con, err := keystore.NewConsumer(keystore.Consumer{Name: "Acme", Contexts: []string{ctxA}}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Keys.CreateConsumer(context.Background(), con); err != nil {
+		t.Fatal(err)
+	}
+	base := "https://" + h.Server.PortalAddr().String()
+	if r := h.get(h.API, "/keys", cred{}); r.Status == http.StatusOK {
+		t.Fatal("the API listener serves the portal")
+	}
+
+	link, _, err := h.Server.Portal().SessionLink(context.Background(), keyops.Actor{ID: "test"}, con.ID, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	jar, _ := cookiejar.New(nil)
+	c := &http.Client{Transport: h.Client.Transport, Jar: jar, Timeout: 20 * time.Second,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	get := func(path string) (int, string) {
+		t.Helper()
+		resp, err := c.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	post := func(path string, v url.Values) (int, string) {
+		t.Helper()
+		resp, err := c.PostForm(base+path, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if st, _ := get(strings.TrimPrefix(link, h.Server.Portal().URL())); st != http.StatusSeeOther {
+		t.Fatalf("sign-in link: %d", st)
+	}
+	st, body := get("/keys")
+	csrf := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindStringSubmatch(body)
+	if st != 200 || csrf == nil {
+		t.Fatalf("keys page: %d", st)
+	}
+	st, body = post("/keys", url.Values{"csrf": {csrf[1]}, "product": {"extraction"}, "env": {"live"}, "context": {ctxA}, "name": {"from the portal"}})
+	key := regexp.MustCompile(`svc_live_[A-Za-z0-9_]+`).FindString(body)
+	if st != 200 || key == "" {
+		t.Fatalf("create: %d", st)
+	}
+	h.secret(key)
+	testkit.Eventually(t, 5*time.Second, "the portal's key works on /sync", func() bool { return h.sync(keyCred(key), ctxA).Status == http.StatusOK })
+	recs, _ := h.Keys.List(context.Background())
+	id := recs[len(recs)-1].ID
+	if st, _ := post("/keys/"+id+"/revoke", url.Values{"csrf": {csrf[1]}, "confirm": {id}}); st != http.StatusSeeOther {
+		t.Fatalf("revoke: %d", st)
+	}
+	testkit.Eventually(t, 5*time.Second, "the revoked key is refused", func() bool { return h.sync(keyCred(key), ctxA).Status == http.StatusUnauthorized })
+}
