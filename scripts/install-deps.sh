@@ -2,8 +2,9 @@
 # Installs the system packages keygate's tests use, only when missing:
 # redis-server and redis-cli (real Redis in tests), curl and nodejs (real
 # clients in the end-to-end tests), python3-werkzeug and busboy (the real
-# multipart parsers of the differential tests). Uses apt-get, with sudo when
-# not root, and npm for busboy.
+# multipart parsers of the differential tests), chromium (the portal's
+# browser tests drive it headless). Uses apt-get, with sudo when not root,
+# and npm for busboy.
 set -euo pipefail
 
 need=()
@@ -13,6 +14,7 @@ command -v curl         >/dev/null 2>&1 || need+=(curl)
 command -v node         >/dev/null 2>&1 || need+=(nodejs)
 command -v npm          >/dev/null 2>&1 || need+=(npm)
 /usr/bin/python3 -c 'import werkzeug' >/dev/null 2>&1 || need+=(python3-werkzeug)
+[ -x /usr/bin/chromium ] || need+=(chromium)
 
 busboy() {
   # busboy for the differential tests, at the version package-lock.json pins.
