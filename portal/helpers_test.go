@@ -79,7 +79,7 @@ func writeKeystore(t *testing.T, path string) {
 	}{
 		Version: keystore.FileVersion,
 		Consumers: []keystore.Consumer{
-			{ID: conA, Name: "Acme", Metadata: map[string]string{"org": "acme"}, Contexts: []string{ctxA}, CreatedAt: created},
+			{ID: conA, Name: "Acme", Metadata: map[string]string{"org": "acme", "oidc_email": "alice@acme.example"}, Contexts: []string{ctxA}, CreatedAt: created},
 			{ID: conB, Name: "Globex", Metadata: map[string]string{"org": "globex"}, Contexts: []string{ctxB}, CreatedAt: created},
 		},
 		Keys: []keystore.Record{
