@@ -72,6 +72,9 @@ type OIDCConfig struct {
 	// Name is shown on the sign-in button; default "your identity
 	// provider".
 	Name string `yaml:"name"`
+	// CAFile is a PEM file of CAs trusted for the provider besides the
+	// system's (a provider behind a private CA); "" for the system's.
+	CAFile string `yaml:"ca_file"`
 }
 
 // SessionConfig bounds a session. Sessions are kept server-side: in

@@ -16,6 +16,8 @@ package portal
 import (
 	"context"
 	"crypto/subtle"
+	"crypto/tls"
+	"crypto/x509"
 	"embed"
 	"errors"
 	"fmt"
@@ -23,6 +25,7 @@ import (
 	"io/fs"
 	"net/http"
 	"net/netip"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -113,7 +116,11 @@ func New(cfg Config, deps Deps) (*Portal, error) {
 		p.getenv = func(string) string { return "" }
 	}
 	if p.client == nil {
-		p.client = &http.Client{Timeout: 10 * time.Second}
+		c, err := httpClient(cfg.OIDC.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("portal.oidc.ca_file: %w", err)
+		}
+		p.client = c
 	}
 	if p.addr == nil {
 		p.addr = func(r *http.Request) netip.Addr {
@@ -134,6 +141,30 @@ func New(cfg Config, deps Deps) (*Portal, error) {
 		return nil, err
 	}
 	return p, nil
+}
+
+// httpClient is the client for the identity provider and the webhook:
+// 10 s timeouts, and the CAs of caFile trusted besides the system's.
+func httpClient(caFile string) (*http.Client, error) {
+	c := &http.Client{Timeout: 10 * time.Second}
+	if caFile == "" {
+		return c, nil
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil {
+		pool = x509.NewCertPool()
+	}
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s holds no PEM certificate", caFile)
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	c.Transport = tr
+	return c, nil
 }
 
 // URL is the portal's public base URL.
