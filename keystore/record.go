@@ -383,7 +383,8 @@ func RevokeRecord(r Record, now time.Time) (Record, error) {
 // context, name, consumer, plan and override. It returns the new key, old as it is after rotation, and
 // the replacement's record.
 //
-// With grace > 0 old becomes Rotated and expires at now+grace (or at its
+// With grace > 0 old becomes Rotated and expires at now+grace, rounded up
+// to the second (or at its
 // own ExpiresAt, if sooner), so it keeps working until then; with grace == 0
 // it is revoked at once. If old had a lifetime (ExpiresAt), the replacement
 // gets the same lifetime counted from now; otherwise it never expires.
@@ -410,6 +411,9 @@ func RotateRecord(old Record, now time.Time, grace time.Duration) (key string, o
 		return "", old, Record{}, fmt.Errorf("rotate %s: %w", old.ID, err)
 	}
 	replacement.Plan, replacement.Override = old.Plan, old.Override
+	// Times are stored to the second; the grace period ends at the next
+	// whole second, so that the old key works for at least grace.
+	end := stamp(now.Add(grace).Add(time.Second - time.Nanosecond))
 	now = stamp(now)
 	oldAfter = old
 	oldAfter.ReplacedBy = replacement.ID
@@ -418,7 +422,6 @@ func RotateRecord(old Record, now time.Time, grace time.Duration) (key string, o
 		oldAfter.RevokedAt = now
 	} else {
 		oldAfter.Status = Rotated
-		end := now.Add(grace)
 		if oldAfter.ExpiresAt.IsZero() || end.Before(oldAfter.ExpiresAt) {
 			oldAfter.ExpiresAt = end
 		}

@@ -301,3 +301,22 @@ func rotated(t *testing.T, r Record) Record {
 	}
 	return old
 }
+
+// The old key of a rotation works for at least the whole grace period,
+// although times are stored to the second.
+func TestRotateGraceIsNeverShort(t *testing.T) {
+	old := validRecord(t)
+	for _, frac := range []time.Duration{0, time.Millisecond, 900 * time.Millisecond} {
+		now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC).Add(frac)
+		_, after, _, err := RotateRecord(old, now, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if last := now.Add(5*time.Second - time.Nanosecond); after.StateAt(last) != Active {
+			t.Errorf("rotated at +%s: the old key stops at %s, before the 5 s grace ends", frac, after.ExpiresAt)
+		}
+		if after.ExpiresAt.Sub(now) > 6*time.Second {
+			t.Errorf("rotated at +%s: grace stretched to %s", frac, after.ExpiresAt.Sub(now))
+		}
+	}
+}
