@@ -158,6 +158,22 @@ func TestPortalInABrowser(t *testing.T) {
 	}
 	sync(key2, ctxB, http.StatusForbidden) // a refusal, for the usage page
 
+	// The usage page shows the requests made (flushed once a second),
+	// beside the active key's limits.
+	want := fmt.Sprintf("%d admitted, %d refused", admitted, refused)
+	var got string
+	eventually(t, 10*time.Second, func() string {
+		browsertest.Do(t, ctx, "usage", chromedp.Navigate(portalURL+"/usage"), chromedp.WaitVisible(css("#totals-24h")))
+		if got = browsertest.Text(t, ctx, "#totals-24h"); got != want {
+			return fmt.Sprintf("usage page says %q, want %q", got, want)
+		}
+		return ""
+	})
+	if !strings.Contains(browsertest.Text(t, ctx, "#limit-"+id2), "Rate") {
+		t.Error("the usage page shows no limit for the active key")
+	}
+	shot("usage")
+
 	// Revoke the new key, with the confirmation step.
 	browsertest.Do(t, ctx, "revoke",
 		chromedp.Navigate(portalURL+"/keys"),
@@ -174,18 +190,6 @@ func TestPortalInABrowser(t *testing.T) {
 		}
 		return ""
 	})
-
-	// The usage page shows the requests made (flushed once a second).
-	want := fmt.Sprintf("%d admitted, %d refused", admitted, refused)
-	var got string
-	eventually(t, 10*time.Second, func() string {
-		browsertest.Do(t, ctx, "usage", chromedp.Navigate(portalURL+"/usage"), chromedp.WaitVisible(css("#totals-24h")))
-		if got = browsertest.Text(t, ctx, "#totals-24h"); got != want {
-			return fmt.Sprintf("usage page says %q, want %q", got, want)
-		}
-		return ""
-	})
-	shot("usage")
 
 	// Sign out.
 	browsertest.Do(t, ctx, "sign out", chromedp.Click(css(`form.signout button`)), chromedp.WaitVisible(css(`a[href="/login"]`)))

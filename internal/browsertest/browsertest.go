@@ -127,6 +127,9 @@ func Screenshot(t testing.TB, ctx context.Context, name string) string {
 	n := shotN[t.Name()]
 	shotMu.Unlock()
 	dir := filepath.Join(ArtifactsDir(), "screenshots", unsafe.ReplaceAllString(t.Name(), "_"))
+	if n == 1 { // a fresh run replaces the screenshots of the last one
+		_ = os.RemoveAll(dir)
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
