@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"bufio"
+	"crypto/x509"
+	"encoding/pem"
 	"io"
 	"net"
 	"os"
@@ -12,14 +14,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
+
+	"github.com/keygate/keygate/internal/browsertest"
 	"github.com/keygate/keygate/internal/testkit"
 )
 
 // TestMakeRunDemo does what the README tells a newcomer: start keygate on
 // its embedded defaults (what `make run` runs) and paste the two printed
-// curl lines. The first must get 200 and the second 403.
+// curl lines. The first must get 200 and the second 403. Then, in a
+// browser, open the printed portal URL, use the development sign-in,
+// create a key, and use it with the third printed curl line: 200.
 func TestMakeRunDemo(t *testing.T) {
-	for _, addr := range []string{"127.0.0.1:8443", "127.0.0.1:9001", "127.0.0.1:9002", "127.0.0.1:9090"} {
+	for _, addr := range []string{"127.0.0.1:8443", "127.0.0.1:8444", "127.0.0.1:9001", "127.0.0.1:9002", "127.0.0.1:9090"} {
 		l, err := net.Listen("tcp", addr)
 		if err != nil {
 			t.Fatalf("the demo's fixed port %s is taken on this machine: %v", addr, err)
@@ -50,6 +57,7 @@ func TestMakeRunDemo(t *testing.T) {
 	}()
 
 	var curls []string
+	var portalURL string
 	lines := make(chan string)
 	go func() {
 		sc := bufio.NewScanner(stdout)
@@ -60,7 +68,7 @@ func TestMakeRunDemo(t *testing.T) {
 		_, _ = io.Copy(io.Discard, stdout)
 	}()
 	timeout := time.After(30 * time.Second)
-	for len(curls) < 2 {
+	for len(curls) < 3 {
 		select {
 		case l, ok := <-lines:
 			if !ok {
@@ -69,12 +77,15 @@ func TestMakeRunDemo(t *testing.T) {
 			if s := strings.TrimSpace(l); strings.HasPrefix(s, "curl ") {
 				curls = append(curls, s)
 			}
+			if u, ok := strings.CutPrefix(l, "Self-service portal: "); ok {
+				portalURL = strings.TrimSpace(u)
+			}
 		case <-timeout:
 			t.Fatal("demo printed no curl lines within 30s")
 		}
 	}
 	want := []string{"200", "403"}
-	for i, line := range curls {
+	for i, line := range curls[:2] {
 		var code string
 		eventually(t, 15*time.Second, func() string {
 			c := exec.Command("bash", "-c", line+" -s -o /dev/null -w '%{http_code}'")
@@ -87,4 +98,56 @@ func TestMakeRunDemo(t *testing.T) {
 			return ""
 		})
 	}
+
+	if portalURL != "https://localhost:8444" {
+		t.Fatalf("the demo prints the portal at %q", portalURL)
+	}
+	key := demoPortalKey(t, dir, portalURL)
+	var code string
+	eventually(t, 15*time.Second, func() string {
+		c := exec.Command("bash", "-c", "KEY='"+key+"'; "+curls[2]+" -s -o /dev/null -w '%{http_code}'")
+		c.Dir = dir
+		out, _ := c.Output()
+		if code = string(out); code != "200" {
+			return "the portal's key with the printed curl line got " + code + ", want 200"
+		}
+		return ""
+	})
+}
+
+// demoPortalKey signs in to the demo's portal with the development
+// sign-in, in a browser, creates a key and returns it.
+func demoPortalKey(t *testing.T, dir, portalURL string) string {
+	t.Helper()
+	certPEM, err := os.ReadFile(filepath.Join(dir, "data", "tls", "cert.pem"))
+	if err != nil {
+		t.Fatalf("the demo's certificate: %v", err)
+	}
+	block, _ := pem.Decode(certPEM)
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := browsertest.New(t, browsertest.TrustCerts(cert))
+	css := func(s string) chromedp.CSS { return chromedp.CSS(s) }
+	browsertest.Do(t, ctx, "open the portal", chromedp.Navigate(portalURL), chromedp.WaitVisible(css("#dev-login")))
+	if !strings.Contains(strings.ToLower(browsertest.Text(t, ctx, "form.dev")), "demo mode only") {
+		t.Fatal("the development sign-in is not labelled as such")
+	}
+	browsertest.Screenshot(t, ctx, "demo-sign-in")
+	browsertest.Do(t, ctx, "development sign-in", chromedp.Click(css("#dev-login")), chromedp.WaitVisible(css(`a[href="/keys/new"].button`)))
+	browsertest.Screenshot(t, ctx, "demo-keys")
+	browsertest.Do(t, ctx, "create a key",
+		chromedp.Navigate(portalURL+"/keys/new"),
+		chromedp.WaitVisible(css("#create")),
+		chromedp.SendKeys(css("#name"), "my first key"),
+		chromedp.Click(css("#create")),
+		chromedp.WaitVisible(css("#newkey")),
+	)
+	browsertest.Screenshot(t, ctx, "demo-key-created")
+	key := browsertest.Get(t, ctx, "read the key", chromedp.Value(css("#newkey")))
+	if !strings.HasPrefix(key, "svc_live_") {
+		t.Fatalf("the portal showed %q", key)
+	}
+	return key
 }

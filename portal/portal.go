@@ -203,6 +203,7 @@ func (p *Portal) Handler() http.Handler {
 	mux := http.NewServeMux()
 	assets, _ := fs.Sub(assetFS, "assets")
 	mux.Handle("GET /assets/", http.StripPrefix("/assets/", http.FileServerFS(assets)))
+	mux.HandleFunc("GET /favicon.ico", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	mux.HandleFunc("GET /{$}", p.home)
 	mux.HandleFunc("GET /login", p.oidcStart)
 	mux.HandleFunc("GET /callback", p.oidcCallback)
