@@ -161,6 +161,13 @@ type Ops interface {
 
 var _ Ops = (*keyops.Service)(nil)
 
+// PortalSessions makes one-time sign-in links to the self-service portal
+// (package portal's SessionLink). The link is valid for 15 minutes and
+// works once; an unknown consumer is keystore.ErrConsumerNotFound.
+type PortalSessions interface {
+	SessionLink(ctx context.Context, by keyops.Actor, consumer, subject string) (url string, expires time.Time, err error)
+}
+
 // Principal is an authenticated caller.
 type Principal struct {
 	// ID names the caller in the audit log: an admin token's id, or
@@ -228,6 +235,9 @@ type Deps struct {
 	// nil answers 501.
 	Usage UsageReader
 	Audit AuditReader
+	// Portal makes the one-time portal sign-in links of POST
+	// /v1/portal-sessions; nil (the portal is off) answers 501.
+	Portal PortalSessions
 	// Redis, when set (the Redis keystore), keeps the Idempotency-Key
 	// records, shared by every replica, under RedisPrefix; otherwise
 	// they are kept in memory, per replica.

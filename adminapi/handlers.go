@@ -546,3 +546,48 @@ func (a *API) auditEvents(r *request) (response, error) {
 		NextCursor string `json:"next_cursor,omitempty"`
 	}{items, page.NextCursor}}, nil
 }
+
+// portalSessionBody is the body of POST /v1/portal-sessions.
+type portalSessionBody struct {
+	Consumer string `json:"consumer"`
+	// Subject names the user in the operator's own dashboard, for the
+	// audit log; optional.
+	Subject string `json:"subject"`
+}
+
+// portalSession is its answer. URL is a bearer secret: it is left out of
+// a replay.
+type portalSession struct {
+	URL       string    `json:"url,omitempty"`
+	ExpiresAt time.Time `json:"expires_at"`
+	Consumer  string    `json:"consumer"`
+	Note      string    `json:"note"`
+}
+
+const (
+	noteLinkShown    = "send the user's browser to url: it starts a portal session for the consumer, works once, and expires at expires_at"
+	noteLinkReplayed = "this is a replay of an earlier request with the same Idempotency-Key: the url was returned once, in the first response, and is not returned again; no new link was made"
+)
+
+func (a *API) createPortalSession(r *request) (response, error) {
+	if a.deps.Portal == nil {
+		return response{}, notConfigured("the self-service portal")
+	}
+	var b portalSessionBody
+	if err := r.decode(&b); err != nil {
+		return response{}, err
+	}
+	if b.Consumer == "" {
+		return response{}, badRequest("consumer: required, the id of the consumer the session is for")
+	}
+	url, exp, err := a.deps.Portal.SessionLink(r.Context(), r.actor(), b.Consumer, b.Subject)
+	if err != nil {
+		return response{}, err
+	}
+	exp = exp.UTC()
+	return response{
+		status: http.StatusCreated,
+		body:   portalSession{URL: url, ExpiresAt: exp, Consumer: b.Consumer, Note: noteLinkShown},
+		replay: portalSession{ExpiresAt: exp, Consumer: b.Consumer, Note: noteLinkReplayed},
+	}, nil
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -70,6 +71,27 @@ func (r *recorder) all() []keyops.Event {
 	return append([]keyops.Event(nil), r.events...)
 }
 
+// portalLinks stands in for the portal in this package's tests (the real
+// one is tested in package portal and end to end): it checks the consumer
+// as the portal does and answers a link of its own.
+type portalLinks struct {
+	ops *keyops.Service
+	mu  sync.Mutex
+	n   int
+	by  []keyops.Actor
+}
+
+func (p *portalLinks) SessionLink(ctx context.Context, by keyops.Actor, consumer, subject string) (string, time.Time, error) {
+	if _, err := p.ops.ShowConsumer(ctx, consumer); err != nil {
+		return "", time.Time{}, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.n++
+	p.by = append(p.by, by)
+	return fmt.Sprintf("https://portal.example.com/session/link%02dsecret", p.n), time.Now().Add(15 * time.Minute), nil
+}
+
 type fixture struct {
 	api   *adminapi.API
 	srv   *httptest.Server
@@ -131,7 +153,8 @@ func newFixture(t *testing.T, mod func(*adminapi.Config, *adminapi.Deps)) *fixtu
 	f := &fixture{store: &keystore.FileAdmin{Path: path}, audit: &recorder{}}
 	cfg := adminapi.DefaultConfig()
 	cfg.Enabled, cfg.TLS = true, adminapi.TLSOff
-	deps := adminapi.Deps{Ops: newOps(t, path, f.audit), Tokens: testTokens()}
+	ops := newOps(t, path, f.audit)
+	deps := adminapi.Deps{Ops: ops, Tokens: testTokens(), Portal: &portalLinks{ops: ops}}
 	if mod != nil {
 		mod(&cfg, &deps)
 	}

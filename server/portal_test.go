@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -11,10 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keygate/keygate/adminapi"
 	"github.com/keygate/keygate/config"
 	"github.com/keygate/keygate/internal/testkit"
 	"github.com/keygate/keygate/keyops"
 	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/server"
 )
 
 // TestPortal: the portal serves HTTPS on its own listener with the
@@ -84,4 +87,49 @@ func TestPortal(t *testing.T) {
 		t.Fatalf("revoke: %d", st)
 	}
 	testkit.Eventually(t, 5*time.Second, "the revoked key is refused", func() bool { return h.sync(keyCred(key), ctxA).Status == http.StatusUnauthorized })
+}
+
+// TestPortalSessionThroughTheAdminAPI: the operator's dashboard asks the
+// admin API for a portal session; the URL opens a session on the portal
+// once, then is refused.
+func TestPortalSessionThroughTheAdminAPI(t *testing.T) {
+	t.Parallel()
+	const token = "kga_dashboard"
+	h := newHarness(t, setup{
+		mod: func(c *config.Config) {
+			c.Portal.Enabled, c.Portal.Listen = true, "127.0.0.1:0"
+			c.AdminAPI.Enabled, c.AdminAPI.Listen = true, "127.0.0.1:0"
+		},
+		deps: func(d *server.Deps) {
+			d.AdminTokens = adminTokens{token: {ID: "tok_dash", Scopes: []string{adminapi.ScopeKeysWrite}}}
+		},
+	})
+	h.secret(token)
+	con, err := keystore.NewConsumer(keystore.Consumer{Name: "Acme"}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Keys.CreateConsumer(context.Background(), con); err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest("POST", "https://"+h.Server.AdminAPIAddr().String()+"/v1/portal-sessions",
+		strings.NewReader(`{"consumer":"`+con.ID+`","subject":"alice@acme.example"}`))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	r := h.do(req)
+	var got struct {
+		URL string `json:"url"`
+	}
+	if err := json.Unmarshal(r.Body, &got); r.Status != http.StatusCreated || err != nil {
+		t.Fatalf("POST /v1/portal-sessions: %d %s", r.Status, r.Body)
+	}
+	h.secret(got.URL[strings.LastIndex(got.URL, "/")+1:])
+	path := strings.TrimPrefix(got.URL, h.Server.Portal().URL())
+	base := "https://" + h.Server.PortalAddr().String()
+	for i, want := range []int{http.StatusSeeOther, http.StatusGone} {
+		req, _ := http.NewRequest("GET", base+path, nil)
+		if r := h.do(req); r.Status != want {
+			t.Fatalf("opening the link, time %d: %d, want %d", i+1, r.Status, want)
+		}
+	}
 }

@@ -316,6 +316,9 @@ func (s *Server) openAdminAPI(deps Deps) error {
 		Ops: ops, Tokens: deps.AdminTokens, Usage: deps.Usage, Audit: deps.Audit, Logger: s.log.Named("admin_api"),
 		Redis: idemRedis, RedisPrefix: s.cfg.Redis.KeyPrefix,
 	}
+	if s.portal != nil { // not a nil *Portal in the interface
+		adeps.Portal = s.portal
+	}
 	api, err := adminapi.New(s.cfg.AdminAPI, adeps)
 	if err != nil {
 		return err
