@@ -3,6 +3,7 @@ package portal_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -450,5 +451,26 @@ func TestUsagePage(t *testing.T) {
 	}
 	if p := a.get("/usage?key=" + keyA); !strings.Contains(p.body, `id="totals-24h">7 admitted, 2 refused`) {
 		t.Error("one key's usage is not shown")
+	}
+}
+
+// A session is limited on its own, whatever its address's allowance.
+func TestRateLimitedPerSession(t *testing.T) {
+	f := newFixture(t, func(c *portal.Config, _ *portal.Deps) {
+		c.RateLimit.PerAddress, c.RateLimit.PerSession, c.RateLimit.Burst = 1000, 0.001, 3
+	})
+	a := f.signIn(t, conA)
+	statuses := []int{}
+	for range 5 {
+		f.clock.Add(10 * time.Millisecond) // refills the address's bucket, hardly the session's
+		statuses = append(statuses, a.get("/keys").status)
+	}
+	if fmt.Sprint(statuses) != "[200 200 200 429 429]" {
+		t.Fatalf("statuses %v, want three pages then 429", statuses)
+	}
+	// Another session of the same address is not held back.
+	f.clock.Add(10 * time.Millisecond)
+	if p := f.signIn(t, conA).get("/keys"); p.status != 200 {
+		t.Fatalf("another session: %d", p.status)
 	}
 }
