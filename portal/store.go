@@ -186,8 +186,8 @@ func (s *sessions) get(ctx context.Context, token string) (Session, bool, error)
 	if err != nil || !ok {
 		return Session{}, false, err
 	}
-	var sess Session
-	if err := json.Unmarshal(b, &sess); err != nil {
+	sess, ok := decode[Session](b)
+	if !ok { // a damaged record is no session
 		return Session{}, false, nil
 	}
 	now := s.now()
@@ -239,9 +239,15 @@ func takeOnce(ctx context.Context, k kv, kind, secret string, now time.Time) (on
 	if err != nil || !ok {
 		return onceValue{}, false, err
 	}
-	var v onceValue
-	if err := json.Unmarshal(b, &v); err != nil || !now.Before(v.ExpiresAt) {
+	v, ok := decode[onceValue](b)
+	if !ok || !now.Before(v.ExpiresAt) { // damaged or expired: not valid
 		return onceValue{}, false, nil
 	}
 	return v, true, nil
+}
+
+// decode reads a stored JSON record; false if it is damaged.
+func decode[T any](b []byte) (T, bool) {
+	var v T
+	return v, json.Unmarshal(b, &v) == nil
 }
