@@ -1,165 +1,47 @@
 package keystore
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
 	"go.uber.org/zap"
-	"gopkg.in/yaml.v3"
 
 	"github.com/keygate/keygate/ratelimit"
 )
-
-// FileVersion is the only keystore file format version.
-const FileVersion = 1
-
-// fileDoc is the keystore file: YAML with a version and the records.
-type fileDoc struct {
-	Version   int        `yaml:"version"`
-	Keys      []Record   `yaml:"keys"`
-	Consumers []Consumer `yaml:"consumers,omitempty"`
-	// AdminTokens are the admin API's tokens (hashed); see admintoken.go.
-	AdminTokens []AdminToken `yaml:"admin_tokens,omitempty"`
-}
-
-const fileComment = "keygate keystore: SHA-256 hashes of API keys, never the keys.\n" +
-	"Change it with `keygate keys issue|revoke|rotate`; running gateways reload it."
-
-// ParseFile parses and validates the bytes of a keystore file. An empty
-// (or whitespace-only) file is an empty keystore. Unknown fields are errors,
-// so that a misspelt expires_at cannot make a key live forever. Contexts
-// are returned in lower case.
-func ParseFile(data []byte) ([]Record, error) {
-	doc, err := parseDoc(data)
-	return doc.Keys, err
-}
-
-// parseDoc parses and validates the keys and consumers of a keystore file.
-func parseDoc(data []byte) (fileDoc, error) {
-	if len(bytes.TrimSpace(data)) == 0 {
-		return fileDoc{}, nil
-	}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	var doc fileDoc
-	if err := dec.Decode(&doc); err != nil {
-		return fileDoc{}, fmt.Errorf("keystore file: %w", err)
-	}
-	if doc.Version != FileVersion {
-		return fileDoc{}, fmt.Errorf("keystore file: version: must be %d, got %d", FileVersion, doc.Version)
-	}
-	for i := range doc.Keys {
-		doc.Keys[i].Context = strings.ToLower(doc.Keys[i].Context)
-	}
-	if err := ValidateRecords(doc.Keys); err != nil {
-		return fileDoc{}, fmt.Errorf("keystore file: %w", err)
-	}
-	if err := ValidateConsumers(doc.Consumers); err != nil {
-		return fileDoc{}, fmt.Errorf("keystore file: %w", err)
-	}
-	if err := validateAdminTokens(doc.AdminTokens); err != nil {
-		return fileDoc{}, fmt.Errorf("keystore file: %w", err)
-	}
-	return doc, nil
-}
-
-// MarshalFile returns the bytes of a keystore file holding recs.
-func MarshalFile(recs []Record) ([]byte, error) {
-	return marshalDoc(fileDoc{Keys: recs})
-}
-
-// marshalDoc returns the bytes of a keystore file holding doc.
-func marshalDoc(doc fileDoc) ([]byte, error) {
-	doc.Version = FileVersion
-	if doc.Keys == nil {
-		doc.Keys = []Record{}
-	}
-	var node yaml.Node
-	if err := node.Encode(doc); err != nil {
-		return nil, fmt.Errorf("keystore file: %w", err)
-	}
-	node.HeadComment = fileComment
-	var buf bytes.Buffer
-	enc := yaml.NewEncoder(&buf)
-	enc.SetIndent(2)
-	if err := enc.Encode(&node); err != nil {
-		return nil, fmt.Errorf("keystore file: %w", err)
-	}
-	if err := enc.Close(); err != nil {
-		return nil, fmt.Errorf("keystore file: %w", err)
-	}
-	return buf.Bytes(), nil
-}
-
-// ErrKeystoreVanished is wrapped by the reload error of a keystore file
-// that turned missing or empty after keys were served.
-var ErrKeystoreVanished = errors.New("keystore file vanished")
-
-// readFile reads and parses the keystore at path; an absent file is an
-// empty keystore.
-func readFile(path string) ([]Record, error) {
-	doc, err := readDoc(path)
-	return doc.Keys, err
-}
-
-// readDoc reads and parses the keystore at path with its consumers.
-func readDoc(path string) (fileDoc, error) {
-	data, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return fileDoc{}, nil
-	}
-	if err != nil {
-		return fileDoc{}, fmt.Errorf("keystore file: %w", err)
-	}
-	doc, err := parseDoc(data)
-	if err != nil {
-		return fileDoc{}, fmt.Errorf("%s: %w", path, err)
-	}
-	return doc, nil
-}
 
 // FileConfig configures a FileStore.
 type FileConfig struct {
 	// Path is the keystore file. It need not exist yet: an absent file is
 	// an empty keystore, picked up once it is created.
-	Path string `yaml:"path"`
+	Path string
 	// PollInterval is how often the file is stat'ed, as a fallback for
 	// filesystems that deliver no change events. Zero means 1s.
-	PollInterval time.Duration `yaml:"poll_interval"`
+	PollInterval time.Duration
 	// NoWatch turns off change events (fsnotify) and relies on the poll
 	// alone.
-	NoWatch bool `yaml:"no_watch"`
+	NoWatch bool
 	// Logger receives reload messages; nil means none.
-	Logger *zap.Logger `yaml:"-"`
+	Logger *zap.Logger
 	// OnReload, if set, is called after every load attempt, including the
 	// first, with the number of keys now served and the error, if any. After
 	// a failed reload the last good keystore keeps serving and keys is its
 	// size. It is called from one goroutine at a time.
-	OnReload func(keys int, err error) `yaml:"-"`
+	OnReload func(keys int, err error)
 	// Limits, when set, resolves each key's effective limit (its and its
 	// consumer's plan and override) at every load, into Record.Limits.
-	Limits *ratelimit.Resolver `yaml:"-"`
+	Limits *ratelimit.Resolver
 }
 
 // DefaultPollInterval is the poll interval when FileConfig.PollInterval is
 // zero.
 const DefaultPollInterval = time.Second
-
-// DefaultFileConfig returns a FileConfig with the default poll interval and
-// no path.
-func DefaultFileConfig() FileConfig {
-	return FileConfig{PollInterval: DefaultPollInterval}
-}
 
 // Validate checks the config. FileConfig is not a section of keygate's
 // configuration file (its keystore.file option sets Path), so messages

@@ -1,0 +1,124 @@
+package keystore
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// The keystore file's format (YAML: a version, the records, the
+// consumers), shared by the file store's read side (file.go) and its
+// write side (file_admin.go).
+
+// FileVersion is the only keystore file format version.
+const FileVersion = 1
+
+// fileDoc is the keystore file: YAML with a version and the records.
+type fileDoc struct {
+	Version   int        `yaml:"version"`
+	Keys      []Record   `yaml:"keys"`
+	Consumers []Consumer `yaml:"consumers,omitempty"`
+	// AdminTokens are the admin API's tokens (hashed); see admintoken.go.
+	AdminTokens []AdminToken `yaml:"admin_tokens,omitempty"`
+}
+
+const fileComment = "keygate keystore: SHA-256 hashes of API keys, never the keys.\n" +
+	"Change it with `keygate keys issue|revoke|rotate`; running gateways reload it."
+
+// ParseFile parses and validates the bytes of a keystore file. An empty
+// (or whitespace-only) file is an empty keystore. Unknown fields are errors,
+// so that a misspelt expires_at cannot make a key live forever. Contexts
+// are returned in lower case.
+func ParseFile(data []byte) ([]Record, error) {
+	doc, err := parseDoc(data)
+	return doc.Keys, err
+}
+
+// parseDoc parses and validates the keys and consumers of a keystore file.
+func parseDoc(data []byte) (fileDoc, error) {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return fileDoc{}, nil
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	var doc fileDoc
+	if err := dec.Decode(&doc); err != nil {
+		return fileDoc{}, fmt.Errorf("keystore file: %w", err)
+	}
+	if doc.Version != FileVersion {
+		return fileDoc{}, fmt.Errorf("keystore file: version: must be %d, got %d", FileVersion, doc.Version)
+	}
+	for i := range doc.Keys {
+		doc.Keys[i].Context = strings.ToLower(doc.Keys[i].Context)
+	}
+	if err := ValidateRecords(doc.Keys); err != nil {
+		return fileDoc{}, fmt.Errorf("keystore file: %w", err)
+	}
+	if err := ValidateConsumers(doc.Consumers); err != nil {
+		return fileDoc{}, fmt.Errorf("keystore file: %w", err)
+	}
+	if err := validateAdminTokens(doc.AdminTokens); err != nil {
+		return fileDoc{}, fmt.Errorf("keystore file: %w", err)
+	}
+	return doc, nil
+}
+
+// MarshalFile returns the bytes of a keystore file holding recs.
+func MarshalFile(recs []Record) ([]byte, error) {
+	return marshalDoc(fileDoc{Keys: recs})
+}
+
+// marshalDoc returns the bytes of a keystore file holding doc.
+func marshalDoc(doc fileDoc) ([]byte, error) {
+	doc.Version = FileVersion
+	if doc.Keys == nil {
+		doc.Keys = []Record{}
+	}
+	var node yaml.Node
+	if err := node.Encode(doc); err != nil {
+		return nil, fmt.Errorf("keystore file: %w", err)
+	}
+	node.HeadComment = fileComment
+	var buf bytes.Buffer
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(&node); err != nil {
+		return nil, fmt.Errorf("keystore file: %w", err)
+	}
+	if err := enc.Close(); err != nil {
+		return nil, fmt.Errorf("keystore file: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// ErrKeystoreVanished is wrapped by the reload error of a keystore file
+// that turned missing or empty after keys were served.
+var ErrKeystoreVanished = errors.New("keystore file vanished")
+
+// readFile reads and parses the keystore at path; an absent file is an
+// empty keystore.
+func readFile(path string) ([]Record, error) {
+	doc, err := readDoc(path)
+	return doc.Keys, err
+}
+
+// readDoc reads and parses the keystore at path with its consumers.
+func readDoc(path string) (fileDoc, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fileDoc{}, nil
+	}
+	if err != nil {
+		return fileDoc{}, fmt.Errorf("keystore file: %w", err)
+	}
+	doc, err := parseDoc(data)
+	if err != nil {
+		return fileDoc{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return doc, nil
+}
