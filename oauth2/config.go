@@ -10,12 +10,12 @@ import (
 
 // Config is the YAML section auth.oauth2.
 //
-// The zero value is a disabled authenticator; DefaultConfig gives the
-// documented defaults. Validate it once at load.
+// The zero value is disabled; DefaultConfig gives the documented
+// defaults. Validate it once at load.
 type Config struct {
-	// Enabled turns bearer-token authentication on. When false, New returns
-	// an Authenticator that refuses every bearer token with
-	// auth.ReasonDisabled and fetches nothing.
+	// Enabled turns bearer-token authentication on. When false, the
+	// auth chain refuses every bearer token (auth.ReasonDisabled) and New
+	// is not called.
 	Enabled bool `yaml:"enabled"`
 	// Issuer is the exact value the tokens' iss claim must carry.
 	Issuer string `yaml:"issuer"`
