@@ -21,10 +21,11 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/keygate/keygate/internal/capool"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
@@ -278,13 +279,9 @@ func New(cfg Config, deps Deps) (*API, error) {
 		a.now = time.Now
 	}
 	if cfg.ClientCAFile != "" {
-		b, err := os.ReadFile(cfg.ClientCAFile)
-		if err != nil {
+		var err error
+		if a.clientCA, err = capool.Load(cfg.ClientCAFile); err != nil {
 			return nil, fmt.Errorf("admin_api.client_ca_file: %w", err)
-		}
-		a.clientCA = x509.NewCertPool()
-		if !a.clientCA.AppendCertsFromPEM(b) {
-			return nil, fmt.Errorf("admin_api.client_ca_file: %s holds no PEM certificate", cfg.ClientCAFile)
 		}
 	}
 	if deps.Redis != nil {

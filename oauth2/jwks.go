@@ -3,13 +3,12 @@ package oauth2
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
-	"strings"
 	"time"
+
+	"github.com/keygate/keygate/internal/capool"
 
 	"github.com/lestrrat-go/httprc/v3"
 	"github.com/lestrrat-go/httprc/v3/errsink"
@@ -28,17 +27,9 @@ func newHTTPClient(caRoot string) (*http.Client, error) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
 	if caRoot != "" {
-		pemBytes := []byte(caRoot)
-		if !strings.HasPrefix(strings.TrimSpace(caRoot), "-----BEGIN") {
-			b, err := os.ReadFile(caRoot)
-			if err != nil {
-				return nil, fmt.Errorf("auth.oauth2.ca_root: %w", err)
-			}
-			pemBytes = b
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pemBytes) {
-			return nil, errors.New("auth.oauth2.ca_root: no PEM certificate found")
+		pool, err := capool.LoadInline(caRoot)
+		if err != nil {
+			return nil, fmt.Errorf("auth.oauth2.ca_root: %w", err)
 		}
 		tr.TLSClientConfig.RootCAs = pool
 	}

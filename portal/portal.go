@@ -17,7 +17,6 @@ import (
 	"context"
 	"crypto/subtle"
 	"crypto/tls"
-	"crypto/x509"
 	"embed"
 	"errors"
 	"fmt"
@@ -25,10 +24,11 @@ import (
 	"io/fs"
 	"net/http"
 	"net/netip"
-	"os"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/keygate/keygate/internal/capool"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
@@ -150,16 +150,9 @@ func httpClient(caFile string) (*http.Client, error) {
 	if caFile == "" {
 		return c, nil
 	}
-	pem, err := os.ReadFile(caFile)
+	pool, err := capool.WithSystem(caFile)
 	if err != nil {
 		return nil, err
-	}
-	pool, err := x509.SystemCertPool()
-	if err != nil {
-		pool = x509.NewCertPool()
-	}
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("%s holds no PEM certificate", caFile)
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}

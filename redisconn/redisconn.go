@@ -6,7 +6,6 @@ package redisconn
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -15,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/keygate/keygate/internal/capool"
 
 	"github.com/redis/go-redis/v9"
 	"gopkg.in/yaml.v3"
@@ -222,13 +223,9 @@ func New(cfg Config, getenv func(string) string) (redis.UniversalClient, error) 
 			InsecureSkipVerify: cfg.TLS.InsecureSkipVerify, //nolint:gosec // an explicit, documented test-only option
 		}
 		if cfg.TLS.CAFile != "" {
-			pem, err := os.ReadFile(cfg.TLS.CAFile)
+			pool, err := capool.Load(cfg.TLS.CAFile)
 			if err != nil {
 				return nil, fmt.Errorf("redis.tls.ca_file: %w", err)
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("redis.tls.ca_file: no PEM certificate in %s", cfg.TLS.CAFile)
 			}
 			tc.RootCAs = pool
 		}

@@ -6,9 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"slices"
 	"strings"
+
+	"github.com/keygate/keygate/internal/capool"
 
 	"github.com/caddyserver/certmagic"
 	"go.uber.org/zap"
@@ -37,13 +38,9 @@ func (m *Manager) startACME(ctx, bg context.Context, cfg Config, deps Deps) erro
 
 	var roots *x509.CertPool
 	if cfg.CARoot != "" {
-		pemBytes, err := os.ReadFile(cfg.CARoot)
-		if err != nil {
+		var err error
+		if roots, err = capool.Load(cfg.CARoot); err != nil {
 			return fmt.Errorf("tls.ca_root: %w", err)
-		}
-		roots = x509.NewCertPool()
-		if !roots.AppendCertsFromPEM(pemBytes) {
-			return fmt.Errorf("tls.ca_root: no PEM certificate in %s", cfg.CARoot)
 		}
 	}
 
