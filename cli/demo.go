@@ -11,6 +11,8 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/keygate/keygate/product"
+
 	"github.com/keygate/keygate/config"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/server"
@@ -42,7 +44,7 @@ func demo(args []string, stdout, stderr io.Writer) error {
 	for _, b := range []struct {
 		name    string
 		targets []string
-	}{{"extraction", cfg.Upstreams.Extraction.Targets}, {"registry", cfg.Upstreams.Registry.Targets}} {
+	}{{product.Extraction, cfg.Upstreams.Extraction.Targets}, {product.Registry, cfg.Upstreams.Registry.Targets}} {
 		u, err := url.Parse(b.targets[0])
 		if err != nil {
 			return err
@@ -154,7 +156,7 @@ func runStandin(args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("standin", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", "127.0.0.1:9001", "address to listen on")
-	name := fs.String("name", "extraction", "backend name reported in answers")
+	name := fs.String("name", product.Extraction, "backend name reported in answers")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

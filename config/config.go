@@ -15,6 +15,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/keygate/keygate/product"
+
 	"gopkg.in/yaml.v3"
 
 	"github.com/keygate/keygate/adminapi"
@@ -159,7 +161,7 @@ func Default() Config {
 		Redis:     redisconn.DefaultConfig(),
 		RateLimit: ratelimit.DefaultConfig(),
 		Auth: AuthConfig{
-			APIKeys:      APIKeysConfig{Enabled: true, Products: []string{"extraction", "registry"}},
+			APIKeys:      APIKeysConfig{Enabled: true, Products: product.All()},
 			OAuth2:       oauth2.DefaultConfig(),
 			FailureLimit: ratelimit.DefaultFailureLimitConfig(),
 		},
@@ -358,7 +360,7 @@ func (k KeystoreConfig) Validate() error {
 // Validate checks the auth section.
 func (a AuthConfig) Validate() error {
 	for i, p := range a.APIKeys.Products {
-		if p != "extraction" && p != "registry" {
+		if !product.Valid(p) {
 			return fmt.Errorf("auth.api_keys.products[%d]: must be extraction or registry, got %q", i, p)
 		}
 	}

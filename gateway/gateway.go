@@ -19,6 +19,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/keygate/keygate/product"
+
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
@@ -151,10 +153,10 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 		g.metrics = NewMetrics(nil)
 	}
 	var err error
-	if g.extraction, err = newUpstream("extraction", cfg.Upstreams.Extraction); err != nil {
+	if g.extraction, err = newUpstream(product.Extraction, cfg.Upstreams.Extraction); err != nil {
 		return nil, fmt.Errorf("upstreams.extraction: %w", err)
 	}
-	if g.registry, err = newUpstream("registry", cfg.Upstreams.Registry); err != nil {
+	if g.registry, err = newUpstream(product.Registry, cfg.Upstreams.Registry); err != nil {
 		return nil, fmt.Errorf("upstreams.registry: %w", err)
 	}
 	if d := cfg.Deprecation; !d.Date.IsZero() || !d.Sunset.IsZero() || d.Link != "" {

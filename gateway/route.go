@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/keygate/keygate/product"
 )
 
 // route is where a request path goes.
@@ -29,9 +31,9 @@ func (r route) String() string {
 func (r route) product() string {
 	switch r {
 	case routeSync:
-		return "extraction"
+		return product.Extraction
 	case routeRegistry:
-		return "registry"
+		return product.Registry
 	}
 	return ""
 }

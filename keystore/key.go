@@ -29,6 +29,8 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+
+	"github.com/keygate/keygate/product"
 )
 
 // Env is the environment a key belongs to; it is named by the key's prefix.
@@ -61,13 +63,13 @@ type Product string
 
 const (
 	// Extraction keys call the document extraction product ({base_url}).
-	Extraction Product = "extraction"
+	Extraction Product = product.Extraction
 	// Registry keys call the schema management product ({registry_url}).
-	Registry Product = "registry"
+	Registry Product = product.Registry
 )
 
 // Valid reports whether p is a known product.
-func (p Product) Valid() bool { return p == Extraction || p == Registry }
+func (p Product) Valid() bool { return product.Valid(string(p)) }
 
 const (
 	prefixLive = "svc_live_"

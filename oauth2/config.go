@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/keygate/keygate/product"
 )
 
 // Config is the YAML section auth.oauth2.
@@ -49,9 +51,6 @@ type Config struct {
 	CARoot string `yaml:"ca_root"`
 }
 
-// Products the gateway knows.
-var knownProducts = map[string]bool{"extraction": true, "registry": true}
-
 // allowedAlgorithms are the asymmetric JWS algorithms Config.Algorithms may
 // name.
 var allowedAlgorithms = []string{
@@ -76,7 +75,7 @@ func DefaultConfig() Config {
 		Enabled:                false,
 		Audiences:              []string{"keygate"},
 		Algorithms:             []string{"RS256", "ES256"},
-		ProductScopes:          map[string]string{"extraction": "extraction:sync", "registry": "registry"},
+		ProductScopes:          map[string]string{product.Extraction: "extraction:sync", product.Registry: "registry"},
 		ContextClaim:           "context",
 		Leeway:                 30 * time.Second,
 		JWKSRefreshMinInterval: 30 * time.Second,
@@ -139,7 +138,7 @@ func (c Config) Validate() error {
 	sort.Strings(products)
 	for _, prod := range products {
 		scope := c.ProductScopes[prod]
-		if !knownProducts[prod] {
+		if !product.Valid(prod) {
 			add(p+"product_scopes.%s: unknown product (use extraction or registry)", prod)
 		}
 		if scope == "" || strings.ContainsAny(scope, " \t\r\n\"\\") {

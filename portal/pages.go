@@ -12,6 +12,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/keygate/keygate/product"
+
 	"go.uber.org/zap"
 
 	"github.com/keygate/keygate/keyops"
@@ -70,7 +72,7 @@ func (p *Portal) newKeyForm(w http.ResponseWriter, r *http.Request, sess *Sessio
 		return
 	}
 	if form == nil {
-		form = map[string]string{"product": "extraction", "env": "live"}
+		form = map[string]string{"product": product.Extraction, "env": "live"}
 	}
 	p.render(w, r, status, "newkey", sess, map[string]any{"Contexts": c.Contexts, "Problem": problem, "Form": form})
 }
