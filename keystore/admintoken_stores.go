@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/keygate/keygate/filewatch"
+
 	"github.com/redis/go-redis/v9"
 )
 
@@ -74,7 +76,7 @@ func (a *FileAdmin) LookupAdminToken(ctx context.Context, h Hash) (AdminToken, b
 // each time. The zero value is empty.
 type adminTokenCache struct {
 	mu     sync.Mutex
-	sig    fileSig
+	sig    filewatch.Stat
 	tokens []AdminToken
 	loaded bool
 }
@@ -85,8 +87,8 @@ func (c *adminTokenCache) load(ctx context.Context, path string) ([]AdminToken, 
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	sig := statSig(path)
-	if c.loaded && sig.same(c.sig) {
+	sig := filewatch.StatOf(path)
+	if c.loaded && sig.Same(c.sig) {
 		return c.tokens, nil
 	}
 	doc, err := readDoc(path)

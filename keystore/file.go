@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
+	"github.com/keygate/keygate/filewatch"
+
 	"go.uber.org/zap"
 
 	"github.com/keygate/keygate/ratelimit"
@@ -75,45 +75,11 @@ type FileStore struct {
 
 	snap atomic.Pointer[snapshot]
 
-	watcher   *fsnotify.Watcher // nil when not watching
-	stop      chan struct{}
-	done      chan struct{}
-	closeOnce sync.Once
-	closeErr  error
-
-	// Owned by the run goroutine after OpenFile returns.
-	last     fileSig
-	watching bool
+	watch *filewatch.Watcher
 }
 
 type snapshot struct {
 	byHash map[Hash]Record
-}
-
-// fileSig is what the poll compares to notice a change.
-type fileSig struct {
-	exists bool
-	info   os.FileInfo
-}
-
-func statSig(path string) fileSig {
-	info, err := os.Stat(path)
-	if err != nil {
-		return fileSig{}
-	}
-	return fileSig{exists: true, info: info}
-}
-
-func (a fileSig) same(b fileSig) bool {
-	if a.exists != b.exists {
-		return false
-	}
-	if !a.exists {
-		return true
-	}
-	return a.info.Size() == b.info.Size() &&
-		a.info.ModTime().Equal(b.info.ModTime()) &&
-		os.SameFile(a.info, b.info) // same device and inode
 }
 
 // OpenFile loads the keystore at cfg.Path and starts watching it. A file
@@ -129,8 +95,6 @@ func OpenFile(cfg FileConfig) (*FileStore, error) {
 		log:      cfg.Logger,
 		onReload: cfg.OnReload,
 		limits:   limitResolver{cfg.Limits},
-		stop:     make(chan struct{}),
-		done:     make(chan struct{}),
 	}
 	if s.poll == 0 {
 		s.poll = DefaultPollInterval
@@ -141,93 +105,31 @@ func OpenFile(cfg FileConfig) (*FileStore, error) {
 	if err := s.reload(); err != nil {
 		return nil, err
 	}
-	if !cfg.NoWatch {
-		w, err := fsnotify.NewWatcher()
-		if err != nil {
-			s.log.Warn("keystore: file change events unavailable; polling", zap.String("path", s.path), zap.Error(err))
-		} else {
-			s.watcher = w
-			s.addWatch()
-		}
-	}
-	go s.run()
-	return s, nil
-}
-
-// addWatch watches the file's directory (writes replace the file by
-// rename, which a watch on the file itself would lose). The directory may
-// not exist yet; the poll retries.
-func (s *FileStore) addWatch() {
-	if s.watcher == nil || s.watching {
-		return
-	}
-	if err := s.watcher.Add(filepath.Dir(s.path)); err != nil {
-		return
-	}
-	s.watching = true
-	// The file may have changed before the watch began.
-	if !statSig(s.path).same(s.last) {
-		_ = s.reload()
-	}
-}
-
-// debounce lets a burst of events for one write settle before reloading.
-const debounce = 20 * time.Millisecond
-
-func (s *FileStore) run() {
-	defer close(s.done)
-	tick := time.NewTicker(s.poll)
-	defer tick.Stop()
-	var events <-chan fsnotify.Event
-	var errs <-chan error
-	if s.watcher != nil {
-		events, errs = s.watcher.Events, s.watcher.Errors
-	}
-	settle := time.NewTimer(time.Hour)
-	settle.Stop()
-	defer settle.Stop()
-	for {
-		select {
-		case <-s.stop:
-			return
-		case ev, ok := <-events:
-			if !ok {
-				events = nil
-				continue
-			}
-			if filepath.Clean(ev.Name) == s.path {
-				settle.Reset(debounce)
-			}
-		case err, ok := <-errs:
-			if !ok {
-				errs = nil
-				continue
-			}
+	s.watch = filewatch.Start(filewatch.Config{
+		Paths:    []string{s.path},
+		Poll:     s.poll,
+		NoEvents: cfg.NoWatch,
+		OnChange: func() { _ = s.reload() },
+		OnError: func(err error) {
 			s.log.Warn("keystore: file watch error; polling continues", zap.String("path", s.path), zap.Error(err))
-		case <-settle.C:
-			_ = s.reload()
-		case <-tick.C:
-			s.addWatch()
-			if !statSig(s.path).same(s.last) {
-				_ = s.reload()
-			}
-		}
-	}
+		},
+	})
+	return s, nil
 }
 
 // reload reads the file and, if it is good, swaps it in.
 func (s *FileStore) reload() error {
-	sig := statSig(s.path)
+	_, statErr := os.Stat(s.path)
+	exists := statErr == nil
 	doc, err := readDoc(s.path)
 	recs := doc.Keys
 	if err == nil && len(recs) == 0 && s.Len() > 0 {
 		what := "is empty or lists no keys"
-		if !sig.exists {
+		if !exists {
 			what = "is missing"
 		}
 		err = fmt.Errorf("keystore file %s: %s after %d keys were served; a keystore never shrinks to nothing (revoke keys, do not delete them), so it is taken for a truncated, emptied or deleted file: %w", s.path, what, s.Len(), ErrKeystoreVanished)
 	}
-	s.last = sig // also after a failure, so that a bad file is reported once
 	if err != nil {
 		n := s.Len()
 		if s.snap.Load() != nil {
@@ -258,9 +160,9 @@ func (s *FileStore) reload() error {
 	s.limits.resolveAll(m, consumerMap(doc.Consumers), time.Now())
 	prev := s.snap.Swap(&snapshot{byHash: m})
 	if prev == nil {
-		s.log.Info("keystore: loaded", zap.String("path", s.path), zap.Int("keys", len(m)), zap.Bool("exists", sig.exists))
+		s.log.Info("keystore: loaded", zap.String("path", s.path), zap.Int("keys", len(m)), zap.Bool("exists", exists))
 	} else {
-		s.log.Info("keystore: reloaded", zap.String("path", s.path), zap.Int("keys", len(m)), zap.Bool("exists", sig.exists))
+		s.log.Info("keystore: reloaded", zap.String("path", s.path), zap.Int("keys", len(m)), zap.Bool("exists", exists))
 	}
 	if s.onReload != nil {
 		s.onReload(len(m), nil)
@@ -296,15 +198,5 @@ func (s *FileStore) Len() int {
 // loaded and empty). It is true from OpenFile on.
 func (s *FileStore) Ready() bool { return s.snap.Load() != nil }
 
-// Close stops watching the file; lookups keep answering from the last
-// keystore. It is safe to call more than once.
-func (s *FileStore) Close() error {
-	s.closeOnce.Do(func() {
-		close(s.stop)
-		<-s.done
-		if s.watcher != nil {
-			s.closeErr = s.watcher.Close()
-		}
-	})
-	return s.closeErr
-}
+// Close stops watching the file.
+func (s *FileStore) Close() error { return s.watch.Close() }

@@ -2,14 +2,13 @@ package tlsconf
 
 import (
 	"bytes"
-	"context"
 	"crypto/tls"
 	"fmt"
 	"os"
-	"path/filepath"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
+	"github.com/keygate/keygate/filewatch"
+
 	"go.uber.org/zap"
 )
 
@@ -31,7 +30,7 @@ func stampOf(certPath, keyPath string) (fileStamp, error) {
 	return fileStamp{ci.ModTime(), ki.ModTime(), ci.Size(), ki.Size()}, nil
 }
 
-func (m *Manager) startFiles(ctx context.Context, cfg Config, deps Deps) error {
+func (m *Manager) startFiles(cfg Config, deps Deps) error {
 	cert, err := tls.LoadX509KeyPair(cfg.CertFile, cfg.KeyFile)
 	if err != nil {
 		return fmt.Errorf("tls.cert_file/tls.key_file: %w", err)
@@ -73,59 +72,17 @@ func (m *Manager) startFiles(ctx context.Context, cfg Config, deps Deps) error {
 		}
 	}
 
-	// Watch the directories, not the files: editors and secret mounts
-	// replace files by rename, which drops a watch on the file itself.
-	var events <-chan fsnotify.Event
-	var watchErrs <-chan error
-	w, err := fsnotify.NewWatcher()
-	if err == nil {
-		dirs := map[string]bool{filepath.Dir(cfg.CertFile): true, filepath.Dir(cfg.KeyFile): true}
-		for d := range dirs {
-			if err := w.Add(d); err != nil {
-				m.logger.Warn("tls: cannot watch certificate directory; polling only", zap.String("dir", d), zap.Error(err))
-			}
-		}
-		events, watchErrs = w.Events, w.Errors
-		m.closers = append(m.closers, w.Close)
-	} else {
-		m.logger.Warn("tls: no file-system watcher; polling only", zap.Error(err))
-	}
-
 	poll := deps.FilePollInterval
 	if poll <= 0 {
 		poll = 10 * time.Second
 	}
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
-		tick := time.NewTicker(poll)
-		defer tick.Stop()
-		// Events come in bursts (write, chmod, rename); settle briefly
-		// before reading the pair.
-		settle := time.NewTimer(time.Hour)
-		settle.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-				reload()
-			case _, ok := <-events:
-				if !ok {
-					events = nil
-					continue
-				}
-				settle.Reset(50 * time.Millisecond)
-			case err, ok := <-watchErrs:
-				if !ok {
-					watchErrs = nil
-					continue
-				}
-				m.logger.Warn("tls: file watcher error", zap.Error(err))
-			case <-settle.C:
-				reload()
-			}
-		}
-	}()
+	w := filewatch.Start(filewatch.Config{
+		Paths:    []string{cfg.CertFile, cfg.KeyFile},
+		Poll:     poll,
+		Settle:   50 * time.Millisecond,
+		OnChange: reload,
+		OnError:  func(err error) { m.logger.Warn("tls: file watcher error", zap.Error(err)) },
+	})
+	m.closers = append(m.closers, w.Close)
 	return nil
 }

@@ -59,7 +59,6 @@ type Manager struct {
 	httpEnabled bool
 
 	cancel    context.CancelFunc
-	wg        sync.WaitGroup
 	closeOnce sync.Once
 	closers   []func() error
 }
@@ -96,7 +95,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Manager, error) {
 	case ModeSelfSigned:
 		err = m.startSelfSigned(cfg)
 	case ModeFiles:
-		err = m.startFiles(bg, cfg, deps)
+		err = m.startFiles(cfg, deps)
 	case ModeACME:
 		err = m.startACME(ctx, bg, cfg, deps)
 	}
@@ -143,7 +142,6 @@ func (m *Manager) Close() error {
 				errs = append(errs, err)
 			}
 		}
-		m.wg.Wait()
 		if m.cache != nil {
 			m.cache.Stop()
 		}
