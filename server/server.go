@@ -7,7 +7,6 @@ package server
 import (
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log"
@@ -22,7 +21,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
@@ -269,138 +267,8 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (s *Server, err erro
 	return s, nil
 }
 
-// openOps builds, once, the key-management service that the admin API
-// and the portal share, over the keystore backend's admin, with the audit
-// log.
-func (s *Server) openOps(deps *Deps) (*keyops.Service, keyops.Store, error) {
-	var store keyops.Store
-	switch s.cfg.Keystore.Backend {
-	case "file":
-		store = &keystore.FileAdmin{Path: s.cfg.Keystore.File}
-	case "redis":
-		store = &keystore.RedisAdmin{Client: s.redis, Prefix: s.cfg.Redis.KeyPrefix}
-	}
-	if s.ops != nil {
-		return s.ops, store, nil
-	}
-	if err := s.auditDeps(deps); err != nil {
-		return nil, nil, err
-	}
-	limits, err := s.cfg.RateLimit.Resolver()
-	if err != nil {
-		return nil, nil, err
-	}
-	ur, _ := UsageStore(s.cfg, s.redis).(keyops.UsageReader)
-	s.ops, err = keyops.New(keyops.Config{Store: store, Limits: limits, Auditor: deps.Auditor, Usage: ur, Quota: QuotaReader(s.cfg, s.redis)})
-	return s.ops, store, err
-}
-
-// openAdminAPI builds the admin API over keyops on the keystore
-// backend's admin, and opens its listener.
-func (s *Server) openAdminAPI(deps Deps) error {
-	ops, store, err := s.openOps(&deps)
-	if err != nil {
-		return err
-	}
-	var idemRedis redis.UniversalClient // Idempotency-Keys: in Redis with the Redis keystore, else in memory
-	if s.cfg.Keystore.Backend == "redis" {
-		idemRedis = s.redis
-	}
-	if err := s.adminTokenDeps(&deps, store); err != nil {
-		return err
-	}
-	if deps.Usage == nil {
-		deps.Usage = usageAPI{ops}
-	}
-	adeps := adminapi.Deps{
-		Ops: ops, Tokens: deps.AdminTokens, Usage: deps.Usage, Audit: deps.Audit, Logger: s.log.Named("admin_api"),
-		Redis: idemRedis, RedisPrefix: s.cfg.Redis.KeyPrefix,
-	}
-	if s.portal != nil { // not a nil *Portal in the interface
-		adeps.Portal = s.portal
-	}
-	api, err := adminapi.New(s.cfg.AdminAPI, adeps)
-	if err != nil {
-		return err
-	}
-	tlsConfig, err := api.TLSConfig(s.tls.TLSConfig())
-	if err != nil {
-		return err
-	}
-	if deps.AdminTokens == nil && s.cfg.AdminAPI.ClientCAFile == "" {
-		s.log.Warn("admin_api is enabled but accepts no credential yet: no admin token store and no admin_api.client_ca_file")
-	}
-	if s.adminAPILn, err = net.Listen("tcp", s.cfg.AdminAPI.Listen); err != nil {
-		return fmt.Errorf("admin_api.listen: %w", err)
-	}
-	sc := s.cfg.Server
-	s.adminAPI = &http.Server{
-		Handler:           api.Handler(),
-		TLSConfig:         tlsConfig,
-		ReadHeaderTimeout: sc.ReadHeaderTimeout,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       sc.IdleTimeout,
-		MaxHeaderBytes:    sc.MaxHeaderBytes,
-		ErrorLog:          s.errLog,
-	}
-	return nil
-}
-
-// openPortal builds the self-service portal over the same keyops and
-// audit log as the admin API, and opens its listener: HTTPS with the
-// gateway's certificate, unless tls.mode is off (behind a TLS-terminating
-// load balancer).
-func (s *Server) openPortal(deps *Deps, trusted gateway.TrustedProxies) error {
-	ops, _, err := s.openOps(deps)
-	if err != nil {
-		return err
-	}
-	pdeps := portal.Deps{
-		Ops: ops, Auditor: deps.Auditor, Logger: s.log.Named("portal"), Getenv: deps.Getenv,
-		HTTPClient: deps.PortalHTTPClient, ClientAddr: trusted.ClientAddr, DemoConsumer: deps.PortalDemoConsumer,
-	}
-	if s.cfg.Keystore.Backend == "redis" {
-		pdeps.Redis, pdeps.RedisPrefix = s.redis, s.cfg.Redis.KeyPrefix
-	}
-	if pdeps.Getenv == nil {
-		pdeps.Getenv = os.Getenv
-	}
-	if s.portal, err = portal.New(s.cfg.Portal, pdeps); err != nil {
-		return err
-	}
-	if s.portalLn, err = net.Listen("tcp", s.cfg.Portal.Listen); err != nil {
-		return fmt.Errorf("portal.listen: %w", err)
-	}
-	sc := s.cfg.Server
-	s.portalSrv = &http.Server{
-		Handler:           s.portal.Handler(),
-		TLSConfig:         s.tls.TLSConfig(),
-		ReadHeaderTimeout: sc.ReadHeaderTimeout,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       sc.IdleTimeout,
-		MaxHeaderBytes:    sc.MaxHeaderBytes,
-		ErrorLog:          s.errLog,
-	}
-	return nil
-}
-
 func (s *Server) openStore() error {
-	reloads := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "keygate_keystore_reloads_total",
-		Help: "Keystore (re)loads, by result (ok, error). On error the last good keystore keeps serving.",
-	}, []string{"result"})
-	keys := prometheus.NewGauge(prometheus.GaugeOpts{Name: "keygate_keystore_keys", Help: "Key records in the loaded keystore."})
-	s.registry.MustRegister(reloads, keys)
-	onReload := func(n int, err error) {
-		if err != nil {
-			reloads.WithLabelValues("error").Inc()
-			return
-		}
-		reloads.WithLabelValues("ok").Inc()
-		keys.Set(float64(n))
-	}
+	onReload := registerKeystoreMetrics(s.registry)
 	limits, err := s.cfg.RateLimit.Resolver()
 	if err != nil {
 		return err
@@ -425,15 +293,7 @@ func (s *Server) openStore() error {
 		if err != nil {
 			return err
 		}
-		s.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "keygate_keystore_degraded",
-			Help: "1 while the Redis keystore cannot reach Redis: cached keys work, unknown keys get 503.",
-		}, func() float64 {
-			if rs.Degraded() {
-				return 1
-			}
-			return 0
-		}))
+		registerDegraded(s.registry, "keygate_keystore_degraded", "1 while the Redis keystore cannot reach Redis: cached keys work, unknown keys get 503.", rs)
 		s.store = rs
 	default:
 		return fmt.Errorf("keystore.backend: %q is not available", s.cfg.Keystore.Backend)
@@ -455,32 +315,6 @@ func (s *Server) openLimiter() error {
 		registerLimiterMetrics(s.registry, l)
 	}
 	return nil
-}
-
-// registerLimiterMetrics exposes the Redis limiter's outage state: whether
-// it runs degraded, and how its decisions were made.
-func registerLimiterMetrics(reg prometheus.Registerer, l *ratelimit.Limiter) {
-	reg.MustRegister(
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "keygate_ratelimit_degraded",
-			Help: "1 while Redis is unavailable and the rate limiter runs on its outage policy (failure_mode).",
-		}, func() float64 {
-			if l.Degraded() {
-				return 1
-			}
-			return 0
-		}),
-	)
-	counter := func(name, help string, f func(ratelimit.Stats) uint64) {
-		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
-			func() float64 { return float64(f(l.Stats())) }))
-	}
-	counter("keygate_ratelimit_redis_decisions_total", "Rate-limit decisions made by Redis.", func(s ratelimit.Stats) uint64 { return s.RedisDecisions })
-	counter("keygate_ratelimit_cached_refusals_total", "Refusals answered from the local over-limit cache without Redis.", func(s ratelimit.Stats) uint64 { return s.CachedRefusals })
-	counter("keygate_ratelimit_fallback_decisions_total", "Decisions made by the local fallback limiter during a Redis outage (failure_mode open).", func(s ratelimit.Stats) uint64 { return s.FallbackDecisions })
-	counter("keygate_ratelimit_unavailable_total", "Requests refused with 503 because Redis was unavailable (failure_mode closed).", func(s ratelimit.Stats) uint64 { return s.UnavailableErrors })
-	counter("keygate_ratelimit_redis_errors_total", "Failed Redis calls of the rate limiter.", func(s ratelimit.Stats) uint64 { return s.RedisErrors })
-	counter("keygate_ratelimit_breaker_changes_total", "Circuit-breaker state changes of the rate limiter's Redis connection.", func(s ratelimit.Stats) uint64 { return s.BreakerStateChanges })
 }
 
 func (s *Server) openAuth(ctx context.Context) (gateway.Authenticator, error) {
@@ -655,53 +489,6 @@ func Run(ctx context.Context, cfg config.Config, deps Deps) error {
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	return nil
-}
-
-// adminHandler serves /healthz, /readyz and /metrics.
-func (s *Server) adminHandler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		status, body := s.readiness()
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(status)
-		_ = json.NewEncoder(w).Encode(body)
-	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
-	return mux
-}
-
-type readiness struct {
-	Status   string            `json:"status"`
-	Checks   map[string]string `json:"checks"`
-	Degraded []string          `json:"degraded,omitempty"`
-}
-
-func (s *Server) readiness() (int, readiness) {
-	rd := readiness{Status: "ready", Checks: map[string]string{"keystore": "loaded"}}
-	status := http.StatusOK
-	if !s.store.Ready() {
-		rd.Checks["keystore"] = "not loaded"
-		rd.Status, status = "not ready", http.StatusServiceUnavailable
-	}
-	if s.draining.Load() {
-		rd.Checks["server"] = "draining"
-		rd.Status, status = "draining", http.StatusServiceUnavailable
-	}
-	// In a fixed (sorted) order, so the body does not change between
-	// requests while the state does not.
-	for _, c := range []struct {
-		name string
-		c    any
-	}{{"keystore_redis", s.store}, {"ratelimit", s.limiter}} {
-		if d, ok := c.c.(degradable); ok && d.Degraded() {
-			rd.Degraded = append(rd.Degraded, c.name+": redis unavailable, running on the outage policy")
-		}
-	}
-	return status, rd
 }
 
 // handshakeTimeout bounds a TLS handshake as net/http would: the shortest

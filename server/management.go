@@ -1,0 +1,209 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/keygate/keygate/adminapi"
+	"github.com/keygate/keygate/admintoken"
+	"github.com/keygate/keygate/audit"
+	"github.com/keygate/keygate/gateway"
+	"github.com/keygate/keygate/keyops"
+	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/portal"
+)
+
+// The management surfaces: the admin API and the self-service portal,
+// built over one keyops service and one audit log.
+
+// adminTokens is the admin token store as the admin API needs it.
+type adminTokens struct{ a *admintoken.Authenticator }
+
+var _ adminapi.TokenAuthenticator = adminTokens{}
+
+func (t adminTokens) Authenticate(ctx context.Context, token string) (adminapi.Principal, bool, error) {
+	info, ok, err := t.a.Authenticate(ctx, token)
+	if err != nil || !ok {
+		return adminapi.Principal{}, false, err
+	}
+	return adminapi.Principal{ID: info.ID, Scopes: info.Scopes}, true, nil
+}
+
+// auditReader is the audit log as the admin API reads it.
+type auditReader struct{ r audit.Reader }
+
+var _ adminapi.AuditReader = auditReader{}
+
+func (a auditReader) ReadAudit(ctx context.Context, q adminapi.AuditQuery) (adminapi.AuditPage, error) {
+	evs, next, err := a.r.Events(ctx, audit.Query{Since: q.Since, Actor: q.Actor, Target: q.Target, Cursor: q.Cursor, Limit: q.Limit})
+	if errors.Is(err, audit.ErrInvalidCursor) {
+		return adminapi.AuditPage{}, fmt.Errorf("%w: %w", keyops.ErrInvalid, err)
+	}
+	if err != nil {
+		return adminapi.AuditPage{}, err
+	}
+	if evs == nil {
+		evs = []audit.Event{}
+	}
+	return adminapi.AuditPage{Items: evs, NextCursor: next}, nil
+}
+
+// adminTokenDeps fills the admin token store from the keystore
+// backend's admin when deps leaves it out.
+func (s *Server) adminTokenDeps(deps *Deps, store keyops.Store) error {
+	if deps.AdminTokens == nil {
+		lookup, ok := store.(admintoken.Lookup)
+		if !ok {
+			return errors.New("admin_api: the keystore backend keeps no admin tokens")
+		}
+		a, err := admintoken.NewAuthenticator(admintoken.AuthConfig{Store: lookup})
+		if err != nil {
+			return err
+		}
+		deps.AdminTokens = adminTokens{a}
+	}
+	return nil
+}
+
+// auditDeps fills the audit log (writer and reader) when deps leaves it
+// out.
+func (s *Server) auditDeps(deps *Deps) error {
+	if deps.Auditor == nil || deps.Audit == nil {
+		log, err := audit.Open(s.cfg.AuditConfig(s.redis))
+		if err != nil {
+			return err
+		}
+		s.closers = append(s.closers, log.Close)
+		if deps.Auditor == nil {
+			deps.Auditor = log
+		}
+		if deps.Audit == nil {
+			deps.Audit = auditReader{log}
+		}
+	}
+	return nil
+}
+
+// openOps builds, once, the key-management service that the admin API
+// and the portal share, over the keystore backend's admin, with the audit
+// log.
+func (s *Server) openOps(deps *Deps) (*keyops.Service, keyops.Store, error) {
+	var store keyops.Store
+	switch s.cfg.Keystore.Backend {
+	case "file":
+		store = &keystore.FileAdmin{Path: s.cfg.Keystore.File}
+	case "redis":
+		store = &keystore.RedisAdmin{Client: s.redis, Prefix: s.cfg.Redis.KeyPrefix}
+	}
+	if s.ops != nil {
+		return s.ops, store, nil
+	}
+	if err := s.auditDeps(deps); err != nil {
+		return nil, nil, err
+	}
+	limits, err := s.cfg.RateLimit.Resolver()
+	if err != nil {
+		return nil, nil, err
+	}
+	ur, _ := UsageStore(s.cfg, s.redis).(keyops.UsageReader)
+	s.ops, err = keyops.New(keyops.Config{Store: store, Limits: limits, Auditor: deps.Auditor, Usage: ur, Quota: QuotaReader(s.cfg, s.redis)})
+	return s.ops, store, err
+}
+
+// openAdminAPI builds the admin API over keyops on the keystore
+// backend's admin, and opens its listener.
+func (s *Server) openAdminAPI(deps Deps) error {
+	ops, store, err := s.openOps(&deps)
+	if err != nil {
+		return err
+	}
+	var idemRedis redis.UniversalClient // Idempotency-Keys: in Redis with the Redis keystore, else in memory
+	if s.cfg.Keystore.Backend == "redis" {
+		idemRedis = s.redis
+	}
+	if err := s.adminTokenDeps(&deps, store); err != nil {
+		return err
+	}
+	if deps.Usage == nil {
+		deps.Usage = usageAPI{ops}
+	}
+	adeps := adminapi.Deps{
+		Ops: ops, Tokens: deps.AdminTokens, Usage: deps.Usage, Audit: deps.Audit, Logger: s.log.Named("admin_api"),
+		Redis: idemRedis, RedisPrefix: s.cfg.Redis.KeyPrefix,
+	}
+	if s.portal != nil { // not a nil *Portal in the interface
+		adeps.Portal = s.portal
+	}
+	api, err := adminapi.New(s.cfg.AdminAPI, adeps)
+	if err != nil {
+		return err
+	}
+	tlsConfig, err := api.TLSConfig(s.tls.TLSConfig())
+	if err != nil {
+		return err
+	}
+	if deps.AdminTokens == nil && s.cfg.AdminAPI.ClientCAFile == "" {
+		s.log.Warn("admin_api is enabled but accepts no credential yet: no admin token store and no admin_api.client_ca_file")
+	}
+	if s.adminAPILn, err = net.Listen("tcp", s.cfg.AdminAPI.Listen); err != nil {
+		return fmt.Errorf("admin_api.listen: %w", err)
+	}
+	sc := s.cfg.Server
+	s.adminAPI = &http.Server{
+		Handler:           api.Handler(),
+		TLSConfig:         tlsConfig,
+		ReadHeaderTimeout: sc.ReadHeaderTimeout,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       sc.IdleTimeout,
+		MaxHeaderBytes:    sc.MaxHeaderBytes,
+		ErrorLog:          s.errLog,
+	}
+	return nil
+}
+
+// openPortal builds the self-service portal over the same keyops and
+// audit log as the admin API, and opens its listener: HTTPS with the
+// gateway's certificate, unless tls.mode is off (behind a TLS-terminating
+// load balancer).
+func (s *Server) openPortal(deps *Deps, trusted gateway.TrustedProxies) error {
+	ops, _, err := s.openOps(deps)
+	if err != nil {
+		return err
+	}
+	pdeps := portal.Deps{
+		Ops: ops, Auditor: deps.Auditor, Logger: s.log.Named("portal"), Getenv: deps.Getenv,
+		HTTPClient: deps.PortalHTTPClient, ClientAddr: trusted.ClientAddr, DemoConsumer: deps.PortalDemoConsumer,
+	}
+	if s.cfg.Keystore.Backend == "redis" {
+		pdeps.Redis, pdeps.RedisPrefix = s.redis, s.cfg.Redis.KeyPrefix
+	}
+	if pdeps.Getenv == nil {
+		pdeps.Getenv = os.Getenv
+	}
+	if s.portal, err = portal.New(s.cfg.Portal, pdeps); err != nil {
+		return err
+	}
+	if s.portalLn, err = net.Listen("tcp", s.cfg.Portal.Listen); err != nil {
+		return fmt.Errorf("portal.listen: %w", err)
+	}
+	sc := s.cfg.Server
+	s.portalSrv = &http.Server{
+		Handler:           s.portal.Handler(),
+		TLSConfig:         s.tls.TLSConfig(),
+		ReadHeaderTimeout: sc.ReadHeaderTimeout,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       sc.IdleTimeout,
+		MaxHeaderBytes:    sc.MaxHeaderBytes,
+		ErrorLog:          s.errLog,
+	}
+	return nil
+}
