@@ -12,9 +12,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/keygate/keygate/redisconn"
+
 	"github.com/hashicorp/golang-lru/v2/expirable"
 	"github.com/redis/go-redis/v9"
-	"github.com/sony/gobreaker/v2"
 	"go.uber.org/zap"
 	"golang.org/x/sync/singleflight"
 
@@ -71,7 +72,7 @@ type RedisStore struct {
 	writeMu sync.Mutex // serializes snapshot writers
 	neg     *expirable.LRU[Hash, struct{}]
 	sf      singleflight.Group
-	breaker *gobreaker.CircuitBreaker[any]
+	breaker *redisconn.Breaker[string]
 	synced  atomic.Bool // subscribed and loaded since the last error
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -107,18 +108,15 @@ func OpenRedis(cfg RedisConfig) (*RedisStore, error) {
 		s.log = zap.NewNop()
 	}
 	s.neg = expirable.NewLRU[Hash, struct{}](10_000, nil, cfg.NegativeTTL)
-	s.breaker = gobreaker.NewCircuitBreaker[any](gobreaker.Settings{
-		Name:        "keystore-redis",
-		MaxRequests: 1,
-		Timeout:     cfg.BreakerBackoff,
-		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= uint32(cfg.BreakerFailures) },
-		IsSuccessful: func(err error) bool {
-			return err == nil || errors.Is(err, redis.Nil) || errors.Is(err, context.Canceled)
-		},
-		OnStateChange: func(_ string, from, to gobreaker.State) {
-			if to == gobreaker.StateOpen {
-				s.log.Warn("keystore: Redis unavailable; serving cached keys, unknown keys get 503", zap.String("from", from.String()))
-			} else if to == gobreaker.StateClosed {
+	s.breaker = redisconn.NewBreaker[string](redisconn.BreakerConfig{
+		Name:     "keystore-redis",
+		Failures: cfg.BreakerFailures,
+		Backoff:  cfg.BreakerBackoff,
+		OnStateChange: func(from, to string) {
+			switch to {
+			case "open":
+				s.log.Warn("keystore: Redis unavailable; serving cached keys, unknown keys get 503", zap.String("from", from))
+			case "closed":
 				s.log.Info("keystore: Redis available again")
 				s.requestResync()
 			}
@@ -169,8 +167,8 @@ func (s *RedisStore) Lookup(ctx context.Context, h Hash) (Record, bool, error) {
 
 // fetch reads one record from Redis through the breaker.
 func (s *RedisStore) fetch(h Hash) (Record, bool, error) {
-	v, err := s.breaker.Execute(func() (any, error) {
-		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.Timeout)
+	v, err := s.breaker.Do(s.ctx, func(ctx context.Context) (string, error) {
+		ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 		defer cancel()
 		return s.cfg.Client.HGet(ctx, s.keys.records, h.String()).Result()
 	})
@@ -180,7 +178,7 @@ func (s *RedisStore) fetch(h Hash) (Record, bool, error) {
 	if err != nil {
 		return Record{}, false, err
 	}
-	rec, err := decodeRecord(h.String(), v.(string))
+	rec, err := decodeRecord(h.String(), v)
 	if err != nil {
 		s.log.Error("keystore: bad record in Redis", zap.Error(err))
 		return Record{}, false, nil
@@ -363,7 +361,7 @@ func (s *RedisStore) Ready() bool { return s.snap.Load() != nil }
 // Degraded reports whether Redis is unavailable to the store: lookups of
 // unknown keys fail and changes may not arrive.
 func (s *RedisStore) Degraded() bool {
-	return s.breaker.State() != gobreaker.StateClosed || !s.synced.Load()
+	return !s.breaker.Closed() || !s.synced.Load()
 }
 
 // Len is the number of cached records.

@@ -66,8 +66,8 @@ func (s *RedisStore) loadAll(ctx context.Context) (map[string]string, map[string
 // applyConsumer re-reads the consumer with id and re-resolves the limits
 // of its keys.
 func (s *RedisStore) applyConsumer(id string) {
-	v, err := s.breaker.Execute(func() (any, error) {
-		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.Timeout)
+	v, err := s.breaker.Do(s.ctx, func(ctx context.Context) (string, error) {
+		ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 		defer cancel()
 		return s.cfg.Client.HGet(ctx, s.keys.consumers, id).Result()
 	})
@@ -78,7 +78,7 @@ func (s *RedisStore) applyConsumer(id string) {
 		s.requestResync()
 		return
 	default:
-		c, err := decodeConsumer(id, v.(string))
+		c, err := decodeConsumer(id, v)
 		if err != nil {
 			s.log.Error("keystore: bad consumer in Redis", zap.Error(err))
 			return
