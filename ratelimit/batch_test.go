@@ -20,7 +20,7 @@ import (
 func TestRedisConcurrentDecisionsAreExact(t *testing.T) {
 	t.Parallel()
 	s := redistest.Start(t)
-	r := newRedis(t, []string{s.Addr}, ratelimit.RedisConfig{})
+	r := newRedis(t, []string{s.Addr}, ratelimit.ResilientConfig{})
 	lim := ratelimit.Limit{Rate: 1, Per: time.Hour, Burst: 20, Quota: ratelimit.Quota{Requests: 1000, Per: time.Hour}}
 	for round, flush := range []bool{false, true} {
 		if flush {

@@ -37,7 +37,7 @@ func BenchmarkLocalAllow(b *testing.B) {
 
 func BenchmarkRedisAllow(b *testing.B) {
 	s := redistest.Start(b)
-	r := newRedis(b, []string{s.Addr}, ratelimit.RedisConfig{})
+	r := newRedis(b, []string{s.Addr}, ratelimit.ResilientConfig{})
 	ids := benchIDs()
 	ctx := context.Background()
 	b.ReportAllocs()

@@ -16,9 +16,9 @@ import (
 func TestRedisClusterQuotaIsExact(t *testing.T) {
 	t.Parallel()
 	c := redistest.StartCluster(t, 3)
-	var replicas []*ratelimit.Redis
+	var replicas []*ratelimit.Resilient
 	for range 3 {
-		r := newRedis(t, c.Addrs, ratelimit.RedisConfig{Replicas: 3})
+		r := newRedis(t, c.Addrs, ratelimit.ResilientConfig{Replicas: 3})
 		replicas = append(replicas, r)
 	}
 	if _, ok := newClient(t, time.Second, c.Addrs...).(*redis.ClusterClient); !ok {

@@ -1,7 +1,6 @@
 package ratelimit
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"sort"
@@ -138,93 +137,48 @@ func (c Config) Validate() error {
 	return first
 }
 
-// Deps are what New needs besides the configuration.
-type Deps struct {
-	// Redis is required for the redis backend (see package redisconn).
-	Redis redis.UniversalClient
-	// Logger logs breaker state changes; nil means none.
-	Logger *zap.Logger
+// NewLocal builds the local backend's limiter (backend local). now is
+// the clock; nil means time.Now.
+func (c Config) NewLocal(now func() time.Time) *Local {
+	return NewLocal(LocalConfig{MaxKeys: c.LocalMaxKeys, Now: now})
+}
+
+// RedisDeps are what the redis backend needs besides the configuration.
+type RedisDeps struct {
+	// Client is the shared Redis client (see package redisconn).
+	Client redis.UniversalClient
 	// KeyPrefix starts every Redis key; "" means DefaultKeyPrefix.
 	KeyPrefix string
+	// Logger logs breaker state changes; nil means none.
+	Logger *zap.Logger
 	// Now is the local clock; nil means time.Now.
 	Now func() time.Time
-	// OnBreakerStateChange is passed to RedisConfig.
+	// OnBreakerStateChange is passed to ResilientConfig.
 	OnBreakerStateChange func(from, to string)
 }
 
-// Limiter is the limiter New builds from a Config: a Local, or a Redis
-// with its fallback. The zero value is not usable; it is safe for
-// concurrent use.
-type Limiter struct {
-	local  *Local
-	redis  *Redis
-	limits map[string]Limit
-	status int
-}
-
-// New builds the limiter that cfg describes.
-func New(cfg Config, deps Deps) (*Limiter, error) {
-	if err := cfg.Validate(); err != nil {
+// NewRedis builds the redis backend's limiter: the Redis limiter composed
+// with its local fallback, breaker and over-limit cache as the section
+// says (failure_mode, replicas, breaker_*, local_max_keys).
+func (c Config) NewRedis(deps RedisDeps) (*Resilient, error) {
+	if err := c.Validate(); err != nil {
 		return nil, err
 	}
-	l := &Limiter{limits: make(map[string]Limit, len(cfg.Limits)), status: cfg.Status}
-	for k, v := range cfg.Limits {
-		l.limits[k] = v
-	}
-	if cfg.Backend == BackendLocal {
-		l.local = NewLocal(LocalConfig{MaxKeys: cfg.LocalMaxKeys, Now: deps.Now})
-		return l, nil
-	}
-	if deps.Redis == nil {
+	if deps.Client == nil {
 		return nil, errors.New("ratelimit.backend: redis needs a Redis client (is the redis section configured?)")
 	}
-	r, err := NewRedis(RedisConfig{
-		Client:               deps.Redis,
-		KeyPrefix:            deps.KeyPrefix,
-		Timeout:              cfg.RedisTimeout,
-		FailureMode:          cfg.FailureMode,
-		Replicas:             cfg.Replicas,
-		LocalMaxKeys:         cfg.LocalMaxKeys,
-		BreakerFailures:      cfg.BreakerFailures,
-		BreakerBackoff:       cfg.BreakerBackoff,
+	r, err := NewRedis(RedisConfig{Client: deps.Client, KeyPrefix: deps.KeyPrefix, Timeout: c.RedisTimeout})
+	if err != nil {
+		return nil, err
+	}
+	return NewResilient(r, ResilientConfig{
+		FailureMode:          c.FailureMode,
+		Replicas:             c.Replicas,
+		LocalMaxKeys:         c.LocalMaxKeys,
+		BreakerFailures:      c.BreakerFailures,
+		BreakerBackoff:       c.BreakerBackoff,
 		Logger:               deps.Logger,
 		Now:                  deps.Now,
 		OnBreakerStateChange: deps.OnBreakerStateChange,
 	})
-	if err != nil {
-		return nil, err
-	}
-	l.redis = r
-	return l, nil
-}
-
-// Allow decides whether the request of id (the key's public id) may
-// proceed under lim. See Local.Allow and Redis.Allow.
-func (l *Limiter) Allow(ctx context.Context, id string, lim Limit) (Decision, error) {
-	if l.redis != nil {
-		return l.redis.Allow(ctx, id, lim)
-	}
-	return l.local.Allow(ctx, id, lim)
-}
-
-// Limit returns the configured limit named name (such as "live").
-func (l *Limiter) Limit(name string) (Limit, bool) {
-	lim, ok := l.limits[name]
-	return lim, ok
-}
-
-// Status is the configured HTTP status of a refusal (429 or 403).
-func (l *Limiter) Status() int { return l.status }
-
-// Degraded reports whether Redis is being bypassed; always false for the
-// local backend.
-func (l *Limiter) Degraded() bool { return l.redis != nil && l.redis.Degraded() }
-
-// Stats returns the Redis backend's counters; the zero Stats (with
-// BreakerState "") for the local backend.
-func (l *Limiter) Stats() Stats {
-	if l.redis == nil {
-		return Stats{}
-	}
-	return l.redis.Stats()
 }

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/keygate/keygate/internal/redistest"
 	"github.com/keygate/keygate/ratelimit"
 	"gopkg.in/yaml.v3"
@@ -83,8 +85,8 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("Validate() = %v, want it to contain %q", err, tc.want)
 			}
-			if _, err := ratelimit.New(c, ratelimit.Deps{}); err == nil {
-				t.Fatal("New accepted an invalid config")
+			if _, err := c.NewRedis(ratelimit.RedisDeps{Client: redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})}); err == nil {
+				t.Fatal("NewRedis accepted an invalid config")
 			}
 		})
 	}
@@ -93,31 +95,24 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 func TestNewBuildsTheConfiguredBackend(t *testing.T) {
 	t.Parallel()
 	c := ratelimit.DefaultConfig()
-	l, err := ratelimit.New(c, ratelimit.Deps{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	live, ok := l.Limit("live")
-	if !ok || l.Status() != 429 || l.Degraded() {
-		t.Fatalf("local limiter: live=%v ok=%v status=%d", live, ok, l.Status())
-	}
-	if d, err := l.Allow(context.Background(), "key_a", live); err != nil || !d.Allowed || d.Limit != 100 {
+	live := c.Limits["live"]
+	if d, err := c.NewLocal(nil).Allow(context.Background(), "key_a", live); err != nil || !d.Allowed || d.Limit != 100 {
 		t.Fatalf("local: %+v %v", d, err)
 	}
 
 	c.Backend = ratelimit.BackendRedis
-	if _, err := ratelimit.New(c, ratelimit.Deps{}); err == nil || !strings.Contains(err.Error(), "ratelimit.backend") {
+	if _, err := c.NewRedis(ratelimit.RedisDeps{}); err == nil || !strings.Contains(err.Error(), "ratelimit.backend") {
 		t.Fatalf("redis backend without a client: %v", err)
 	}
 	s := redistest.Start(t)
-	l, err = ratelimit.New(c, ratelimit.Deps{Redis: newClient(t, time.Second, s.Addr), KeyPrefix: "kg:"})
+	l, err := c.NewRedis(ratelimit.RedisDeps{Client: newClient(t, time.Second, s.Addr), KeyPrefix: "kg:"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d, err := l.Allow(context.Background(), "key_a", live); err != nil || !d.Allowed || l.Stats().RedisDecisions != 1 {
+	if d, err := l.Allow(context.Background(), "key_a", live); err != nil || !d.Allowed || l.Stats().RedisDecisions != 1 || l.Degraded() {
 		t.Fatalf("redis: %+v %v %+v", d, err, l.Stats())
 	}
 	if n, _ := s.Do("EXISTS", "kg:rl:{key_a}"); n != "1" {
-		t.Fatal("the key prefix from Deps was not used")
+		t.Fatal("the key prefix from RedisDeps was not used")
 	}
 }

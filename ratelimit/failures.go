@@ -112,7 +112,7 @@ type FailureStats struct {
 type Failures struct {
 	limit   Limit
 	local   *Local
-	redis   *Redis
+	redis   *Resilient
 	now     func() time.Time
 	blocked *lru.Cache[netip.Addr, time.Time]
 	// latest is the end (UnixNano) of the latest block ever set; while now
@@ -146,10 +146,11 @@ func NewFailures(cfg FailuresConfig) (*Failures, error) {
 	if prefix == "" {
 		prefix = DefaultKeyPrefix
 	}
-	f.redis, err = NewRedis(RedisConfig{
-		Client:           cfg.Redis,
-		KeyPrefix:        prefix + "authfail:",
-		Timeout:          cfg.Timeout,
+	r, err := NewRedis(RedisConfig{Client: cfg.Redis, KeyPrefix: prefix + "authfail:", Timeout: cfg.Timeout})
+	if err != nil {
+		return nil, err
+	}
+	f.redis, err = NewResilient(r, ResilientConfig{
 		FailureMode:      FailOpen,
 		Replicas:         cfg.Replicas,
 		LocalMaxKeys:     cfg.Limit.MaxAddresses,

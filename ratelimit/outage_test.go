@@ -13,13 +13,12 @@ import (
 
 // outageLimiter is a limiter with the production timeout and a short
 // breaker back-off, and a record of breaker state changes.
-func outageLimiter(t *testing.T, s *redistest.Server, mode ratelimit.FailureMode) (*ratelimit.Redis, <-chan string, *observer.ObservedLogs) {
+func outageLimiter(t *testing.T, s *redistest.Server, mode ratelimit.FailureMode) (*ratelimit.Resilient, <-chan string, *observer.ObservedLogs) {
 	t.Helper()
 	changes := make(chan string, 100)
 	core, logs := observer.New(zap.InfoLevel)
-	r := newRedis(t, []string{s.Addr}, ratelimit.RedisConfig{
+	r := newRedisTimeout(t, []string{s.Addr}, 100*time.Millisecond, ratelimit.ResilientConfig{
 		Logger:         zap.New(core),
-		Timeout:        100 * time.Millisecond,
 		FailureMode:    mode,
 		Replicas:       2,
 		BreakerBackoff: 300 * time.Millisecond,
@@ -35,7 +34,7 @@ func outageLimiter(t *testing.T, s *redistest.Server, mode ratelimit.FailureMode
 
 // waitOpen calls Allow until the breaker is open, checking each call with
 // check.
-func waitOpen(t *testing.T, r *ratelimit.Redis, lim ratelimit.Limit, check func(ratelimit.Decision, error)) {
+func waitOpen(t *testing.T, r *ratelimit.Resilient, lim ratelimit.Limit, check func(ratelimit.Decision, error)) {
 	t.Helper()
 	for i := 0; ; i++ {
 		check(allow(t, r, "key_during", lim))
@@ -49,7 +48,7 @@ func waitOpen(t *testing.T, r *ratelimit.Redis, lim ratelimit.Limit, check func(
 }
 
 // waitRedis calls Allow until a decision comes from Redis again, within 5 s.
-func waitRedis(t *testing.T, r *ratelimit.Redis, lim ratelimit.Limit) {
+func waitRedis(t *testing.T, r *ratelimit.Resilient, lim ratelimit.Limit) {
 	t.Helper()
 	before := r.Stats().RedisDecisions
 	deadline := time.Now().Add(5 * time.Second)

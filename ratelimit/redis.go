@@ -65,6 +65,69 @@ end
 return {1, 0, math.floor(diff / interval + 0.000001), 0, math.ceil(new_tat - now), qrem, qttl * 1000}
 `)
 
+// RedisConfig configures a Redis limiter. Only Client is required.
+type RedisConfig struct {
+	// Client runs the script. It should have ContextTimeoutEnabled set
+	// (redisconn.New does) so that Timeout bounds each call.
+	Client Scripter
+	// KeyPrefix starts every key; "" means DefaultKeyPrefix.
+	KeyPrefix string
+	// Timeout bounds each Redis call; zero means DefaultRedisTimeout.
+	Timeout time.Duration
+}
+
+// Redis is a rate limiter whose state lives in Redis, shared by every
+// replica: one atomic script (EVALSHA) per decision, pipelined with the
+// decisions of other requests in flight when the client can pipeline. It
+// answers a decision or an error, nothing else: compose it with a
+// fallback in a Resilient for outages. Build it with NewRedis; it is safe
+// for concurrent use.
+type Redis struct {
+	client       Scripter
+	bucketPrefix string
+	quotaPrefix  string
+	timeout      time.Duration
+	batch        *batcher // nil when the client cannot pipeline
+}
+
+// NewRedis returns a Redis limiter. It tries to load the script into
+// Redis; a Redis that is down at start is not an error.
+func NewRedis(cfg RedisConfig) (*Redis, error) {
+	if cfg.Client == nil {
+		return nil, errors.New("ratelimit: RedisConfig.Client is nil")
+	}
+	if cfg.KeyPrefix == "" {
+		cfg.KeyPrefix = DefaultKeyPrefix
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultRedisTimeout
+	}
+	r := &Redis{
+		client:       cfg.Client,
+		bucketPrefix: cfg.KeyPrefix + "rl:{",
+		quotaPrefix:  cfg.KeyPrefix + "q:{",
+		timeout:      cfg.Timeout,
+	}
+	if p, ok := cfg.Client.(Pipeliner); ok {
+		r.batch = &batcher{client: cfg.Client, pipe: p, timeout: cfg.Timeout}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout)
+	defer cancel()
+	_ = gcra.Load(ctx, cfg.Client).Err() // only saves the first EVAL
+	return r, nil
+}
+
+// Allow decides whether the request of id may proceed under lim, in
+// Redis. id is the key's public id, never the key; it is the only thing
+// the Redis keys are made of. An error is ErrInvalid for a bad id or
+// lim, or Redis's (or the context's).
+func (r *Redis) Allow(ctx context.Context, id string, lim Limit) (Decision, error) {
+	if err := check(id, lim); err != nil {
+		return Decision{}, err
+	}
+	return r.eval(ctx, id, lim)
+}
+
 // Scripter is what Redis needs from a go-redis client: a *redis.Client,
 // *redis.ClusterClient, *redis.Ring or any redis.UniversalClient fits.
 type Scripter = redis.Scripter

@@ -31,19 +31,25 @@ func newClient(t testing.TB, timeout time.Duration, addrs ...string) redis.Unive
 	return c
 }
 
-// newRedis returns a Redis limiter with its own client. Timeouts are
-// generous so that a loaded test machine does not trip the breaker.
-func newRedis(t testing.TB, addrs []string, cfg ratelimit.RedisConfig) *ratelimit.Redis {
+// newRedis returns the Redis limiter with its own client, composed with
+// its local fallback as cfg says. The timeout is generous so that a
+// loaded test machine does not trip the breaker.
+func newRedis(t testing.TB, addrs []string, cfg ratelimit.ResilientConfig) *ratelimit.Resilient {
 	t.Helper()
-	if cfg.Timeout == 0 {
-		cfg.Timeout = 2 * time.Second
-	}
-	cfg.Client = newClient(t, cfg.Timeout, addrs...)
-	r, err := ratelimit.NewRedis(cfg)
+	return newRedisTimeout(t, addrs, 2*time.Second, cfg)
+}
+
+func newRedisTimeout(t testing.TB, addrs []string, timeout time.Duration, cfg ratelimit.ResilientConfig) *ratelimit.Resilient {
+	t.Helper()
+	r, err := ratelimit.NewRedis(ratelimit.RedisConfig{Client: newClient(t, timeout, addrs...), Timeout: timeout})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return r
+	res, err := ratelimit.NewResilient(r, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
 }
 
 // allow calls Allow and fails the test if it does not return within 2 s
@@ -94,7 +100,7 @@ func commandCalls(t *testing.T, s *redistest.Server, cmd string) int {
 func TestRedisBurstThenRefusal(t *testing.T) {
 	t.Parallel()
 	s := redistest.Start(t)
-	r := newRedis(t, []string{s.Addr}, ratelimit.RedisConfig{})
+	r := newRedis(t, []string{s.Addr}, ratelimit.ResilientConfig{})
 	lim := ratelimit.Limit{Rate: 1, Per: 12 * time.Second, Burst: 5} // one token per 12 s
 	for i := range 5 {
 		d, err := allow(t, r, "key_burst", lim)
@@ -126,7 +132,7 @@ func TestRedisBurstThenRefusal(t *testing.T) {
 func TestRedisRefillsOverTime(t *testing.T) {
 	t.Parallel()
 	s := redistest.Start(t)
-	r := newRedis(t, []string{s.Addr}, ratelimit.RedisConfig{})
+	r := newRedis(t, []string{s.Addr}, ratelimit.ResilientConfig{})
 	lim := ratelimit.Limit{Rate: 20, Per: time.Second, Burst: 2}
 	for {
 		d, err := allow(t, r, "key_refill", lim)
@@ -157,10 +163,10 @@ func TestRedisQuotaIsExactAcrossReplicas(t *testing.T) {
 	t.Parallel()
 	s := redistest.Start(t)
 	addrs := []string{s.Addr}
-	replicas := []*ratelimit.Redis{
-		newRedis(t, addrs, ratelimit.RedisConfig{Replicas: 3}),
-		newRedis(t, addrs, ratelimit.RedisConfig{Replicas: 3}),
-		newRedis(t, addrs, ratelimit.RedisConfig{Replicas: 3}),
+	replicas := []*ratelimit.Resilient{
+		newRedis(t, addrs, ratelimit.ResilientConfig{Replicas: 3}),
+		newRedis(t, addrs, ratelimit.ResilientConfig{Replicas: 3}),
+		newRedis(t, addrs, ratelimit.ResilientConfig{Replicas: 3}),
 	}
 	lim := ratelimit.Limit{Rate: 1e6, Per: time.Second, Burst: 1e6, Quota: ratelimit.Quota{Requests: 50, Per: time.Hour}}
 	var admitted, quotaRefusals atomic.Int64
@@ -199,7 +205,7 @@ func TestRedisQuotaIsExactAcrossReplicas(t *testing.T) {
 func TestRedisOneRoundTripPerAdmittedRequest(t *testing.T) {
 	t.Parallel()
 	s := redistest.Start(t)
-	r := newRedis(t, []string{s.Addr}, ratelimit.RedisConfig{})
+	r := newRedis(t, []string{s.Addr}, ratelimit.ResilientConfig{})
 	lim := ratelimit.Limit{Rate: 1, Per: time.Hour, Burst: 20, Quota: ratelimit.Quota{Requests: 100, Per: time.Hour}}
 	if _, err := allow(t, r, "key_warmup", lim); err != nil { // the script is loaded by now
 		t.Fatal(err)
@@ -237,7 +243,7 @@ func TestRedisOneRoundTripPerAdmittedRequest(t *testing.T) {
 func TestRedisKeysAreTheIDOnlyAndExpire(t *testing.T) {
 	t.Parallel()
 	s := redistest.Start(t)
-	r := newRedis(t, []string{s.Addr}, ratelimit.RedisConfig{})
+	r := newRedis(t, []string{s.Addr}, ratelimit.ResilientConfig{})
 	withQuota := ratelimit.Limit{Rate: 10, Per: time.Second, Burst: 10, Quota: ratelimit.Quota{Requests: 1000, Per: 24 * time.Hour}}
 	noQuota := ratelimit.Limit{Rate: 10, Per: time.Second, Burst: 10}
 	for range 3 {
@@ -270,11 +276,36 @@ func TestRedisKeysAreTheIDOnlyAndExpire(t *testing.T) {
 func TestRedisRejectsUnusableInputWithoutRedis(t *testing.T) {
 	t.Parallel()
 	s := redistest.Start(t)
-	r := newRedis(t, []string{s.Addr}, ratelimit.RedisConfig{})
+	r := newRedis(t, []string{s.Addr}, ratelimit.ResilientConfig{})
 	if _, err := r.Allow(context.Background(), "", ratelimit.Limit{Rate: 1, Per: time.Second, Burst: 1}); !errors.Is(err, ratelimit.ErrInvalid) {
 		t.Fatalf("empty id: %v, want ErrInvalid", err)
 	}
 	if n, _ := s.Do("DBSIZE"); n != "0" {
 		t.Fatalf("DBSIZE = %s after an invalid request", n)
+	}
+}
+
+// The Redis limiter alone answers a decision or an error: with Redis
+// gone it returns the error, with no fallback and no breaker (those are
+// Resilient's).
+func TestRedisAloneIsPure(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t)
+	r, err := ratelimit.NewRedis(ratelimit.RedisConfig{Client: newClient(t, 200*time.Millisecond, s.Addr), Timeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := ratelimit.Limit{Rate: 10, Per: time.Second, Burst: 2}
+	if d, err := r.Allow(context.Background(), "key_pure", lim); err != nil || !d.Allowed {
+		t.Fatalf("up: %+v %v", d, err)
+	}
+	s.Kill()
+	for range 5 { // no breaker: every call tries Redis and fails
+		if d, err := r.Allow(context.Background(), "key_pure", lim); err == nil || d.Allowed {
+			t.Fatalf("down: %+v %v, want an error and no decision", d, err)
+		}
+	}
+	if _, err := r.Allow(context.Background(), "", lim); !errors.Is(err, ratelimit.ErrInvalid) {
+		t.Fatalf("empty id: %v", err)
 	}
 }

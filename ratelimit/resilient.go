@@ -8,11 +8,13 @@ import (
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
-	"github.com/sony/gobreaker/v2"
 	"go.uber.org/zap"
+
+	"github.com/keygate/keygate/redisconn"
 )
 
-// FailureMode says what Redis does when Redis cannot be reached in time.
+// FailureMode says what a Resilient limiter does when its primary (Redis)
+// cannot be reached in time.
 type FailureMode string
 
 const (
@@ -24,7 +26,7 @@ const (
 	FailClosed FailureMode = "closed"
 )
 
-// Defaults of RedisConfig.
+// Defaults of RedisConfig and ResilientConfig.
 const (
 	DefaultRedisTimeout    = 100 * time.Millisecond
 	DefaultBreakerFailures = 3
@@ -32,16 +34,14 @@ const (
 	DefaultBlockedCache    = 10_000
 )
 
-// RedisConfig configures a Redis limiter. Only Client is required; every
-// other zero field takes the default named in its comment.
-type RedisConfig struct {
-	// Client runs the script. It should have ContextTimeoutEnabled set
-	// (redisconn.New does) so that Timeout bounds each call.
-	Client Scripter
-	// KeyPrefix starts every key; "" means DefaultKeyPrefix.
-	KeyPrefix string
-	// Timeout bounds each Redis call; zero means DefaultRedisTimeout.
-	Timeout time.Duration
+// Allower decides one request: Local, Redis and Resilient are Allowers.
+type Allower interface {
+	Allow(ctx context.Context, id string, lim Limit) (Decision, error)
+}
+
+// ResilientConfig configures a Resilient. Every zero field takes the
+// default named in its comment.
+type ResilientConfig struct {
 	// FailureMode is FailOpen (also for "") or FailClosed.
 	FailureMode FailureMode
 	// Replicas is the number of gateway replicas sharing the limits; in
@@ -53,7 +53,7 @@ type RedisConfig struct {
 	// BlockedCacheSize bounds the cache of ids known to be over their
 	// limit; zero means DefaultBlockedCache.
 	BlockedCacheSize int
-	// BreakerFailures is the number of consecutive Redis failures that
+	// BreakerFailures is the number of consecutive primary failures that
 	// open the circuit breaker; zero means DefaultBreakerFailures.
 	BreakerFailures int
 	// BreakerBackoff is how long the breaker stays open before it lets one
@@ -62,7 +62,7 @@ type RedisConfig struct {
 	// Logger logs breaker state changes; nil means no logging.
 	Logger *zap.Logger
 	// Now is the local clock (for the blocked cache and the fallback);
-	// nil means time.Now. Redis decisions use the Redis server's clock.
+	// nil means time.Now.
 	Now func() time.Time
 	// OnBreakerStateChange, when set, is called with the old and new state
 	// ("closed", "half-open", "open") on each change. It must be quick and
@@ -81,28 +81,25 @@ type Stats struct {
 	BreakerState        string // "closed", "half-open" or "open"
 }
 
-// Redis is a rate limiter whose state lives in Redis, shared by every
-// replica: one atomic Lua script (EVALSHA) per decision. Ids known to be
-// over their limit are refused from a small local cache until their
-// retry-after passes, without a Redis call. A circuit breaker stops
-// calling Redis after a few consecutive failures; meanwhile decisions are
-// made by a local fallback (FailOpen) or refused with ErrUnavailable
-// (FailClosed). The zero value is not usable: build one with NewRedis. It
-// is safe for concurrent use.
-type Redis struct {
-	client       Scripter
-	bucketPrefix string
-	quotaPrefix  string
-	timeout      time.Duration
-	mode         FailureMode
-	replicas     int
-	now          func() time.Time
-	fallback     *Local
-	blocked      *lru.Cache[string, blockedEntry]
-	breaker      *gobreaker.CircuitBreaker[Decision]
-	batch        *batcher // nil when the client cannot pipeline
+// Resilient composes two limiters: a primary shared by the replicas (the
+// Redis limiter, which only ever answers a decision or an error) and a
+// Local fallback. Around the primary it keeps a circuit breaker
+// (redisconn.Breaker: a few consecutive failures stop the calls for a
+// back-off) and a small cache of ids known to be over their limit, which
+// are refused until their retry-after passes without a call. While the
+// primary is unavailable, decisions are the fallback's at the limit
+// divided by the replicas (FailOpen), or errors wrapping ErrUnavailable
+// (FailClosed). Build it with NewResilient; it is safe for concurrent use.
+type Resilient struct {
+	primary  Allower
+	mode     FailureMode
+	replicas int
+	now      func() time.Time
+	fallback *Local
+	blocked  *lru.Cache[string, blockedEntry]
+	breaker  *redisconn.Breaker[Decision]
 
-	redisDecisions, cachedRefusals, fallbackDecisions, unavailable, redisErrors, stateChanges atomic.Uint64
+	primaryDecisions, cachedRefusals, fallbackDecisions, unavailable, primaryErrors, stateChanges atomic.Uint64
 }
 
 // blockedEntry remembers a refusal by Redis until it can no longer hold.
@@ -113,16 +110,10 @@ type blockedEntry struct {
 	until time.Time
 }
 
-// errCallerGone wraps a failure caused by the caller's context, which says
-// nothing about Redis's health.
-var errCallerGone = errors.New("ratelimit: caller gave up")
-
-// NewRedis returns a Redis limiter, or an error when cfg is unusable. It
-// tries to load the script into Redis, but a Redis that is down at start is
-// not an error: the breaker and the failure mode deal with it.
-func NewRedis(cfg RedisConfig) (*Redis, error) {
-	if cfg.Client == nil {
-		return nil, errors.New("ratelimit: RedisConfig.Client is nil")
+// NewResilient composes primary with a local fallback as cfg says.
+func NewResilient(primary Allower, cfg ResilientConfig) (*Resilient, error) {
+	if primary == nil {
+		return nil, errors.New("ratelimit: NewResilient needs a primary limiter")
 	}
 	switch cfg.FailureMode {
 	case "":
@@ -130,12 +121,6 @@ func NewRedis(cfg RedisConfig) (*Redis, error) {
 	case FailOpen, FailClosed:
 	default:
 		return nil, fmt.Errorf("ratelimit: failure mode must be %q or %q, got %q", FailOpen, FailClosed, cfg.FailureMode)
-	}
-	if cfg.KeyPrefix == "" {
-		cfg.KeyPrefix = DefaultKeyPrefix
-	}
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = DefaultRedisTimeout
 	}
 	cfg.Replicas = max(cfg.Replicas, 1)
 	if cfg.BlockedCacheSize <= 0 {
@@ -158,51 +143,38 @@ func NewRedis(cfg RedisConfig) (*Redis, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ratelimit: blocked cache: %w", err)
 	}
-	r := &Redis{
-		client:       cfg.Client,
-		bucketPrefix: cfg.KeyPrefix + "rl:{",
-		quotaPrefix:  cfg.KeyPrefix + "q:{",
-		timeout:      cfg.Timeout,
-		mode:         cfg.FailureMode,
-		replicas:     cfg.Replicas,
-		now:          cfg.Now,
-		fallback:     NewLocal(LocalConfig{MaxKeys: cfg.LocalMaxKeys, Now: cfg.Now}),
-		blocked:      blocked,
+	r := &Resilient{
+		primary:  primary,
+		mode:     cfg.FailureMode,
+		replicas: cfg.Replicas,
+		now:      cfg.Now,
+		fallback: NewLocal(LocalConfig{MaxKeys: cfg.LocalMaxKeys, Now: cfg.Now}),
+		blocked:  blocked,
 	}
-	if p, ok := cfg.Client.(Pipeliner); ok {
-		r.batch = &batcher{client: cfg.Client, pipe: p, timeout: cfg.Timeout}
-	}
-	failures := uint32(cfg.BreakerFailures)
-	r.breaker = gobreaker.NewCircuitBreaker[Decision](gobreaker.Settings{
-		Name:        "ratelimit-redis",
-		MaxRequests: 1,
-		Timeout:     cfg.BreakerBackoff,
-		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= failures },
-		IsExcluded:  func(err error) bool { return errors.Is(err, errCallerGone) },
-		OnStateChange: func(_ string, from, to gobreaker.State) {
+	r.breaker = redisconn.NewBreaker[Decision](redisconn.BreakerConfig{
+		Name:     "ratelimit-redis",
+		Failures: cfg.BreakerFailures,
+		Backoff:  cfg.BreakerBackoff,
+		OnStateChange: func(from, to string) {
 			r.stateChanges.Add(1)
-			if to == gobreaker.StateClosed {
-				log.Info("ratelimit: redis is back, circuit breaker closed", zap.String("from", from.String()))
+			if to == "closed" {
+				log.Info("ratelimit: redis is back, circuit breaker closed", zap.String("from", from))
 			} else if ce := log.Check(zap.WarnLevel, "ratelimit: redis circuit breaker"); ce != nil {
-				ce.Write(zap.String("from", from.String()), zap.String("to", to.String()), zap.String("failure_mode", string(r.mode)))
+				ce.Write(zap.String("from", from), zap.String("to", to), zap.String("failure_mode", string(r.mode)))
 			}
 			if cfg.OnBreakerStateChange != nil {
-				cfg.OnBreakerStateChange(from.String(), to.String())
+				cfg.OnBreakerStateChange(from, to)
 			}
 		},
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout)
-	defer cancel()
-	_ = gcra.Load(ctx, cfg.Client).Err() // only saves the first EVAL
 	return r, nil
 }
 
-// Allow decides whether the request of id may proceed under lim. id is
-// the key's public id, never the key; it is the only thing the Redis keys
-// are made of. An error means the limiter cannot decide: ErrInvalid for a
-// bad id or lim, ErrUnavailable when Redis is unavailable in FailClosed
-// mode, or the caller's context error when it gave up.
-func (r *Redis) Allow(ctx context.Context, id string, lim Limit) (Decision, error) {
+// Allow decides whether the request of id may proceed under lim. An error
+// means no decision: ErrInvalid for a bad id or lim, ErrUnavailable when
+// the primary is unavailable in FailClosed mode, or the caller's context
+// error when it gave up.
+func (r *Resilient) Allow(ctx context.Context, id string, lim Limit) (Decision, error) {
 	if err := check(id, lim); err != nil {
 		return Decision{}, err
 	}
@@ -210,26 +182,20 @@ func (r *Redis) Allow(ctx context.Context, id string, lim Limit) (Decision, erro
 		r.cachedRefusals.Add(1)
 		return d, nil
 	}
-	d, err := r.breaker.Execute(func() (Decision, error) {
-		d, err := r.eval(ctx, id, lim)
-		if err != nil && ctx.Err() != nil {
-			err = fmt.Errorf("%w: %w", errCallerGone, ctx.Err())
-		}
-		return d, err
-	})
+	d, err := r.breaker.Do(ctx, func(ctx context.Context) (Decision, error) { return r.primary.Allow(ctx, id, lim) })
 	if err == nil {
-		r.redisDecisions.Add(1)
+		r.primaryDecisions.Add(1)
 		if !d.Allowed && d.RetryAfter > 0 {
 			now := r.now()
 			r.blocked.Add(id, blockedEntry{lim: lim, d: d, at: now, until: now.Add(d.RetryAfter)})
 		}
 		return d, nil
 	}
-	if errors.Is(err, errCallerGone) {
-		return Decision{}, ctx.Err()
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return Decision{}, err // the caller gave up
 	}
-	if !errors.Is(err, gobreaker.ErrOpenState) && !errors.Is(err, gobreaker.ErrTooManyRequests) {
-		r.redisErrors.Add(1)
+	if !redisconn.Rejected(err) {
+		r.primaryErrors.Add(1)
 	}
 	if r.mode == FailClosed {
 		r.unavailable.Add(1)
@@ -241,7 +207,7 @@ func (r *Redis) Allow(ctx context.Context, id string, lim Limit) (Decision, erro
 
 // cached returns a refusal for id when Redis refused it recently under
 // the same lim and its retry-after has not passed.
-func (r *Redis) cached(id string, lim Limit) (Decision, bool) {
+func (r *Resilient) cached(id string, lim Limit) (Decision, bool) {
 	if r.blocked.Len() == 0 {
 		return Decision{}, false
 	}
@@ -261,20 +227,20 @@ func (r *Redis) cached(id string, lim Limit) (Decision, bool) {
 	return d, true
 }
 
-// Degraded reports whether Redis is being bypassed (the circuit breaker
-// is open or probing): decisions are local (FailOpen) or errors
+// Degraded reports whether the primary is being bypassed (the circuit
+// breaker is open or probing): decisions are local (FailOpen) or errors
 // (FailClosed).
-func (r *Redis) Degraded() bool { return r.breaker.State() != gobreaker.StateClosed }
+func (r *Resilient) Degraded() bool { return !r.breaker.Closed() }
 
 // Stats returns the counters since r was built.
-func (r *Redis) Stats() Stats {
+func (r *Resilient) Stats() Stats {
 	return Stats{
-		RedisDecisions:      r.redisDecisions.Load(),
+		RedisDecisions:      r.primaryDecisions.Load(),
 		CachedRefusals:      r.cachedRefusals.Load(),
 		FallbackDecisions:   r.fallbackDecisions.Load(),
 		UnavailableErrors:   r.unavailable.Load(),
-		RedisErrors:         r.redisErrors.Load(),
+		RedisErrors:         r.primaryErrors.Load(),
 		BreakerStateChanges: r.stateChanges.Load(),
-		BreakerState:        r.breaker.State().String(),
+		BreakerState:        r.breaker.State(),
 	}
 }

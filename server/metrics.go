@@ -40,7 +40,7 @@ func registerDegraded(reg prometheus.Registerer, name, help string, d degradable
 
 // registerLimiterMetrics exposes the Redis limiter's outage state: whether
 // it runs degraded, and how its decisions were made.
-func registerLimiterMetrics(reg prometheus.Registerer, l *ratelimit.Limiter) {
+func registerLimiterMetrics(reg prometheus.Registerer, l *ratelimit.Resilient) {
 	registerDegraded(reg, "keygate_ratelimit_degraded", "1 while Redis is unavailable and the rate limiter runs on its outage policy (failure_mode).", l)
 	counter := func(name, help string, f func(ratelimit.Stats) uint64) {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},

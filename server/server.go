@@ -42,14 +42,14 @@ import (
 // The pieces fit the interfaces their users declare.
 var (
 	_ gateway.Authenticator = (*auth.Chain)(nil)
-	_ gateway.Limiter       = (*ratelimit.Limiter)(nil)
+	_ gateway.Limiter       = (*ratelimit.Resilient)(nil)
 	_ gateway.Limiter       = (*ratelimit.Local)(nil)
 	_ auth.Credential       = (*auth.APIKeys)(nil)
 	_ auth.Credential       = (*oauth2.Authenticator)(nil)
 	_ readyStore            = (*keystore.FileStore)(nil)
 	_ readyStore            = (*keystore.RedisStore)(nil)
 	_ degradable            = (*keystore.RedisStore)(nil)
-	_ degradable            = (*ratelimit.Limiter)(nil)
+	_ degradable            = (*ratelimit.Resilient)(nil)
 )
 
 // Deps are what a Server takes from its caller.
@@ -303,17 +303,17 @@ func (s *Server) openStore() error {
 }
 
 func (s *Server) openLimiter() error {
-	l, err := ratelimit.New(s.cfg.RateLimit, ratelimit.Deps{Redis: s.redis, KeyPrefix: s.cfg.Redis.KeyPrefix, Logger: s.log.Named("ratelimit")})
+	rc := s.cfg.RateLimit
+	if rc.Backend == ratelimit.BackendLocal {
+		s.limiter = rc.NewLocal(nil)
+		return nil
+	}
+	l, err := rc.NewRedis(ratelimit.RedisDeps{Client: s.redis, KeyPrefix: s.cfg.Redis.KeyPrefix, Logger: s.log.Named("ratelimit")})
 	if err != nil {
 		return err
 	}
 	s.limiter = l
-	if c, ok := any(l).(interface{ Close() error }); ok {
-		s.closers = append(s.closers, c.Close)
-	}
-	if s.cfg.RateLimit.Backend == ratelimit.BackendRedis {
-		registerLimiterMetrics(s.registry, l)
-	}
+	registerLimiterMetrics(s.registry, l)
 	return nil
 }
 
