@@ -170,6 +170,15 @@ func NewResilient(primary Allower, cfg ResilientConfig) (*Resilient, error) {
 	return r, nil
 }
 
+// primaryCall is one call of the primary, as the breaker runs it.
+type primaryCall struct {
+	p   Allower
+	id  string
+	lim Limit
+}
+
+func callPrimary(ctx context.Context, c primaryCall) (Decision, error) { return c.p.Allow(ctx, c.id, c.lim) }
+
 // Allow decides whether the request of id may proceed under lim. An error
 // means no decision: ErrInvalid for a bad id or lim, ErrUnavailable when
 // the primary is unavailable in FailClosed mode, or the caller's context
@@ -182,7 +191,7 @@ func (r *Resilient) Allow(ctx context.Context, id string, lim Limit) (Decision, 
 		r.cachedRefusals.Add(1)
 		return d, nil
 	}
-	d, err := r.breaker.Do(ctx, func(ctx context.Context) (Decision, error) { return r.primary.Allow(ctx, id, lim) })
+	d, err := redisconn.DoWith(r.breaker, ctx, primaryCall{r.primary, id, lim}, callPrimary)
 	if err == nil {
 		r.primaryDecisions.Add(1)
 		if !d.Allowed && d.RetryAfter > 0 {

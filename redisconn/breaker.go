@@ -63,10 +63,7 @@ func NewBreaker[T any](cfg BreakerConfig) *Breaker[T] {
 		IsSuccessful: func(err error) bool {
 			return err == nil || errors.Is(err, redis.Nil)
 		},
-		IsExcluded: func(err error) bool {
-			var cg *callerGone
-			return errors.As(err, &cg)
-		},
+		IsExcluded: isCallerGone,
 		OnStateChange: func(_ string, from, to gobreaker.State) {
 			if cfg.OnStateChange != nil {
 				cfg.OnStateChange(from.String(), to.String())
@@ -78,19 +75,33 @@ func NewBreaker[T any](cfg BreakerConfig) *Breaker[T] {
 // Do runs call with ctx through the breaker. See Breaker for what counts
 // as a failure; when the caller gave up, the error is ctx's.
 func (b *Breaker[T]) Do(ctx context.Context, call func(context.Context) (T, error)) (T, error) {
+	return DoWith(b, ctx, call, func(ctx context.Context, call func(context.Context) (T, error)) (T, error) { return call(ctx) })
+}
+
+// DoWith is Do for a call that takes an argument: with a static call
+// (a function or method expression, no closure), it allocates nothing
+// beyond what the breaker itself does, for the request path.
+func DoWith[T, A any](b *Breaker[T], ctx context.Context, arg A, call func(context.Context, A) (T, error)) (T, error) {
 	v, err := b.cb.Execute(func() (T, error) {
-		v, err := call(ctx)
+		v, err := call(ctx, arg)
 		if err != nil && ctx.Err() != nil {
 			err = &callerGone{ctx.Err()}
 		}
 		return v, err
 	})
-	var cg *callerGone
-	if errors.As(err, &cg) {
+	if isCallerGone(err) {
 		var zero T
-		return zero, cg.err
+		return zero, errors.Unwrap(err)
 	}
 	return v, err
+}
+
+// isCallerGone reports whether err is a callerGone (the breaker wraps
+// none of its own around it). It allocates nothing: it runs on every
+// call.
+func isCallerGone(err error) bool {
+	_, ok := err.(*callerGone)
+	return ok
 }
 
 // Closed reports whether the breaker lets calls through normally; false
