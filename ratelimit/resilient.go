@@ -177,7 +177,9 @@ type primaryCall struct {
 	lim Limit
 }
 
-func callPrimary(ctx context.Context, c primaryCall) (Decision, error) { return c.p.Allow(ctx, c.id, c.lim) }
+func callPrimary(ctx context.Context, c primaryCall) (Decision, error) {
+	return c.p.Allow(ctx, c.id, c.lim)
+}
 
 // Allow decides whether the request of id may proceed under lim. An error
 // means no decision: ErrInvalid for a bad id or lim, ErrUnavailable when
