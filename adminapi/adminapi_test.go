@@ -21,6 +21,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keygate/keygate/internal/audittest"
+
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
@@ -374,7 +376,7 @@ func TestActorsReachTheAudit(t *testing.T) {
 	f.do(t, allToken, "PATCH", "/v1/keys/"+keyAcme, `{"name":"renamed"}`)
 	f.do(t, allToken, "POST", "/v1/keys/"+keyAcme+"/rotate", `{"grace":"1h"}`)
 	f.do(t, allToken, "POST", "/v1/keys/"+keyRegistry+"/revoke", "")
-	ev := f.audit.all()
+	ev := f.audit.Events()
 	if len(ev) != 4 {
 		t.Fatalf("%d events, want 4", len(ev))
 	}
@@ -508,7 +510,7 @@ func TestClientCertificates(t *testing.T) {
 	}
 	path := filepath.Join(t.TempDir(), "keys.yaml")
 	writeKeystore(t, path)
-	audit := &recorder{}
+	audit := &audittest.Recorder{}
 	cfg := adminapi.DefaultConfig()
 	cfg.Enabled, cfg.Listen, cfg.ClientCAFile = true, "127.0.0.1:0", caFile
 	cfg.ClientCertScopes = map[string][]string{"support": {adminapi.ScopeKeysRead, adminapi.ScopeKeysWrite}, "auditor": {adminapi.ScopeAuditRead}}
@@ -571,7 +573,7 @@ func TestClientCertificates(t *testing.T) {
 			t.Fatalf("rogue certificate: %d", resp.StatusCode)
 		}
 	}
-	ev := audit.all()
+	ev := audit.Events()
 	if len(ev) != 1 || ev[0].Actor.ID != "cert:CN=support,O=Ops" {
 		t.Fatalf("audit events %+v", ev)
 	}

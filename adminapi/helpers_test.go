@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keygate/keygate/internal/audittest"
+
 	"gopkg.in/yaml.v3"
 
 	"github.com/keygate/keygate/adminapi"
@@ -52,25 +54,6 @@ func testTokens() tokens {
 	return t
 }
 
-// recorder is a keyops.Auditor that keeps the events.
-type recorder struct {
-	mu     sync.Mutex
-	events []keyops.Event
-}
-
-func (r *recorder) Audit(_ context.Context, e keyops.Event) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.events = append(r.events, e)
-	return nil
-}
-
-func (r *recorder) all() []keyops.Event {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]keyops.Event(nil), r.events...)
-}
-
 // portalLinks stands in for the portal in this package's tests (the real
 // one is tested in package portal and end to end): it checks the consumer
 // as the portal does and answers a link of its own.
@@ -96,7 +79,7 @@ type fixture struct {
 	api   *adminapi.API
 	srv   *httptest.Server
 	store *keystore.FileAdmin
-	audit *recorder
+	audit *audittest.Recorder
 }
 
 // writeKeystore writes the fixture's consumers and keys to path.
@@ -150,7 +133,7 @@ func newFixture(t *testing.T, mod func(*adminapi.Config, *adminapi.Deps)) *fixtu
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "keys.yaml")
 	writeKeystore(t, path)
-	f := &fixture{store: &keystore.FileAdmin{Path: path}, audit: &recorder{}}
+	f := &fixture{store: &keystore.FileAdmin{Path: path}, audit: &audittest.Recorder{}}
 	cfg := adminapi.DefaultConfig()
 	cfg.Enabled, cfg.TLS = true, adminapi.TLSOff
 	ops := newOps(t, path, f.audit)

@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/keygate/keygate/internal/statuswriter"
+
 	"go.uber.org/zap"
 
 	"github.com/keygate/keygate/keyops"
@@ -84,12 +86,12 @@ func isWrite(method string) bool { return method != http.MethodGet && method != 
 func (a *API) wrap(rt Route) http.Handler {
 	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		start := a.now()
-		w := &statusWriter{ResponseWriter: rw}
+		w := statuswriter.Wrap(rw)
 		var actor string
 		defer func() {
 			// One line per call: no query (cursors), no header, no body.
 			if ce := a.log.Check(zap.InfoLevel, "admin api"); ce != nil {
-				ce.Write(zap.String("method", r.Method), zap.String("path", r.URL.Path), zap.Int("status", w.status),
+				ce.Write(zap.String("method", r.Method), zap.String("path", r.URL.Path), zap.Int("status", w.Status()),
 					zap.String("actor", actor), zap.String("remote", r.RemoteAddr), zap.Duration("duration", a.now().Sub(start)))
 			}
 		}()
@@ -244,26 +246,6 @@ func writeBody(w http.ResponseWriter, status int, b []byte, ctype string) {
 	h.Set("Content-Type", ctype)
 	w.WriteHeader(status)
 	_, _ = w.Write(b)
-}
-
-// statusWriter remembers the status written, for the log line.
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	if w.status == 0 {
-		w.status = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	return w.ResponseWriter.Write(b)
 }
 
 // decode reads r's JSON body into v, refusing unknown fields and

@@ -5,9 +5,10 @@ import (
 	"errors"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/keygate/keygate/internal/audittest"
 
 	"github.com/redis/go-redis/v9"
 
@@ -16,18 +17,6 @@ import (
 	"github.com/keygate/keygate/keyops"
 	"github.com/keygate/keygate/keystore"
 )
-
-type recorder struct {
-	mu     sync.Mutex
-	events []keyops.Event
-}
-
-func (r *recorder) Audit(_ context.Context, e keyops.Event) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.events = append(r.events, e)
-	return nil
-}
 
 func backends(t *testing.T) map[string][2]admintoken.Store {
 	path := filepath.Join(t.TempDir(), "keys.yaml")
@@ -54,7 +43,7 @@ func TestAuthenticate(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			now := time.Now()
-			rec := &recorder{}
+			rec := &audittest.Recorder{}
 			svc, err := admintoken.New(admintoken.Config{Store: be[0], Auditor: rec, Now: func() time.Time { return now }})
 			if err != nil {
 				t.Fatal(err)
@@ -103,7 +92,7 @@ func TestAuthenticate(t *testing.T) {
 			}
 			// Audited: create, create, revoke, refused create; never a token or a hash.
 			var actions []string
-			for _, e := range rec.events {
+			for _, e := range rec.Events() {
 				actions = append(actions, e.Action+":"+e.Outcome())
 				if e.Actor != actor {
 					t.Errorf("event %s: actor %+v", e.Action, e.Actor)

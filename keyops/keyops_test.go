@@ -5,9 +5,10 @@ import (
 	"errors"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/keygate/keygate/internal/audittest"
 
 	"github.com/keygate/keygate/keyops"
 	"github.com/keygate/keygate/keystore"
@@ -16,19 +17,7 @@ import (
 
 const ctxA = "6f1c2d3e-4a5b-4c6d-8e7f-90a1b2c3d4e5"
 
-type recorder struct {
-	mu     sync.Mutex
-	events []keyops.Event
-}
-
-func (r *recorder) Audit(_ context.Context, e keyops.Event) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.events = append(r.events, e)
-	return nil
-}
-
-func newService(t *testing.T) (*keyops.Service, *recorder) {
+func newService(t *testing.T) (*keyops.Service, *audittest.Recorder) {
 	t.Helper()
 	cfg := ratelimit.DefaultConfig()
 	cfg.Plans = map[string]ratelimit.Plan{
@@ -39,7 +28,7 @@ func newService(t *testing.T) (*keyops.Service, *recorder) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := &recorder{}
+	rec := &audittest.Recorder{}
 	s, err := keyops.New(keyops.Config{Store: &keystore.FileAdmin{Path: filepath.Join(t.TempDir(), "keys.yaml")}, Limits: res, Auditor: rec})
 	if err != nil {
 		t.Fatal(err)
@@ -104,10 +93,10 @@ func TestKeyOpsExplainAndAudit(t *testing.T) {
 	}
 
 	want := []string{"consumer.create ok", "key.issue ok", "key.update error", "key.update error", "key.update ok", "key.update ok", "consumer.delete error"}
-	if len(audit.events) != len(want) {
-		t.Fatalf("%d events, want %d: %+v", len(audit.events), len(want), audit.events)
+	if len(audit.Events()) != len(want) {
+		t.Fatalf("%d events, want %d: %+v", len(audit.Events()), len(want), audit.Events())
 	}
-	for i, e := range audit.events {
+	for i, e := range audit.Events() {
 		if got := e.Action + " " + e.Outcome(); got != want[i] || e.Actor != cli || e.Time.IsZero() {
 			t.Errorf("event %d: %s by %+v, want %s by %+v", i, got, e.Actor, want[i], cli)
 		}
@@ -117,8 +106,8 @@ func TestKeyOpsExplainAndAudit(t *testing.T) {
 			}
 		}
 	}
-	if audit.events[4].Changes["plan"] != "pro" || audit.events[4].Changes["override.rate"] != "500" {
-		t.Errorf("update changes: %v", audit.events[4].Changes)
+	if audit.Events()[4].Changes["plan"] != "pro" || audit.Events()[4].Changes["override.rate"] != "500" {
+		t.Errorf("update changes: %v", audit.Events()[4].Changes)
 	}
 }
 

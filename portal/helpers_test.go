@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keygate/keygate/internal/audittest"
+
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"gopkg.in/yaml.v3"
@@ -36,25 +38,6 @@ const (
 	keyA = "key_3c4d5e6f708192a3"
 	keyB = "key_4d5e6f708192a3b4"
 )
-
-// recorder is a keyops.Auditor that keeps the events.
-type recorder struct {
-	mu     sync.Mutex
-	events []keyops.Event
-}
-
-func (r *recorder) Audit(_ context.Context, e keyops.Event) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.events = append(r.events, e)
-	return nil
-}
-
-func (r *recorder) all() []keyops.Event {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]keyops.Event(nil), r.events...)
-}
 
 // clock is a settable clock.
 type clock struct {
@@ -100,7 +83,7 @@ type fixture struct {
 	portal *portal.Portal
 	srv    *httptest.Server
 	store  *keystore.FileAdmin
-	audit  *recorder
+	audit  *audittest.Recorder
 	logs   *testkit.SyncBuffer
 	clock  *clock
 	usage  *usage.FileStore
@@ -133,7 +116,7 @@ func mustURL(t *testing.T, s string) *url.URL {
 
 func newFixtureAt(t *testing.T, path string, mod func(*portal.Config, *portal.Deps)) *fixture {
 	t.Helper()
-	f := &fixture{store: &keystore.FileAdmin{Path: path}, audit: &recorder{}, logs: &testkit.SyncBuffer{},
+	f := &fixture{store: &keystore.FileAdmin{Path: path}, audit: &audittest.Recorder{}, logs: &testkit.SyncBuffer{},
 		clock: &clock{t: time.Now().UTC()}}
 	res, err := ratelimit.DefaultConfig().Resolver()
 	if err != nil {

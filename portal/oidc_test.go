@@ -78,7 +78,7 @@ func TestOIDCSignIn(t *testing.T) {
 		t.Fatal("alice sees consumer B's key")
 	}
 	var audited bool
-	for _, e := range f.audit.all() {
+	for _, e := range f.audit.Events() {
 		audited = audited || e.Action == "portal.sign_in" && e.Actor.ID == "portal:oidc:user-alice" && e.Target == conA && e.Changes["method"] == "oidc"
 	}
 	if !audited {

@@ -28,6 +28,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/keygate/keygate/internal/statuswriter"
+
 	"github.com/keygate/keygate/internal/capool"
 
 	"github.com/redis/go-redis/v9"
@@ -219,26 +221,6 @@ func (p *Portal) Handler() http.Handler {
 	return p.guard(mux)
 }
 
-// statusWriter records the status for the access log.
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	if w.status == 0 {
-		w.status = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	return w.ResponseWriter.Write(b)
-}
-
 // guard sets the security headers of every response, limits requests per
 // client address, refuses cross-site POSTs, and logs each request by its
 // route (never its path, which may hold a one-time link).
@@ -253,7 +235,7 @@ func (p *Portal) guard(next http.Handler) http.Handler {
 		if r.TLS != nil {
 			h.Set("Strict-Transport-Security", "max-age=31536000")
 		}
-		sw := &statusWriter{ResponseWriter: w}
+		sw := statuswriter.Wrap(w)
 		addr := p.addr(r)
 		switch {
 		case !p.perAddr.allow(addr.String()):
@@ -269,7 +251,7 @@ func (p *Portal) guard(next http.Handler) http.Handler {
 			route = "(none)"
 		}
 		p.log.Info("portal request",
-			zap.String("method", r.Method), zap.String("route", route), zap.Int("status", sw.status),
+			zap.String("method", r.Method), zap.String("route", route), zap.Int("status", sw.Status()),
 			zap.String("remote", addr.String()), zap.Duration("duration", p.now().Sub(start)))
 	})
 }

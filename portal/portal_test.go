@@ -67,7 +67,7 @@ func TestDelegatedLinkWorksOnceAndExpires(t *testing.T) {
 	}
 	// Made and used links are audited with who asked and who signed in.
 	var made, signedIn int
-	for _, e := range f.audit.all() {
+	for _, e := range f.audit.Events() {
 		switch e.Action {
 		case "portal.session_link":
 			made++
@@ -140,7 +140,7 @@ func TestIsolationBetweenConsumers(t *testing.T) {
 			t.Fatalf("a key %s was made for B", r.ID)
 		}
 	}
-	for _, e := range f.audit.all() {
+	for _, e := range f.audit.Events() {
 		if e.Target == keyB || e.Target == conB {
 			t.Fatalf("audited an action on B: %+v", e)
 		}
@@ -281,12 +281,12 @@ func TestNewKeyShownOnce(t *testing.T) {
 	if logs := f.logs.String(); strings.Contains(logs, key) || strings.Contains(logs, key2) {
 		t.Error("a key was logged")
 	}
-	b, _ := json.Marshal(f.audit.all())
+	b, _ := json.Marshal(f.audit.Events())
 	if strings.Contains(string(b), key) || strings.Contains(string(b), key2) {
 		t.Error("a key is in the audit log")
 	}
 	var issued, rotated bool
-	for _, e := range f.audit.all() {
+	for _, e := range f.audit.Events() {
 		issued = issued || e.Action == "key.issue" && e.Actor.ID == "portal:delegated:user@"+conA
 		rotated = rotated || e.Action == "key.rotate" && e.Target == rec.ID
 	}
@@ -401,7 +401,7 @@ func TestLimitRequest(t *testing.T) {
 		t.Fatalf("webhook got %+v", lr)
 	}
 	var audited bool
-	for _, e := range f.audit.all() {
+	for _, e := range f.audit.Events() {
 		if e.Action == "portal.limit_request" && e.Target == keyA && e.Actor.ID == "portal:delegated:user@"+conA && e.Changes["quota"] == "100000 per day" {
 			audited = true
 		}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -155,17 +156,7 @@ func (s *Server) openAdminAPI(deps Deps) error {
 	if s.adminAPILn, err = net.Listen("tcp", s.cfg.AdminAPI.Listen); err != nil {
 		return fmt.Errorf("admin_api.listen: %w", err)
 	}
-	sc := s.cfg.Server
-	s.adminAPI = &http.Server{
-		Handler:           api.Handler(),
-		TLSConfig:         tlsConfig,
-		ReadHeaderTimeout: sc.ReadHeaderTimeout,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       sc.IdleTimeout,
-		MaxHeaderBytes:    sc.MaxHeaderBytes,
-		ErrorLog:          s.errLog,
-	}
+	s.adminAPI = s.managementServer(api.Handler(), tlsConfig)
 	return nil
 }
 
@@ -194,10 +185,18 @@ func (s *Server) openPortal(deps *Deps, trusted gateway.TrustedProxies) error {
 	if s.portalLn, err = net.Listen("tcp", s.cfg.Portal.Listen); err != nil {
 		return fmt.Errorf("portal.listen: %w", err)
 	}
+	s.portalSrv = s.managementServer(s.portal.Handler(), s.tls.TLSConfig())
+	return nil
+}
+
+// managementServer is the http.Server of the admin API or the portal:
+// the server section's header limits, and 30 s for a whole request or
+// response (their bodies are small).
+func (s *Server) managementServer(h http.Handler, tlsConfig *tls.Config) *http.Server {
 	sc := s.cfg.Server
-	s.portalSrv = &http.Server{
-		Handler:           s.portal.Handler(),
-		TLSConfig:         s.tls.TLSConfig(),
+	return &http.Server{
+		Handler:           h,
+		TLSConfig:         tlsConfig,
 		ReadHeaderTimeout: sc.ReadHeaderTimeout,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,
@@ -205,5 +204,4 @@ func (s *Server) openPortal(deps *Deps, trusted gateway.TrustedProxies) error {
 		MaxHeaderBytes:    sc.MaxHeaderBytes,
 		ErrorLog:          s.errLog,
 	}
-	return nil
 }

@@ -30,6 +30,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keygate/keygate/internal/statuswriter"
+
 	"github.com/keygate/keygate/internal/testkit"
 	"github.com/letsencrypt/challtestsrv"
 	"github.com/letsencrypt/pebble/v2/ca"
@@ -163,9 +165,9 @@ func Start(t testing.TB, opts ...Option) *Pebble {
 	handler := front.Handler()
 	counting := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodPost && r.URL.Path == "/order-plz" {
-			sw := &statusWriter{ResponseWriter: w}
+			sw := statuswriter.Wrap(w)
 			handler.ServeHTTP(sw, r)
-			if sw.status == http.StatusCreated {
+			if sw.Status() == http.StatusCreated {
 				p.orders.Add(1)
 			}
 			return
@@ -204,25 +206,6 @@ func startTLS(h http.Handler, cert tls.Certificate) *httptest.Server {
 	s.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	s.StartTLS()
 	return s
-}
-
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	if w.status == 0 {
-		w.status = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	return w.ResponseWriter.Write(b)
 }
 
 func setEnv(vals map[string]string) (restore func()) {
