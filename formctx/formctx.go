@@ -99,16 +99,16 @@ type Config struct {
 	// MaxBytes caps the whole body, the part read before the context is
 	// found and the part streamed after it together. A longer body fails
 	// with a 413 *Error. Required (> 0).
-	MaxBytes int64 `yaml:"max_bytes"`
+	MaxBytes int64
 	// MemoryBytes is how much of the prefix read before the context part is
 	// held in memory; the rest spills into a temp file. Default 256 KiB.
-	MemoryBytes int `yaml:"memory_bytes"`
+	MemoryBytes int
 	// TempDir is where spill files are created (and unlinked at once).
 	// Default os.TempDir().
-	TempDir string `yaml:"temp_dir"`
+	TempDir string
 	// MaxFieldBytes caps the value of a context part; a longer value is a
 	// malformed body. Default 1024.
-	MaxFieldBytes int `yaml:"max_field_bytes"`
+	MaxFieldBytes int
 }
 
 const (

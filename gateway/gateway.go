@@ -172,7 +172,7 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 	}
 	g.proxy = &httputil.ReverseProxy{
 		Rewrite:        g.rewrite,
-		Transport:      upstreamTransport{g},
+		Transport:      upstreamTransport{},
 		ModifyResponse: g.modifyResponse,
 		ErrorHandler:   g.proxyError,
 		BufferPool:     bufferPool{},

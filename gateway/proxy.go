@@ -51,7 +51,7 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 
 // upstreamTransport sends each request with the transport of the upstream
 // rewrite chose.
-type upstreamTransport struct{ g *Gateway }
+type upstreamTransport struct{}
 
 func (t upstreamTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	st := req.Context().Value(stateKey{}).(*state)
