@@ -96,42 +96,42 @@ func DefaultConfig() Config {
 // reveal an old mistake.
 func (c Config) Validate() error {
 	if c.Listen == "" {
-		return errors.New("admin_api.listen: required")
+		return errors.New("listen: required")
 	}
 	host, _, err := net.SplitHostPort(c.Listen)
 	if err != nil {
-		return fmt.Errorf("admin_api.listen: %w", err)
+		return fmt.Errorf("listen: %w", err)
 	}
 	switch c.TLS {
 	case TLSOn:
 	case TLSOff:
 		if !isLoopback(host) {
-			return fmt.Errorf("admin_api.tls: off is allowed only on a loopback listener (127.0.0.1, [::1] or localhost), but admin_api.listen is %q", c.Listen)
+			return fmt.Errorf("tls: off is allowed only on a loopback listener (127.0.0.1, [::1] or localhost), but listen is %q", c.Listen)
 		}
 		if c.ClientCAFile != "" {
-			return errors.New("admin_api.client_ca_file: client certificates need admin_api.tls: on")
+			return errors.New("client_ca_file: client certificates need tls: on")
 		}
 	default:
-		return fmt.Errorf("admin_api.tls: must be on or off, got %q", c.TLS)
+		return fmt.Errorf("tls: must be on or off, got %q", c.TLS)
 	}
 	if len(c.ClientCertScopes) > 0 && c.ClientCAFile == "" {
-		return errors.New("admin_api.client_cert_scopes: set admin_api.client_ca_file, the CA that issues those certificates")
+		return errors.New("client_cert_scopes: set client_ca_file, the CA that issues those certificates")
 	}
 	for cn, scopes := range c.ClientCertScopes {
 		if cn == "" {
-			return errors.New("admin_api.client_cert_scopes: a common name must not be empty")
+			return errors.New("client_cert_scopes: a common name must not be empty")
 		}
 		for i, s := range scopes {
 			if !ValidScope(s) {
-				return fmt.Errorf("admin_api.client_cert_scopes.%s[%d]: must be one of %s, got %q", cn, i, strings.Join(AllScopes, ", "), s)
+				return fmt.Errorf("client_cert_scopes.%s[%d]: must be one of %s, got %q", cn, i, strings.Join(AllScopes, ", "), s)
 			}
 		}
 	}
 	if c.IdempotencyTTL <= 0 {
-		return fmt.Errorf("admin_api.idempotency_ttl: must be positive, got %s", c.IdempotencyTTL)
+		return fmt.Errorf("idempotency_ttl: must be positive, got %s", c.IdempotencyTTL)
 	}
 	if c.IdempotencyMaxEntries < 1 {
-		return fmt.Errorf("admin_api.idempotency_max_entries: must be at least 1, got %d", c.IdempotencyMaxEntries)
+		return fmt.Errorf("idempotency_max_entries: must be at least 1, got %d", c.IdempotencyMaxEntries)
 	}
 	return nil
 }

@@ -591,16 +591,16 @@ func TestConfigValidate(t *testing.T) {
 		{"tls off on loopback", func(c *adminapi.Config) { c.TLS = "off" }, ""},
 		{"tls off on localhost", func(c *adminapi.Config) { c.TLS, c.Listen = "off", "localhost:9091" }, ""},
 		{"tls off on ::1", func(c *adminapi.Config) { c.TLS, c.Listen = "off", "[::1]:9091" }, ""},
-		{"tls off on every address", func(c *adminapi.Config) { c.TLS, c.Listen = "off", ":9091" }, "admin_api.tls"},
-		{"tls off on a public address", func(c *adminapi.Config) { c.TLS, c.Listen = "off", "10.0.0.5:9091" }, "admin_api.tls"},
-		{"tls maybe", func(c *adminapi.Config) { c.TLS = "maybe" }, "admin_api.tls"},
-		{"no listen", func(c *adminapi.Config) { c.Listen = "" }, "admin_api.listen"},
-		{"scopes without CA", func(c *adminapi.Config) { c.ClientCertScopes = map[string][]string{"ops": {"keys:read"}} }, "admin_api.client_cert_scopes"},
+		{"tls off on every address", func(c *adminapi.Config) { c.TLS, c.Listen = "off", ":9091" }, "tls"},
+		{"tls off on a public address", func(c *adminapi.Config) { c.TLS, c.Listen = "off", "10.0.0.5:9091" }, "tls"},
+		{"tls maybe", func(c *adminapi.Config) { c.TLS = "maybe" }, "tls"},
+		{"no listen", func(c *adminapi.Config) { c.Listen = "" }, "listen"},
+		{"scopes without CA", func(c *adminapi.Config) { c.ClientCertScopes = map[string][]string{"ops": {"keys:read"}} }, "client_cert_scopes"},
 		{"unknown scope", func(c *adminapi.Config) {
 			c.ClientCAFile, c.ClientCertScopes = "ca.pem", map[string][]string{"ops": {"keys:admin"}}
-		}, "admin_api.client_cert_scopes.ops[0]"},
-		{"CA with tls off", func(c *adminapi.Config) { c.TLS, c.ClientCAFile = "off", "ca.pem" }, "admin_api.client_ca_file"},
-		{"no ttl", func(c *adminapi.Config) { c.IdempotencyTTL = 0 }, "admin_api.idempotency_ttl"},
+		}, "client_cert_scopes.ops[0]"},
+		{"CA with tls off", func(c *adminapi.Config) { c.TLS, c.ClientCAFile = "off", "ca.pem" }, "client_ca_file"},
+		{"no ttl", func(c *adminapi.Config) { c.IdempotencyTTL = 0 }, "idempotency_ttl"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -82,7 +82,7 @@ func DefaultFile(keystoreFile string) string {
 // Validate checks the audit section.
 func (c Config) Validate() error {
 	if c.RedisMaxLen <= 0 {
-		return fmt.Errorf("audit.redis_max_len: must be positive, got %d", c.RedisMaxLen)
+		return fmt.Errorf("redis_max_len: must be positive, got %d", c.RedisMaxLen)
 	}
 	return nil
 }

@@ -41,7 +41,7 @@ func TestScrub(t *testing.T) {
 
 func open(t *testing.T, client redis.UniversalClient) *audit.Log {
 	t.Helper()
-	l, err := audit.Open(audit.Config{File: filepath.Join(t.TempDir(), "sub", "audit.jsonl"), RedisMaxLen: 1000, Redis: client, Prefix: "kg:"})
+	l, err := audit.Open(audit.Config{File: filepath.Join(t.TempDir(), "sub", "jsonl"), RedisMaxLen: 1000, Redis: client, Prefix: "kg:"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +159,7 @@ func TestStreamIsCapped(t *testing.T) {
 	rs := redistest.Start(t)
 	c := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{rs.Addr}})
 	t.Cleanup(func() { _ = c.Close() })
-	l, err := audit.Open(audit.Config{File: filepath.Join(t.TempDir(), "audit.jsonl"), RedisMaxLen: 10, Redis: c})
+	l, err := audit.Open(audit.Config{File: filepath.Join(t.TempDir(), "jsonl"), RedisMaxLen: 10, Redis: c})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +180,7 @@ func TestStreamIsCapped(t *testing.T) {
 // skipped.
 func TestTornLineIsSkipped(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	path := filepath.Join(t.TempDir(), "jsonl")
 	if err := os.WriteFile(path, []byte(`{"id":"evt_1","actor":"cli:a","action":"key.issue","outcome":"ok"}`+"\n"+`{"id":"evt_2","act`), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +202,7 @@ func TestTornLineIsSkipped(t *testing.T) {
 func TestStreamOnly(t *testing.T) {
 	t.Parallel()
 	if _, err := audit.Open(audit.Config{File: audit.NoFile}); err == nil {
-		t.Error("audit.file none without Redis was accepted")
+		t.Error("file none without Redis was accepted")
 	}
 	rs := redistest.Start(t)
 	c := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{rs.Addr}})

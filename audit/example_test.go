@@ -17,7 +17,7 @@ import (
 func ExampleLog() {
 	dir, _ := os.MkdirTemp("", "audit-example")
 	defer os.RemoveAll(dir)
-	log, err := audit.Open(audit.Config{File: filepath.Join(dir, "audit.jsonl")})
+	log, err := audit.Open(audit.Config{File: filepath.Join(dir, "jsonl")})
 	if err != nil {
 		panic(err)
 	}

@@ -213,38 +213,48 @@ func Parse(b []byte) (Config, error) {
 	return c, nil
 }
 
+// within puts the YAML path where a section is mounted in front of the
+// section's own error: each package names its fields within its section,
+// and only this package knows where the sections sit.
+func within(path string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%s.%w", path, err)
+}
+
 // Validate checks every section; the error names the first bad field.
 func (c Config) Validate() error {
 	if err := c.Server.Validate(); err != nil {
 		return err
 	}
-	if err := c.TLS.Validate(); err != nil {
+	if err := within("tls", c.TLS.Validate()); err != nil {
 		return err
 	}
-	if err := c.Usage.Validate(); err != nil {
+	if err := within("usage", c.Usage.Validate()); err != nil {
 		return err
 	}
 	if c.TLS.Mode == "acme" && c.Server.HTTPListen == "" && slices.Contains(c.TLS.Challenges, "http-01") {
 		return errors.New("tls.challenges: http-01 is answered on server.http_listen, which is empty; set server.http_listen (e.g. \":80\") or use only tls-alpn-01")
 	}
-	if err := c.Upstreams.Validate(); err != nil {
+	if err := within("upstreams", c.Upstreams.Validate()); err != nil {
 		return err
 	}
 	if err := c.Keystore.Validate(); err != nil {
 		return err
 	}
 	if c.Keystore.Backend == "redis" || c.RateLimit.Backend == "redis" || c.TLS.Storage == "redis" {
-		if err := c.Redis.Validate(); err != nil {
+		if err := within("redis", c.Redis.Validate()); err != nil {
 			return err
 		}
 	}
-	if err := c.RateLimit.Validate(); err != nil {
+	if err := within("ratelimit", c.RateLimit.Validate()); err != nil {
 		return err
 	}
 	if err := c.Auth.Validate(); err != nil {
 		return err
 	}
-	if err := c.Audit.Validate(); err != nil {
+	if err := within("audit", c.Audit.Validate()); err != nil {
 		return err
 	}
 	if c.Audit.File == audit.NoFile && c.Keystore.Backend != "redis" {
@@ -263,7 +273,7 @@ func (c Config) Validate() error {
 // listeners and TLS.
 func (c Config) validateAdminAPI() error {
 	a := c.AdminAPI
-	if err := a.Validate(); err != nil {
+	if err := within("admin_api", a.Validate()); err != nil {
 		return err
 	}
 	if !a.Enabled {
@@ -282,8 +292,8 @@ func (c Config) validateAdminAPI() error {
 // listeners.
 func (c Config) validatePortal() error {
 	p := c.Portal
-	if err := p.Validate(); err != nil {
-		return fmt.Errorf("portal.%w", err)
+	if err := within("portal", p.Validate()); err != nil {
+		return err
 	}
 	if !p.Enabled {
 		return nil
@@ -364,7 +374,7 @@ func (a AuthConfig) Validate() error {
 			return fmt.Errorf("auth.api_keys.products[%d]: must be extraction or registry, got %q", i, p)
 		}
 	}
-	if err := a.FailureLimit.Validate(); err != nil {
+	if err := within("auth.failure_limit", a.FailureLimit.Validate()); err != nil {
 		return err
 	}
 	if !a.APIKeys.Enabled && !a.OAuth2.Enabled {
@@ -373,7 +383,7 @@ func (a AuthConfig) Validate() error {
 	if d := a.APIKeys.Deprecation; !d.Sunset.IsZero() && !d.Date.IsZero() && d.Sunset.Before(d.Date) {
 		return errors.New("auth.api_keys.deprecation.sunset: must not be before auth.api_keys.deprecation.date")
 	}
-	return a.OAuth2.Validate()
+	return within("auth.oauth2", a.OAuth2.Validate())
 }
 
 // Validate checks the log section.

@@ -64,10 +64,10 @@ func (c UpstreamConfig) Validate(path string) error {
 
 // Validate checks both upstreams.
 func (c UpstreamsConfig) Validate() error {
-	if err := c.Extraction.Validate("upstreams.extraction"); err != nil {
+	if err := c.Extraction.Validate("extraction"); err != nil {
 		return err
 	}
-	return c.Registry.Validate("upstreams.registry")
+	return c.Registry.Validate("registry")
 }
 
 func parseTarget(s string) (*url.URL, error) {

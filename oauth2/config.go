@@ -83,10 +83,11 @@ func DefaultConfig() Config {
 }
 
 // Validate checks the configuration and reports the first problem, naming
-// the offending field by its full YAML path. A disabled configuration is
+// the offending field within the section (package config puts the
+// section's path, auth.oauth2, in front). A disabled configuration is
 // only checked for values that would be wrong in any case.
 func (c Config) Validate() error {
-	const p = "auth.oauth2."
+	const p = ""
 	var first error
 	add := func(format string, args ...any) {
 		if first == nil {

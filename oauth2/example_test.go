@@ -25,7 +25,7 @@ func ExampleConfig_Validate() {
 	cfg.Algorithms = []string{"RS256", "HS256"}
 	fmt.Println(cfg.Validate())
 	// Output:
-	// auth.oauth2.algorithms[1]: "HS256" is not allowed (use one of RS256, RS384, RS512, PS256, PS384, PS512, ES256, ES384, ES512, EdDSA)
+	// algorithms[1]: "HS256" is not allowed (use one of RS256, RS384, RS512, PS256, PS384, PS512, ES256, ES384, ES512, EdDSA)
 }
 
 func ExampleAuthenticator_Authenticate() {

@@ -414,7 +414,7 @@ func TestCARoot(t *testing.T) {
 		t.Parallel()
 		cfg := testConfig(is.JWKSURL())
 		cfg.CARoot = "-----BEGIN nothing"
-		if _, err := oauth2.New(context.Background(), cfg, oauth2.Deps{}); err == nil || !strings.Contains(err.Error(), "auth.oauth2.ca_root") {
+		if _, err := oauth2.New(context.Background(), cfg, oauth2.Deps{}); err == nil || !strings.Contains(err.Error(), "ca_root") {
 			t.Fatalf("err = %v, want one naming auth.oauth2.ca_root", err)
 		}
 	})

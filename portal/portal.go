@@ -98,7 +98,7 @@ const SessionLinkTTL = 15 * time.Minute
 // New checks cfg and builds a Portal.
 func New(cfg Config, deps Deps) (*Portal, error) {
 	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("portal.%w", err)
+		return nil, err // it names the field within the section
 	}
 	if deps.Ops == nil {
 		return nil, errors.New("portal: Deps.Ops is required")

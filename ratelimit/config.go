@@ -87,7 +87,7 @@ func (c Config) Validate() error {
 	var first error
 	bad := func(path, format string, args ...any) {
 		if first == nil {
-			first = fmt.Errorf("ratelimit.%s: "+format, append([]any{path}, args...)...)
+			first = fmt.Errorf("%s: "+format, append([]any{path}, args...)...)
 		}
 	}
 	if c.Backend != BackendLocal && c.Backend != BackendRedis {

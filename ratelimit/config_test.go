@@ -61,20 +61,20 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 		change func(*ratelimit.Config)
 		want   string
 	}{
-		{"unknown backend", func(c *ratelimit.Config) { c.Backend = "memcached" }, `ratelimit.backend: must be "local" or "redis", got "memcached"`},
-		{"unknown failure mode", func(c *ratelimit.Config) { c.FailureMode = "maybe" }, "ratelimit.failure_mode: "},
-		{"status other than 429 or 403", func(c *ratelimit.Config) { c.Status = 500 }, "ratelimit.status: must be 429 or 403, got 500"},
-		{"no replicas", func(c *ratelimit.Config) { c.Replicas = 0 }, "ratelimit.replicas: must be at least 1"},
-		{"zero redis timeout", func(c *ratelimit.Config) { c.RedisTimeout = 0 }, "ratelimit.redis_timeout: must be positive"},
-		{"zero local keys", func(c *ratelimit.Config) { c.LocalMaxKeys = 0 }, "ratelimit.local_max_keys: must be at least 1"},
-		{"zero breaker failures", func(c *ratelimit.Config) { c.BreakerFailures = 0 }, "ratelimit.breaker_failures: "},
-		{"zero breaker back-off", func(c *ratelimit.Config) { c.BreakerBackoff = 0 }, "ratelimit.breaker_backoff: "},
-		{"no limits", func(c *ratelimit.Config) { c.Limits = nil }, "ratelimit.limits: must name the limits of live and test"},
-		{"zero burst", func(c *ratelimit.Config) { l := c.Limits["test"]; l.Burst = 0; c.Limits["test"] = l }, "ratelimit.limits.test.burst: must be at least 1"},
-		{"zero rate", func(c *ratelimit.Config) { l := c.Limits["live"]; l.Rate = 0; c.Limits["live"] = l }, "ratelimit.limits.live.rate: must be positive"},
-		{"missing per", func(c *ratelimit.Config) { l := c.Limits["live"]; l.Per = 0; c.Limits["live"] = l }, "ratelimit.limits.live.per: "},
-		{"quota without period", func(c *ratelimit.Config) { l := c.Limits["test"]; l.Quota.Per = 0; c.Limits["test"] = l }, "ratelimit.limits.test.quota.per: "},
-		{"quota without requests", func(c *ratelimit.Config) { l := c.Limits["test"]; l.Quota.Requests = 0; c.Limits["test"] = l }, "ratelimit.limits.test.quota.requests: "},
+		{"unknown backend", func(c *ratelimit.Config) { c.Backend = "memcached" }, `backend: must be "local" or "redis", got "memcached"`},
+		{"unknown failure mode", func(c *ratelimit.Config) { c.FailureMode = "maybe" }, "failure_mode: "},
+		{"status other than 429 or 403", func(c *ratelimit.Config) { c.Status = 500 }, "status: must be 429 or 403, got 500"},
+		{"no replicas", func(c *ratelimit.Config) { c.Replicas = 0 }, "replicas: must be at least 1"},
+		{"zero redis timeout", func(c *ratelimit.Config) { c.RedisTimeout = 0 }, "redis_timeout: must be positive"},
+		{"zero local keys", func(c *ratelimit.Config) { c.LocalMaxKeys = 0 }, "local_max_keys: must be at least 1"},
+		{"zero breaker failures", func(c *ratelimit.Config) { c.BreakerFailures = 0 }, "breaker_failures: "},
+		{"zero breaker back-off", func(c *ratelimit.Config) { c.BreakerBackoff = 0 }, "breaker_backoff: "},
+		{"no limits", func(c *ratelimit.Config) { c.Limits = nil }, "limits: must name the limits of live and test"},
+		{"zero burst", func(c *ratelimit.Config) { l := c.Limits["test"]; l.Burst = 0; c.Limits["test"] = l }, "limits.test.burst: must be at least 1"},
+		{"zero rate", func(c *ratelimit.Config) { l := c.Limits["live"]; l.Rate = 0; c.Limits["live"] = l }, "limits.live.rate: must be positive"},
+		{"missing per", func(c *ratelimit.Config) { l := c.Limits["live"]; l.Per = 0; c.Limits["live"] = l }, "limits.live.per: "},
+		{"quota without period", func(c *ratelimit.Config) { l := c.Limits["test"]; l.Quota.Per = 0; c.Limits["test"] = l }, "limits.test.quota.per: "},
+		{"quota without requests", func(c *ratelimit.Config) { l := c.Limits["test"]; l.Quota.Requests = 0; c.Limits["test"] = l }, "limits.test.quota.requests: "},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -101,7 +101,7 @@ func TestNewBuildsTheConfiguredBackend(t *testing.T) {
 	}
 
 	c.Backend = ratelimit.BackendRedis
-	if _, err := c.NewRedis(ratelimit.RedisDeps{}); err == nil || !strings.Contains(err.Error(), "ratelimit.backend") {
+	if _, err := c.NewRedis(ratelimit.RedisDeps{}); err == nil || !strings.Contains(err.Error(), "backend") {
 		t.Fatalf("redis backend without a client: %v", err)
 	}
 	s := redistest.Start(t)

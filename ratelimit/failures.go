@@ -2,7 +2,6 @@ package ratelimit
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 	"sync/atomic"
@@ -46,9 +45,11 @@ func (c FailureLimitConfig) Validate() error {
 	if !c.Enabled {
 		return nil
 	}
-	var errs []error
+	var first error
 	bad := func(path, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("auth.failure_limit.%s: "+format, append([]any{path}, args...)...))
+		if first == nil {
+			first = fmt.Errorf("%s: "+format, append([]any{path}, args...)...)
+		}
 	}
 	if !(c.Rate > 0) {
 		bad("rate", "must be positive, got %g", c.Rate)
@@ -62,7 +63,7 @@ func (c FailureLimitConfig) Validate() error {
 	if c.MaxAddresses < 1 {
 		bad("max_addresses", "must be at least 1, got %d", c.MaxAddresses)
 	}
-	return errors.Join(errs...)
+	return first
 }
 
 // FailuresConfig configures Failures. Limit is required; Redis is optional.

@@ -151,10 +151,10 @@ func TestFailureLimitConfigNamesTheField(t *testing.T) {
 		mod   func(*ratelimit.FailureLimitConfig)
 		field string
 	}{
-		{"rate", func(c *ratelimit.FailureLimitConfig) { c.Rate = 0 }, "auth.failure_limit.rate"},
-		{"per", func(c *ratelimit.FailureLimitConfig) { c.Per = -time.Second }, "auth.failure_limit.per"},
-		{"burst", func(c *ratelimit.FailureLimitConfig) { c.Burst = 0 }, "auth.failure_limit.burst"},
-		{"max addresses", func(c *ratelimit.FailureLimitConfig) { c.MaxAddresses = 0 }, "auth.failure_limit.max_addresses"},
+		{"rate", func(c *ratelimit.FailureLimitConfig) { c.Rate = 0 }, "rate"},
+		{"per", func(c *ratelimit.FailureLimitConfig) { c.Per = -time.Second }, "per"},
+		{"burst", func(c *ratelimit.FailureLimitConfig) { c.Burst = 0 }, "burst"},
+		{"max addresses", func(c *ratelimit.FailureLimitConfig) { c.MaxAddresses = 0 }, "max_addresses"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -250,12 +250,12 @@ func TestPlansValidate(t *testing.T) {
 		plans map[string]ratelimit.Plan
 		field string
 	}{
-		{map[string]ratelimit.Plan{"Pro": {Limit: ratelimit.Limit{Rate: 1, Per: time.Second, Burst: 1}}}, "ratelimit.plans.Pro:"},
-		{map[string]ratelimit.Plan{"pro": {Limit: ratelimit.Limit{Per: time.Second, Burst: 1}}}, "ratelimit.plans.pro.rate"},
-		{map[string]ratelimit.Plan{"pro": {Limit: ratelimit.Limit{Rate: 1, Burst: 1}}}, "ratelimit.plans.pro.per"},
-		{map[string]ratelimit.Plan{"pro": {Limit: ratelimit.Limit{Rate: 1, Per: time.Second}}}, "ratelimit.plans.pro.burst"},
-		{map[string]ratelimit.Plan{"pro": {Limit: ratelimit.Limit{Rate: 1, Per: time.Second, Burst: 1, Quota: ratelimit.Quota{Requests: 5}}}}, "ratelimit.plans.pro.quota.per"},
-		{map[string]ratelimit.Plan{"pro": {Limit: ratelimit.Limit{Rate: 1, Per: time.Second, Burst: 1}, Scope: "team"}}, "ratelimit.plans.pro.scope"},
+		{map[string]ratelimit.Plan{"Pro": {Limit: ratelimit.Limit{Rate: 1, Per: time.Second, Burst: 1}}}, "plans.Pro:"},
+		{map[string]ratelimit.Plan{"pro": {Limit: ratelimit.Limit{Per: time.Second, Burst: 1}}}, "plans.pro.rate"},
+		{map[string]ratelimit.Plan{"pro": {Limit: ratelimit.Limit{Rate: 1, Burst: 1}}}, "plans.pro.per"},
+		{map[string]ratelimit.Plan{"pro": {Limit: ratelimit.Limit{Rate: 1, Per: time.Second}}}, "plans.pro.burst"},
+		{map[string]ratelimit.Plan{"pro": {Limit: ratelimit.Limit{Rate: 1, Per: time.Second, Burst: 1, Quota: ratelimit.Quota{Requests: 5}}}}, "plans.pro.quota.per"},
+		{map[string]ratelimit.Plan{"pro": {Limit: ratelimit.Limit{Rate: 1, Per: time.Second, Burst: 1}, Scope: "team"}}, "plans.pro.scope"},
 	} {
 		cfg := ratelimit.DefaultConfig()
 		cfg.Plans = c.plans

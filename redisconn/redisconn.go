@@ -113,7 +113,7 @@ func (c Config) Validate() error {
 	var first error
 	bad := func(path, format string, args ...any) {
 		if first == nil {
-			first = fmt.Errorf("redis.%s: "+format, append([]any{path}, args...)...)
+			first = fmt.Errorf("%s: "+format, append([]any{path}, args...)...)
 		}
 	}
 	if len(c.Addrs) == 0 {
@@ -145,7 +145,7 @@ func (c Config) Validate() error {
 		bad("db", "must be 0 with Redis Cluster, got %d", c.DB)
 	}
 	if !c.TLS.Enabled && (c.TLS.CAFile != "" || c.TLS.ServerName != "" || c.TLS.InsecureSkipVerify) {
-		bad("tls.enabled", "must be true when other redis.tls fields are set")
+		bad("tls.enabled", "must be true when other tls fields are set")
 	}
 	for _, d := range []struct {
 		path string

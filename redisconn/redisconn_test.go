@@ -65,19 +65,19 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 		change func(*redisconn.Config)
 		want   string
 	}{
-		{"no addresses", func(c *redisconn.Config) { c.Addrs = nil }, "redis.addrs: must list at least one host:port"},
-		{"address without port", func(c *redisconn.Config) { c.Addrs = []string{"localhost"} }, "redis.addrs[0]: must be host:port"},
-		{"port out of range", func(c *redisconn.Config) { c.Addrs = []string{"a:1", "b:70000"} }, "redis.addrs[1]: port must be 1-65535"},
-		{"sentinel and cluster", func(c *redisconn.Config) { c.MasterName, c.Cluster = "mymaster", true }, "redis.cluster: cannot be combined"},
-		{"password_env not a name", func(c *redisconn.Config) { c.PasswordEnv = "s3cret pass" }, "redis.password_env: must be the name"},
-		{"db in a cluster", func(c *redisconn.Config) { c.Cluster, c.DB = true, 2 }, "redis.db: must be 0 with Redis Cluster"},
-		{"negative db", func(c *redisconn.Config) { c.DB = -1 }, "redis.db: must be at least 0"},
-		{"tls fields without tls", func(c *redisconn.Config) { c.TLS.CAFile = "/ca.pem" }, "redis.tls.enabled: must be true"},
-		{"zero read timeout", func(c *redisconn.Config) { c.ReadTimeout = 0 }, "redis.read_timeout: must be positive"},
-		{"zero dial timeout", func(c *redisconn.Config) { c.DialTimeout = 0 }, "redis.dial_timeout: must be positive"},
-		{"negative pool", func(c *redisconn.Config) { c.PoolSize = -1 }, "redis.pool_size: "},
-		{"empty key prefix", func(c *redisconn.Config) { c.KeyPrefix = "" }, "redis.key_prefix: must not be empty"},
-		{"hash tag in key prefix", func(c *redisconn.Config) { c.KeyPrefix = "{kg}:" }, "redis.key_prefix: must not contain braces"},
+		{"no addresses", func(c *redisconn.Config) { c.Addrs = nil }, "addrs: must list at least one host:port"},
+		{"address without port", func(c *redisconn.Config) { c.Addrs = []string{"localhost"} }, "addrs[0]: must be host:port"},
+		{"port out of range", func(c *redisconn.Config) { c.Addrs = []string{"a:1", "b:70000"} }, "addrs[1]: port must be 1-65535"},
+		{"sentinel and cluster", func(c *redisconn.Config) { c.MasterName, c.Cluster = "mymaster", true }, "cluster: cannot be combined"},
+		{"password_env not a name", func(c *redisconn.Config) { c.PasswordEnv = "s3cret pass" }, "password_env: must be the name"},
+		{"db in a cluster", func(c *redisconn.Config) { c.Cluster, c.DB = true, 2 }, "db: must be 0 with Redis Cluster"},
+		{"negative db", func(c *redisconn.Config) { c.DB = -1 }, "db: must be at least 0"},
+		{"tls fields without tls", func(c *redisconn.Config) { c.TLS.CAFile = "/ca.pem" }, "tls.enabled: must be true"},
+		{"zero read timeout", func(c *redisconn.Config) { c.ReadTimeout = 0 }, "read_timeout: must be positive"},
+		{"zero dial timeout", func(c *redisconn.Config) { c.DialTimeout = 0 }, "dial_timeout: must be positive"},
+		{"negative pool", func(c *redisconn.Config) { c.PoolSize = -1 }, "pool_size: "},
+		{"empty key prefix", func(c *redisconn.Config) { c.KeyPrefix = "" }, "key_prefix: must not be empty"},
+		{"hash tag in key prefix", func(c *redisconn.Config) { c.KeyPrefix = "{kg}:" }, "key_prefix: must not contain braces"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -110,7 +110,7 @@ func (c Config) Validate() error {
 	var first error
 	bad := func(field, format string, args ...any) {
 		if first == nil {
-			first = fmt.Errorf("tls.%s: "+format, append([]any{field}, args...)...)
+			first = fmt.Errorf("%s: "+format, append([]any{field}, args...)...)
 		}
 	}
 	switch c.MinVersion {

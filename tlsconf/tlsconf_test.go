@@ -226,7 +226,7 @@ func TestHSTSHeader(t *testing.T) {
 func TestFilesReloadOnChange(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	certFile, keyFile := filepath.Join(dir, "crt"), filepath.Join(dir, "key")
 	write := func(certPEM, keyPEM []byte) {
 		t.Helper()
 		// Replace by rename, as cert-manager and editors do.
@@ -294,7 +294,7 @@ func TestFilesUnreadableAtStart(t *testing.T) {
 	dir := t.TempDir()
 	cfg := tlsconf.DefaultConfig()
 	cfg.Mode, cfg.CertFile, cfg.KeyFile = tlsconf.ModeFiles, filepath.Join(dir, "missing.crt"), filepath.Join(dir, "missing.key")
-	if _, err := tlsconf.New(context.Background(), cfg, tlsconf.Deps{}); err == nil || !strings.Contains(err.Error(), "tls.cert_file") {
+	if _, err := tlsconf.New(context.Background(), cfg, tlsconf.Deps{}); err == nil || !strings.Contains(err.Error(), "cert_file") {
 		t.Errorf("New with missing files = %v; want an error naming tls.cert_file", err)
 	}
 }
@@ -315,30 +315,30 @@ func TestValidate(t *testing.T) {
 	}{
 		{"defaults are valid", tlsconf.DefaultConfig(), ""},
 		{"acme with a domain is valid", acme(func(*tlsconf.Config) {}), ""},
-		{"unknown mode", func() tlsconf.Config { c := tlsconf.DefaultConfig(); c.Mode = "on"; return c }(), `tls.mode: must be off, self_signed, files or acme, got "on"`},
-		{"bad min_version", func() tlsconf.Config { c := tlsconf.DefaultConfig(); c.MinVersion = "1.1"; return c }(), `tls.min_version: must be "1.2" or "1.3", got "1.1"`},
-		{"files needs cert_file", func() tlsconf.Config { c := tlsconf.DefaultConfig(); c.Mode = "files"; c.KeyFile = "k"; return c }(), "tls.cert_file: required when tls.mode is files"},
-		{"files needs key_file", func() tlsconf.Config { c := tlsconf.DefaultConfig(); c.Mode = "files"; c.CertFile = "c"; return c }(), "tls.key_file: required when tls.mode is files"},
-		{"self_signed needs a dir", func() tlsconf.Config { c := tlsconf.DefaultConfig(); c.SelfSignedDir = ""; return c }(), "tls.self_signed_dir: required"},
+		{"unknown mode", func() tlsconf.Config { c := tlsconf.DefaultConfig(); c.Mode = "on"; return c }(), `mode: must be off, self_signed, files or acme, got "on"`},
+		{"bad min_version", func() tlsconf.Config { c := tlsconf.DefaultConfig(); c.MinVersion = "1.1"; return c }(), `min_version: must be "1.2" or "1.3", got "1.1"`},
+		{"files needs cert_file", func() tlsconf.Config { c := tlsconf.DefaultConfig(); c.Mode = "files"; c.KeyFile = "k"; return c }(), "cert_file: required when tls.mode is files"},
+		{"files needs key_file", func() tlsconf.Config { c := tlsconf.DefaultConfig(); c.Mode = "files"; c.CertFile = "c"; return c }(), "key_file: required when tls.mode is files"},
+		{"self_signed needs a dir", func() tlsconf.Config { c := tlsconf.DefaultConfig(); c.SelfSignedDir = ""; return c }(), "self_signed_dir: required"},
 		{"self_signed bad name", func() tlsconf.Config {
 			c := tlsconf.DefaultConfig()
 			c.Names = []string{"ok.example", "bad name"}
 			return c
-		}(), "tls.names[1]:"},
-		{"acme needs domains", acme(func(c *tlsconf.Config) { c.Domains = nil }), "tls.domains: at least one domain"},
-		{"acme wildcard refused", acme(func(c *tlsconf.Config) { c.Domains = []string{"*.example.com"} }), "tls.domains[0]:"},
-		{"acme http CA refused", acme(func(c *tlsconf.Config) { c.CA = "http://ca.example/dir" }), "tls.ca: must be an https://"},
-		{"acme bad challenge", acme(func(c *tlsconf.Config) { c.Challenges = []string{"dns-01"} }), "tls.challenges[0]: must be http-01 or tls-alpn-01"},
-		{"acme no challenge", acme(func(c *tlsconf.Config) { c.Challenges = nil }), "tls.challenges: at least one"},
-		{"acme bad storage", acme(func(c *tlsconf.Config) { c.Storage = "s3" }), `tls.storage: must be file or redis, got "s3"`},
-		{"acme file storage needs a path", acme(func(c *tlsconf.Config) { c.StoragePath = "" }), "tls.storage_path: required when tls.storage is file"},
-		{"acme bad email", acme(func(c *tlsconf.Config) { c.Email = "nobody" }), "tls.email:"},
-		{"on_demand needs allow", acme(func(c *tlsconf.Config) { c.OnDemand.Enabled = true }), "tls.on_demand.allow: required"},
+		}(), "names[1]:"},
+		{"acme needs domains", acme(func(c *tlsconf.Config) { c.Domains = nil }), "domains: at least one domain"},
+		{"acme wildcard refused", acme(func(c *tlsconf.Config) { c.Domains = []string{"*.example.com"} }), "domains[0]:"},
+		{"acme http CA refused", acme(func(c *tlsconf.Config) { c.CA = "http://ca.example/dir" }), "ca: must be an https://"},
+		{"acme bad challenge", acme(func(c *tlsconf.Config) { c.Challenges = []string{"dns-01"} }), "challenges[0]: must be http-01 or tls-alpn-01"},
+		{"acme no challenge", acme(func(c *tlsconf.Config) { c.Challenges = nil }), "challenges: at least one"},
+		{"acme bad storage", acme(func(c *tlsconf.Config) { c.Storage = "s3" }), `storage: must be file or redis, got "s3"`},
+		{"acme file storage needs a path", acme(func(c *tlsconf.Config) { c.StoragePath = "" }), "storage_path: required when tls.storage is file"},
+		{"acme bad email", acme(func(c *tlsconf.Config) { c.Email = "nobody" }), "email:"},
+		{"on_demand needs allow", acme(func(c *tlsconf.Config) { c.OnDemand.Enabled = true }), "on_demand.allow: required"},
 		{"on_demand alone is enough for acme", acme(func(c *tlsconf.Config) {
 			c.Domains = nil
 			c.OnDemand = tlsconf.OnDemandConfig{Enabled: true, Allow: []string{"a.example.com"}}
 		}), ""},
-		{"negative hsts max_age", func() tlsconf.Config { c := tlsconf.DefaultConfig(); c.HSTS.MaxAge = -time.Second; return c }(), "tls.hsts.max_age: must not be negative"},
+		{"negative hsts max_age", func() tlsconf.Config { c := tlsconf.DefaultConfig(); c.HSTS.MaxAge = -time.Second; return c }(), "hsts.max_age: must not be negative"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -362,7 +362,7 @@ func ExampleConfig_Validate() {
 	cfg.Mode = tlsconf.ModeFiles
 	cfg.CertFile = "/etc/keygate/tls.crt"
 	fmt.Println(cfg.Validate())
-	// Output: tls.key_file: required when tls.mode is files
+	// Output: key_file: required when tls.mode is files
 }
 
 func ExampleManager_HSTSHeader() {

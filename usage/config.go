@@ -23,10 +23,10 @@ func DefaultConfig() Config { return Config{FlushInterval: time.Second, MaxKeys:
 // Validate checks the section.
 func (c Config) Validate() error {
 	if c.FlushInterval < 10*time.Millisecond || c.FlushInterval > time.Minute {
-		return errors.New("usage.flush_interval: must be between 10ms and 1m")
+		return errors.New("flush_interval: must be between 10ms and 1m")
 	}
 	if c.MaxKeys <= 0 {
-		return errors.New("usage.max_keys: must be positive")
+		return errors.New("max_keys: must be positive")
 	}
 	return nil
 }
