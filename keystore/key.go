@@ -6,11 +6,19 @@
 // Parse before any store is asked. Stores never hold keys, only their SHA-256
 // Hash, and a Record describes what a key may do.
 //
-// FileStore serves lookups from a YAML keystore file that it reloads when the
-// file changes; FileAdmin issues, lists, revokes and rotates keys in that
-// file for the `keygate keys` command. ValidateRecords, NewRecord,
-// RevokeRecord and RotateRecord hold the rules that do not depend on where
-// records are kept, for other stores to share.
+// Two stores, each with a read side for the request path and a write side
+// (an admin) for package keyops:
+//   - file: FileStore (file.go) serves lookups from a YAML keystore file
+//     that it reloads when the file changes (package filewatch);
+//     FileAdmin (file_admin.go) changes that file atomically; the format
+//     is in file_format.go;
+//   - Redis: RedisStore (redis.go) serves lookups from an in-process copy
+//     kept current by pub/sub and resync, behind a redisconn.Breaker;
+//     RedisAdmin (redis_admin.go) changes records in transactions and
+//     announces each change; the key layout is in redis_layout.go.
+//
+// ValidateRecords, NewRecord, RevokeRecord and RotateRecord hold the rules
+// that do not depend on where records are kept, for both stores to share.
 //
 // A Consumer (a customer team or application) owns keys and is kept in the
 // same store. Keys and consumers may name a rate-limit plan and carry an

@@ -15,6 +15,9 @@
 // are rate-limited by jwks_refresh_min_interval, and the background refresh
 // keeps trying too. Once a key set has been fetched it stays in use while the
 // issuer is unreachable.
+//
+// jwks.go holds the key set's lifecycle; claims.go maps a verified token's
+// claims to a principal.
 package oauth2
 
 import (

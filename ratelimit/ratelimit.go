@@ -3,7 +3,13 @@
 // A Limit describes what a key is allowed (a token bucket with an optional
 // request quota per period); a Decision is the answer for one request, with
 // everything the gateway needs for the RateLimit-* and Retry-After headers.
-// Local keeps its state in process memory; Redis shares it across replicas.
+// Local keeps its state in process memory. Redis shares it across
+// replicas and answers a decision or an error, nothing else; Resilient
+// composes it with a Local fallback, a circuit breaker and a cache of ids
+// known to be over their limit, for Redis outages. Config is the
+// ratelimit section and builds either (NewLocal, NewRedis); plans and
+// overrides are resolved by Resolver; Failures throttles sources that fail
+// authentication.
 package ratelimit
 
 import (

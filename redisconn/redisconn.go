@@ -2,6 +2,9 @@
 // packages, from the `redis:` section of the configuration: a single node,
 // a Sentinel-managed primary or a Cluster. Passwords never appear in the
 // configuration file: it names an environment variable that holds them.
+// Breaker is the circuit breaker that the Redis keystore and the Redis rate
+// limiter put around their calls, with one rule for what counts as Redis
+// failing.
 package redisconn
 
 import (
