@@ -218,7 +218,7 @@ func (f *fixture) signIn(t *testing.T, consumer string) *browser {
 		t.Fatal(err)
 	}
 	b := f.browser(t)
-	p := b.get(strings.TrimPrefix(link, f.srv.URL))
+	p := b.post(strings.TrimPrefix(link, f.srv.URL))
 	if p.status != http.StatusSeeOther || p.header.Get("Location") != "/keys" {
 		t.Fatalf("sign-in link: %d %s", p.status, p.header.Get("Location"))
 	}

@@ -38,27 +38,34 @@ func TestDelegatedLinkWorksOnceAndExpires(t *testing.T) {
 
 	l := link()
 	b := f.browser(t)
-	if p := b.get(l); p.status != http.StatusSeeOther || p.header.Get("Location") != "/keys" {
+	// Opening the link (a GET, which scanners and prefetchers also do)
+	// shows a page with a button; it does not use the link up.
+	for range 2 {
+		if p := b.get(l); p.status != http.StatusOK || !strings.Contains(p.body, `action="`+l+`"`) || p.header.Get("Cache-Control") != "no-store" {
+			t.Fatalf("GET of the link: %d, want the continue page", p.status)
+		}
+	}
+	if p := b.post(l); p.status != http.StatusSeeOther || p.header.Get("Location") != "/keys" {
 		t.Fatalf("first use: %d %s", p.status, p.header.Get("Location"))
 	}
 	if p := b.get("/keys"); p.status != 200 || !strings.Contains(p.body, keyA) {
 		t.Fatalf("signed in: %d, keys page lacks %s", p.status, keyA)
 	}
-	if p := f.browser(t).get(l); p.status != http.StatusGone {
+	if p := f.browser(t).post(l); p.status != http.StatusGone {
 		t.Fatalf("second use: %d, want 410", p.status)
 	}
 
 	l = link()
 	f.clock.Add(15*time.Minute - time.Second)
-	if p := f.browser(t).get(l); p.status != http.StatusSeeOther {
+	if p := f.browser(t).post(l); p.status != http.StatusSeeOther {
 		t.Fatalf("at 14m59s: %d, want 303", p.status)
 	}
 	l = link()
 	f.clock.Add(15 * time.Minute)
-	if p := f.browser(t).get(l); p.status != http.StatusGone {
+	if p := f.browser(t).post(l); p.status != http.StatusGone {
 		t.Fatalf("at 15m: %d, want 410", p.status)
 	}
-	if p := f.browser(t).get("/session/made-up"); p.status != http.StatusGone {
+	if p := f.browser(t).post("/session/made-up"); p.status != http.StatusGone {
 		t.Fatalf("made-up link: %d, want 410", p.status)
 	}
 	// A link for a consumer that does not exist is refused when made.
@@ -167,7 +174,7 @@ func TestCSRFAndCookieFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := f.browser(t)
-	p := a.get(strings.TrimPrefix(link, f.srv.URL))
+	p := a.post(strings.TrimPrefix(link, f.srv.URL))
 	sc := p.header.Get("Set-Cookie")
 	for _, want := range []string{"__Host-keygate_portal=", "Path=/", "Secure", "HttpOnly", "SameSite=Lax", "Max-Age="} {
 		if !strings.Contains(sc, want) {
@@ -472,5 +479,27 @@ func TestRateLimitedPerSession(t *testing.T) {
 	f.clock.Add(10 * time.Millisecond)
 	if p := f.signIn(t, conA).get("/keys"); p.status != 200 {
 		t.Fatalf("another session: %d", p.status)
+	}
+}
+
+// Another site cannot sign a browser in with a link of its choosing (login
+// CSRF): a cross-site POST of a link is refused and does not use it up.
+func TestDelegatedLinkRefusesCrossSitePost(t *testing.T) {
+	f := newFixture(t, nil)
+	link, _, err := f.portal.SessionLink(context.Background(), keyops.Actor{ID: "tok"}, conA, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := strings.TrimPrefix(link, f.srv.URL)
+	b := f.browser(t)
+	for _, h := range [][2]string{{"Origin", "https://evil.example"}, {"Sec-Fetch-Site", "cross-site"}} {
+		req, _ := http.NewRequest(http.MethodPost, b.base+path, nil)
+		req.Header.Set(h[0], h[1])
+		if p := b.do(req); p.status != http.StatusForbidden {
+			t.Fatalf("%s %s: %d, want 403", h[0], h[1], p.status)
+		}
+	}
+	if p := b.post(path); p.status != http.StatusSeeOther {
+		t.Fatalf("the link after the refused attempts: %d, want it still usable", p.status)
 	}
 }

@@ -42,10 +42,10 @@ func TestSessionsSharedThroughRedis(t *testing.T) {
 	}
 
 	b := r2.browser(t)
-	if p := b.get("/session/" + secret); p.status != http.StatusSeeOther {
+	if p := b.post("/session/" + secret); p.status != http.StatusSeeOther {
 		t.Fatalf("link made on replica 1, opened on replica 2: %d", p.status)
 	}
-	if p := r1.browser(t).get("/session/" + secret); p.status != http.StatusGone {
+	if p := r1.browser(t).post("/session/" + secret); p.status != http.StatusGone {
 		t.Fatalf("the same link again on replica 1: %d, want 410", p.status)
 	}
 	// The same cookie on replica 1 (the jar is per host, so copy it).

@@ -69,7 +69,7 @@ func parsePages() (map[string]*template.Template, error) {
 var titles = map[string]string{
 	"signin": "Sign in", "noconsumer": "No account", "keys": "Your keys", "newkey": "Create a key",
 	"keyshown": "Your new key", "rotate": "Rotate a key", "revoke": "Revoke a key", "usage": "Usage and limits",
-	"limitrequest": "Request a higher limit", "error": "Error",
+	"limitrequest": "Request a higher limit", "error": "Error", "delegated": "Sign in",
 }
 
 var navs = map[string]string{

@@ -239,9 +239,19 @@ func (p *Portal) consumerFor(ctx context.Context, claim any) (string, error) {
 	return "", nil
 }
 
-// delegated opens a one-time sign-in link made by the admin API. It works
-// once and for SessionLinkTTL; whether it was used or expired is not
-// told apart.
+// delegatedPage is where a one-time sign-in link lands: a page with one
+// button that signs in (a POST), so that a mail scanner or a browser
+// prefetching the link cannot use it up. It does not consume the link.
+func (p *Portal) delegatedPage(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Cache-Control", "no-store")
+	p.render(w, r, http.StatusOK, "delegated", nil, map[string]any{"Token": r.PathValue("token")})
+}
+
+// delegated signs in with a one-time link made by the admin API. It works
+// once and for SessionLinkTTL; whether it was used or expired is not told
+// apart. The POST comes from the portal's own page (a cross-site POST is
+// refused before this), so another site cannot sign a browser in to an
+// account of its choosing.
 func (p *Portal) delegated(w http.ResponseWriter, r *http.Request) {
 	v, ok, err := takeOnce(r.Context(), p.kv, "link", r.PathValue("token"), p.now())
 	if err != nil {

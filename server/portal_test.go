@@ -66,7 +66,7 @@ func TestPortal(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
-	if st, _ := get(strings.TrimPrefix(link, h.Server.Portal().URL())); st != http.StatusSeeOther {
+	if st, _ := post(strings.TrimPrefix(link, h.Server.Portal().URL()), nil); st != http.StatusSeeOther {
 		t.Fatalf("sign-in link: %d", st)
 	}
 	st, body := get("/keys")
@@ -126,10 +126,13 @@ func TestPortalSessionThroughTheAdminAPI(t *testing.T) {
 	h.secret(got.URL[strings.LastIndex(got.URL, "/")+1:])
 	path := strings.TrimPrefix(got.URL, h.Server.Portal().URL())
 	base := "https://" + h.Server.PortalAddr().String()
-	for i, want := range []int{http.StatusSeeOther, http.StatusGone} {
-		req, _ := http.NewRequest("GET", base+path, nil)
-		if r := h.do(req); r.Status != want {
-			t.Fatalf("opening the link, time %d: %d, want %d", i+1, r.Status, want)
+	for i, step := range []struct {
+		method string
+		want   int
+	}{{"GET", http.StatusOK}, {"POST", http.StatusSeeOther}, {"POST", http.StatusGone}} {
+		req, _ := http.NewRequest(step.method, base+path, nil)
+		if r := h.do(req); r.Status != step.want {
+			t.Fatalf("step %d, %s of the link: %d, want %d", i+1, step.method, r.Status, step.want)
 		}
 	}
 }
