@@ -9,8 +9,8 @@ import (
 
 	"github.com/lestrrat-go/jwx/v3/jwt"
 
+	"github.com/keygate/keygate/internal/oauth2test"
 	"github.com/keygate/keygate/oauth2"
-	"github.com/keygate/keygate/oauth2/oauth2test"
 )
 
 const (

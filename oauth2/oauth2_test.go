@@ -30,8 +30,8 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/keygate/keygate/auth"
+	"github.com/keygate/keygate/internal/oauth2test"
 	"github.com/keygate/keygate/oauth2"
-	"github.com/keygate/keygate/oauth2/oauth2test"
 )
 
 // The gateway's chain calls an Authenticator through auth.Credential.

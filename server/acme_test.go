@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/keygate/keygate/config"
+	"github.com/keygate/keygate/internal/pebbletest"
 	"github.com/keygate/keygate/internal/testkit"
-	"github.com/keygate/keygate/tlsconf/pebbletest"
 )
 
 // TestACMEThroughTheGateway runs keygate in acme mode against Pebble, a

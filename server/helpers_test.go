@@ -30,9 +30,9 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/keygate/keygate/config"
+	"github.com/keygate/keygate/internal/oauth2test"
 	"github.com/keygate/keygate/internal/testkit"
 	"github.com/keygate/keygate/keystore"
-	"github.com/keygate/keygate/oauth2/oauth2test"
 	"github.com/keygate/keygate/ratelimit"
 	"github.com/keygate/keygate/server"
 	"github.com/keygate/keygate/standin"

@@ -10,11 +10,11 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/keygate/keygate/config"
+	"github.com/keygate/keygate/internal/pebbletest"
 	"github.com/keygate/keygate/internal/redistest"
 	"github.com/keygate/keygate/internal/testkit"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/ratelimit"
-	"github.com/keygate/keygate/tlsconf/pebbletest"
 )
 
 // TestRedisKeyPrefixCoversEveryKey runs keygate with everything in Redis

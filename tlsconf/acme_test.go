@@ -14,10 +14,10 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/keygate/keygate/internal/pebbletest"
 	"github.com/keygate/keygate/internal/redistest"
 	"github.com/keygate/keygate/internal/testkit"
 	"github.com/keygate/keygate/tlsconf"
-	"github.com/keygate/keygate/tlsconf/pebbletest"
 )
 
 // Each test obtains its own name: certmagic keeps the challenges under way
