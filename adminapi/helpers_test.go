@@ -8,16 +8,15 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/keygate/keygate/internal/audittest"
+	"github.com/keygate/keygate/internal/keystoretest"
 
-	"gopkg.in/yaml.v3"
+	"github.com/keygate/keygate/internal/audittest"
 
 	"github.com/keygate/keygate/adminapi"
 	"github.com/keygate/keygate/keyops"
@@ -86,28 +85,15 @@ type fixture struct {
 func writeKeystore(t *testing.T, path string) {
 	t.Helper()
 	created := time.Date(2026, 11, 2, 9, 30, 0, 0, time.UTC)
-	doc := struct {
-		Version   int                 `yaml:"version"`
-		Keys      []keystore.Record   `yaml:"keys"`
-		Consumers []keystore.Consumer `yaml:"consumers"`
-	}{
-		Version: keystore.FileVersion,
-		Consumers: []keystore.Consumer{
-			{ID: conAcme, Name: "Acme Corp", Metadata: map[string]string{"crm": "A-1042"}, Plan: "pro", CreatedAt: created},
-			{ID: conEmpty, Name: "Globex", CreatedAt: created.Add(time.Hour)},
-		},
-		Keys: []keystore.Record{
-			{ID: keyAcme, Name: "acme-prod", Hash: keystore.HashKey("svc_live_fixture1"), Product: keystore.Extraction, Env: keystore.Live, Context: ctxA, CreatedAt: created, Status: keystore.Active, Consumer: conAcme},
-			{ID: keyRegistry, Name: "ci", Hash: keystore.HashKey("svc_test_fixture2"), Product: keystore.Registry, Env: keystore.Test, CreatedAt: created.Add(time.Minute), Status: keystore.Active},
-		},
+	consumers := []keystore.Consumer{
+		{ID: conAcme, Name: "Acme Corp", Metadata: map[string]string{"crm": "A-1042"}, Plan: "pro", CreatedAt: created},
+		{ID: conEmpty, Name: "Globex", CreatedAt: created.Add(time.Hour)},
 	}
-	b, err := yaml.Marshal(doc)
-	if err != nil {
-		t.Fatal(err)
+	keys := []keystore.Record{
+		{ID: keyAcme, Name: "acme-prod", Hash: keystore.HashKey("svc_live_fixture1"), Product: keystore.Extraction, Env: keystore.Live, Context: ctxA, CreatedAt: created, Status: keystore.Active, Consumer: conAcme},
+		{ID: keyRegistry, Name: "ci", Hash: keystore.HashKey("svc_test_fixture2"), Product: keystore.Registry, Env: keystore.Test, CreatedAt: created.Add(time.Minute), Status: keystore.Active},
 	}
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	keystoretest.WriteFile(t, path, keys, consumers)
 }
 
 func newOps(t *testing.T, path string, auditor keyops.Auditor) *keyops.Service {

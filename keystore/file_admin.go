@@ -172,13 +172,19 @@ func (a *FileAdmin) List(ctx context.Context) ([]Record, error) {
 // Revoke revokes the key with id at once. An unknown id is ErrNotFound, a
 // revoked key ErrRevoked.
 func (a *FileAdmin) Revoke(ctx context.Context, id string) (Record, error) {
+	return a.changeOne(ctx, "revoke", id, func(r Record) (Record, error) { return RevokeRecord(r, a.now()) })
+}
+
+// changeOne replaces the record of the key with id by change's result,
+// in one atomic update of the file. verb names the change in errors.
+func (a *FileAdmin) changeOne(ctx context.Context, verb, id string, change func(Record) (Record, error)) (Record, error) {
 	var out Record
 	err := a.update(ctx, func(recs []Record) ([]Record, error) {
 		i := findID(recs, id)
 		if i < 0 {
-			return nil, fmt.Errorf("revoke %q: %w", id, ErrNotFound)
+			return nil, fmt.Errorf("%s %q: %w", verb, id, ErrNotFound)
 		}
-		r, err := RevokeRecord(recs[i], a.now())
+		r, err := change(recs[i])
 		if err != nil {
 			return nil, err
 		}

@@ -11,23 +11,7 @@ import (
 // product, env, context and consumer it may not. An unknown id is
 // ErrNotFound.
 func (a *FileAdmin) UpdateKey(ctx context.Context, id string, f func(Record) (Record, error)) (Record, error) {
-	var out Record
-	err := a.update(ctx, func(recs []Record) ([]Record, error) {
-		i := findID(recs, id)
-		if i < 0 {
-			return nil, fmt.Errorf("update %q: %w", id, ErrNotFound)
-		}
-		r, err := updateRecord(recs[i], f)
-		if err != nil {
-			return nil, err
-		}
-		recs[i], out = r, r
-		return recs, nil
-	})
-	if err != nil {
-		return Record{}, err
-	}
-	return out, nil
+	return a.changeOne(ctx, "update", id, func(r Record) (Record, error) { return updateRecord(r, f) })
 }
 
 // updateRecord runs f on old and refuses a change of what identifies the

@@ -7,7 +7,6 @@ import (
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -15,11 +14,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keygate/keygate/internal/keystoretest"
+
 	"github.com/keygate/keygate/internal/audittest"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
-	"gopkg.in/yaml.v3"
 
 	"github.com/keygate/keygate/internal/testkit"
 	"github.com/keygate/keygate/keyops"
@@ -55,28 +55,15 @@ func (c *clock) Add(d time.Duration) {
 func writeKeystore(t *testing.T, path string) {
 	t.Helper()
 	created := time.Date(2026, 11, 2, 9, 30, 0, 0, time.UTC)
-	doc := struct {
-		Version   int                 `yaml:"version"`
-		Keys      []keystore.Record   `yaml:"keys"`
-		Consumers []keystore.Consumer `yaml:"consumers"`
-	}{
-		Version: keystore.FileVersion,
-		Consumers: []keystore.Consumer{
-			{ID: conA, Name: "Acme", Metadata: map[string]string{"org": "acme", "oidc_email": "alice@acme.example"}, Contexts: []string{ctxA}, CreatedAt: created},
-			{ID: conB, Name: "Globex", Metadata: map[string]string{"org": "globex"}, Contexts: []string{ctxB}, CreatedAt: created},
-		},
-		Keys: []keystore.Record{
-			{ID: keyA, Name: "acme-prod", Hash: keystore.HashKey("svc_live_fixtureA"), Product: keystore.Extraction, Env: keystore.Live, Context: ctxA, CreatedAt: created, Status: keystore.Active, Consumer: conA},
-			{ID: keyB, Name: "globex-prod", Hash: keystore.HashKey("svc_live_fixtureB"), Product: keystore.Extraction, Env: keystore.Live, Context: ctxB, CreatedAt: created, Status: keystore.Active, Consumer: conB},
-		},
+	consumers := []keystore.Consumer{
+		{ID: conA, Name: "Acme", Metadata: map[string]string{"org": "acme", "oidc_email": "alice@acme.example"}, Contexts: []string{ctxA}, CreatedAt: created},
+		{ID: conB, Name: "Globex", Metadata: map[string]string{"org": "globex"}, Contexts: []string{ctxB}, CreatedAt: created},
 	}
-	b, err := yaml.Marshal(doc)
-	if err != nil {
-		t.Fatal(err)
+	keys := []keystore.Record{
+		{ID: keyA, Name: "acme-prod", Hash: keystore.HashKey("svc_live_fixtureA"), Product: keystore.Extraction, Env: keystore.Live, Context: ctxA, CreatedAt: created, Status: keystore.Active, Consumer: conA},
+		{ID: keyB, Name: "globex-prod", Hash: keystore.HashKey("svc_live_fixtureB"), Product: keystore.Extraction, Env: keystore.Live, Context: ctxB, CreatedAt: created, Status: keystore.Active, Consumer: conB},
 	}
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	keystoretest.WriteFile(t, path, keys, consumers)
 }
 
 type fixture struct {

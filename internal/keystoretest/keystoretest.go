@@ -1,0 +1,29 @@
+// Package keystoretest writes keystore files for tests: fixtures of keys
+// and consumers in the file keystore's format.
+package keystoretest
+
+import (
+	"os"
+	"testing"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/keygate/keygate/keystore"
+)
+
+// WriteFile writes a keystore file at path holding keys and consumers.
+func WriteFile(t testing.TB, path string, keys []keystore.Record, consumers []keystore.Consumer) {
+	t.Helper()
+	doc := struct {
+		Version   int                 `yaml:"version"`
+		Keys      []keystore.Record   `yaml:"keys"`
+		Consumers []keystore.Consumer `yaml:"consumers"`
+	}{keystore.FileVersion, keys, consumers}
+	b, err := yaml.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
