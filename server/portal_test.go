@@ -35,8 +35,10 @@ func TestPortal(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := "https://" + h.Server.PortalAddr().String()
-	if r := h.get(h.API, "/keys", cred{}); r.Status == http.StatusOK {
-		t.Fatal("the API listener serves the portal")
+	for _, path := range []string{"/", "/keys", "/login", "/assets/portal.css", "/session/x"} {
+		if r := h.get(h.API, path, cred{}); r.Status != http.StatusUnauthorized && r.Status != http.StatusNotFound {
+			t.Fatalf("GET %s on the API listener: %d, want 401 or 404 (the portal is never served there)", path, r.Status)
+		}
 	}
 
 	link, _, err := h.Server.Portal().SessionLink(context.Background(), keyops.Actor{ID: "test"}, con.ID, "alice")
