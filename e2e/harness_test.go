@@ -305,17 +305,12 @@ func (g *gateway) post(key, contextID string, file []byte) (int, []byte, http.He
 // eventually polls f until it returns "" or within passes.
 func eventually(t *testing.T, within time.Duration, f func() string) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	var last string
-	for {
-		if last = f(); last == "" {
-			return
+	testkit.Eventually(t, within, "condition", func() error {
+		if msg := f(); msg != "" {
+			return errors.New(msg)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", within, last)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func (g *gateway) signal(sig syscall.Signal) {

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keygate/keygate/internal/testkit"
+
 	"github.com/keygate/keygate/internal/redistest"
 	"github.com/keygate/keygate/keystore"
 )
@@ -234,15 +236,14 @@ func readAll(resp *http.Response) string {
 // issueWithin retries `keys issue` until Redis answers.
 func (g *gateway) issueWithin(within time.Duration, args ...string) string {
 	g.t.Helper()
-	deadline := time.Now().Add(within)
-	for {
+	var key string
+	testkit.Eventually(g.t, within, "keys issue", func() error {
 		out, errOut, err := g.keygate(append([]string{"keys", "issue"}, args...)...)
-		if err == nil {
-			return strings.SplitN(out, "\n", 2)[0]
+		if err != nil {
+			return fmt.Errorf("%w: %s", err, errOut)
 		}
-		if time.Now().After(deadline) {
-			g.t.Fatalf("keys issue: %v %s", err, errOut)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		key = strings.SplitN(out, "\n", 2)[0]
+		return nil
+	})
+	return key
 }

@@ -46,7 +46,7 @@ func TestWatcherSeesChanges(t *testing.T) {
 			for _, s := range steps {
 				n := calls.Load()
 				s.do()
-				testkit.Eventually(t, 5*time.Second, s.what, func() bool { return calls.Load() > n })
+				testkit.Eventually(t, 5*time.Second, s.what, func() error { return testkit.True(calls.Load() > n, "%d calls, want more than %d", calls.Load(), n) })
 			}
 		})
 	}

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keygate/keygate/internal/testkit"
+
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/ratelimit"
 	"github.com/keygate/keygate/standin"
@@ -219,13 +221,9 @@ func TestConcurrencyCap(t *testing.T) {
 		wg.Add(1)
 		go func() { defer wg.Done(); statuses <- e.sync(e.LiveKey, ctxA).Status }()
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for entered.Load() < 2 {
-		if time.Now().After(deadline) {
-			t.Fatal("two requests did not reach the upstream")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.Eventually(t, 10*time.Second, "two requests at the upstream", func() error {
+		return testkit.True(entered.Load() >= 2, "%d at the upstream", entered.Load())
+	})
 	before := upstreamSeen.Load()
 	r := e.sync(e.LiveKey, ctxA)
 	assertError(t, r, http.StatusTooManyRequests, "concurrent requests")

@@ -74,7 +74,7 @@ func TestConsumersOnEveryBackend(t *testing.T) {
 					t.Fatal(err)
 				}
 				t.Cleanup(func() { _ = s.Close() })
-				testkit.Eventually(t, time.Second, "store loaded and subscribed", func() bool { return s.Ready() && !s.Degraded() })
+				testkit.Eventually(t, time.Second, "store loaded and subscribed", func() error { return testkit.True(s.Ready() && !s.Degraded(), "ready %v, degraded %v", s.Ready(), s.Degraded()) })
 				return s
 			}
 		},
@@ -115,7 +115,7 @@ func TestConsumersOnEveryBackend(t *testing.T) {
 			waitAll := func(what string, cond func(e *ratelimit.Effective) bool) {
 				t.Helper()
 				for _, s := range stores {
-					testkit.Eventually(t, time.Second, what, func() bool { e := limit(s); return e != nil && cond(e) })
+					testkit.Eventually(t, time.Second, what, func() error { e := limit(s); return testkit.True(e != nil && cond(e), "limit now %+v", e) })
 				}
 			}
 			waitAll("the consumer's scope-consumer plan", func(e *ratelimit.Effective) bool {
@@ -268,10 +268,10 @@ func TestRedisConsumerMissedMessageIsResynced(t *testing.T) {
 		}
 		return r.Limits.Limit.Rate
 	}
-	testkit.Eventually(t, time.Second, "env default", func() bool { return rate() == 50 })
+	testkit.Eventually(t, time.Second, "env default", func() error { return testkit.Equal(rate(), 50) })
 	// Put the consumer on a plan behind the admin's back: no message.
 	con.Plan = "pro"
 	b, _ := json.Marshal(con)
 	c.HSet(ctx, "keygate:keystore:{ks}:consumers", con.ID, string(b))
-	testkit.Eventually(t, 2*time.Second, "the consumer's plan after a resync", func() bool { return rate() == 200 })
+	testkit.Eventually(t, 2*time.Second, "the consumer's plan after a resync", func() error { return testkit.Equal(rate(), 200) })
 }

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keygate/keygate/internal/testkit"
+
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
@@ -23,13 +25,7 @@ const within = time.Second
 // eventually polls cond until it holds or the deadline passes.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", within, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.Eventually(t, within, what, func() error { return testkit.True(cond(), "not yet") })
 }
 
 type reload struct {

@@ -54,7 +54,7 @@ func TestRedisChangesReachEveryReplica(t *testing.T) {
 		stores = append(stores, openRedisStore(t, redisClient(t, rs.Addr)))
 	}
 	for _, s := range stores {
-		testkit.Eventually(t, time.Second, "store loaded and subscribed", func() bool { return s.Ready() && !s.Degraded() })
+		testkit.Eventually(t, time.Second, "store loaded and subscribed", func() error { return testkit.True(s.Ready() && !s.Degraded(), "ready %v, degraded %v", s.Ready(), s.Degraded()) })
 	}
 	ctx := context.Background()
 	key, rec, err := admin.Issue(ctx, keystore.IssueRequest{Product: keystore.Extraction, Env: keystore.Live, Context: ctxUUID, Name: "a"})
@@ -62,15 +62,16 @@ func TestRedisChangesReachEveryReplica(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, s := range stores {
-		testkit.Eventually(t, time.Second, "issued key on replica "+string(rune('0'+i)), func() bool { return state(t, s, key) == keystore.Active })
+		testkit.Eventually(t, time.Second, "issued key on replica "+string(rune('0'+i)), func() error { return testkit.Equal(state(t, s, key), keystore.Active) })
 	}
 	newKey, _, err := admin.Rotate(ctx, rec.ID, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, s := range stores {
-		testkit.Eventually(t, time.Second, "rotation", func() bool {
-			return state(t, s, key) == keystore.Revoked && state(t, s, newKey) == keystore.Active
+		testkit.Eventually(t, time.Second, "rotation", func() error {
+			old, next := state(t, s, key), state(t, s, newKey)
+			return testkit.True(old == keystore.Revoked && next == keystore.Active, "old key %s, new key %s", old, next)
 		})
 	}
 	recs, err := admin.List(ctx)
@@ -85,7 +86,7 @@ func TestRedisChangesReachEveryReplica(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, s := range stores {
-		testkit.Eventually(t, time.Second, "revocation", func() bool { return state(t, s, newKey) == keystore.Revoked })
+		testkit.Eventually(t, time.Second, "revocation", func() error { return testkit.Equal(state(t, s, newKey), keystore.Revoked) })
 	}
 	if _, err := admin.Revoke(ctx, "key_0000000000000000"); !errors.Is(err, keystore.ErrNotFound) {
 		t.Errorf("revoke unknown id: %v", err)
@@ -99,7 +100,7 @@ func TestRedisMissedMessageIsResynced(t *testing.T) {
 	rs := redistest.Start(t)
 	c := redisClient(t, rs.Addr)
 	s := openRedisStore(t, c)
-	testkit.Eventually(t, time.Second, "ready", s.Ready)
+	testkit.Eventually(t, time.Second, "ready", func() error { return testkit.True(s.Ready(), "not ready") })
 	// Write through a second admin on another prefix, then copy the record
 	// over by hand, so no message is published for it.
 	other := &keystore.RedisAdmin{Client: c, Prefix: "other:"}
@@ -111,7 +112,7 @@ func TestRedisMissedMessageIsResynced(t *testing.T) {
 	c.HSet(context.Background(), "keygate:keystore:{ks}:records", rec.Hash.String(), v)
 	// A lookup before the resync may already find it (a miss asks Redis);
 	// what matters is that the copy holds it without any lookup.
-	testkit.Eventually(t, 2*time.Second, "resync", func() bool { return s.Len() == 1 })
+	testkit.Eventually(t, 2*time.Second, "resync", func() error { return testkit.Equal(s.Len(), 1) })
 	if state(t, s, key) != keystore.Active {
 		t.Error("resynced key not active")
 	}
@@ -132,7 +133,7 @@ func TestRedisOutage(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			testkit.Eventually(t, time.Second, "issued", func() bool { return state(t, s, key) == keystore.Active })
+			testkit.Eventually(t, time.Second, "issued", func() error { return testkit.Equal(state(t, s, key), keystore.Active) })
 			if mode == "kill" {
 				rs.Kill()
 			} else {
@@ -162,15 +163,15 @@ func TestRedisOutage(t *testing.T) {
 				}
 				unknown, _ = keystore.Generate(keystore.Live)
 			}
-			testkit.Eventually(t, 2*time.Second, "degraded", s.Degraded)
+			testkit.Eventually(t, 2*time.Second, "degraded", func() error { return testkit.True(s.Degraded(), "not degraded") })
 			if mode == "kill" {
 				rs.Restart()
 			} else {
 				rs.Thaw()
 			}
-			testkit.Eventually(t, 5*time.Second, "recovered", func() bool {
+			testkit.Eventually(t, 5*time.Second, "recovered", func() error {
 				_, ok, err := s.Lookup(context.Background(), keystore.HashKey(unknown))
-				return err == nil && !ok && !s.Degraded()
+				return testkit.True(err == nil && !ok && !s.Degraded(), "lookup: found %v, err %v, degraded %v", ok, err, s.Degraded())
 			})
 		})
 	}
@@ -183,16 +184,16 @@ func TestRedisCluster(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
 	admin := &keystore.RedisAdmin{Client: redisClient(t, cl.Addrs...)}
 	s := openRedisStore(t, redisClient(t, cl.Addrs...))
-	testkit.Eventually(t, 2*time.Second, "ready", func() bool { return s.Ready() && !s.Degraded() })
+	testkit.Eventually(t, 2*time.Second, "ready", func() error { return testkit.True(s.Ready() && !s.Degraded(), "ready %v, degraded %v", s.Ready(), s.Degraded()) })
 	key, rec, err := admin.Issue(context.Background(), keystore.IssueRequest{Product: keystore.Extraction, Env: keystore.Test, Context: ctxUUID})
 	if err != nil {
 		t.Fatal(err)
 	}
-	testkit.Eventually(t, time.Second, "issued on cluster", func() bool { return state(t, s, key) == keystore.Active })
+	testkit.Eventually(t, time.Second, "issued on cluster", func() error { return testkit.Equal(state(t, s, key), keystore.Active) })
 	if _, err := admin.Revoke(context.Background(), rec.ID); err != nil {
 		t.Fatal(err)
 	}
-	testkit.Eventually(t, time.Second, "revoked on cluster", func() bool { return state(t, s, key) == keystore.Revoked })
+	testkit.Eventually(t, time.Second, "revoked on cluster", func() error { return testkit.Equal(state(t, s, key), keystore.Revoked) })
 }
 
 // TestRedisImport moves a file keystore's records into Redis once.
@@ -213,5 +214,5 @@ func TestRedisImport(t *testing.T) {
 		t.Fatalf("second import: %d %d %v", added, skipped, err)
 	}
 	s := openRedisStore(t, redisClient(t, rs.Addr))
-	testkit.Eventually(t, time.Second, "imported key", func() bool { return state(t, s, key) == keystore.Active })
+	testkit.Eventually(t, time.Second, "imported key", func() error { return testkit.Equal(state(t, s, key), keystore.Active) })
 }

@@ -21,6 +21,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keygate/keygate/internal/testkit"
+
 	"github.com/lestrrat-go/jwx/v3/jwa"
 	"github.com/lestrrat-go/jwx/v3/jwk"
 	"github.com/lestrrat-go/jwx/v3/jws"
@@ -333,17 +335,13 @@ func TestJWKSDownAtStart(t *testing.T) {
 
 	// The issuer recovers: tokens are accepted without restarting.
 	is.Down.Store(false)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		v, err = a.Authenticate(bearerRequest(tok))
-		if err == nil && v.OK {
-			break
+	testkit.Eventually(t, 10*time.Second, "the token accepted after the issuer came back", func() error {
+		v, err := a.Authenticate(bearerRequest(tok))
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("still not accepted after the issuer came back: %+v, %v", v, err)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
+		return testkit.True(v.OK, "refused: %+v", v)
+	})
 }
 
 func TestJWKSUnreachableAtStart(t *testing.T) {

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keygate/keygate/internal/testkit"
+
 	"github.com/keygate/keygate/internal/redistest"
 	"github.com/keygate/keygate/ratelimit"
 	"github.com/keygate/keygate/redisconn"
@@ -143,20 +145,13 @@ func TestRedisRefillsOverTime(t *testing.T) {
 			break
 		}
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testkit.Eventually(t, 5*time.Second, "a token back at 20/s", func() error {
 		d, err := allow(t, r, "key_refill", lim)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if d.Allowed {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("still refused after 5s at 20/s: %+v", d)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return testkit.True(d.Allowed, "still refused: %+v", d)
+	})
 }
 
 func TestRedisQuotaIsExactAcrossReplicas(t *testing.T) {

@@ -36,13 +36,12 @@ func TestACMEThroughTheGateway(t *testing.T) {
 				c.TLS.Challenges = []string{ch}
 			}})
 
-			testkit.Eventually(t, 60*time.Second, "a certificate from Pebble", func() bool {
+			testkit.Eventually(t, 60*time.Second, "a certificate from Pebble", func() error {
 				c, err := tls.Dial("tcp", apiAddr, &tls.Config{RootCAs: p.IssuerRoots, ServerName: domain})
 				if err != nil {
-					return false
+					return err
 				}
-				c.Close()
-				return true
+				return c.Close()
 			})
 			if p.Orders() < 1 {
 				t.Errorf("Pebble accepted %d orders", p.Orders())

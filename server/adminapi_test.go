@@ -57,11 +57,11 @@ func TestAdminAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.secret(issued.Key)
-	testkit.Eventually(t, 5*time.Second, "the issued key works", func() bool { return h.sync(keyCred(issued.Key), ctxA).Status == http.StatusOK })
+	testkit.Eventually(t, 5*time.Second, "the issued key works", func() error { return testkit.Equal(h.sync(keyCred(issued.Key), ctxA).Status, http.StatusOK) })
 	if r := call("POST", "/v1/keys/"+issued.ID+"/revoke", ""); r.Status != http.StatusOK {
 		t.Fatalf("revoke: %d %s", r.Status, r.Body)
 	}
-	testkit.Eventually(t, 5*time.Second, "the revoked key is refused", func() bool { return h.sync(keyCred(issued.Key), ctxA).Status == http.StatusUnauthorized })
+	testkit.Eventually(t, 5*time.Second, "the revoked key is refused", func() error { return testkit.Equal(h.sync(keyCred(issued.Key), ctxA).Status, http.StatusUnauthorized) })
 	// Scope and credential checks hold on the real listener.
 	if r := call("GET", "/v1/keys", ""); r.Status != http.StatusForbidden {
 		t.Errorf("keys:read without the scope: %d", r.Status)

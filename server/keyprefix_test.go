@@ -64,13 +64,12 @@ func TestRedisKeyPrefixCoversEveryKey(t *testing.T) {
 	h.secret(liveKey)
 	h.secret(testKey)
 
-	testkit.Eventually(t, 60*time.Second, "a certificate from Pebble", func() bool {
+	testkit.Eventually(t, 60*time.Second, "a certificate from Pebble", func() error {
 		c, err := tls.Dial("tcp", apiAddr, &tls.Config{RootCAs: p.IssuerRoots, ServerName: domain})
 		if err != nil {
-			return false
+			return err
 		}
-		c.Close()
-		return true
+		return c.Close()
 	})
 	for name, key := range map[string]string{"live (burst)": liveKey, "test (quota)": testKey} {
 		for i := range 2 {

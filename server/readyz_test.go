@@ -52,9 +52,10 @@ func TestReadyzListsDegradedComponentsInOrder(t *testing.T) {
 		}
 		return b.Degraded
 	}
-	testkit.Eventually(t, 20*time.Second, "the limiter and the keystore degraded", func() bool {
+	testkit.Eventually(t, 20*time.Second, "the limiter and the keystore degraded", func() error {
 		h.sync(keyCred(key), ctxA) // a failed Redis call opens the limiter's breaker
-		return len(read()) == 2
+		got := read()
+		return testkit.True(len(got) == 2, "degraded %q", got)
 	})
 	for range 30 {
 		if got := read(); !slices.IsSorted(got) {

@@ -73,9 +73,9 @@ func TestACMEObtainsAndServes(t *testing.T) {
 			port := serveTLS(t, m, tlsLn, hello)
 
 			var resp *http.Response
-			testkit.Eventually(t, 90*time.Second, "a certificate from Pebble to be served", func() bool {
+			testkit.Eventually(t, 90*time.Second, "a certificate from Pebble to be served", func() error {
 				resp, err = getOK(p, domain, port)
-				return err == nil
+				return err
 			})
 			if resp.Proto != "HTTP/2.0" {
 				t.Errorf("proto %s, want HTTP/2.0", resp.Proto)
@@ -157,13 +157,13 @@ func TestACMEThreeReplicasShareOneOrderThroughRedis(t *testing.T) {
 
 	serials := make([]string, replicas)
 	for i, port := range ports {
-		testkit.Eventually(t, 120*time.Second, fmt.Sprintf("replica %d to serve a certificate", i), func() bool {
+		testkit.Eventually(t, 120*time.Second, fmt.Sprintf("replica %d to serve a certificate", i), func() error {
 			resp, err := getOK(p, domain, port)
 			if err != nil {
-				return false
+				return err
 			}
 			serials[i] = resp.TLS.PeerCertificates[0].SerialNumber.String()
-			return true
+			return nil
 		})
 	}
 	if serials[0] != serials[1] || serials[1] != serials[2] {

@@ -14,6 +14,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"net"
 	"net/http"
@@ -64,15 +65,37 @@ func FreeAddr(t testing.TB) string {
 
 // Eventually polls cond until it holds, failing the test if it still does
 // not after within. It is a bound on a wait, not a speed measurement.
-func Eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
+func Eventually(t testing.TB, within time.Duration, what string, cond func() error) {
 	t.Helper()
 	deadline := time.Now().Add(within)
-	for !cond() {
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s", within, what)
+			t.Fatalf("not within %v: %s: last: %v", within, what, err)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// Equal is nil when got is want, else an error saying both: for
+// Eventually's conditions.
+func Equal[T comparable](got, want T) error {
+	if got == want {
+		return nil
+	}
+	return fmt.Errorf("got %v, want %v", got, want)
+}
+
+// True is nil when ok, else an error with the message: for Eventually's
+// conditions.
+func True(ok bool, format string, args ...any) error {
+	if ok {
+		return nil
+	}
+	return fmt.Errorf(format, args...)
 }
 
 var traceID = regexp.MustCompile(`^[0-9a-f]{32}$`)

@@ -46,3 +46,19 @@ func TestSyncBufferConcurrentWriters(t *testing.T) {
 		t.Fatalf("lost writes: %d", len(b.String()))
 	}
 }
+
+// Eventually's conditions say what they saw.
+func TestEqualAndTrue(t *testing.T) {
+	if err := Equal(200, 200); err != nil {
+		t.Fatal(err)
+	}
+	if err := Equal(401, 200); err == nil || err.Error() != "got 401, want 200" {
+		t.Fatalf("Equal: %v", err)
+	}
+	if err := True(false, "%d calls", 3); err == nil || err.Error() != "3 calls" {
+		t.Fatalf("True: %v", err)
+	}
+	if err := True(true, "unused"); err != nil {
+		t.Fatal(err)
+	}
+}
