@@ -74,7 +74,9 @@ func TestConsumersOnEveryBackend(t *testing.T) {
 					t.Fatal(err)
 				}
 				t.Cleanup(func() { _ = s.Close() })
-				testkit.Eventually(t, time.Second, "store loaded and subscribed", func() error { return testkit.True(s.Ready() && !s.Degraded(), "ready %v, degraded %v", s.Ready(), s.Degraded()) })
+				testkit.Eventually(t, time.Second, "store loaded and subscribed", func() error {
+					return testkit.True(s.Ready() && !s.Degraded(), "ready %v, degraded %v", s.Ready(), s.Degraded())
+				})
 				return s
 			}
 		},

@@ -54,7 +54,9 @@ func TestRedisChangesReachEveryReplica(t *testing.T) {
 		stores = append(stores, openRedisStore(t, redisClient(t, rs.Addr)))
 	}
 	for _, s := range stores {
-		testkit.Eventually(t, time.Second, "store loaded and subscribed", func() error { return testkit.True(s.Ready() && !s.Degraded(), "ready %v, degraded %v", s.Ready(), s.Degraded()) })
+		testkit.Eventually(t, time.Second, "store loaded and subscribed", func() error {
+			return testkit.True(s.Ready() && !s.Degraded(), "ready %v, degraded %v", s.Ready(), s.Degraded())
+		})
 	}
 	ctx := context.Background()
 	key, rec, err := admin.Issue(ctx, keystore.IssueRequest{Product: keystore.Extraction, Env: keystore.Live, Context: ctxUUID, Name: "a"})
@@ -184,7 +186,9 @@ func TestRedisCluster(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
 	admin := &keystore.RedisAdmin{Client: redisClient(t, cl.Addrs...)}
 	s := openRedisStore(t, redisClient(t, cl.Addrs...))
-	testkit.Eventually(t, 2*time.Second, "ready", func() error { return testkit.True(s.Ready() && !s.Degraded(), "ready %v, degraded %v", s.Ready(), s.Degraded()) })
+	testkit.Eventually(t, 2*time.Second, "ready", func() error {
+		return testkit.True(s.Ready() && !s.Degraded(), "ready %v, degraded %v", s.Ready(), s.Degraded())
+	})
 	key, rec, err := admin.Issue(context.Background(), keystore.IssueRequest{Product: keystore.Extraction, Env: keystore.Test, Context: ctxUUID})
 	if err != nil {
 		t.Fatal(err)
