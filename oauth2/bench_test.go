@@ -9,7 +9,7 @@ import (
 )
 
 func BenchmarkAuthenticate(b *testing.B) {
-	rsaS := oauth2test.NewRSA(b, "rsa-1")
+	rsaS := oauth2test.RSA(b, 0, "rsa-1")
 	ecS := oauth2test.NewEC(b, "ec-1")
 	is := oauth2test.NewIssuer(b, rsaS, ecS)
 	a := newAuthenticator(b, is, nil)

@@ -60,12 +60,12 @@ func with(c map[string]any, kv ...any) map[string]any {
 
 func TestAuthenticate(t *testing.T) {
 	t.Parallel()
-	rsaS := oauth2test.NewRSA(t, "rsa-1")
+	rsaS := oauth2test.RSA(t, 0, "rsa-1")
 	ecS := oauth2test.NewEC(t, "ec-1")
 	is := oauth2test.NewIssuer(t, rsaS, ecS)
 	a := newAuthenticator(t, is, nil)
 
-	forger := oauth2test.NewRSA(t, "rsa-1") // same kid, key not in the JWKS
+	forger := oauth2test.RSA(t, 1, "rsa-1") // same kid, key not in the JWKS
 	ecAsRSA := ecS
 	ecAsRSA.Key, _ = ecS.Key.Clone()
 	_ = ecAsRSA.Key.Set("kid", "rsa-1")
@@ -243,7 +243,7 @@ func TestAuthorizationHeader(t *testing.T) {
 
 func TestKeyRotation(t *testing.T) {
 	t.Parallel()
-	old := oauth2test.NewRSA(t, "rsa-1")
+	old := oauth2test.RSA(t, 0, "rsa-1")
 	is := oauth2test.NewIssuer(t, old)
 	a := newAuthenticator(t, is, nil)
 
@@ -271,7 +271,7 @@ func TestKeyRotation(t *testing.T) {
 
 func TestUnknownKidFloodIsRateLimited(t *testing.T) {
 	t.Parallel()
-	good := oauth2test.NewRSA(t, "rsa-1")
+	good := oauth2test.RSA(t, 0, "rsa-1")
 	is := oauth2test.NewIssuer(t, good)
 	a := newAuthenticator(t, is, func(c *oauth2.Config) { c.JWKSRefreshMinInterval = time.Hour })
 
@@ -314,7 +314,7 @@ func TestUnknownKidFloodIsRateLimited(t *testing.T) {
 
 func TestJWKSDownAtStart(t *testing.T) {
 	t.Parallel()
-	s := oauth2test.NewRSA(t, "rsa-1")
+	s := oauth2test.RSA(t, 0, "rsa-1")
 	is := oauth2test.NewIssuer(t, s)
 	is.Down.Store(true)
 	// New succeeds: API keys keep working while the issuer is down.
@@ -346,7 +346,7 @@ func TestJWKSDownAtStart(t *testing.T) {
 
 func TestJWKSUnreachableAtStart(t *testing.T) {
 	t.Parallel()
-	s := oauth2test.NewRSA(t, "rsa-1")
+	s := oauth2test.RSA(t, 0, "rsa-1")
 	is := oauth2test.NewIssuer(t, s)
 	u, client := is.JWKSURL(), is.Server.Client()
 	is.Server.Close() // nothing listens any more
@@ -362,7 +362,7 @@ func TestJWKSUnreachableAtStart(t *testing.T) {
 
 func TestCachedKeysSurviveIssuerOutage(t *testing.T) {
 	t.Parallel()
-	s := oauth2test.NewRSA(t, "rsa-1")
+	s := oauth2test.RSA(t, 0, "rsa-1")
 	is := oauth2test.NewIssuer(t, s)
 	a := newAuthenticator(t, is, nil)
 	is.Down.Store(true)
@@ -370,7 +370,7 @@ func TestCachedKeysSurviveIssuerOutage(t *testing.T) {
 	if v, err := a.Authenticate(bearerRequest(oauth2test.Mint(t, s, claims()))); err != nil || !v.OK {
 		t.Fatalf("cached key during outage: %+v, %v", v, err)
 	}
-	other := oauth2test.NewRSA(t, "rsa-unknown")
+	other := oauth2test.RSA(t, 1, "rsa-unknown")
 	if v, err := a.Authenticate(bearerRequest(oauth2test.Mint(t, other, claims()))); err != nil || v.OK || v.Reason != auth.ReasonInvalid {
 		t.Fatalf("unknown kid during outage: %+v, %v; want a 401 refusal", v, err)
 	}
@@ -430,7 +430,7 @@ func TestDisabled(t *testing.T) {
 
 func TestTokensNeverLogged(t *testing.T) {
 	t.Parallel()
-	s := oauth2test.NewRSA(t, "rsa-1")
+	s := oauth2test.RSA(t, 0, "rsa-1")
 	is := oauth2test.NewIssuer(t, s)
 	core, logs := observer.New(zapcore.DebugLevel)
 	cfg := testConfig(is.JWKSURL())
@@ -444,7 +444,7 @@ func TestTokensNeverLogged(t *testing.T) {
 		oauth2test.Mint(t, s, with(claims(), jwt.ExpirationKey, time.Now().Add(-time.Hour))),
 		oauth2test.Mint(t, s, with(claims(), jwt.IssuerKey, "https://evil.test/")),
 		oauth2test.Mint(t, s, with(claims(), "scope", "none")),
-		oauth2test.Mint(t, oauth2test.NewRSA(t, "nope"), claims()),
+		oauth2test.Mint(t, oauth2test.RSA(t, 2, "nope"), claims()),
 		"abc.def.ghi",
 	}
 	for _, tok := range toks {

@@ -4,10 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/rsa"
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
@@ -24,7 +20,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lestrrat-go/jwx/v3/jwa"
 	"github.com/lestrrat-go/jwx/v3/jwt"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -365,39 +360,14 @@ func writeFileAtomic(t *testing.T, path string, data []byte) {
 
 // --- OAuth 2.0 issuer ---
 
-var (
-	rsaKeys = sync.OnceValue(func() []*rsa.PrivateKey {
-		var ks []*rsa.PrivateKey
-		for range 3 {
-			k, err := rsa.GenerateKey(rand.Reader, 2048)
-			if err != nil {
-				panic(err)
-			}
-			ks = append(ks, k)
-		}
-		return ks
-	})
-	ecKeys = sync.OnceValue(func() []*ecdsa.PrivateKey {
-		var ks []*ecdsa.PrivateKey
-		for range 3 {
-			k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-			if err != nil {
-				panic(err)
-			}
-			ks = append(ks, k)
-		}
-		return ks
-	})
-)
-
 // rsaSigner and ecSigner return signers over the i-th shared test key
 // (RSA keys are slow to make under -race), named kid.
 func rsaSigner(t *testing.T, i int, kid string) oauth2test.Signer {
-	return oauth2test.Import(t, rsaKeys()[i], kid, jwa.RS256())
+	return oauth2test.RSA(t, i, kid)
 }
 
 func ecSigner(t *testing.T, i int, kid string) oauth2test.Signer {
-	return oauth2test.Import(t, ecKeys()[i], kid, jwa.ES256())
+	return oauth2test.EC(t, i, kid)
 }
 
 // withOAuth turns bearer tokens on against is, trusting its CA through

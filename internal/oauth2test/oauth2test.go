@@ -43,6 +43,41 @@ func NewRSA(tb testing.TB, kid string) Signer {
 	return Import(tb, raw, kid, jwa.RS256())
 }
 
+// RSA returns an RS256 signer named kid over the i-th of a set of RSA
+// keys made once per test binary and shared (a 2048-bit key takes long
+// to make under -race). Different i, different keys.
+func RSA(tb testing.TB, i int, kid string) Signer {
+	tb.Helper()
+	return Import(tb, cached(&rsaKeys, i, func() (crypto.Signer, error) { return rsa.GenerateKey(rand.Reader, 2048) }), kid, jwa.RS256())
+}
+
+// EC is RSA for ES256 over P-256 keys.
+func EC(tb testing.TB, i int, kid string) Signer {
+	tb.Helper()
+	return Import(tb, cached(&ecKeys, i, func() (crypto.Signer, error) { return ecdsa.GenerateKey(elliptic.P256(), rand.Reader) }), kid, jwa.ES256())
+}
+
+// keyCache holds the shared keys by index.
+type keyCache struct {
+	mu   sync.Mutex
+	keys []crypto.Signer
+}
+
+var rsaKeys, ecKeys keyCache
+
+func cached(c *keyCache, i int, make func() (crypto.Signer, error)) crypto.Signer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for len(c.keys) <= i {
+		k, err := make()
+		if err != nil {
+			panic(err) // crypto/rand does not fail
+		}
+		c.keys = append(c.keys, k)
+	}
+	return c.keys[i]
+}
+
 // NewEC returns an ES256 signer over a fresh P-256 key named kid.
 func NewEC(tb testing.TB, kid string) Signer {
 	tb.Helper()
