@@ -9,8 +9,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/keygate/keygate/adminapi"
 	"github.com/keygate/keygate/internal/redistest"
 	"github.com/keygate/keygate/keystore"
@@ -22,8 +20,7 @@ import (
 func TestIdempotencyAcrossReplicas(t *testing.T) {
 	t.Parallel()
 	rs := redistest.Start(t)
-	client := redis.NewClient(&redis.Options{Addr: rs.Addr})
-	t.Cleanup(func() { _ = client.Close() })
+	client := rs.Client(t)
 	path := filepath.Join(t.TempDir(), "keys.yaml")
 	writeKeystore(t, path)
 	var replicas []*httptest.Server

@@ -20,8 +20,7 @@ import (
 
 func newClient(t testing.TB, srv *redistest.Server) *redis.Client {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
-	t.Cleanup(func() { _ = c.Close() })
+	c := srv.Client(t)
 	return c
 }
 

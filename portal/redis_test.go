@@ -6,8 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/keygate/keygate/internal/redistest"
 	"github.com/keygate/keygate/keyops"
 	"github.com/keygate/keygate/portal"
@@ -20,8 +18,7 @@ import (
 // secrets.
 func TestSessionsSharedThroughRedis(t *testing.T) {
 	srv := redistest.Start(t)
-	rc := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { _ = rc.Close() })
+	rc := srv.Client(t)
 	withRedis := func(_ *portal.Config, d *portal.Deps) { d.Redis, d.RedisPrefix = rc, "kg1:" }
 	r1 := newFixture(t, withRedis)
 	r2 := sharedStore(t, r1, withRedis) // a second replica: same keystore, same Redis

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/keygate/keygate/config"
 	"github.com/keygate/keygate/internal/pebbletest"
 	"github.com/keygate/keygate/internal/redistest"
@@ -26,8 +24,7 @@ func TestRedisKeyPrefixCoversEveryKey(t *testing.T) {
 	t.Parallel()
 	const prefix = "tenant-a:"
 	rs := redistest.Start(t)
-	client := redis.NewClient(&redis.Options{Addr: rs.Addr, MaxRetries: -1})
-	t.Cleanup(func() { _ = client.Close() })
+	client := rs.Client(t)
 	ctx := context.Background()
 
 	admin := &keystore.RedisAdmin{Client: client, Prefix: prefix}

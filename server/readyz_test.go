@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/keygate/keygate/config"
 	"github.com/keygate/keygate/internal/redistest"
 	"github.com/keygate/keygate/internal/testkit"
@@ -22,8 +20,7 @@ import (
 func TestReadyzListsDegradedComponentsInOrder(t *testing.T) {
 	t.Parallel()
 	rs := redistest.Start(t)
-	client := redis.NewClient(&redis.Options{Addr: rs.Addr, MaxRetries: -1})
-	t.Cleanup(func() { _ = client.Close() })
+	client := rs.Client(t)
 	key, _, err := (&keystore.RedisAdmin{Client: client}).Issue(context.Background(),
 		keystore.IssueRequest{Product: keystore.Extraction, Env: keystore.Live, Context: ctxA, Name: "readyz"})
 	if err != nil {

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
@@ -120,8 +119,7 @@ func TestACMEThreeReplicasShareOneOrderThroughRedis(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make([]error, replicas)
 	for i := range replicas {
-		rc := redis.NewClient(&redis.Options{Addr: rds.Addr})
-		t.Cleanup(func() { _ = rc.Close() })
+		rc := rds.Client(t)
 		cfg := acmeConfig(p, domain, "", tlsconf.ChallengeHTTP01)
 		cfg.Storage = "redis"
 		wg.Add(1)

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/keygate/keygate/internal/redistest"
 	"github.com/keygate/keygate/usage"
 )
@@ -121,8 +119,7 @@ func seriesTable(t *testing.T, s usage.Store) {
 
 func TestRedisSeries(t *testing.T) {
 	srv := redistest.Start(t)
-	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { _ = client.Close() })
+	client := srv.Client(t)
 	seriesTable(t, &usage.RedisStore{Client: client, Prefix: "kg:"})
 }
 
@@ -133,8 +130,7 @@ func TestFileSeries(t *testing.T) {
 // TestRedisSeriesIsOnePipeline: 7 days of 20 keys are one round trip.
 func TestRedisSeriesIsOnePipeline(t *testing.T) {
 	srv := redistest.Start(t)
-	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { _ = client.Close() })
+	client := srv.Client(t)
 	if err := client.Ping(context.Background()).Err(); err != nil {
 		t.Fatal(err)
 	}

@@ -173,8 +173,7 @@ func storeRoundTrip(t *testing.T, s interface {
 
 func TestRedisStore(t *testing.T) {
 	srv := redistest.Start(t)
-	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { _ = client.Close() })
+	client := srv.Client(t)
 	s := &usage.RedisStore{Client: client, Prefix: "kg:"}
 	storeRoundTrip(t, s)
 	ttl, err := client.TTL(context.Background(), "kg:usage:{key_a}:2026112310").Result()
@@ -189,8 +188,7 @@ func TestRedisStore(t *testing.T) {
 // outside the pipeline through a hook).
 func TestRedisFlushIsOnePipeline(t *testing.T) {
 	srv := redistest.Start(t)
-	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { _ = client.Close() })
+	client := srv.Client(t)
 	if err := client.Ping(context.Background()).Err(); err != nil { // the connection's handshake is not the flush
 		t.Fatal(err)
 	}

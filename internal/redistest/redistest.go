@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/keygate/keygate/internal/testkit"
+	"github.com/redis/go-redis/v9"
 )
 
 // Server is one running redis-server. It is not safe for concurrent use
@@ -202,4 +203,18 @@ func do(addr string, args ...string) (string, error) {
 		return "", fmt.Errorf("redis: %s", line[1:len(line)-2])
 	}
 	return line[1 : len(line)-2], nil
+}
+
+// Client returns a go-redis client of s, closed when the test ends.
+// Retries are off (MaxRetries -1), so that a test sees each failure of
+// the server it stopped or froze; tune changes other options.
+func (s *Server) Client(t testing.TB, tune ...func(*redis.Options)) *redis.Client {
+	t.Helper()
+	o := &redis.Options{Addr: s.Addr, MaxRetries: -1}
+	for _, f := range tune {
+		f(o)
+	}
+	c := redis.NewClient(o)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
 }
