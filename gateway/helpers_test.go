@@ -7,7 +7,6 @@ import (
 	"crypto/tls"
 	"encoding/hex"
 	"io"
-	"mime/multipart"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -162,26 +161,16 @@ func spoolDir(t *testing.T, dir string) string {
 	return t.TempDir()
 }
 
-// form builds a multipart body with the given parts in order; a part named
-// "files" gets a file name and PDF type.
+// form builds a multipart body with the given parts in order (see
+// testkit.Form).
 type part struct{ name, value string }
 
 func form(t testing.TB, parts ...part) (string, []byte) {
-	var buf bytes.Buffer
-	mw := multipart.NewWriter(&buf)
-	for _, p := range parts {
-		if p.name == "files" {
-			w, err := mw.CreateFormFile("files", "doc.pdf")
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, _ = w.Write([]byte(p.value))
-			continue
-		}
-		_ = mw.WriteField(p.name, p.value)
+	ps := make([]testkit.Part, len(parts))
+	for i, p := range parts {
+		ps[i] = testkit.Part{Name: p.name, Value: p.value}
 	}
-	_ = mw.Close()
-	return mw.FormDataContentType(), buf.Bytes()
+	return testkit.Form(t, ps...)
 }
 
 func syncForm(t testing.TB, contextID string) (string, []byte) {

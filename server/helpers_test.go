@@ -8,7 +8,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
-	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -280,17 +279,7 @@ func (h *harness) sync(c cred, contextID string) result {
 }
 
 func syncForm(t testing.TB, contextID string) (string, []byte) {
-	var buf bytes.Buffer
-	mw := multipart.NewWriter(&buf)
-	w, err := mw.CreateFormFile("files", "doc.pdf")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, _ = w.Write([]byte("%PDF-1.4 hello keygate"))
-	_ = mw.WriteField("id", docID)
-	_ = mw.WriteField("contextId", contextID)
-	_ = mw.Close()
-	return mw.FormDataContentType(), buf.Bytes()
+	return testkit.Form(t, testkit.Part{Name: "files", Value: "%PDF-1.4 hello keygate"}, testkit.Part{Name: "id", Value: docID}, testkit.Part{Name: "contextId", Value: contextID})
 }
 
 func sha(b []byte) string {

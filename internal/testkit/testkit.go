@@ -16,6 +16,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"math/big"
+	"mime/multipart"
 	"net"
 	"net/http"
 	"regexp"
@@ -211,4 +212,33 @@ func (ca *CA) TLSLeaf(t testing.TB, serial int64) tls.Certificate {
 		t.Fatal(err)
 	}
 	return cert
+}
+
+// Part is one field of a multipart form that Form builds.
+type Part struct{ Name, Value string }
+
+// Form builds a multipart/form-data body of parts, in order, and returns
+// its Content-Type and bytes. A part named "files" is a file part
+// (doc.pdf, application/octet-stream) holding Value.
+func Form(t testing.TB, parts ...Part) (contentType string, body []byte) {
+	t.Helper()
+	var buf bytes.Buffer
+	mw := multipart.NewWriter(&buf)
+	for _, p := range parts {
+		if p.Name == "files" {
+			w, err := mw.CreateFormFile("files", "doc.pdf")
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = w.Write([]byte(p.Value))
+			continue
+		}
+		if err := mw.WriteField(p.Name, p.Value); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := mw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return mw.FormDataContentType(), buf.Bytes()
 }
