@@ -25,6 +25,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/keygate/keygate/internal/fieldpath"
+
 	"github.com/keygate/keygate/internal/capool"
 
 	"github.com/redis/go-redis/v9"
@@ -281,7 +283,7 @@ func New(cfg Config, deps Deps) (*API, error) {
 	if cfg.ClientCAFile != "" {
 		var err error
 		if a.clientCA, err = capool.Load(cfg.ClientCAFile); err != nil {
-			return nil, fmt.Errorf("admin_api.client_ca_file: %w", err)
+			return nil, fieldpath.Errorf("client_ca_file", "%w", err)
 		}
 	}
 	if deps.Redis != nil {
@@ -325,7 +327,7 @@ func (a *API) TLSConfig(base *tls.Config) (*tls.Config, error) {
 		return nil, nil
 	}
 	if base == nil {
-		return nil, errors.New("admin_api.tls: on needs a certificate, but tls.mode is off; set admin_api.tls: off (loopback only) or a tls.mode")
+		return nil, fieldpath.Errorf("tls", "on needs a certificate, but tls.mode is off; set it off (loopback only) or set a tls.mode")
 	}
 	c := base.Clone()
 	c.NextProtos = []string{"h2", "http/1.1"}

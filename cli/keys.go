@@ -11,6 +11,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/keygate/keygate/internal/fieldpath"
+
 	"github.com/keygate/keygate/config"
 	"github.com/keygate/keygate/keyops"
 	"github.com/keygate/keygate/keystore"
@@ -29,7 +31,7 @@ func openAdmin(cfg config.Config) (keyops.Store, func(), error) {
 		rc.ReadTimeout, rc.WriteTimeout, rc.DialTimeout = 2*time.Second, 2*time.Second, 2*time.Second
 		client, err := redisconn.New(rc, os.Getenv)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, fieldpath.Within("redis", err)
 		}
 		return &keystore.RedisAdmin{Client: client, Prefix: cfg.Redis.KeyPrefix}, func() { _ = client.Close() }, nil
 	}

@@ -15,6 +15,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/keygate/keygate/internal/fieldpath"
+
 	"github.com/keygate/keygate/config"
 	"github.com/keygate/keygate/keyops"
 	"github.com/keygate/keygate/keystore"
@@ -35,7 +37,7 @@ func openOps(cfg config.Config) (*keyops.Service, func(), error) {
 	limits, err := cfg.RateLimit.Resolver()
 	if err != nil {
 		done()
-		return nil, nil, err
+		return nil, nil, fieldpath.Within("ratelimit", err)
 	}
 	log, err := openAudit(cfg, store)
 	if err != nil {

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/keygate/keygate/internal/fieldpath"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/keygate/keygate/config"
@@ -29,7 +31,7 @@ func usageReaders(cfg config.Config) (keyops.UsageReader, keyops.QuotaReader, fu
 		rc.ReadTimeout, rc.WriteTimeout, rc.DialTimeout = 2*time.Second, 2*time.Second, 2*time.Second
 		c, err := redisconn.New(rc, os.Getenv)
 		if err != nil {
-			return nil, nil, nil, err
+			return nil, nil, nil, fieldpath.Within("redis", err)
 		}
 		client, done = c, func() { _ = c.Close() }
 	}

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/keygate/keygate/internal/fieldpath"
+
 	"github.com/keygate/keygate/internal/capool"
 
 	"github.com/lestrrat-go/httprc/v3"
@@ -29,7 +31,7 @@ func newHTTPClient(caRoot string) (*http.Client, error) {
 	if caRoot != "" {
 		pool, err := capool.LoadInline(caRoot)
 		if err != nil {
-			return nil, fmt.Errorf("auth.oauth2.ca_root: %w", err)
+			return nil, fieldpath.Errorf("ca_root", "%w", err)
 		}
 		tr.TLSClientConfig.RootCAs = pool
 	}

@@ -29,6 +29,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/keygate/keygate/internal/fieldpath"
+
 	"github.com/lestrrat-go/httprc/v3"
 	"github.com/lestrrat-go/jwx/v3/jwa"
 	"github.com/lestrrat-go/jwx/v3/jwk"
@@ -129,7 +131,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Authenticator, error) {
 	for _, name := range cfg.Algorithms {
 		alg, ok := jwa.LookupSignatureAlgorithm(name)
 		if !ok || alg.IsSymmetric() || !isAllowedAlgorithm(alg.String()) {
-			return nil, fmt.Errorf("auth.oauth2.algorithms: %q is not supported", name)
+			return nil, fieldpath.Errorf("algorithms", "%q is not supported", name)
 		}
 		a.algs[alg.String()] = alg
 	}

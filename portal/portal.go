@@ -28,6 +28,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/keygate/keygate/internal/fieldpath"
+
 	"github.com/keygate/keygate/internal/statuswriter"
 
 	"github.com/keygate/keygate/internal/capool"
@@ -120,7 +122,7 @@ func New(cfg Config, deps Deps) (*Portal, error) {
 	if p.client == nil {
 		c, err := httpClient(cfg.OIDC.CAFile)
 		if err != nil {
-			return nil, fmt.Errorf("portal.oidc.ca_file: %w", err)
+			return nil, fieldpath.Errorf("oidc.ca_file", "%w", err)
 		}
 		p.client = c
 	}

@@ -1,10 +1,11 @@
 package ratelimit
 
 import (
-	"errors"
 	"fmt"
 	"sort"
 	"time"
+
+	"github.com/keygate/keygate/internal/fieldpath"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
@@ -165,7 +166,7 @@ func (c Config) NewRedis(deps RedisDeps) (*Resilient, error) {
 		return nil, err
 	}
 	if deps.Client == nil {
-		return nil, errors.New("ratelimit.backend: redis needs a Redis client (is the redis section configured?)")
+		return nil, fieldpath.Errorf("backend", "redis needs a Redis client (is the redis section configured?)")
 	}
 	r, err := NewRedis(RedisConfig{Client: deps.Client, KeyPrefix: deps.KeyPrefix, Timeout: c.RedisTimeout})
 	if err != nil {

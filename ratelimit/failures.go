@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/keygate/keygate/internal/fieldpath"
+
 	lru "github.com/hashicorp/golang-lru/v2"
 	"go.uber.org/zap"
 )
@@ -136,7 +138,7 @@ func NewFailures(cfg FailuresConfig) (*Failures, error) {
 	}
 	blocked, err := lru.New[netip.Addr, time.Time](cfg.Limit.MaxAddresses)
 	if err != nil {
-		return nil, fmt.Errorf("auth.failure_limit.max_addresses: %w", err)
+		return nil, fieldpath.Errorf("max_addresses", "%w", err)
 	}
 	f := &Failures{limit: cfg.Limit.Limit(), now: cfg.Now, blocked: blocked}
 	if cfg.Redis == nil {

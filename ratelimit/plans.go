@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/keygate/keygate/internal/fieldpath"
 )
 
 // Scope says who shares a plan's bucket and quota.
@@ -196,7 +198,7 @@ type Resolver struct {
 func NewResolver(envs map[string]Limit, plans map[string]Plan) (*Resolver, error) {
 	for _, env := range []string{"live", "test"} {
 		if _, ok := envs[env]; !ok {
-			return nil, fmt.Errorf("ratelimit.limits.%s: missing", env)
+			return nil, fieldpath.Errorf("limits."+env, "missing")
 		}
 	}
 	r := &Resolver{envs: make(map[string]Limit, len(envs)), plans: make(map[string]Plan, len(plans))}

@@ -18,6 +18,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/keygate/keygate/internal/fieldpath"
+
 	"github.com/keygate/keygate/internal/capool"
 
 	"github.com/redis/go-redis/v9"
@@ -215,7 +217,7 @@ func New(cfg Config, getenv func(string) string) (redis.UniversalClient, error) 
 		}
 		v := getenv(p.name)
 		if v == "" {
-			return nil, fmt.Errorf("redis.%s: environment variable %s is unset or empty", p.path, p.name)
+			return nil, fieldpath.Errorf(p.path, "environment variable %s is unset or empty", p.name)
 		}
 		*p.dst = v
 	}
@@ -228,7 +230,7 @@ func New(cfg Config, getenv func(string) string) (redis.UniversalClient, error) 
 		if cfg.TLS.CAFile != "" {
 			pool, err := capool.Load(cfg.TLS.CAFile)
 			if err != nil {
-				return nil, fmt.Errorf("redis.tls.ca_file: %w", err)
+				return nil, fieldpath.Errorf("tls.ca_file", "%w", err)
 			}
 			tc.RootCAs = pool
 		}

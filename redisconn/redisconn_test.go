@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keygate/keygate/internal/fieldpath"
+
 	"github.com/keygate/keygate/internal/redistest"
 	"github.com/keygate/keygate/redisconn"
 	"github.com/redis/go-redis/v9"
@@ -134,7 +136,7 @@ func TestNewConnectsWithPasswordFromEnvironment(t *testing.T) {
 
 	delete(env, "KEYGATE_REDIS_PASSWORD")
 	if _, err := redisconn.New(cfg, func(k string) string { return env[k] }); err == nil ||
-		!strings.Contains(err.Error(), "redis.password_env: environment variable KEYGATE_REDIS_PASSWORD is unset") {
+		!strings.Contains(fieldpath.Within("redis", err).Error(), "redis.password_env: environment variable KEYGATE_REDIS_PASSWORD is unset") {
 		t.Fatalf("unset variable: %v", err)
 	}
 }
@@ -175,7 +177,7 @@ func TestNewReadsTheCAFile(t *testing.T) {
 	t.Parallel()
 	cfg := redisconn.DefaultConfig()
 	cfg.TLS.Enabled, cfg.TLS.CAFile = true, t.TempDir()+"/missing.pem"
-	if _, err := redisconn.New(cfg, nil); err == nil || !strings.HasPrefix(err.Error(), "redis.tls.ca_file: ") {
+	if _, err := redisconn.New(cfg, nil); err == nil || !strings.HasPrefix(fieldpath.Within("redis", err).Error(), "redis.tls.ca_file: ") {
 		t.Fatalf("missing CA file: %v", err)
 	}
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"github.com/keygate/keygate/internal/fieldpath"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/keygate/keygate/gateway"
@@ -20,7 +21,7 @@ func (s *Server) openFailureLimit() (gateway.FailureLimiter, error) {
 	}
 	f, err := ratelimit.NewFailures(cfg)
 	if err != nil || f == nil {
-		return nil, err
+		return nil, fieldpath.Within("auth.failure_limit", err)
 	}
 	counter := func(name, help string, v func(ratelimit.FailureStats) uint64) {
 		s.registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},

@@ -10,6 +10,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/keygate/keygate/internal/fieldpath"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/keygate/keygate/adminapi"
@@ -111,7 +113,7 @@ func (s *Server) openOps(deps *Deps) (*keyops.Service, keyops.Store, error) {
 	}
 	limits, err := s.cfg.RateLimit.Resolver()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fieldpath.Within("ratelimit", err)
 	}
 	ur, _ := UsageStore(s.cfg, s.redis).(keyops.UsageReader)
 	s.ops, err = keyops.New(keyops.Config{Store: store, Limits: limits, Auditor: deps.Auditor, Usage: ur, Quota: QuotaReader(s.cfg, s.redis)})
@@ -144,11 +146,11 @@ func (s *Server) openAdminAPI(deps Deps) error {
 	}
 	api, err := adminapi.New(s.cfg.AdminAPI, adeps)
 	if err != nil {
-		return err
+		return fieldpath.Within("admin_api", err)
 	}
 	tlsConfig, err := api.TLSConfig(s.tls.TLSConfig())
 	if err != nil {
-		return err
+		return fieldpath.Within("admin_api", err)
 	}
 	if deps.AdminTokens == nil && s.cfg.AdminAPI.ClientCAFile == "" {
 		s.log.Warn("admin_api is enabled but accepts no credential yet: no admin token store and no admin_api.client_ca_file")
@@ -180,7 +182,7 @@ func (s *Server) openPortal(deps *Deps, trusted gateway.TrustedProxies) error {
 		pdeps.Getenv = os.Getenv
 	}
 	if s.portal, err = portal.New(s.cfg.Portal, pdeps); err != nil {
-		return err
+		return fieldpath.Within("portal", err)
 	}
 	if s.portalLn, err = net.Listen("tcp", s.cfg.Portal.Listen); err != nil {
 		return fmt.Errorf("portal.listen: %w", err)

@@ -19,6 +19,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/keygate/keygate/internal/fieldpath"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
@@ -153,7 +155,7 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (s *Server, err erro
 	if cfg.Keystore.Backend == "redis" || cfg.RateLimit.Backend == "redis" || cfg.TLS.Storage == "redis" {
 		s.redis, err = redisconn.New(cfg.Redis, deps.Getenv)
 		if err != nil {
-			return nil, err
+			return nil, fieldpath.Within("redis", err)
 		}
 		s.closers = append(s.closers, s.redis.Close)
 	}
@@ -195,7 +197,7 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (s *Server, err erro
 		HTTPPort:    port(s.plainLn),
 	})
 	if err != nil {
-		return nil, err
+		return nil, fieldpath.Within("tls", err)
 	}
 	s.closers = append(s.closers, s.tls.Close)
 
@@ -271,7 +273,7 @@ func (s *Server) openStore() error {
 	onReload := registerKeystoreMetrics(s.registry)
 	limits, err := s.cfg.RateLimit.Resolver()
 	if err != nil {
-		return err
+		return fieldpath.Within("ratelimit", err)
 	}
 	switch s.cfg.Keystore.Backend {
 	case "file":
@@ -310,7 +312,7 @@ func (s *Server) openLimiter() error {
 	}
 	l, err := rc.NewRedis(ratelimit.RedisDeps{Client: s.redis, KeyPrefix: s.cfg.Redis.KeyPrefix, Logger: s.log.Named("ratelimit")})
 	if err != nil {
-		return err
+		return fieldpath.Within("ratelimit", err)
 	}
 	s.limiter = l
 	registerLimiterMetrics(s.registry, l)
@@ -329,7 +331,7 @@ func (s *Server) openAuth(ctx context.Context) (gateway.Authenticator, error) {
 	if s.cfg.Auth.OAuth2.Enabled {
 		a, err := oauth2.New(ctx, s.cfg.Auth.OAuth2, oauth2.Deps{Logger: s.log.Named("oauth2")})
 		if err != nil {
-			return nil, err // it names auth.oauth2's fields, or says "oauth2:"
+			return nil, fieldpath.Within("auth.oauth2", err)
 		}
 		s.oauth = a
 		s.closers = append(s.closers, a.Close)

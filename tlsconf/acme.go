@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/keygate/keygate/internal/fieldpath"
+
 	"github.com/keygate/keygate/internal/capool"
 
 	"github.com/caddyserver/certmagic"
@@ -25,11 +27,11 @@ func (m *Manager) startACME(ctx, bg context.Context, cfg Config, deps Deps) erro
 	switch cfg.Storage {
 	case "redis":
 		if deps.Redis == nil {
-			return errors.New("tls.storage: redis needs a Redis client (redis section)")
+			return fieldpath.Errorf("storage", "redis needs a Redis client (the redis section)")
 		}
 		s, err := certstore.NewRedis(deps.Redis, certstore.Options{Prefix: deps.RedisPrefix, Logger: m.logger})
 		if err != nil {
-			return fmt.Errorf("tls.storage: %w", err)
+			return fieldpath.Errorf("storage", "%w", err)
 		}
 		storage = s
 	default:
@@ -40,7 +42,7 @@ func (m *Manager) startACME(ctx, bg context.Context, cfg Config, deps Deps) erro
 	if cfg.CARoot != "" {
 		var err error
 		if roots, err = capool.Load(cfg.CARoot); err != nil {
-			return fmt.Errorf("tls.ca_root: %w", err)
+			return fieldpath.Errorf("ca_root", "%w", err)
 		}
 	}
 
@@ -104,7 +106,7 @@ func (m *Manager) startACME(ctx, bg context.Context, cfg Config, deps Deps) erro
 	}
 	if len(cfg.Domains) > 0 {
 		if err := magic.ManageAsync(bg, cfg.Domains); err != nil {
-			return fmt.Errorf("tls.domains: %w", err)
+			return fieldpath.Errorf("domains", "%w", err)
 		}
 	}
 	m.logger.Info("tls: acme certificate management started",

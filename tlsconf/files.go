@@ -3,9 +3,10 @@ package tlsconf
 import (
 	"bytes"
 	"crypto/tls"
-	"fmt"
 	"os"
 	"time"
+
+	"github.com/keygate/keygate/internal/fieldpath"
 
 	"github.com/keygate/keygate/filewatch"
 
@@ -33,7 +34,7 @@ func stampOf(certPath, keyPath string) (fileStamp, error) {
 func (m *Manager) startFiles(cfg Config, deps Deps) error {
 	cert, err := tls.LoadX509KeyPair(cfg.CertFile, cfg.KeyFile)
 	if err != nil {
-		return fmt.Errorf("tls.cert_file/tls.key_file: %w", err)
+		return fieldpath.Errorf("cert_file", "with key_file: %w", err)
 	}
 	m.cert.Store(&cert)
 	m.base.GetCertificate = m.getStatic

@@ -16,6 +16,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/keygate/keygate/internal/fieldpath"
+
 	"go.uber.org/zap"
 )
 
@@ -64,16 +66,16 @@ func (m *Manager) startSelfSigned(cfg Config) error {
 
 	certPEM, keyPEM, err := makeSelfSigned(dns, ips, time.Now())
 	if err != nil {
-		return fmt.Errorf("tls.self_signed_dir: %w", err)
+		return fieldpath.Errorf("self_signed_dir", "%w", err)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("tls.self_signed_dir: %w", err)
+		return fieldpath.Errorf("self_signed_dir", "%w", err)
 	}
 	if err := writeAtomic(keyPath, keyPEM, 0o600); err != nil {
-		return fmt.Errorf("tls.self_signed_dir: %w", err)
+		return fieldpath.Errorf("self_signed_dir", "%w", err)
 	}
 	if err := writeAtomic(certPath, certPEM, 0o644); err != nil {
-		return fmt.Errorf("tls.self_signed_dir: %w", err)
+		return fieldpath.Errorf("self_signed_dir", "%w", err)
 	}
 	cert, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
