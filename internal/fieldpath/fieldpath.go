@@ -7,7 +7,6 @@
 package fieldpath
 
 import (
-	"errors"
 	"fmt"
 )
 
@@ -30,8 +29,10 @@ func Errorf(path, format string, args ...any) error {
 // Within puts section in front of the path of a field error; any other
 // error (or nil) is returned unchanged.
 func Within(section string, err error) error {
-	var fe *Error
-	if !errors.As(err, &fe) || fe != err {
+	// Only a field error at the top: one wrapped in other text already
+	// has something in front of its path.
+	fe, ok := err.(*Error) //nolint:errorlint // deliberately not errors.As, see above
+	if !ok {
 		return err
 	}
 	return &Error{Path: section + "." + fe.Path, Err: fe.Err}
