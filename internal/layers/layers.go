@@ -1,0 +1,23 @@
+// Package layers holds keygate's import layering and, in its test, the
+// check that the import graph keeps to it: a package imports only
+// packages of lower layers, so no arrow points upward and no cycle can
+// form. A new package must be given a layer here.
+package layers
+
+// Layers lists keygate's packages (by path within the module) from the
+// bottom up. Test-support packages (internal/testkit and the like), the
+// end-to-end and benchmark programs are outside the layering.
+var Layers = [][]string{
+	{"product", "redact", "filewatch", "formctx", "framing", "certstore", "usage", "standin",
+		"internal/capool", "internal/fieldpath", "internal/statuswriter", "internal/layers"},
+	{"redisconn"},
+	{"ratelimit", "tlsconf"},
+	{"keystore"},
+	{"auth", "keyops"},
+	{"oauth2", "gateway", "admintoken", "audit"},
+	{"adminapi", "portal"},
+	{"config"},
+	{"server"},
+	{"cli"},
+	{"cmd/keygate"},
+}
