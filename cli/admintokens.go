@@ -57,11 +57,7 @@ func adminTokens(args []string, stdout, stderr io.Writer) error {
 		}
 		req = admintoken.CreateRequest{Name: *name, Scopes: sc, ExpiresIn: d}
 	}
-	cfg, err := loadConfig(*cfgPath)
-	if err != nil {
-		return err
-	}
-	store, done, err := openAdmin(cfg)
+	cfg, store, done, err := loadAdmin(*cfgPath)
 	if err != nil {
 		return err
 	}

@@ -68,11 +68,7 @@ func auditCmd(args []string, stdout, stderr io.Writer) error {
 	if *since < 0 || *limit < 0 {
 		return usageError{"audit: --since and --limit must not be negative"}
 	}
-	cfg, err := loadConfig(*cfgPath)
-	if err != nil {
-		return err
-	}
-	store, done, err := openAdmin(cfg)
+	cfg, store, done, err := loadAdmin(*cfgPath)
 	if err != nil {
 		return err
 	}

@@ -78,11 +78,7 @@ func keys(args []string, stdout, stderr io.Writer) error {
 	if err := fs.Parse(interleave(args)); err != nil {
 		return err
 	}
-	cfg, err := loadConfig(*cfgPath)
-	if err != nil {
-		return err
-	}
-	ops, done, err := openOps(cfg)
+	ops, done, err := loadOps(*cfgPath)
 	if err != nil {
 		return err
 	}

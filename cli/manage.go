@@ -29,6 +29,27 @@ import (
 // store directly through package keyops, as the admin API does: there is
 // one implementation of the rules, and the CLI works without a running
 // gateway.
+// loadAdmin loads the config at path and opens its keystore's admin;
+// done closes what it opened.
+func loadAdmin(path string) (config.Config, keyops.Store, func(), error) {
+	cfg, err := loadConfig(path)
+	if err != nil {
+		return cfg, nil, nil, err
+	}
+	store, done, err := openAdmin(cfg)
+	return cfg, store, done, err
+}
+
+// loadOps loads the config at path and opens keyops over its keystore;
+// done closes what it opened.
+func loadOps(path string) (*keyops.Service, func(), error) {
+	cfg, err := loadConfig(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	return openOps(cfg)
+}
+
 func openOps(cfg config.Config) (*keyops.Service, func(), error) {
 	store, done, err := openAdmin(cfg)
 	if err != nil {
@@ -178,11 +199,7 @@ func keysManage(sub string, fs *flag.FlagSet, args []string, stdout, stderr io.W
 			}
 		})
 	}
-	cfg, err := loadConfig(cfgPath.String())
-	if err != nil {
-		return err
-	}
-	ops, done, err := openOps(cfg)
+	ops, done, err := loadOps(cfgPath.String())
 	if err != nil {
 		return err
 	}
@@ -309,11 +326,7 @@ func consumers(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	cfg, err := loadConfig(*cfgPath)
-	if err != nil {
-		return err
-	}
-	ops, done, err := openOps(cfg)
+	ops, done, err := loadOps(*cfgPath)
 	if err != nil {
 		return err
 	}

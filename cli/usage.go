@@ -50,11 +50,7 @@ func showUsage(what string, fs *flag.FlagSet, args []string, stdout io.Writer) e
 	if fs.NArg() != 1 {
 		return usageError{fmt.Sprintf("%s usage: want exactly one ID", what)}
 	}
-	cfg, err := loadConfig(cfgPath())
-	if err != nil {
-		return err
-	}
-	ops, done, err := openOps(cfg)
+	ops, done, err := loadOps(cfgPath())
 	if err != nil {
 		return err
 	}
