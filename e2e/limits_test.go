@@ -105,33 +105,7 @@ func (g *gateway) syncWith(c *http.Client, key string, hdr ...string) (int, http
 // include every name="value" pair given.
 func (g *gateway) metric(name string, labels ...string) float64 {
 	g.t.Helper()
-	resp, err := http.Get(g.Admin + "/metrics")
-	if err != nil {
-		g.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var sum float64
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
-			continue
-		}
-		ok := true
-		for i := 0; i+1 < len(labels); i += 2 {
-			ok = ok && strings.Contains(line, labels[i]+`="`+labels[i+1]+`"`)
-		}
-		if !ok {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
-		if err != nil {
-			g.t.Fatalf("metric line %q: %v", line, err)
-		}
-		sum += v
-	}
-	return sum
+	return testkit.Metric(g.t, g.Admin+"/metrics", name, labels...)
 }
 
 // cpuTime is the user+system CPU time of process pid so far.

@@ -1,7 +1,6 @@
 package server_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -12,7 +11,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -299,37 +297,7 @@ func assertError(t *testing.T, r result, status int, msgHas string) {
 // pair in labels, read from the admin /metrics.
 func (h *harness) metric(name string, labels ...string) float64 {
 	h.t.Helper()
-	resp, err := http.Get(h.Admin + "/metrics")
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var want []string
-	for i := 0; i+1 < len(labels); i += 2 {
-		want = append(want, labels[i]+`="`+labels[i+1]+`"`)
-	}
-	var sum float64
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
-			continue
-		}
-		ok := true
-		for _, w := range want {
-			ok = ok && strings.Contains(line, w)
-		}
-		if !ok {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
-		if err != nil {
-			h.t.Fatalf("metric line %q: %v", line, err)
-		}
-		sum += v
-	}
-	return sum
+	return testkit.Metric(h.t, h.Admin+"/metrics", name, labels...)
 }
 
 // --- certificates ---

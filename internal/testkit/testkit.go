@@ -5,6 +5,7 @@
 package testkit
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -241,4 +242,41 @@ func Form(t testing.TB, parts ...Part) (contentType string, body []byte) {
 		t.Fatal(err)
 	}
 	return mw.FormDataContentType(), buf.Bytes()
+}
+
+// Metric sums the samples of metric name on the Prometheus text page at
+// url whose labels include every name, value pair in labels.
+func Metric(t testing.TB, url, name string, labels ...string) float64 {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var want []string
+	for i := 0; i+1 < len(labels); i += 2 {
+		want = append(want, labels[i]+`="`+labels[i+1]+`"`)
+	}
+	var sum float64
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
+			continue
+		}
+		ok := true
+		for _, w := range want {
+			ok = ok && strings.Contains(line, w)
+		}
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		if err != nil {
+			t.Fatalf("metric line %q: %v", line, err)
+		}
+		sum += v
+	}
+	return sum
 }
