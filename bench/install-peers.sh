@@ -17,14 +17,13 @@ command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
 fi
+# shellcheck source=scripts/apt.sh
+. "$(dirname "$0")/../scripts/apt.sh"
+apt_install "${need[@]}"
 sudo=""
 if [ "$(id -u)" -ne 0 ]; then
   sudo="sudo"
 fi
-echo "installing: ${need[*]}"
-export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${need[@]}"
 # Some packages start a system service on install; the bench does not need
 # it, and it would hold port 80.
 for s in nginx haproxy caddy; do

@@ -26,16 +26,7 @@ busboy() {
   fi
 }
 
-if [ ${#need[@]} -eq 0 ]; then
-  busboy
-  exit 0
-fi
-sudo=""
-if [ "$(id -u)" -ne 0 ]; then
-  sudo="sudo"
-fi
-echo "installing: ${need[*]}"
-export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${need[@]}"
+# shellcheck source=scripts/apt.sh
+. "$(dirname "$0")/apt.sh"
+apt_install "${need[@]}"
 busboy
