@@ -2,16 +2,10 @@ package adminapi_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -476,28 +470,6 @@ func TestUsageAndAuditReaders(t *testing.T) {
 	checkProblem(t, f.do(t, "kga_audit:read", "GET", "/v1/audit-events?cursor=bad", ""), 400)
 }
 
-// clientCert issues a client certificate with cn from ca.
-func clientCert(t *testing.T, ca *testkit.CA, cn string) tls.Certificate {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()),
-		Subject:      pkix.Name{CommonName: cn, Organization: []string{"Ops"}},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.Key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
-}
-
 // TestClientCertificates: a certificate from the configured CA gets its
 // CN's scopes; one from another CA, or none, is 401; an unmapped CN has
 // no scope (403). The actor is "cert:" and the subject.
@@ -533,7 +505,7 @@ func TestClientCertificates(t *testing.T) {
 		}
 		return &http.Client{Transport: &http.Transport{TLSClientConfig: c}}
 	}
-	support, auditor, stranger, rogue := clientCert(t, clientCA, "support"), clientCert(t, clientCA, "auditor"), clientCert(t, clientCA, "stranger"), clientCert(t, otherCA, "support")
+	support, auditor, stranger, rogue := clientCA.ClientCert(t, "support"), clientCA.ClientCert(t, "auditor"), clientCA.ClientCert(t, "stranger"), otherCA.ClientCert(t, "support")
 	cases := []struct {
 		name         string
 		cert         *tls.Certificate

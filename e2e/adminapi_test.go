@@ -1,16 +1,10 @@
 package e2e
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
 	"fmt"
 	"io"
-	"math/big"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -138,7 +132,7 @@ func TestAdminAPIClientCertificate(t *testing.T) {
 	withCert := func(cn string) *http.Client {
 		tc := &tls.Config{InsecureSkipVerify: true} // the self-signed server cert is checked in package tlsconf
 		if cn != "" {
-			tc.Certificates = []tls.Certificate{clientCertificate(t, ca, cn)}
+			tc.Certificates = []tls.Certificate{ca.ClientCert(t, cn)}
 		}
 		c := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: tc, ForceAttemptHTTP2: true}}
 		t.Cleanup(c.CloseIdleConnections)
@@ -178,26 +172,4 @@ func TestAdminAPIToken(t *testing.T) {
 	if strings.Contains(g.logs.String(), token) {
 		t.Error("the admin token appears in keygate's log")
 	}
-}
-
-// clientCertificate issues a client certificate for cn from ca.
-func clientCertificate(t *testing.T, ca *testkit.CA, cn string) tls.Certificate {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()),
-		Subject:      pkix.Name{CommonName: cn},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.Key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }
