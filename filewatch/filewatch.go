@@ -32,6 +32,11 @@ type Config struct {
 	OnChange func()
 	// OnError receives watch errors (the poll goes on); nil ignores them.
 	OnError func(error)
+	// Baseline, when set (one Stat per path, taken before the caller
+	// read the files), is the state a change is measured from; nil means
+	// the files as Start finds them. With it, a change between the
+	// caller's read and Start is not missed.
+	Baseline []Stat
 }
 
 // Watcher watches until Close.
@@ -86,6 +91,9 @@ func Start(cfg Config) *Watcher {
 		w.paths[filepath.Clean(p)] = true
 	}
 	w.last = w.stats()
+	if len(cfg.Baseline) == len(cfg.Paths) {
+		w.last = append([]Stat(nil), cfg.Baseline...)
+	}
 	if !cfg.NoEvents {
 		fw, err := fsnotify.NewWatcher()
 		if err != nil {

@@ -75,3 +75,19 @@ func TestWatcherIgnoresOtherFilesAndStops(t *testing.T) {
 		t.Fatalf("%d calls after Close", n)
 	}
 }
+
+// A change made after the caller's Baseline and before Start is noticed.
+func TestWatcherBaseline(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "keys.yaml")
+	_ = os.WriteFile(file, []byte("a"), 0o600)
+	base := filewatch.StatOf(file)
+	_ = os.WriteFile(file, []byte("changed before Start"), 0o600)
+	var calls atomic.Int32
+	w := filewatch.Start(filewatch.Config{Paths: []string{file}, Poll: 20 * time.Millisecond, NoEvents: true,
+		Baseline: []filewatch.Stat{base}, OnChange: func() { calls.Add(1) }})
+	defer w.Close()
+	testkit.Eventually(t, 5*time.Second, "the change before Start", func() error {
+		return testkit.True(calls.Load() > 0, "no call")
+	})
+}

@@ -102,10 +102,13 @@ func OpenFile(cfg FileConfig) (*FileStore, error) {
 	if s.log == nil {
 		s.log = zap.NewNop()
 	}
+	// Stat before the first read, so that a write during it is noticed.
+	base := filewatch.StatOf(s.path)
 	if err := s.reload(); err != nil {
 		return nil, err
 	}
 	s.watch = filewatch.Start(filewatch.Config{
+		Baseline: []filewatch.Stat{base},
 		Paths:    []string{s.path},
 		Poll:     s.poll,
 		NoEvents: cfg.NoWatch,
