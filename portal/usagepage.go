@@ -47,25 +47,28 @@ func (p *Portal) usagePage(w http.ResponseWriter, r *http.Request, sess *Session
 	}
 	now := p.now()
 	data := map[string]any{"Keys": recs, "Selected": sel}
+	// One read of the 7 days (hourly, the current hour last); the last 24
+	// hours are its tail.
+	week, err := p.series(ctx, sess.Consumer, sel, 7*24*time.Hour)
+	if errors.Is(err, keyops.ErrNoUsage) {
+		data["Note"] = "Usage is not recorded on this gateway."
+	} else if err != nil {
+		p.log.Warn("portal: usage unavailable", zap.Error(err))
+		data["Note"] = "Usage cannot be read right now."
+	}
+	day := week[max(0, len(week)-24):]
 	for _, period := range []struct {
 		name  string
-		since time.Duration
+		hours []usage.Hour
 		title string
-	}{{"Day", 24 * time.Hour, "Requests per hour, last 24 hours"}, {"Week", 7 * 24 * time.Hour, "Requests per hour, last 7 days"}} {
-		hours, err := p.series(ctx, sess.Consumer, sel, period.since)
-		if errors.Is(err, keyops.ErrNoUsage) {
-			data["Note"] = "Usage is not recorded on this gateway."
-		} else if err != nil {
-			p.log.Warn("portal: usage unavailable", zap.Error(err))
-			data["Note"] = "Usage cannot be read right now."
-		}
+	}{{"Day", day, "Requests per hour, last 24 hours"}, {"Week", week, "Requests per hour, last 7 days"}} {
 		var total usage.Counts
-		for _, h := range hours {
+		for _, h := range period.hours {
 			total.Add(h.Counts)
 		}
 		data[period.name] = total
 		data[period.name+"Refused"] = total.Refused()
-		data[period.name+"Chart"] = usageChart(period.title, hours, now)
+		data[period.name+"Chart"] = usageChart(period.title, period.hours, now)
 	}
 	var limits []limitRow
 	for _, rec := range shown {
