@@ -71,16 +71,7 @@ func TestInvalidConfigNamesTheField(t *testing.T) {
 		{"same fixed port twice", "server:\n  listen: \"127.0.0.1:9000\"\n  admin_listen: \"127.0.0.1:9000\"\n", "server.admin_listen"},
 	}
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			_, err := config.Parse([]byte(c.yaml))
-			if err == nil {
-				t.Fatalf("accepted:\n%s", c.yaml)
-			}
-			if !strings.Contains(err.Error(), c.field) {
-				t.Errorf("error %q does not name %q", err, c.field)
-			}
-		})
+		expectRefused(t, c.name, c.yaml, func(msg string) bool { return strings.Contains(msg, c.field) }, "name "+c.field)
 	}
 }
 
@@ -130,16 +121,9 @@ func TestOverflowingDurationNamesItsField(t *testing.T) {
 		{"second on a line", "server: { read_timeout: 1s, body_idle_timeout: 99999999999999s }\n", "server.body_idle_timeout"},
 	}
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			_, err := config.Parse([]byte(c.yaml))
-			if err == nil {
-				t.Fatal("accepted")
-			}
-			if !strings.HasPrefix(err.Error(), c.field+": ") || !strings.Contains(err.Error(), "out of range") {
-				t.Errorf("error %q does not start with %q and say out of range", err, c.field)
-			}
-		})
+		expectRefused(t, c.name, c.yaml, func(msg string) bool {
+			return strings.HasPrefix(msg, c.field+": ") && strings.Contains(msg, "out of range")
+		}, "start with "+c.field+" and say out of range")
 	}
 	// The largest duration still parses.
 	if _, err := config.Parse([]byte("server:\n  read_timeout: 2562047h\n")); err != nil {
@@ -161,15 +145,23 @@ func TestValidateReportsTheFirstError(t *testing.T) {
 		{"log", "log:\n  level: loud\n  format: xml\n", "log.level", "log.format"},
 	}
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			_, err := config.Parse([]byte(c.yaml))
-			if err == nil {
-				t.Fatalf("accepted:\n%s", c.yaml)
-			}
-			if msg := err.Error(); !strings.HasPrefix(msg, c.first+": ") || strings.Contains(msg, c.notAlso) {
-				t.Errorf("error %q: want only the first problem, %s", msg, c.first)
-			}
-		})
+		expectRefused(t, c.name, c.yaml, func(msg string) bool {
+			return strings.HasPrefix(msg, c.first+": ") && !strings.Contains(msg, c.notAlso)
+		}, "name only the first problem, "+c.first)
 	}
+}
+
+// expectRefused runs a parallel subtest in which Parse must refuse yaml
+// with an error whose message passes ok; want says what ok looks for.
+func expectRefused(t *testing.T, name, yaml string, ok func(msg string) bool, want string) {
+	t.Run(name, func(t *testing.T) {
+		t.Parallel()
+		_, err := config.Parse([]byte(yaml))
+		if err == nil {
+			t.Fatalf("accepted:\n%s", yaml)
+		}
+		if !ok(err.Error()) {
+			t.Errorf("error %q: want it to %s", err, want)
+		}
+	})
 }

@@ -313,33 +313,16 @@ func TestLimitsSlowBody(t *testing.T) {
 // flight for one key the next gets 429 with Retry-After and the spec's
 // body and reaches no upstream; another key is not affected.
 func TestLimitsConcurrencyCap(t *testing.T) {
-	release := make(chan struct{})
-	var entered, hits atomic.Int64
-	var slowKeyID atomic.Value
-	slowKeyID.Store("-")
-	up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		hits.Add(1)
-		if r.Header.Get("X-Keygate-Key-Id") == slowKeyID.Load().(string) {
-			entered.Add(1)
-			<-release
-		}
-		standin.Handler{Name: "extraction"}.ServeHTTP(w, r)
-	})
+	up := testkit.NewHoldingUpstream(standin.Handler{Name: "extraction"})
 	g := startGateway(t, gwOpts{upstream: up, maxConcurrent: 3})
-	defer func() {
-		select {
-		case <-release:
-		default:
-			close(release)
-		}
-	}()
+	defer up.Release()
 	key := g.issue("--product", "extraction", "--env", "live", "--context", ctxA, "--name", "busy")
 	other := g.issue("--product", "extraction", "--env", "live", "--context", ctxA, "--name", "other")
 	waitKey(t, []*gateway{g}, key)
 	waitKey(t, []*gateway{g}, other)
 	for _, r := range g.list() {
 		if r.Name == "busy" {
-			slowKeyID.Store(r.ID)
+			up.Hold(r.ID)
 		}
 	}
 
@@ -350,12 +333,12 @@ func TestLimitsConcurrencyCap(t *testing.T) {
 		go func() { defer wg.Done(); s, _ := g.send(key); statuses <- s }()
 	}
 	eventually(t, 10*time.Second, func() string {
-		if n := entered.Load(); n < 3 {
+		if n := up.Held(); n < 3 {
 			return fmt.Sprintf("%d of 3 requests in flight", n)
 		}
 		return ""
 	})
-	before := hits.Load()
+	before := up.Hits()
 	for i := 0; i < 2; i++ {
 		s, h, b := g.syncWith(g.Client, key)
 		specError(t, s, h, b, http.StatusTooManyRequests, "concurrent requests")
@@ -363,13 +346,13 @@ func TestLimitsConcurrencyCap(t *testing.T) {
 			t.Error("no Retry-After on the 429")
 		}
 	}
-	if n := hits.Load() - before; n != 0 {
+	if n := up.Hits() - before; n != 0 {
 		t.Errorf("%d refused requests reached the upstream", n)
 	}
 	if s, _ := g.send(other); s != 200 {
 		t.Errorf("another key got %d while the first was at its cap", s)
 	}
-	close(release)
+	up.Release()
 	wg.Wait()
 	close(statuses)
 	for s := range statuses {

@@ -5,13 +5,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
-	"testing/iotest"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/adversarial and the FuzzRead seeds from adversarialCases")
@@ -172,17 +170,8 @@ func (c advCase) meta() string {
 func TestAdversarial(t *testing.T) {
 	t.Parallel()
 	checkCorpusFiles(t)
-	readers := []struct {
-		name string
-		wrap func(io.Reader) io.Reader
-	}{
-		{"whole", func(r io.Reader) io.Reader { return r }},
-		{"one byte", iotest.OneByteReader},
-		{"half", iotest.HalfReader},
-		{"data with EOF", iotest.DataErrReader},
-	}
 	for _, c := range adversarialCases {
-		for _, rd := range readers {
+		for _, rd := range splitReaders {
 			t.Run(c.name+"/"+rd.name, func(t *testing.T) {
 				t.Parallel()
 				body := []byte(c.body)

@@ -87,17 +87,8 @@ func TestRead(t *testing.T) {
 		{name: "quoted boundary", body: okBody, ct: `multipart/form-data; boundary="` + testBoundary + `"`},
 		{name: "small memory spills", body: okBody, ct: okCT, cfg: Config{MemoryBytes: 100}, wantSpilled: true},
 	}
-	readers := []struct {
-		name string
-		wrap func(io.Reader) io.Reader
-	}{
-		{"whole", func(r io.Reader) io.Reader { return r }},
-		{"one byte", iotest.OneByteReader},
-		{"half", iotest.HalfReader},
-		{"data with EOF", iotest.DataErrReader},
-	}
 	for _, tc := range tests {
-		for _, rd := range readers {
+		for _, rd := range splitReaders {
 			t.Run(tc.name+"/"+rd.name, func(t *testing.T) {
 				t.Parallel()
 				if rd.name == "one byte" && len(tc.body) > 300_000 {

@@ -9,6 +9,7 @@ import (
 	"mime/multipart"
 	"strings"
 	"testing"
+	"testing/iotest"
 )
 
 const (
@@ -124,4 +125,16 @@ func asError(t *testing.T, err error, want *Error) {
 	if !errors.Is(err, want) || fe.Status != want.Status || fe.Message != want.Message {
 		t.Fatalf("error = %d %q, want %d %q", fe.Status, fe.Message, want.Status, want.Message)
 	}
+}
+
+// splitReaders hand a body to Read whole, a byte at a time, in halves, and
+// with the last data arriving together with io.EOF.
+var splitReaders = []struct {
+	name string
+	wrap func(io.Reader) io.Reader
+}{
+	{"whole", func(r io.Reader) io.Reader { return r }},
+	{"one byte", iotest.OneByteReader},
+	{"half", iotest.HalfReader},
+	{"data with EOF", iotest.DataErrReader},
 }

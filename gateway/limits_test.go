@@ -200,20 +200,10 @@ func TestBodyIdleTimeout(t *testing.T) {
 // when a request ends.
 func TestConcurrencyCap(t *testing.T) {
 	t.Parallel()
-	release := make(chan struct{})
-	var entered, upstreamSeen atomic.Int64
-	var liveID atomic.Value
-	liveID.Store("")
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		upstreamSeen.Add(1)
-		if r.Header.Get("X-Keygate-Key-Id") == liveID.Load().(string) {
-			entered.Add(1)
-			<-release
-		}
-		standin.Handler{Name: "extraction"}.ServeHTTP(w, r)
-	})
-	e := newEnv(t, envOpts{concurrent: 2, extractionH: h})
-	liveID.Store(e.LiveID)
+	up := testkit.NewHoldingUpstream(standin.Handler{Name: "extraction"})
+	defer up.Release()
+	e := newEnv(t, envOpts{concurrent: 2, extractionH: up})
+	up.Hold(e.LiveID)
 
 	var wg sync.WaitGroup
 	statuses := make(chan int, 2)
@@ -222,21 +212,21 @@ func TestConcurrencyCap(t *testing.T) {
 		go func() { defer wg.Done(); statuses <- e.sync(e.LiveKey, ctxA).Status }()
 	}
 	testkit.Eventually(t, 10*time.Second, "two requests at the upstream", func() error {
-		return testkit.True(entered.Load() >= 2, "%d at the upstream", entered.Load())
+		return testkit.True(up.Held() >= 2, "%d at the upstream", up.Held())
 	})
-	before := upstreamSeen.Load()
+	before := up.Hits()
 	r := e.sync(e.LiveKey, ctxA)
 	assertError(t, r, http.StatusTooManyRequests, "concurrent requests")
 	if r.Header.Get("Retry-After") == "" {
 		t.Error("no Retry-After")
 	}
-	if upstreamSeen.Load() != before {
+	if up.Hits() != before {
 		t.Error("the refused request reached the upstream")
 	}
 	if r := e.sync(e.TestKey, ctxA); r.Status != 200 {
 		t.Errorf("another credential got %d while the first was at its cap", r.Status)
 	}
-	close(release)
+	up.Release()
 	wg.Wait()
 	close(statuses)
 	for s := range statuses {

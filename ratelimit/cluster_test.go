@@ -1,10 +1,6 @@
 package ratelimit_test
 
 import (
-	"context"
-	"strconv"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,31 +22,7 @@ func TestRedisClusterQuotaIsExact(t *testing.T) {
 	}
 	lim := ratelimit.Limit{Rate: 1e6, Per: time.Second, Burst: 1e6, Quota: ratelimit.Quota{Requests: 20, Per: time.Hour}}
 	const ids = 8 // spread over the cluster's slots
-	var admitted [ids]atomic.Int64
-	var wg sync.WaitGroup
-	for _, r := range replicas {
-		for g := range 3 {
-			wg.Go(func() {
-				for i := range 40 {
-					id := (g + i) % ids
-					d, err := r.Allow(context.Background(), "key_"+strconv.Itoa(id), lim)
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					if d.Allowed {
-						admitted[id].Add(1)
-					}
-				}
-			})
-		}
-	}
-	wg.Wait()
-	for id := range admitted {
-		if n := admitted[id].Load(); n != 20 {
-			t.Errorf("key_%d: %d admitted, want exactly 20", id, n)
-		}
-	}
+	expectAdmitted(t, []allower{replicas[0], replicas[1], replicas[2]}, 3, 40, ids, lim, 20)
 	for i, r := range replicas {
 		if st := r.Stats(); st.FallbackDecisions != 0 || st.RedisErrors != 0 {
 			t.Errorf("replica %d: %+v", i, st)

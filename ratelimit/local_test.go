@@ -211,27 +211,41 @@ func TestLocalConcurrentExactCounts(t *testing.T) {
 	t.Parallel()
 	l := ratelimit.NewLocal(ratelimit.LocalConfig{MaxKeys: 16})
 	lim := ratelimit.Limit{Rate: 1, Per: time.Hour, Burst: 50, Quota: ratelimit.Quota{Requests: 40, Per: time.Hour}}
-	var admitted [4]atomic.Int64
+	expectAdmitted(t, []allower{l}, 16, 50, 4, lim, 40)
+}
+
+type allower interface {
+	Allow(context.Context, string, ratelimit.Limit) (ratelimit.Decision, error)
+}
+
+// expectAdmitted has callers goroutines on each limiter make calls
+// decisions each, spread over the ids key_0, key_1, …, and checks that
+// every id admitted exactly want.
+func expectAdmitted(t *testing.T, limiters []allower, callers, calls, ids int, lim ratelimit.Limit, want int64) {
+	t.Helper()
+	admitted := make([]atomic.Int64, ids)
 	var wg sync.WaitGroup
-	for g := range 16 {
-		wg.Go(func() {
-			for i := range 50 {
-				id := (g + i) % 4
-				d, err := l.Allow(context.Background(), "key_"+strconv.Itoa(id), lim)
-				if err != nil {
-					t.Error(err)
-					return
+	for _, l := range limiters {
+		for g := range callers {
+			wg.Go(func() {
+				for i := range calls {
+					id := (g + i) % ids
+					d, err := l.Allow(context.Background(), "key_"+strconv.Itoa(id), lim)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if d.Allowed {
+						admitted[id].Add(1)
+					}
 				}
-				if d.Allowed {
-					admitted[id].Add(1)
-				}
-			}
-		})
+			})
+		}
 	}
 	wg.Wait()
 	for id := range admitted {
-		if n := admitted[id].Load(); n != 40 {
-			t.Errorf("key_%d: %d admitted, want the quota of 40", id, n)
+		if n := admitted[id].Load(); n != want {
+			t.Errorf("key_%d: %d admitted, want exactly %d", id, n, want)
 		}
 	}
 }

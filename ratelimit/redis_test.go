@@ -56,9 +56,7 @@ func newRedisTimeout(t testing.TB, addrs []string, timeout time.Duration, cfg ra
 
 // allow calls Allow and fails the test if it does not return within 2 s
 // (a hang check, not a speed assertion).
-func allow(t *testing.T, l interface {
-	Allow(context.Context, string, ratelimit.Limit) (ratelimit.Decision, error)
-}, id string, lim ratelimit.Limit) (ratelimit.Decision, error) {
+func allow(t *testing.T, l allower, id string, lim ratelimit.Limit) (ratelimit.Decision, error) {
 	t.Helper()
 	type result struct {
 		d   ratelimit.Decision
