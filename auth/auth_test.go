@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/keygate/keygate/auth"
+	"github.com/keygate/keygate/internal/keystoretest"
 	"github.com/keygate/keygate/keystore"
 )
 
@@ -37,11 +38,7 @@ func newKeys(t *testing.T) (*auth.APIKeys, map[string]string) {
 	keys["revoked"], rec, _ = a.Issue(ctx, keystore.IssueRequest{Product: keystore.Extraction, Env: keystore.Live, Context: ctxA})
 	_, _ = a.Revoke(ctx, rec.ID)
 	keys["expiring"], _, _ = a.Issue(ctx, keystore.IssueRequest{Product: keystore.Extraction, Env: keystore.Live, Context: ctxA, ExpiresIn: time.Hour})
-	store, err := keystore.OpenFile(keystore.FileConfig{Path: path})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = store.Close() })
+	store := keystoretest.OpenFile(t, path)
 	k, err := auth.NewAPIKeys(auth.APIKeysConfig{Store: store, Now: func() time.Time { return time.Now().Add(2 * time.Hour) }})
 	if err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/keygate/keygate/auth"
+	"github.com/keygate/keygate/internal/keystoretest"
 	"github.com/keygate/keygate/keystore"
 )
 
@@ -24,11 +25,7 @@ func BenchmarkAPIKeyLookup(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	store, err := keystore.OpenFile(keystore.FileConfig{Path: path})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = store.Close() })
+	store := keystoretest.OpenFile(b, path)
 	keys, err := auth.NewAPIKeys(auth.APIKeysConfig{Store: store})
 	if err != nil {
 		b.Fatal(err)

@@ -78,7 +78,7 @@ func adminTokens(args []string, stdout, stderr io.Writer) error {
 	ctx := context.Background()
 	switch sub {
 	case "create":
-		tok, t, err := svc.Create(ctx, cliActor(), req)
+		tok, t, err := svc.Create(ctx, Actor(), req)
 		if err != nil {
 			return opError(err)
 		}
@@ -106,7 +106,7 @@ func adminTokens(args []string, stdout, stderr io.Writer) error {
 		}
 		return tw.Flush()
 	case "revoke":
-		t, err := svc.Revoke(ctx, cliActor(), fs.Arg(0))
+		t, err := svc.Revoke(ctx, Actor(), fs.Arg(0))
 		if err != nil {
 			return opError(err)
 		}

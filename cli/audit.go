@@ -38,7 +38,7 @@ func auditImport(log *audit.Log, from string, added, skipped, cAdded, cSkipped i
 		"from": from, "keys_added": strconv.Itoa(added), "keys_skipped": strconv.Itoa(skipped),
 		"consumers_added": strconv.Itoa(cAdded), "consumers_skipped": strconv.Itoa(cSkipped),
 	}
-	aerr := log.Audit(context.Background(), keyops.Event{Time: time.Now().UTC(), Actor: cliActor(), Action: "key.import", Changes: changes, Err: err})
+	aerr := log.Audit(context.Background(), keyops.Event{Time: time.Now().UTC(), Actor: Actor(), Action: "key.import", Changes: changes, Err: err})
 	if err != nil {
 		return err
 	}

@@ -6,33 +6,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/user"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/keygate/keygate/audit"
+	"github.com/keygate/keygate/cli"
 	"github.com/keygate/keygate/internal/redistest"
 	"github.com/keygate/keygate/keystore"
 )
-
-// osActor is the actor the CLI records, as cli.cliActor computes it.
-func osActor() string {
-	name := ""
-	if u, err := user.Current(); err == nil {
-		name = u.Username
-	}
-	if name == "" {
-		name = os.Getenv("USER")
-	}
-	if name == "" {
-		name = "uid" + strconv.Itoa(os.Getuid())
-	}
-	return "cli:" + name
-}
 
 // secretsOf returns what must never be in an audit log for a key or a
 // token: itself, its random part, and its hash in text and hex form.
@@ -130,8 +114,8 @@ func checkAuditLog(t *testing.T, what, raw string, events []audit.Event, secrets
 	}
 	got := map[string]int{}
 	for _, e := range events {
-		if e.Actor != osActor() || e.Source != "" {
-			t.Errorf("%s: event %s %s: actor %q source %q, want %q", what, e.Action, e.Target, e.Actor, e.Source, osActor())
+		if e.Actor != cli.Actor().ID || e.Source != "" {
+			t.Errorf("%s: event %s %s: actor %q source %q, want %q", what, e.Action, e.Target, e.Actor, e.Source, cli.Actor().ID)
 		}
 		got[e.Action+" "+e.Target+" "+e.Outcome]++
 	}
@@ -273,7 +257,7 @@ ratelimit:
 	code, out, _ = run("audit", "--json", "--limit", "1", "--config", cfg)
 	var last []audit.Event
 	if code != 0 || json.Unmarshal([]byte(out), &last) != nil || len(last) != 1 || last[0].Action != "key.import" ||
-		last[0].Changes["keys_added"] != "1" || last[0].Actor != osActor() || strings.Contains(out, imported[9:]) {
+		last[0].Changes["keys_added"] != "1" || last[0].Actor != cli.Actor().ID || strings.Contains(out, imported[9:]) {
 		t.Errorf("keys import in the audit log: %d %s", code, out)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/keygate/keygate/keyops"
 )
 
 const ctxA = "6f1c2d3e-4a5b-4c6d-8e7f-90a1b2c3d4e5"
@@ -29,23 +31,12 @@ ratelimit:
 	return cfg
 }
 
-type effective struct {
-	Rate    float64           `json:"rate"`
-	Per     string            `json:"per"`
-	Burst   int               `json:"burst"`
-	Quota   string            `json:"quota"`
-	Sources map[string]string `json:"sources"`
-	Bucket  string            `json:"bucket"`
-	Until   *time.Time        `json:"until"`
-	Then    *effective        `json:"then"`
-}
-
 type keyShow struct {
 	ID       string          `json:"id"`
 	Consumer string          `json:"consumer"`
 	Plan     string          `json:"plan"`
 	Override json.RawMessage `json:"override"`
-	Limit    effective       `json:"effective_limit"`
+	Limit    keyops.Limit    `json:"effective_limit"`
 }
 
 func showKey(t *testing.T, cfg, id string) keyShow {

@@ -78,68 +78,62 @@ func keys(args []string, stdout, stderr io.Writer) error {
 	if err := fs.Parse(interleave(args)); err != nil {
 		return err
 	}
-	ops, done, err := loadOps(*cfgPath)
-	if err != nil {
-		return err
-	}
-	defer done()
-	ctx := context.Background()
-	actor := cliActor()
-
-	switch sub {
-	case "issue":
-		req := keystore.IssueRequest{Product: keystore.Product(*product), Env: keystore.Env(*env), Context: *contextID, Name: *name, ExpiresIn: *expiresIn, Consumer: *consumer}
-		if err := req.Validate(); err != nil {
-			return usageError{err.Error()}
-		}
-		key, rec, err := ops.IssueKey(ctx, actor, req)
-		if err != nil {
-			return opError(err)
-		}
-		fmt.Fprintln(stdout, key)
-		describe(stderr, "issued", rec)
-		fmt.Fprintln(stderr, "This is the only time the key is shown. Store it in a secret store.")
-	case "list":
-		recs, err := ops.ListKeys(ctx, keyops.KeyFilter{Consumer: *consumer})
-		if err != nil {
-			return err
-		}
-		last, err := ops.LastUsed(ctx)
-		if err != nil {
-			return err
-		}
-		return printList(stdout, recs, last, *asJSON)
-	case "revoke", "rotate":
-		if fs.NArg() != 1 {
-			return usageError{fmt.Sprintf("keys %s: want exactly one key ID", sub)}
-		}
-		id := fs.Arg(0)
-		if sub == "revoke" {
-			rec, err := ops.RevokeKey(ctx, actor, id)
+	return withOps(*cfgPath, func(ctx context.Context, ops *keyops.Service, actor keyops.Actor) error {
+		switch sub {
+		case "issue":
+			req := keystore.IssueRequest{Product: keystore.Product(*product), Env: keystore.Env(*env), Context: *contextID, Name: *name, ExpiresIn: *expiresIn, Consumer: *consumer}
+			if err := req.Validate(); err != nil {
+				return usageError{err.Error()}
+			}
+			key, rec, err := ops.IssueKey(ctx, actor, req)
 			if err != nil {
 				return opError(err)
 			}
-			describe(stderr, "revoked", rec)
-			fmt.Fprintln(stdout, rec.ID)
-			return nil
+			fmt.Fprintln(stdout, key)
+			describe(stderr, "issued", rec)
+			fmt.Fprintln(stderr, "This is the only time the key is shown. Store it in a secret store.")
+		case "list":
+			recs, err := ops.ListKeys(ctx, keyops.KeyFilter{Consumer: *consumer})
+			if err != nil {
+				return err
+			}
+			last, err := ops.LastUsed(ctx)
+			if err != nil {
+				return err
+			}
+			return printList(stdout, recs, last, *asJSON)
+		case "revoke", "rotate":
+			if fs.NArg() != 1 {
+				return usageError{fmt.Sprintf("keys %s: want exactly one key ID", sub)}
+			}
+			id := fs.Arg(0)
+			if sub == "revoke" {
+				rec, err := ops.RevokeKey(ctx, actor, id)
+				if err != nil {
+					return opError(err)
+				}
+				describe(stderr, "revoked", rec)
+				fmt.Fprintln(stdout, rec.ID)
+				return nil
+			}
+			if *grace < 0 {
+				return usageError{"keys rotate: --grace must not be negative"}
+			}
+			key, rec, err := ops.RotateKey(ctx, actor, id, *grace)
+			if err != nil {
+				return opError(err)
+			}
+			fmt.Fprintln(stdout, key)
+			describe(stderr, "issued", rec)
+			if *grace > 0 {
+				fmt.Fprintf(stderr, "The old key %s keeps working for %s, then it is rejected.\n", id, *grace)
+			} else {
+				fmt.Fprintf(stderr, "The old key %s is revoked now.\n", id)
+			}
+			fmt.Fprintln(stderr, "This is the only time the new key is shown. Store it in a secret store.")
 		}
-		if *grace < 0 {
-			return usageError{"keys rotate: --grace must not be negative"}
-		}
-		key, rec, err := ops.RotateKey(ctx, actor, id, *grace)
-		if err != nil {
-			return opError(err)
-		}
-		fmt.Fprintln(stdout, key)
-		describe(stderr, "issued", rec)
-		if *grace > 0 {
-			fmt.Fprintf(stderr, "The old key %s keeps working for %s, then it is rejected.\n", id, *grace)
-		} else {
-			fmt.Fprintf(stderr, "The old key %s is revoked now.\n", id)
-		}
-		fmt.Fprintln(stderr, "This is the only time the new key is shown. Store it in a secret store.")
-	}
-	return nil
+		return nil
+	})
 }
 
 // interleave moves flags after positional arguments to the front, so that

@@ -40,14 +40,19 @@ func loadAdmin(path string) (config.Config, keyops.Store, func(), error) {
 	return cfg, store, done, err
 }
 
-// loadOps loads the config at path and opens keyops over its keystore;
-// done closes what it opened.
-func loadOps(path string) (*keyops.Service, func(), error) {
+// withOps runs f with keyops opened over the keystore of the config at
+// path, as the CLI's actor, and closes what it opened when f returns.
+func withOps(path string, f func(ctx context.Context, ops *keyops.Service, actor keyops.Actor) error) error {
 	cfg, err := loadConfig(path)
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
-	return openOps(cfg)
+	ops, done, err := openOps(cfg)
+	if err != nil {
+		return err
+	}
+	defer done()
+	return f(context.Background(), ops, Actor())
 }
 
 func openOps(cfg config.Config) (*keyops.Service, func(), error) {
@@ -80,8 +85,9 @@ func openOps(cfg config.Config) (*keyops.Service, func(), error) {
 	return ops, release, nil
 }
 
-// cliActor is "cli:<os user>", the actor of every change the CLI makes.
-func cliActor() keyops.Actor {
+// Actor is "cli:<os user>", the actor the audit log records for every
+// change the CLI makes.
+func Actor() keyops.Actor {
 	name := ""
 	if u, err := user.Current(); err == nil {
 		name = u.Username
@@ -199,29 +205,25 @@ func keysManage(sub string, fs *flag.FlagSet, args []string, stdout, stderr io.W
 			}
 		})
 	}
-	ops, done, err := loadOps(cfgPath.String())
-	if err != nil {
-		return err
-	}
-	defer done()
-	ctx := context.Background()
-	if sub == "update" {
-		rec, err := ops.UpdateKey(ctx, cliActor(), id, u)
-		if err != nil {
-			return opError(err)
+	return withOps(cfgPath.String(), func(ctx context.Context, ops *keyops.Service, actor keyops.Actor) error {
+		if sub == "update" {
+			rec, err := ops.UpdateKey(ctx, actor, id, u)
+			if err != nil {
+				return opError(err)
+			}
+			fmt.Fprintf(stderr, "updated %s; running gateways apply it within a second\n", rec.ID)
+			asJSON = new(bool)
 		}
-		fmt.Fprintf(stderr, "updated %s; running gateways apply it within a second\n", rec.ID)
-		asJSON = new(bool)
-	}
-	d, err := ops.ShowKey(ctx, id)
-	if err != nil {
-		return err
-	}
-	if *asJSON {
-		return writeJSON(stdout, d)
-	}
-	printKey(stdout, d)
-	return nil
+		d, err := ops.ShowKey(ctx, id)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return writeJSON(stdout, d)
+		}
+		printKey(stdout, d)
+		return nil
+	})
 }
 
 func writeJSON(w io.Writer, v any) error {
@@ -326,102 +328,96 @@ func consumers(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	ops, done, err := loadOps(*cfgPath)
-	if err != nil {
-		return err
-	}
-	defer done()
-	ctx := context.Background()
-	actor := cliActor()
-
-	switch sub {
-	case "create":
-		spec := keyops.ConsumerSpec{Name: *name, Metadata: metadata, Contexts: ctxs, Limits: lu}
-		if lu.Plan != nil {
-			spec.Plan = *lu.Plan
-		}
-		for k, v := range metadata {
-			if v == "" {
-				return usageError{fmt.Sprintf("--meta %s=: a value is required", k)}
+	return withOps(*cfgPath, func(ctx context.Context, ops *keyops.Service, actor keyops.Actor) error {
+		switch sub {
+		case "create":
+			spec := keyops.ConsumerSpec{Name: *name, Metadata: metadata, Contexts: ctxs, Limits: lu}
+			if lu.Plan != nil {
+				spec.Plan = *lu.Plan
 			}
-		}
-		if len(metadata) == 0 {
-			spec.Metadata = nil
-		}
-		c, err := ops.CreateConsumer(ctx, actor, spec)
-		if err != nil {
-			return opError(err)
-		}
-		fmt.Fprintln(stdout, c.ID)
-		fmt.Fprintf(stderr, "created consumer %s: name=%q\n", c.ID, c.Name)
-	case "list":
-		cons, err := ops.ListConsumers(ctx)
-		if err != nil {
-			return err
-		}
-		if *asJSON {
-			if cons == nil {
-				cons = []keystore.Consumer{}
-			}
-			return writeJSON(stdout, cons)
-		}
-		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tNAME\tPLAN\tOVERRIDE\tCONTEXTS\tCREATED")
-		for _, c := range cons {
-			ov := "-"
-			if c.Override != nil {
-				b, _ := json.Marshal(c.Override)
-				ov = string(b)
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", c.ID, orDash(c.Name), orDash(c.Plan), ov, orDash(strings.Join(c.Contexts, ",")), c.CreatedAt.UTC().Format(time.RFC3339))
-		}
-		return tw.Flush()
-	case "show":
-		d, err := ops.ShowConsumer(ctx, fs.Arg(0))
-		if err != nil {
-			return err
-		}
-		if *asJSON {
-			return writeJSON(stdout, d)
-		}
-		printConsumer(stdout, d)
-	case "update":
-		u := keyops.ConsumerUpdate{Limits: lu}
-		fs.Visit(func(f *flag.Flag) {
-			switch f.Name {
-			case "name":
-				u.Name = name
-			case "context":
-				c := []string(ctxs)
-				u.Contexts = &c
-			case "any-context":
-				if *anyContext {
-					u.Contexts = &[]string{}
+			for k, v := range metadata {
+				if v == "" {
+					return usageError{fmt.Sprintf("--meta %s=: a value is required", k)}
 				}
 			}
-		})
-		if len(metadata) > 0 {
-			u.Metadata = metadata
+			if len(metadata) == 0 {
+				spec.Metadata = nil
+			}
+			c, err := ops.CreateConsumer(ctx, actor, spec)
+			if err != nil {
+				return opError(err)
+			}
+			fmt.Fprintln(stdout, c.ID)
+			fmt.Fprintf(stderr, "created consumer %s: name=%q\n", c.ID, c.Name)
+		case "list":
+			cons, err := ops.ListConsumers(ctx)
+			if err != nil {
+				return err
+			}
+			if *asJSON {
+				if cons == nil {
+					cons = []keystore.Consumer{}
+				}
+				return writeJSON(stdout, cons)
+			}
+			tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tNAME\tPLAN\tOVERRIDE\tCONTEXTS\tCREATED")
+			for _, c := range cons {
+				ov := "-"
+				if c.Override != nil {
+					b, _ := json.Marshal(c.Override)
+					ov = string(b)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", c.ID, orDash(c.Name), orDash(c.Plan), ov, orDash(strings.Join(c.Contexts, ",")), c.CreatedAt.UTC().Format(time.RFC3339))
+			}
+			return tw.Flush()
+		case "show":
+			d, err := ops.ShowConsumer(ctx, fs.Arg(0))
+			if err != nil {
+				return err
+			}
+			if *asJSON {
+				return writeJSON(stdout, d)
+			}
+			printConsumer(stdout, d)
+		case "update":
+			u := keyops.ConsumerUpdate{Limits: lu}
+			fs.Visit(func(f *flag.Flag) {
+				switch f.Name {
+				case "name":
+					u.Name = name
+				case "context":
+					c := []string(ctxs)
+					u.Contexts = &c
+				case "any-context":
+					if *anyContext {
+						u.Contexts = &[]string{}
+					}
+				}
+			})
+			if len(metadata) > 0 {
+				u.Metadata = metadata
+			}
+			c, err := ops.UpdateConsumer(ctx, actor, fs.Arg(0), u)
+			if err != nil {
+				return opError(err)
+			}
+			fmt.Fprintf(stderr, "updated consumer %s; running gateways apply it within a second\n", c.ID)
+			d, err := ops.ShowConsumer(ctx, c.ID)
+			if err != nil {
+				return err
+			}
+			printConsumer(stdout, d)
+		case "delete":
+			c, err := ops.DeleteConsumer(ctx, actor, fs.Arg(0))
+			if err != nil {
+				return opError(err)
+			}
+			fmt.Fprintln(stdout, c.ID)
+			fmt.Fprintf(stderr, "deleted consumer %s\n", c.ID)
 		}
-		c, err := ops.UpdateConsumer(ctx, actor, fs.Arg(0), u)
-		if err != nil {
-			return opError(err)
-		}
-		fmt.Fprintf(stderr, "updated consumer %s; running gateways apply it within a second\n", c.ID)
-		d, err := ops.ShowConsumer(ctx, c.ID)
-		if err != nil {
-			return err
-		}
-		printConsumer(stdout, d)
-	case "delete":
-		c, err := ops.DeleteConsumer(ctx, actor, fs.Arg(0))
-		if err != nil {
-			return opError(err)
-		}
-		fmt.Fprintln(stdout, c.ID)
-		fmt.Fprintf(stderr, "deleted consumer %s\n", c.ID)
-	}
-	return nil
+		return nil
+	})
 }
 
 func printConsumer(w io.Writer, d keyops.ConsumerDetail) {

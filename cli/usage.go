@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -50,25 +49,20 @@ func showUsage(what string, fs *flag.FlagSet, args []string, stdout io.Writer) e
 	if fs.NArg() != 1 {
 		return usageError{fmt.Sprintf("%s usage: want exactly one ID", what)}
 	}
-	ops, done, err := loadOps(cfgPath())
-	if err != nil {
-		return err
-	}
-	defer done()
-	ctx := context.Background()
 	var u keyops.Usage
-	if what == "keys" {
-		u, err = ops.KeyUsage(ctx, fs.Arg(0), *since)
-	} else {
-		u, err = ops.ConsumerUsage(ctx, fs.Arg(0), *since)
-	}
+	err := withOps(cfgPath(), func(ctx context.Context, ops *keyops.Service, _ keyops.Actor) (err error) {
+		if what == "keys" {
+			u, err = ops.KeyUsage(ctx, fs.Arg(0), *since)
+		} else {
+			u, err = ops.ConsumerUsage(ctx, fs.Arg(0), *since)
+		}
+		return err
+	})
 	if err != nil {
 		return opError(err)
 	}
 	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(u)
+		return writeJSON(stdout, u)
 	}
 	last := "never"
 	if u.LastUsedAt != nil {

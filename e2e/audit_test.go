@@ -6,12 +6,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/user"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	keygatecli "github.com/keygate/keygate/cli"
 )
 
 // auditEvent is a line of the audit log as the binary writes it.
@@ -97,17 +97,7 @@ func TestAuditLogOfCLIChanges(t *testing.T) {
 	cli("consumers", "delete", con)
 	changes = append(changes, "consumer.delete "+con)
 
-	name := ""
-	if u, err := user.Current(); err == nil {
-		name = u.Username
-	}
-	if name == "" {
-		name = os.Getenv("USER")
-	}
-	if name == "" {
-		name = "uid" + strconv.Itoa(os.Getuid())
-	}
-	actor := "cli:" + name
+	actor := keygatecli.Actor().ID // the keygate binary runs as this test's user
 
 	var secrets []string
 	for _, s := range []string{k1, k2, tok} {

@@ -192,10 +192,7 @@ func TestSIGTERMDrainsSlowUploads(t *testing.T) {
 				fmt.Fprintf(pw, "\r\n--%s--\r\n", boundary)
 				pw.Close()
 			}()
-			req, _ := http.NewRequest("POST", g.API+"/sync", pr)
-			req.Header.Set("Content-Type", "multipart/form-data; boundary="+boundary)
-			req.Header.Set("X-Api-Key", key)
-			resp, err := g.Client.Do(req)
+			resp, err := g.postMultipart(key, boundary, pr)
 			if err != nil {
 				results <- res{err: err}
 				return
@@ -329,10 +326,7 @@ func TestPeakMemoryOfLargeUploads(t *testing.T) {
 		fmt.Fprintf(w, "\r\n--%s\r\nContent-Disposition: form-data; name=\"contextId\"\r\n\r\n%s\r\n--%s--\r\n", boundary, ctxA, boundary)
 		pw.Close()
 	}()
-	req, _ := http.NewRequest("POST", g.API+"/sync", pr)
-	req.Header.Set("Content-Type", "multipart/form-data; boundary="+boundary)
-	req.Header.Set("X-Api-Key", key)
-	resp, err := g.Client.Do(req)
+	resp, err := g.postMultipart(key, boundary, pr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -401,4 +395,16 @@ func TestVersion(t *testing.T) {
 	if err != nil || !strings.HasPrefix(string(out), "keygate ") {
 		t.Errorf("version: %v %q", err, out)
 	}
+}
+
+// postMultipart posts body, a multipart form with boundary, to /sync
+// with key.
+func (g *gateway) postMultipart(key, boundary string, body io.Reader) (*http.Response, error) {
+	req, err := http.NewRequest("POST", g.API+"/sync", body)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "multipart/form-data; boundary="+boundary)
+	req.Header.Set("X-Api-Key", key)
+	return g.Client.Do(req)
 }

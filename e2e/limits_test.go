@@ -85,19 +85,10 @@ func clientFrom(t *testing.T, localIP string) *http.Client {
 // syncWith posts a small /sync upload with key through c, plus headers.
 func (g *gateway) syncWith(c *http.Client, key string, hdr ...string) (int, http.Header, []byte) {
 	g.t.Helper()
-	ct, body := smallForm()
-	req, _ := http.NewRequest("POST", g.API+"/sync", bytes.NewReader(body))
-	req.Header.Set("Content-Type", ct)
-	req.Header.Set("X-Api-Key", key)
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	resp, err := c.Do(req)
+	resp, b, err := g.postSmall(c, key, hdr...)
 	if err != nil {
 		g.t.Fatalf("POST /sync: %v", err)
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, resp.Header, b
 }
 
@@ -326,12 +317,7 @@ func TestLimitsConcurrencyCap(t *testing.T) {
 		}
 	}
 
-	var wg sync.WaitGroup
-	statuses := make(chan int, 3)
-	for i := 0; i < 3; i++ {
-		wg.Add(1)
-		go func() { defer wg.Done(); s, _ := g.send(key); statuses <- s }()
-	}
+	wait := testkit.InFlight(t, 3, func() int { s, _ := g.send(key); return s })
 	eventually(t, 10*time.Second, func() string {
 		if n := up.Held(); n < 3 {
 			return fmt.Sprintf("%d of 3 requests in flight", n)
@@ -353,13 +339,7 @@ func TestLimitsConcurrencyCap(t *testing.T) {
 		t.Errorf("another key got %d while the first was at its cap", s)
 	}
 	up.Release()
-	wg.Wait()
-	close(statuses)
-	for s := range statuses {
-		if s != 200 {
-			t.Errorf("an admitted request got %d", s)
-		}
-	}
+	wait()
 	if s, _ := g.send(key); s != 200 {
 		t.Errorf("after its requests ended the key got %d", s)
 	}

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"crypto/tls"
 	"fmt"
 	"net/http"
@@ -20,15 +19,10 @@ import (
 // the RateLimit-Limit header: the burst, or the quota when the quota is
 // the tighter constraint.
 func (g *gateway) rateLimitHeader(key string) (int, string) {
-	ct, body := smallForm()
-	req, _ := http.NewRequest("POST", g.API+"/sync", bytes.NewReader(body))
-	req.Header.Set("Content-Type", ct)
-	req.Header.Set("X-Api-Key", key)
-	resp, err := g.Client.Do(req)
+	resp, _, err := g.postSmall(g.Client, key)
 	if err != nil {
 		return 0, err.Error()
 	}
-	resp.Body.Close()
 	return resp.StatusCode, resp.Header.Get("RateLimit-Limit")
 }
 

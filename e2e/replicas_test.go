@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"mime/multipart"
 	"net/http"
 	"regexp"
@@ -60,20 +61,32 @@ func smallForm() (string, []byte) {
 	return mw.FormDataContentType(), buf.Bytes()
 }
 
-// send posts a small /sync upload and returns the status and body.
-func (g *gateway) send(key string) (int, string) {
+// postSmall posts a small /sync upload with key through c, plus headers given
+// as name, value pairs, and returns the response and its body, read.
+func (g *gateway) postSmall(c *http.Client, key string, hdr ...string) (*http.Response, []byte, error) {
 	ct, body := smallForm()
 	req, _ := http.NewRequest("POST", g.API+"/sync", bytes.NewReader(body))
 	req.Header.Set("Content-Type", ct)
 	req.Header.Set("X-Api-Key", key)
-	resp, err := g.Client.Do(req)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp, b, err
+}
+
+// send posts a small /sync upload and returns the status and body.
+func (g *gateway) send(key string) (int, string) {
+	resp, b, err := g.postSmall(g.Client, key)
 	if err != nil {
 		return 0, err.Error()
 	}
-	defer resp.Body.Close()
-	var b bytes.Buffer
-	_, _ = b.ReadFrom(resp.Body)
-	return resp.StatusCode, b.String()
+	return resp.StatusCode, string(b)
 }
 
 // TestReplicasShareOneLimit hammers one key at rate 5/s, burst 5, through

@@ -12,6 +12,7 @@ import (
 
 	"github.com/keygate/keygate/auth"
 	"github.com/keygate/keygate/gateway"
+	"github.com/keygate/keygate/internal/keystoretest"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/ratelimit"
 	"github.com/keygate/keygate/usage"
@@ -41,11 +42,7 @@ func benchGatewayWith(b *testing.B, mod func(*gateway.Config, *gateway.Deps)) (*
 	if err != nil {
 		b.Fatal(err)
 	}
-	store, err := keystore.OpenFile(keystore.FileConfig{Path: path})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = store.Close() })
+	store := keystoretest.OpenFile(b, path)
 	keys, _ := auth.NewAPIKeys(auth.APIKeysConfig{Store: store})
 	cfg := gateway.Config{
 		Upstreams:    gateway.UpstreamsConfig{Extraction: gateway.UpstreamConfig{Targets: []string{up.URL}}, Registry: gateway.UpstreamConfig{Targets: []string{up.URL}}},

@@ -17,6 +17,7 @@ import (
 
 	"github.com/keygate/keygate/auth"
 	"github.com/keygate/keygate/gateway"
+	"github.com/keygate/keygate/internal/keystoretest"
 	"github.com/keygate/keygate/internal/testkit"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/ratelimit"
@@ -96,11 +97,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 	e.ExpiredKey, _ = issue(keystore.Extraction, keystore.Live, ctxA, time.Millisecond)
 	time.Sleep(5 * time.Millisecond)
 
-	store, err := keystore.OpenFile(keystore.FileConfig{Path: path})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = store.Close() })
+	store := keystoretest.OpenFile(t, path)
 	e.Store = store
 	keys, err := auth.NewAPIKeys(auth.APIKeysConfig{Store: store})
 	if err != nil {

@@ -9,7 +9,6 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -43,6 +42,20 @@ func (u *recordingUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	time.Sleep(u.delay)
 	w.WriteHeader(200)
 	_, _ = w.Write([]byte(`{"backend":"extraction"}`))
+}
+
+// expectAborted checks that the upstream's next request ended before its
+// body did (waiting for it up to 5 s).
+func (u *recordingUpstream) expectAborted(t *testing.T) {
+	t.Helper()
+	select {
+	case err := <-u.bodyEnd:
+		if err == nil {
+			t.Error("the upstream read a complete body")
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("the upstream request was not aborted")
+	}
 }
 
 // rawSync starts an HTTP/1.1 /sync request over TLS with Content-Length
@@ -114,14 +127,7 @@ func TestBodyIdleTimeout(t *testing.T) {
 		_, wait := rawSync(t, e, e.LiveKey, ctCtxFirst, len(ctxFirst), ctxFirst[:len(ctxFirst)/2])
 		resp, b, err := wait()
 		check408(t, resp, b, err, start)
-		select {
-		case err := <-up.bodyEnd:
-			if err == nil {
-				t.Error("the upstream read a complete body")
-			}
-		case <-time.After(5 * time.Second):
-			t.Error("the upstream request was not aborted")
-		}
+		up.expectAborted(t)
 	})
 
 	t.Run("stall, HTTP/2", func(t *testing.T) {
@@ -144,14 +150,7 @@ func TestBodyIdleTimeout(t *testing.T) {
 		if r := e.sync(e.LiveKey, ctxA); r.Status != 200 || r.Proto != 2 {
 			t.Errorf("next request on the HTTP/2 client: %d (HTTP/%d)", r.Status, r.Proto)
 		}
-		select {
-		case err := <-up.bodyEnd:
-			if err == nil {
-				t.Error("the upstream read a complete body")
-			}
-		case <-time.After(5 * time.Second):
-			t.Error("the upstream request was not aborted")
-		}
+		up.expectAborted(t)
 	})
 
 	t.Run("slow but steady body passes", func(t *testing.T) {
@@ -205,12 +204,7 @@ func TestConcurrencyCap(t *testing.T) {
 	e := newEnv(t, envOpts{concurrent: 2, extractionH: up})
 	up.Hold(e.LiveID)
 
-	var wg sync.WaitGroup
-	statuses := make(chan int, 2)
-	for i := 0; i < 2; i++ {
-		wg.Add(1)
-		go func() { defer wg.Done(); statuses <- e.sync(e.LiveKey, ctxA).Status }()
-	}
+	wait := testkit.InFlight(t, 2, func() int { return e.sync(e.LiveKey, ctxA).Status })
 	testkit.Eventually(t, 10*time.Second, "two requests at the upstream", func() error {
 		return testkit.True(up.Held() >= 2, "%d at the upstream", up.Held())
 	})
@@ -227,13 +221,7 @@ func TestConcurrencyCap(t *testing.T) {
 		t.Errorf("another credential got %d while the first was at its cap", r.Status)
 	}
 	up.Release()
-	wg.Wait()
-	close(statuses)
-	for s := range statuses {
-		if s != 200 {
-			t.Errorf("an admitted request got %d", s)
-		}
-	}
+	wait()
 	if r := e.sync(e.LiveKey, ctxA); r.Status != 200 {
 		t.Errorf("after the requests ended: %d", r.Status)
 	}

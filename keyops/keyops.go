@@ -22,26 +22,9 @@ import (
 	"github.com/keygate/keygate/ratelimit"
 )
 
-// Store is what keyops needs from a keystore backend; keystore.FileAdmin
-// and keystore.RedisAdmin fit. Each method is one atomic change.
-type Store interface {
-	Issue(ctx context.Context, req keystore.IssueRequest) (string, keystore.Record, error)
-	List(ctx context.Context) ([]keystore.Record, error)
-	Revoke(ctx context.Context, id string) (keystore.Record, error)
-	Rotate(ctx context.Context, id string, grace time.Duration) (string, keystore.Record, error)
-	UpdateKey(ctx context.Context, id string, f func(keystore.Record) (keystore.Record, error)) (keystore.Record, error)
-	CreateConsumer(ctx context.Context, c keystore.Consumer) error
-	ListConsumers(ctx context.Context) ([]keystore.Consumer, error)
-	GetConsumer(ctx context.Context, id string) (keystore.Consumer, error)
-	UpdateConsumer(ctx context.Context, id string, f func(keystore.Consumer) (keystore.Consumer, error)) (keystore.Consumer, error)
-	DeleteConsumer(ctx context.Context, id string) (keystore.Consumer, error)
-}
-
-// The keystore admins fit.
-var (
-	_ Store = (*keystore.FileAdmin)(nil)
-	_ Store = (*keystore.RedisAdmin)(nil)
-)
+// Store is what keyops needs from a keystore backend: its admin
+// (keystore.FileAdmin or keystore.RedisAdmin).
+type Store = keystore.Admin
 
 // Actor is who makes a change and from where, for the audit log.
 type Actor struct {

@@ -17,18 +17,6 @@ import (
 
 const ctxOther = "0a9b8c7d-6e5f-4a3b-9c2d-1e0f2a3b4c5d"
 
-// consumerAdmin is what both backends' admins offer for consumers.
-type consumerAdmin interface {
-	Issue(ctx context.Context, req keystore.IssueRequest) (string, keystore.Record, error)
-	Revoke(ctx context.Context, id string) (keystore.Record, error)
-	UpdateKey(ctx context.Context, id string, f func(keystore.Record) (keystore.Record, error)) (keystore.Record, error)
-	CreateConsumer(ctx context.Context, c keystore.Consumer) error
-	ListConsumers(ctx context.Context) ([]keystore.Consumer, error)
-	GetConsumer(ctx context.Context, id string) (keystore.Consumer, error)
-	UpdateConsumer(ctx context.Context, id string, f func(keystore.Consumer) (keystore.Consumer, error)) (keystore.Consumer, error)
-	DeleteConsumer(ctx context.Context, id string) (keystore.Consumer, error)
-}
-
 type lookupStore interface {
 	Lookup(ctx context.Context, h keystore.Hash) (keystore.Record, bool, error)
 }
@@ -54,8 +42,8 @@ func testLimits(t *testing.T) *ratelimit.Resolver {
 func TestConsumersOnEveryBackend(t *testing.T) {
 	t.Parallel()
 	limits := testLimits(t)
-	backends := map[string]func(t *testing.T) (consumerAdmin, func() lookupStore){
-		"file": func(t *testing.T) (consumerAdmin, func() lookupStore) {
+	backends := map[string]func(t *testing.T) (keystore.Admin, func() lookupStore){
+		"file": func(t *testing.T) (keystore.Admin, func() lookupStore) {
 			path := filepath.Join(t.TempDir(), "keys.yaml")
 			return &keystore.FileAdmin{Path: path}, func() lookupStore {
 				s, err := keystore.OpenFile(keystore.FileConfig{Path: path, PollInterval: 100 * time.Millisecond, Limits: limits})
@@ -66,7 +54,7 @@ func TestConsumersOnEveryBackend(t *testing.T) {
 				return s
 			}
 		},
-		"redis": func(t *testing.T) (consumerAdmin, func() lookupStore) {
+		"redis": func(t *testing.T) (keystore.Admin, func() lookupStore) {
 			rs := redistest.Start(t)
 			return &keystore.RedisAdmin{Client: redisClient(t, rs.Addr)}, func() lookupStore {
 				s, err := keystore.OpenRedis(keystore.RedisConfig{Client: redisClient(t, rs.Addr), ResyncInterval: time.Minute, Limits: limits})

@@ -186,24 +186,15 @@ func TestFileStoreKeepsLastGoodKeystore(t *testing.T) {
 		}
 		// Wait for the reload of this content (an earlier write may be
 		// reported twice: once by the watch, once by the poll).
-		timeout := time.After(within)
-		for {
-			var r reload
-			select {
-			case r = <-reloads:
-			case <-timeout:
-				t.Fatalf("%s: no OnReload with an error containing %q within %s", tc.name, tc.wantErr, within)
-			}
+		nextReload(t, reloads, fmt.Sprintf("%s: OnReload with an error containing %q", tc.name, tc.wantErr), func(r reload) bool {
 			if r.err == nil {
 				t.Fatalf("%s: OnReload reported success", tc.name)
 			}
 			if r.keys != 1 {
 				t.Errorf("%s: OnReload reports %d keys served, want the last good 1", tc.name, r.keys)
 			}
-			if strings.Contains(r.err.Error(), tc.wantErr) {
-				break
-			}
-		}
+			return strings.Contains(r.err.Error(), tc.wantErr)
+		})
 		if _, ok := found(s, key); !ok || s.Len() != 1 || !s.Ready() {
 			t.Errorf("%s: last good keystore not serving", tc.name)
 		}
@@ -227,20 +218,30 @@ func TestFileStoreKeepsLastGoodKeystore(t *testing.T) {
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
-	timeout := time.After(within)
-	for {
-		var r reload
-		select {
-		case r = <-reloads:
-		case <-timeout:
-			t.Fatal("no failed reload reported for the deleted file")
-		}
-		if r.err != nil && errors.Is(r.err, ErrKeystoreVanished) {
-			break
-		}
-	}
+	nextReload(t, reloads, "a failed reload for the deleted file", func(r reload) bool {
+		return r.err != nil && errors.Is(r.err, ErrKeystoreVanished)
+	})
 	if _, ok := found(s, key2); !ok || s.Len() != 2 {
 		t.Errorf("deleted file: key found %v, %d keys; want the last good 2 serving", ok, s.Len())
+	}
+}
+
+// nextReload waits up to within for a reload that ok accepts, passing over
+// the others (one write may be reported twice: by the watch and by the
+// poll), and returns it; what names the awaited reload in the failure.
+func nextReload(t *testing.T, reloads <-chan reload, what string, ok func(reload) bool) reload {
+	t.Helper()
+	timeout := time.After(within)
+	for {
+		select {
+		case r := <-reloads:
+			if ok(r) {
+				return r
+			}
+		case <-timeout:
+			t.Fatalf("no %s within %s", what, within)
+			return reload{}
+		}
 	}
 }
 
@@ -312,22 +313,12 @@ func TestFileStoreNeverShrinksToNothing(t *testing.T) {
 		if err := c.change(); err != nil {
 			t.Fatal(err)
 		}
-		timeout := time.After(within)
-		var got reload
-	wait:
-		for {
-			select {
-			case got = <-reloads:
-				if got.err != nil {
-					break wait
-				}
-				if s.Len() != 3 {
-					t.Fatalf("%s: reloaded as ok with %d keys", c.name, s.Len())
-				}
-			case <-timeout:
-				t.Fatalf("%s: no failed reload within %s (keys %d)", c.name, within, s.Len())
+		got := nextReload(t, reloads, c.name+": a failed reload", func(r reload) bool {
+			if r.err == nil && s.Len() != 3 {
+				t.Fatalf("%s: reloaded as ok with %d keys", c.name, s.Len())
 			}
-		}
+			return r.err != nil
+		})
 		if got.keys != 3 {
 			t.Errorf("%s: OnReload reports %d keys served, want the last good 3", c.name, got.keys)
 		}

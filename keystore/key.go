@@ -7,7 +7,7 @@
 // Hash, and a Record describes what a key may do.
 //
 // Two stores, each with a read side for the request path and a write side
-// (an admin) for package keyops:
+// (an Admin, admin.go) for package keyops:
 //   - file: FileStore (file.go) serves lookups from a YAML keystore file
 //     that it reloads when the file changes (package filewatch);
 //     FileAdmin (file_admin.go) changes that file atomically; the format

@@ -223,6 +223,40 @@ func (a *RedisAdmin) GetConsumer(ctx context.Context, id string) (Consumer, erro
 // UpdateConsumer applies f to the consumer with id and stores and
 // announces the result; see FileAdmin.UpdateConsumer.
 func (a *RedisAdmin) UpdateConsumer(ctx context.Context, id string, f func(Consumer) (Consumer, error)) (Consumer, error) {
+	return a.changeConsumer(ctx, id, func(tx *redis.Tx, k redisKeys, old Consumer) (Consumer, func(redis.Pipeliner), error) {
+		c, err := updateConsumer(old, f, a.now())
+		if err != nil {
+			return Consumer{}, nil, err
+		}
+		if !slices.Equal(c.Contexts, old.Contexts) {
+			if err := a.checkConsumerKeys(ctx, tx, k, c, false); err != nil {
+				return Consumer{}, nil, err
+			}
+		}
+		v, err := encodeConsumer(c)
+		if err != nil {
+			return Consumer{}, nil, err
+		}
+		return c, func(p redis.Pipeliner) { p.HSet(ctx, k.consumers, id, v) }, nil
+	})
+}
+
+// DeleteConsumer removes the consumer with id; see
+// FileAdmin.DeleteConsumer.
+func (a *RedisAdmin) DeleteConsumer(ctx context.Context, id string) (Consumer, error) {
+	return a.changeConsumer(ctx, id, func(tx *redis.Tx, k redisKeys, c Consumer) (Consumer, func(redis.Pipeliner), error) {
+		if err := a.checkConsumerKeys(ctx, tx, k, c, true); err != nil {
+			return Consumer{}, nil, err
+		}
+		return c, func(p redis.Pipeliner) { p.HDel(ctx, k.consumers, id) }, nil
+	})
+}
+
+// changeConsumer reads the consumer with id in a watched transaction and
+// passes it to change, which returns the consumer to report and the write
+// that stores the change; the write runs in the transaction, and the
+// consumer is then announced.
+func (a *RedisAdmin) changeConsumer(ctx context.Context, id string, change func(*redis.Tx, redisKeys, Consumer) (Consumer, func(redis.Pipeliner), error)) (Consumer, error) {
 	k := newRedisKeys(a.Prefix)
 	var out Consumer
 	err := a.watch(ctx, func(tx *redis.Tx) error {
@@ -230,25 +264,12 @@ func (a *RedisAdmin) UpdateConsumer(ctx context.Context, id string, f func(Consu
 		if err != nil {
 			return err
 		}
-		c, err := updateConsumer(old, f, a.now())
-		if err != nil {
-			return err
-		}
-		if !slices.Equal(c.Contexts, old.Contexts) {
-			recs, err := allRecords(ctx, tx, k)
-			if err != nil {
-				return err
-			}
-			if err := CheckConsumerKeys(c, recs, a.now(), false); err != nil {
-				return err
-			}
-		}
-		v, err := encodeConsumer(c)
+		c, write, err := change(tx, k, old)
 		if err != nil {
 			return err
 		}
 		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			p.HSet(ctx, k.consumers, id, v)
+			write(p)
 			return nil
 		})
 		out = c
@@ -260,34 +281,14 @@ func (a *RedisAdmin) UpdateConsumer(ctx context.Context, id string, f func(Consu
 	return out, a.announceConsumer(ctx, id)
 }
 
-// DeleteConsumer removes the consumer with id; see
-// FileAdmin.DeleteConsumer.
-func (a *RedisAdmin) DeleteConsumer(ctx context.Context, id string) (Consumer, error) {
-	k := newRedisKeys(a.Prefix)
-	var out Consumer
-	err := a.watch(ctx, func(tx *redis.Tx) error {
-		c, err := getConsumer(ctx, tx, k, id)
-		if err != nil {
-			return err
-		}
-		recs, err := allRecords(ctx, tx, k)
-		if err != nil {
-			return err
-		}
-		if err := CheckConsumerKeys(c, recs, a.now(), true); err != nil {
-			return err
-		}
-		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			p.HDel(ctx, k.consumers, id)
-			return nil
-		})
-		out = c
-		return err
-	})
+// checkConsumerKeys is CheckConsumerKeys over every key record in the
+// transaction's view.
+func (a *RedisAdmin) checkConsumerKeys(ctx context.Context, tx *redis.Tx, k redisKeys, c Consumer, deleting bool) error {
+	recs, err := allRecords(ctx, tx, k)
 	if err != nil {
-		return Consumer{}, err
+		return err
 	}
-	return out, a.announceConsumer(ctx, id)
+	return CheckConsumerKeys(c, recs, a.now(), deleting)
 }
 
 func (a *RedisAdmin) announceConsumer(ctx context.Context, id string) error {

@@ -1,7 +1,6 @@
 package ratelimit
 
 import (
-	"fmt"
 	"sort"
 	"time"
 
@@ -85,12 +84,8 @@ func DefaultConfig() Config {
 
 // Validate reports the first problem in c, naming its field by YAML path.
 func (c Config) Validate() error {
-	var first error
-	bad := func(path, format string, args ...any) {
-		if first == nil {
-			first = fmt.Errorf("%s: "+format, append([]any{path}, args...)...)
-		}
-	}
+	var v fieldpath.First
+	bad := v.Bad
 	if c.Backend != BackendLocal && c.Backend != BackendRedis {
 		bad("backend", "must be %q or %q, got %q", BackendLocal, BackendRedis, c.Backend)
 	}
@@ -135,7 +130,7 @@ func (c Config) Validate() error {
 		}
 	}
 	validatePlans(c.Plans, bad)
-	return first
+	return v.Err()
 }
 
 // NewLocal builds the local backend's limiter (backend local). now is

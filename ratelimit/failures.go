@@ -2,7 +2,6 @@ package ratelimit
 
 import (
 	"context"
-	"fmt"
 	"net/netip"
 	"sync/atomic"
 	"time"
@@ -47,12 +46,8 @@ func (c FailureLimitConfig) Validate() error {
 	if !c.Enabled {
 		return nil
 	}
-	var first error
-	bad := func(path, format string, args ...any) {
-		if first == nil {
-			first = fmt.Errorf("%s: "+format, append([]any{path}, args...)...)
-		}
-	}
+	var v fieldpath.First
+	bad := v.Bad
 	if !(c.Rate > 0) {
 		bad("rate", "must be positive, got %g", c.Rate)
 	}
@@ -65,7 +60,7 @@ func (c FailureLimitConfig) Validate() error {
 	if c.MaxAddresses < 1 {
 		bad("max_addresses", "must be at least 1, got %d", c.MaxAddresses)
 	}
-	return first
+	return v.Err()
 }
 
 // FailuresConfig configures Failures. Limit is required; Redis is optional.

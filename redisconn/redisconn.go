@@ -115,12 +115,8 @@ var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // Validate reports the first problem in c, naming its field by YAML path.
 func (c Config) Validate() error {
-	var first error
-	bad := func(path, format string, args ...any) {
-		if first == nil {
-			first = fmt.Errorf("%s: "+format, append([]any{path}, args...)...)
-		}
-	}
+	var v fieldpath.First
+	bad := v.Bad
 	if len(c.Addrs) == 0 {
 		bad("addrs", "must list at least one host:port")
 	}
@@ -171,7 +167,7 @@ func (c Config) Validate() error {
 	} else if strings.ContainsAny(c.KeyPrefix, "{} \r\n") {
 		bad("key_prefix", "must not contain braces or whitespace, got %q", c.KeyPrefix)
 	}
-	return first
+	return v.Err()
 }
 
 func (c Config) isCluster() bool {

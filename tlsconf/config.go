@@ -6,6 +6,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/keygate/keygate/internal/fieldpath"
 )
 
 // Modes of Config.Mode.
@@ -107,12 +109,8 @@ func DefaultConfig() Config {
 // Validate checks the section and reports the first problem, naming the
 // offending field by its YAML path.
 func (c Config) Validate() error {
-	var first error
-	bad := func(field, format string, args ...any) {
-		if first == nil {
-			first = fmt.Errorf("%s: "+format, append([]any{field}, args...)...)
-		}
-	}
+	var v fieldpath.First
+	bad := v.Bad
 	switch c.MinVersion {
 	case "1.2", "1.3":
 	default:
@@ -186,7 +184,7 @@ func (c Config) Validate() error {
 	default:
 		bad("mode", "must be off, self_signed, files or acme, got %q", c.Mode)
 	}
-	return first
+	return v.Err()
 }
 
 // validDNSName reports whether s is a plausible host name (letters, digits,

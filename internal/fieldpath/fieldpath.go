@@ -37,3 +37,17 @@ func Within(section string, err error) error {
 	}
 	return &Error{Path: section + "." + fe.Path, Err: fe.Err}
 }
+
+// First keeps the first problem a Validate method finds, so that every
+// section reports one error, its first, alike. The zero value is ready.
+type First struct{ err error }
+
+// Bad records a problem with field, unless one is recorded already.
+func (f *First) Bad(field, format string, args ...any) {
+	if f.err == nil {
+		f.err = Errorf(field, format, args...)
+	}
+}
+
+// Err is the first problem recorded, or nil.
+func (f *First) Err() error { return f.err }

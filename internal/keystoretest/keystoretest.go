@@ -27,3 +27,15 @@ func WriteFile(t testing.TB, path string, keys []keystore.Record, consumers []ke
 		t.Fatal(err)
 	}
 }
+
+// OpenFile opens the file keystore at path and closes it when the test
+// ends.
+func OpenFile(t testing.TB, path string) *keystore.FileStore {
+	t.Helper()
+	store, err := keystore.OpenFile(keystore.FileConfig{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	return store
+}

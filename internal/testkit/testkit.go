@@ -149,53 +149,53 @@ type CA struct {
 // NewCA makes a CA valid for a day.
 func NewCA(t testing.TB, name string) *CA {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now()
-	tmpl := &x509.Certificate{
+	der, key := issue(t, nil, &x509.Certificate{
 		SerialNumber:          big.NewInt(1),
 		Subject:               pkix.Name{CommonName: name},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(24 * time.Hour),
+		NotAfter:              time.Now().Add(24 * time.Hour),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
 		BasicConstraintsValid: true,
 		IsCA:                  true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	})
 	cert, _ := x509.ParseCertificate(der)
 	pool := x509.NewCertPool()
 	pool.AddCert(cert)
 	return &CA{Cert: cert, Key: key, PEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), Pool: pool}
 }
 
-// Leaf issues a server certificate for localhost, 127.0.0.1 and ::1 with
-// the given serial, as PEM (chain: leaf then CA) and PEM key.
-func (ca *CA) Leaf(t testing.TB, serial int64) (certPEM, keyPEM []byte) {
+// issue makes a P-256 key and a certificate for it from tmpl, valid from
+// an hour ago, signed by parent (self-signed when parent is nil).
+func issue(t testing.TB, parent *CA, tmpl *x509.Certificate) (der []byte, key *ecdsa.PrivateKey) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := time.Now()
-	tmpl := &x509.Certificate{
+	tmpl.NotBefore = time.Now().Add(-time.Hour)
+	issuer, signer := tmpl, key
+	if parent != nil {
+		issuer, signer = parent.Cert, parent.Key
+	}
+	der, err = x509.CreateCertificate(rand.Reader, tmpl, issuer, &key.PublicKey, signer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return der, key
+}
+
+// Leaf issues a server certificate for localhost, 127.0.0.1 and ::1 with
+// the given serial, as PEM (chain: leaf then CA) and PEM key.
+func (ca *CA) Leaf(t testing.TB, serial int64) (certPEM, keyPEM []byte) {
+	t.Helper()
+	der, key := issue(t, ca, &x509.Certificate{
 		SerialNumber: big.NewInt(serial),
 		Subject:      pkix.Name{CommonName: "localhost"},
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(24 * time.Hour),
+		NotAfter:     time.Now().Add(24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		DNSNames:     []string{"localhost"},
 		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.Key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	})
 	kder, err := x509.MarshalECPrivateKey(key)
 	if err != nil {
 		t.Fatal(err)
@@ -219,22 +219,13 @@ func (ca *CA) TLSLeaf(t testing.TB, serial int64) tls.Certificate {
 // valid for an hour around now.
 func (ca *CA) ClientCert(t testing.TB, cn string) tls.Certificate {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
+	der, key := issue(t, ca, &x509.Certificate{
 		SerialNumber: big.NewInt(time.Now().UnixNano()),
 		Subject:      pkix.Name{CommonName: cn, Organization: []string{"Ops"}},
-		NotBefore:    time.Now().Add(-time.Hour),
 		NotAfter:     time.Now().Add(time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.Key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	})
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }
 

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"testing"
 )
 
 // HoldingUpstream is an upstream that serves every request with Next, but
@@ -45,4 +46,25 @@ func (u *HoldingUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		<-u.release
 	}
 	u.Next.ServeHTTP(w, r)
+}
+
+// InFlight starts n calls of do at once, each returning an HTTP status,
+// and returns a function that waits for them all and reports any status
+// other than 200 as a test error.
+func InFlight(t testing.TB, n int, do func() int) (wait func()) {
+	var wg sync.WaitGroup
+	statuses := make(chan int, n)
+	for range n {
+		wg.Go(func() { statuses <- do() })
+	}
+	return func() {
+		t.Helper()
+		wg.Wait()
+		close(statuses)
+		for s := range statuses {
+			if s != 200 {
+				t.Errorf("an admitted request got %d", s)
+			}
+		}
+	}
 }
