@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"io"
-	"mime/multipart"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/keygate/keygate/internal/redistest"
+	"github.com/keygate/keygate/internal/testkit"
 )
 
 // replicas starts n gateway processes that share one keystore and one
@@ -49,22 +49,10 @@ func replicas(t *testing.T, n int, redisAddr, keystoreBackend, limits string, ex
 	return gs
 }
 
-// form is a small valid /sync body for ctxA.
-func smallForm() (string, []byte) {
-	var buf bytes.Buffer
-	mw := multipart.NewWriter(&buf)
-	_ = mw.WriteField("contextId", ctxA)
-	_ = mw.WriteField("id", "2b7e1516-28ae-4d2a-a6f7-15884c3f4e2a")
-	w, _ := mw.CreateFormFile("files", "a.pdf")
-	_, _ = w.Write([]byte("%PDF-1.4 replica"))
-	_ = mw.Close()
-	return mw.FormDataContentType(), buf.Bytes()
-}
-
 // postSmall posts a small /sync upload with key through c, plus headers given
 // as name, value pairs, and returns the response and its body, read.
 func (g *gateway) postSmall(c *http.Client, key string, hdr ...string) (*http.Response, []byte, error) {
-	ct, body := smallForm()
+	ct, body := testkit.Form(g.t, testkit.Part{Name: "contextId", Value: ctxA}, testkit.Part{Name: "id", Value: "2b7e1516-28ae-4d2a-a6f7-15884c3f4e2a"}, testkit.Part{Name: "files", Value: "%PDF-1.4 replica"})
 	req, _ := http.NewRequest("POST", g.API+"/sync", bytes.NewReader(body))
 	req.Header.Set("Content-Type", ct)
 	req.Header.Set("X-Api-Key", key)

@@ -51,11 +51,7 @@ func BenchmarkReadSmall256B(b *testing.B) {
 // (no near-boundary sequences, unlike fileBytes): the scan rate for a
 // typical upload.
 func BenchmarkReadContextFirst1MiBRandom(b *testing.B) {
-	file := make([]byte, mib)
-	r := rand.New(rand.NewPCG(1, 2))
-	for i := range file {
-		file[i] = byte(r.Uint32())
-	}
+	file := randomBytes(mib, 1)
 	head := "--" + curlBoundary + "\r\nContent-Disposition: form-data; name=\"contextId\"\r\n\r\n" + testCtx +
 		"\r\n--" + curlBoundary + "\r\nContent-Disposition: form-data; name=\"files\"; filename=\"doc.pdf\"\r\n\r\n"
 	body := append(append([]byte(head), file...), "\r\n--"+curlBoundary+"--\r\n"...)
@@ -65,11 +61,7 @@ func BenchmarkReadContextFirst1MiBRandom(b *testing.B) {
 // BenchmarkFind measures the boundary search alone over 1 MiB of random
 // bytes and of fileBytes (a near-boundary every 97 bytes).
 func BenchmarkFind(b *testing.B) {
-	random := make([]byte, mib)
-	r := rand.New(rand.NewPCG(3, 4))
-	for i := range random {
-		random[i] = byte(r.Uint32())
-	}
+	random := randomBytes(mib, 3)
 	for _, tc := range []struct {
 		name string
 		data []byte
@@ -86,4 +78,14 @@ func BenchmarkFind(b *testing.B) {
 			}
 		})
 	}
+}
+
+// randomBytes is n pseudo-random bytes, the same for the same seed.
+func randomBytes(n int, seed uint64) []byte {
+	out := make([]byte, n)
+	r := rand.New(rand.NewPCG(seed, seed+1))
+	for i := range out {
+		out[i] = byte(r.Uint32())
+	}
+	return out
 }

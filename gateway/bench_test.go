@@ -70,8 +70,9 @@ func BenchmarkRequestPath(b *testing.B) {
 	benchSync(b, gw, key)
 }
 
-// benchSync measures accepted /sync uploads through gw.
-func benchSync(b *testing.B, gw *gateway.Gateway, key string) {
+// benchSync measures accepted /sync uploads through gw; check, if any,
+// looks at the first response too.
+func benchSync(b *testing.B, gw *gateway.Gateway, key string, check ...func(*httptest.ResponseRecorder)) {
 	ct, body := form(b, part{"contextId", ctxA}, part{"id", "1"}, part{"files", string(bytes.Repeat([]byte("x"), 16<<10))})
 	b.ReportAllocs()
 	b.SetBytes(int64(len(body)))
@@ -84,6 +85,11 @@ func benchSync(b *testing.B, gw *gateway.Gateway, key string) {
 		gw.ServeHTTP(w, req)
 		if w.Code != 200 {
 			b.Fatalf("status %d: %s", w.Code, w.Body)
+		}
+		if i == 0 {
+			for _, c := range check {
+				c(w)
+			}
 		}
 	}
 }

@@ -121,7 +121,10 @@ type Gateway struct {
 	smallHeld      atomic.Int64 // bytes of /sync bodies held by readSmall
 }
 
-// New checks cfg and builds the handler chain once.
+// New checks cfg and builds the handler chain once. Its errors name
+// Config's Go fields: cfg is assembled from several sections of the YAML
+// configuration (server, ratelimit, upstreams), which package config has
+// validated by then, naming their YAML paths.
 func New(cfg Config, deps Deps) (*Gateway, error) {
 	if deps.Auth == nil || deps.Limiter == nil {
 		return nil, errors.New("gateway: an authenticator and a limiter are required")
@@ -130,19 +133,19 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 		return nil, err
 	}
 	if cfg.MaxBodyBytes <= 0 {
-		return nil, errors.New("server.max_body_bytes: must be positive")
+		return nil, errors.New("gateway: Config.MaxBodyBytes must be positive")
 	}
 	if cfg.RateLimitStatus == 0 {
 		cfg.RateLimitStatus = http.StatusTooManyRequests
 	}
 	for _, env := range []string{"live", "test"} {
 		if _, ok := cfg.Limits[env]; !ok {
-			return nil, fmt.Errorf("ratelimit.limits.%s: missing", env)
+			return nil, fmt.Errorf("gateway: Config.Limits has no limit for env %q", env)
 		}
 	}
 	g := &Gateway{cfg: cfg, auth: deps.Auth, limiter: deps.Limiter, log: deps.Logger, metrics: deps.Metrics, failures: deps.Failures, usage: deps.Usage}
 	if cfg.BodyIdleTimeout < 0 || cfg.MaxConcurrent < 0 {
-		return nil, errors.New("gateway: BodyIdleTimeout and MaxConcurrent must not be negative")
+		return nil, errors.New("gateway: Config.BodyIdleTimeout and Config.MaxConcurrent must not be negative")
 	}
 	g.concurrency = ratelimit.NewConcurrency(cfg.MaxConcurrent)
 	g.idleMsg, g.concurrencyMsg = idleMessage(cfg.BodyIdleTimeout), concurrencyMessage(cfg.MaxConcurrent)
@@ -154,10 +157,10 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 	}
 	var err error
 	if g.extraction, err = newUpstream(product.Extraction, cfg.Upstreams.Extraction); err != nil {
-		return nil, fmt.Errorf("upstreams.extraction: %w", err)
+		return nil, fmt.Errorf("gateway: Config.Upstreams.Extraction: %w", err)
 	}
 	if g.registry, err = newUpstream(product.Registry, cfg.Upstreams.Registry); err != nil {
-		return nil, fmt.Errorf("upstreams.registry: %w", err)
+		return nil, fmt.Errorf("gateway: Config.Upstreams.Registry: %w", err)
 	}
 	if d := cfg.Deprecation; !d.Date.IsZero() || !d.Sunset.IsZero() || d.Link != "" {
 		if !d.Date.IsZero() {

@@ -97,7 +97,7 @@ func (b *idleBody) Read(p []byte) (int, error) {
 func (b *idleBody) Close() error { return b.rc.Close() }
 
 // errBodyIdle is the read error of a body that timed out.
-var errBodyIdle = errors.New("gateway: no request body data within server.body_idle_timeout")
+var errBodyIdle = errors.New("gateway: no request body data within the body idle timeout")
 
 // watchBody puts r.Body under the idle timeout when there is a body and a
 // timeout. The caller must defer st.idle.stop().

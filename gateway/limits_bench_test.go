@@ -1,7 +1,6 @@
 package gateway_test
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"net/http"
@@ -53,7 +52,7 @@ func BenchmarkRequestPathResolvedLimit(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { _ = store.Close() })
+	defer store.Close()
 	keys, _ := auth.NewAPIKeys(auth.APIKeysConfig{Store: store})
 	gw, err := gateway.New(gateway.Config{
 		Upstreams:    gateway.UpstreamsConfig{Extraction: gateway.UpstreamConfig{Targets: []string{up.URL}}, Registry: gateway.UpstreamConfig{Targets: []string{up.URL}}},
@@ -63,21 +62,9 @@ func BenchmarkRequestPathResolvedLimit(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	ct, body := form(b, part{"contextId", ctxA}, part{"id", "1"}, part{"files", string(bytes.Repeat([]byte("x"), 16<<10))})
-	b.ReportAllocs()
-	b.SetBytes(int64(len(body)))
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		req := httptest.NewRequest("POST", "/sync", bytes.NewReader(body))
-		req.Header.Set("Content-Type", ct)
-		req.Header.Set("X-Api-Key", key)
-		w := httptest.NewRecorder()
-		gw.ServeHTTP(w, req)
-		if w.Code != 200 {
-			b.Fatalf("status %d: %s", w.Code, w.Body)
+	benchSync(b, gw, key, func(w *httptest.ResponseRecorder) {
+		if got := w.Header()["Ratelimit-Limit"]; len(got) == 0 || got[0] != "2000000000" { // the grant's burst
+			b.Fatalf("RateLimit-Limit %v", got)
 		}
-		if i == 0 && w.Header()["Ratelimit-Limit"][0] != "2000000000" { // the grant's burst
-			b.Fatalf("RateLimit-Limit %v", w.Header()["Ratelimit-Limit"])
-		}
-	}
+	})
 }

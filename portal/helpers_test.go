@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -39,19 +38,6 @@ const (
 	keyB = "key_4d5e6f708192a3b4"
 )
 
-// clock is a settable clock.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 func writeKeystore(t *testing.T, path string) {
 	t.Helper()
 	created := time.Date(2026, 11, 2, 9, 30, 0, 0, time.UTC)
@@ -72,7 +58,7 @@ type fixture struct {
 	store  *keystore.FileAdmin
 	audit  *audittest.Recorder
 	logs   *testkit.SyncBuffer
-	clock  *clock
+	clock  *testkit.Clock
 	usage  *usage.FileStore
 }
 
@@ -104,7 +90,7 @@ func mustURL(t *testing.T, s string) *url.URL {
 func newFixtureAt(t *testing.T, path string, mod func(*portal.Config, *portal.Deps)) *fixture {
 	t.Helper()
 	f := &fixture{store: &keystore.FileAdmin{Path: path}, audit: &audittest.Recorder{}, logs: &testkit.SyncBuffer{},
-		clock: &clock{t: time.Now().UTC()}}
+		clock: testkit.NewClock(time.Now().UTC())}
 	res, err := ratelimit.DefaultConfig().Resolver()
 	if err != nil {
 		t.Fatal(err)

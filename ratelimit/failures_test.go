@@ -4,26 +4,13 @@ import (
 	"context"
 	"net/netip"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/keygate/keygate/internal/redistest"
+	"github.com/keygate/keygate/internal/testkit"
 	"github.com/keygate/keygate/ratelimit"
 )
-
-// fakeClock is a settable clock for the local failure limit.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *fakeClock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 func failLimit(rate float64, per time.Duration, burst int) ratelimit.FailureLimitConfig {
 	return ratelimit.FailureLimitConfig{Enabled: true, Rate: rate, Per: per, Burst: burst, MaxAddresses: 1000}
@@ -31,7 +18,7 @@ func failLimit(rate float64, per time.Duration, burst int) ratelimit.FailureLimi
 
 func TestFailuresLocal(t *testing.T) {
 	t.Parallel()
-	clock := &fakeClock{t: time.Unix(1_700_000_000, 0)}
+	clock := testkit.NewClock(time.Unix(1_700_000_000, 0))
 	f, err := ratelimit.NewFailures(ratelimit.FailuresConfig{Limit: failLimit(30, time.Minute, 5), Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)

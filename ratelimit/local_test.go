@@ -9,28 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keygate/keygate/internal/testkit"
 	"github.com/keygate/keygate/ratelimit"
 )
 
-// clock is a settable clock for deterministic tests.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock() *clock { return &clock{t: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
+func newClock() *testkit.Clock { return testkit.NewClock(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)) }
 
 // step is one request in a scripted sequence.
 type step struct {
@@ -122,7 +105,7 @@ func TestLocalAllow(t *testing.T) {
 			clk := newClock()
 			l := ratelimit.NewLocal(ratelimit.LocalConfig{Now: clk.Now})
 			for i, s := range tc.steps {
-				clk.Advance(s.advance)
+				clk.Add(s.advance)
 				lim := tc.lim
 				if s.lim != nil {
 					lim = *s.lim

@@ -242,7 +242,7 @@ func (r *Resolver) CheckPlan(name string) error {
 	if _, ok := r.plans[name]; ok {
 		return nil
 	}
-	return fmt.Errorf("%w %q (ratelimit.plans has %v)", ErrUnknownPlan, name, r.PlanNames())
+	return fmt.Errorf("%w %q (the configured plans are %v)", ErrUnknownPlan, name, r.PlanNames())
 }
 
 // Resolve returns s's effective limit at now, with its successors for

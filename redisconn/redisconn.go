@@ -9,7 +9,6 @@ package redisconn
 
 import (
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -91,18 +90,17 @@ func DefaultConfig() Config {
 	}
 }
 
-// errLiteralPassword is the message for a `password:` key in the YAML.
-const errLiteralPassword = "redis.password: a password must not be written in the configuration; put it in an environment variable and set redis.password_env to that variable's name"
-
-// UnmarshalYAML decodes the section, rejecting a literal `password:` key.
-// Fields absent from the YAML keep their value (so decode onto
-// DefaultConfig()).
+// UnmarshalYAML decodes the section, rejecting a literal `password:` or
+// `sentinel_password:` key. The refusal names the line, as yaml's own
+// errors do, so that whoever decodes the whole file can name the key's
+// path (package config does). Fields absent from the YAML keep their value
+// (so decode onto DefaultConfig()).
 func (c *Config) UnmarshalYAML(n *yaml.Node) error {
 	if n.Kind == yaml.MappingNode {
 		for i := 0; i+1 < len(n.Content); i += 2 {
-			switch n.Content[i].Value {
+			switch k := n.Content[i]; k.Value {
 			case "password", "sentinel_password":
-				return errors.New(strings.Replace(errLiteralPassword, "redis.password", "redis."+n.Content[i].Value, 1))
+				return fmt.Errorf("line %d: a password must not be written in the configuration; put it in an environment variable and set %s_env to that variable's name", k.Line, k.Value)
 			}
 		}
 	}
@@ -131,7 +129,7 @@ func (c Config) Validate() error {
 		}
 	}
 	if c.MasterName != "" && c.Cluster {
-		bad("cluster", "cannot be combined with redis.master_name (Sentinel)")
+		bad("cluster", "cannot be combined with master_name (Sentinel)")
 	}
 	if c.PasswordEnv != "" && !envName.MatchString(c.PasswordEnv) {
 		bad("password_env", "must be the name of an environment variable (letters, digits, _), got %q", c.PasswordEnv)

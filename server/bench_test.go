@@ -5,12 +5,12 @@ import (
 	"context"
 	"crypto/tls"
 	"io"
-	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,6 +21,7 @@ import (
 
 	"github.com/keygate/keygate/config"
 	"github.com/keygate/keygate/internal/redistest"
+	"github.com/keygate/keygate/internal/testkit"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/ratelimit"
 	"github.com/keygate/keygate/server"
@@ -54,7 +55,7 @@ func BenchmarkGatewayThroughput(b *testing.B) {
 	local, localKey := benchServer(b, up.URL, "local", rs.Addr)
 	redisGW, redisKey := benchServer(b, up.URL, "redis", rs.Addr)
 
-	ct, body := benchForm()
+	ct, body := testkit.Form(b, testkit.Part{Name: "contextId", Value: ctxA}, testkit.Part{Name: "id", Value: "2b7e1516-28ae-4d2a-a6f7-15884c3f4e2a"}, testkit.Part{Name: "files", Value: strings.Repeat("%PDF-1.7 benchmark page\n", 400)})
 	client := &http.Client{Transport: &http.Transport{
 		TLSClientConfig:     &tls.Config{InsecureSkipVerify: true},
 		MaxIdleConnsPerHost: 64,
@@ -152,15 +153,4 @@ func benchServer(b *testing.B, upstream, backend, redisAddr string) (string, str
 		_ = srv.Shutdown(ctx)
 	})
 	return "https://" + srv.APIAddr().String(), key
-}
-
-func benchForm() (string, []byte) {
-	var buf bytes.Buffer
-	mw := multipart.NewWriter(&buf)
-	_ = mw.WriteField("contextId", ctxA)
-	_ = mw.WriteField("id", "2b7e1516-28ae-4d2a-a6f7-15884c3f4e2a")
-	w, _ := mw.CreateFormFile("files", "doc.pdf")
-	_, _ = w.Write(bytes.Repeat([]byte("%PDF-1.7 benchmark page\n"), 400))
-	_ = mw.Close()
-	return mw.FormDataContentType(), buf.Bytes()
 }

@@ -123,7 +123,7 @@ func (c Config) Validate() error {
 	case ModeOff:
 	case ModeSelfSigned:
 		if c.SelfSignedDir == "" {
-			bad("self_signed_dir", "required when tls.mode is self_signed")
+			bad("self_signed_dir", "required when mode is self_signed")
 		}
 		for i, n := range c.Names {
 			if net.ParseIP(n) == nil && !validDNSName(n) {
@@ -132,14 +132,14 @@ func (c Config) Validate() error {
 		}
 	case ModeFiles:
 		if c.CertFile == "" {
-			bad("cert_file", "required when tls.mode is files")
+			bad("cert_file", "required when mode is files")
 		}
 		if c.KeyFile == "" {
-			bad("key_file", "required when tls.mode is files")
+			bad("key_file", "required when mode is files")
 		}
 	case ModeACME:
 		if len(c.Domains) == 0 && !c.OnDemand.Enabled {
-			bad("domains", "at least one domain is required when tls.mode is acme (unless tls.on_demand.enabled)")
+			bad("domains", "at least one domain is required when mode is acme (unless on_demand.enabled)")
 		}
 		for i, d := range c.Domains {
 			if !validDNSName(d) {
@@ -167,14 +167,14 @@ func (c Config) Validate() error {
 		switch c.Storage {
 		case "file":
 			if c.StoragePath == "" {
-				bad("storage_path", "required when tls.storage is file")
+				bad("storage_path", "required when storage is file")
 			}
 		case "redis":
 		default:
 			bad("storage", "must be file or redis, got %q", c.Storage)
 		}
 		if c.OnDemand.Enabled && len(c.OnDemand.Allow) == 0 {
-			bad("on_demand.allow", "required when tls.on_demand.enabled (otherwise any SNI could trigger an order)")
+			bad("on_demand.allow", "required when on_demand.enabled is true (otherwise any SNI could trigger an order)")
 		}
 		for i, d := range c.OnDemand.Allow {
 			if !validDNSName(d) {

@@ -317,8 +317,8 @@ func TestValidate(t *testing.T) {
 		{"acme with a domain is valid", acme(func(*tlsconf.Config) {}), ""},
 		{"unknown mode", func() tlsconf.Config { c := tlsconf.DefaultConfig(); c.Mode = "on"; return c }(), `mode: must be off, self_signed, files or acme, got "on"`},
 		{"bad min_version", func() tlsconf.Config { c := tlsconf.DefaultConfig(); c.MinVersion = "1.1"; return c }(), `min_version: must be "1.2" or "1.3", got "1.1"`},
-		{"files needs cert_file", func() tlsconf.Config { c := tlsconf.DefaultConfig(); c.Mode = "files"; c.KeyFile = "k"; return c }(), "cert_file: required when tls.mode is files"},
-		{"files needs key_file", func() tlsconf.Config { c := tlsconf.DefaultConfig(); c.Mode = "files"; c.CertFile = "c"; return c }(), "key_file: required when tls.mode is files"},
+		{"files needs cert_file", func() tlsconf.Config { c := tlsconf.DefaultConfig(); c.Mode = "files"; c.KeyFile = "k"; return c }(), "cert_file: required when mode is files"},
+		{"files needs key_file", func() tlsconf.Config { c := tlsconf.DefaultConfig(); c.Mode = "files"; c.CertFile = "c"; return c }(), "key_file: required when mode is files"},
 		{"self_signed needs a dir", func() tlsconf.Config { c := tlsconf.DefaultConfig(); c.SelfSignedDir = ""; return c }(), "self_signed_dir: required"},
 		{"self_signed bad name", func() tlsconf.Config {
 			c := tlsconf.DefaultConfig()
@@ -331,7 +331,7 @@ func TestValidate(t *testing.T) {
 		{"acme bad challenge", acme(func(c *tlsconf.Config) { c.Challenges = []string{"dns-01"} }), "challenges[0]: must be http-01 or tls-alpn-01"},
 		{"acme no challenge", acme(func(c *tlsconf.Config) { c.Challenges = nil }), "challenges: at least one"},
 		{"acme bad storage", acme(func(c *tlsconf.Config) { c.Storage = "s3" }), `storage: must be file or redis, got "s3"`},
-		{"acme file storage needs a path", acme(func(c *tlsconf.Config) { c.StoragePath = "" }), "storage_path: required when tls.storage is file"},
+		{"acme file storage needs a path", acme(func(c *tlsconf.Config) { c.StoragePath = "" }), "storage_path: required when storage is file"},
 		{"acme bad email", acme(func(c *tlsconf.Config) { c.Email = "nobody" }), "email:"},
 		{"on_demand needs allow", acme(func(c *tlsconf.Config) { c.OnDemand.Enabled = true }), "on_demand.allow: required"},
 		{"on_demand alone is enough for acme", acme(func(c *tlsconf.Config) {
@@ -362,7 +362,7 @@ func ExampleConfig_Validate() {
 	cfg.Mode = tlsconf.ModeFiles
 	cfg.CertFile = "/etc/keygate/tls.crt"
 	fmt.Println(cfg.Validate())
-	// Output: key_file: required when tls.mode is files
+	// Output: key_file: required when mode is files
 }
 
 func ExampleManager_HSTSHeader() {
