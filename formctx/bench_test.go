@@ -65,7 +65,7 @@ func BenchmarkFind(b *testing.B) {
 	for _, tc := range []struct {
 		name string
 		data []byte
-	}{{"random", random}, {"near-boundaries", fileBytes(mib, curlBoundary)}} {
+	}{{"random", random}, {"near-boundaries", fileBytes(mib, curlBoundary)}, {"text", textBytes(mib)}} {
 		b.Run(tc.name, func(b *testing.B) {
 			var p parser
 			p.init(curlBoundary, tc.data, nil, 0, new([256]uint8))
@@ -86,6 +86,18 @@ func randomBytes(n int, seed uint64) []byte {
 	r := rand.New(rand.NewPCG(seed, seed+1))
 	for i := range out {
 		out[i] = byte(r.Uint32())
+	}
+	return out
+}
+
+// textBytes is n bytes of repeated text with letters, digits and a dash,
+// as in a PDF's text or the peer benchmark's filler: Horspool skips little
+// over it, since most of its letters are in a boundary.
+func textBytes(n int) []byte {
+	p := []byte("%PDF-1.7 benchmark payload 0123456789abcdefghijklmnopqrstuvwxyz ")
+	out := make([]byte, n)
+	for i := range out {
+		out[i] = p[i%len(p)]
 	}
 	return out
 }

@@ -149,3 +149,28 @@ func FuzzDisposition(f *testing.F) {
 		}
 	})
 }
+
+// FuzzFind checks the boundary search (rare byte, then Horspool, then
+// bytes.Index on the anchor) against bytes.Index for any boundary, data
+// and starting point.
+func FuzzFind(f *testing.F) {
+	f.Add("----WebKitFormBoundary7MA4YWxkTrZu0gW", []byte("%PDF-1.7 ------WebKitFormBoundary7MA4YWxkTrZu0gW\r\n"), uint16(0))
+	f.Add(curlBoundary, bytes.Repeat([]byte("0123456789abcdef--"), 200), uint16(3))
+	f.Add("Z", []byte("ZZZ--Z"), uint16(1))
+	f.Fuzz(func(t *testing.T, boundary string, data []byte, from uint16) {
+		if boundary == "" || len(boundary) > 70 {
+			return
+		}
+		var p parser
+		p.init(boundary, data, nil, 0, new([256]uint8))
+		p.end = len(data)
+		start := int(from) % (len(data) + 1)
+		want := bytes.Index(data[start:], p.dash)
+		if want >= 0 {
+			want += start
+		}
+		if got := p.find(start); got != want {
+			t.Fatalf("find(%d) = %d, bytes.Index says %d", start, got, want)
+		}
+	})
+}

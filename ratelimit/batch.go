@@ -14,13 +14,15 @@ import (
 // one write and come back in one read, instead of a write and a read
 // syscall each, and a network round trip each, one after another.
 //
-// It is a group commit with no goroutine of its own: a caller that finds
-// fewer than maxInflight pipelines in flight sends one, taking along every
-// decision queued so far; a caller that finds them busy queues its
-// decision and waits for a sender to take it. A sender keeps sending the
-// queue until it is empty. Under light load every decision goes alone, at
-// once; under heavy load they go in batches, with no timer and no
-// added wait beyond the pipeline in flight.
+// It is a group commit with no goroutine of its own under light load: a
+// caller that finds fewer than maxInflight pipelines in flight sends one,
+// taking along every decision queued so far; a caller that finds them busy
+// queues its decision and waits for a sender to take it. When the sender's
+// pipeline returns and decisions are queued, a goroutine takes over its
+// place and sends the queue until it is empty, so that no caller waits for
+// more than the pipeline in flight and its own. Under light load every
+// decision goes alone, at once; under heavy load they go in batches, with
+// no timer.
 
 // maxInflight bounds the pipelines in flight at once.
 const maxInflight = 2
@@ -76,22 +78,39 @@ func (b *batcher) run(ctx context.Context, c *call) (res []int64, finished bool,
 		}
 	}
 	b.senders++
-	batch := append(make([]*call, 0, 8), c)
-	batch = b.take(batch)
+	batch := b.take(append(make([]*call, 0, 8), c))
 	b.mu.Unlock()
+	b.send(batch)
+	// c is decided. Decisions queued meanwhile go in the next pipeline,
+	// sent by a goroutine rather than by this caller, whose request would
+	// otherwise wait for other requests' round trips.
+	b.mu.Lock()
+	if len(b.queue) == 0 {
+		b.senders--
+		b.mu.Unlock()
+	} else {
+		next := b.take(batch[:0])
+		b.mu.Unlock()
+		go b.drain(next)
+	}
+	<-c.done
+	return c.res, true, c.err
+}
+
+// drain sends batch, then the queue, until it is empty; it holds one of
+// the senders' places until then.
+func (b *batcher) drain(batch []*call) {
 	for {
 		b.send(batch)
 		b.mu.Lock()
 		if len(b.queue) == 0 {
 			b.senders--
 			b.mu.Unlock()
-			break
+			return
 		}
 		batch = b.take(batch[:0])
 		b.mu.Unlock()
 	}
-	<-c.done
-	return c.res, true, c.err
 }
 
 // take moves up to maxBatch queued calls into batch. b.mu is held.

@@ -30,6 +30,9 @@ type Options struct {
 	Profile  string
 	// ProfileRedis profiles keygate with the Redis limiter.
 	ProfileRedis bool
+	// ProfileLarge profiles the large uploads (context first, 5 rounds)
+	// instead of the wrk load.
+	ProfileLarge bool
 	LargeMiB     int
 	LargeN       int
 	Sizes        string
@@ -542,6 +545,18 @@ func (b *bench) profile(ctx context.Context, stdout io.Writer) error {
 		return err
 	}
 	t := &target{name: "keygate", addr: addr, root: kg}
+	if b.o.ProfileLarge {
+		for range 5 {
+			r, err := b.large(ctx, t, true)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "keygate %d × %d MiB, context first: %s\n", b.o.LargeN, b.o.LargeMiB, r.elapsed.Round(time.Millisecond))
+		}
+		b.stopAll()
+		fmt.Fprintf(stdout, "CPU profile: %s (go tool pprof -top %s)\n", out, out)
+		return nil
+	}
 	for _, size := range sizes(b.o) {
 		r, err := b.closedLoop(ctx, t, size)
 		if err != nil {
