@@ -264,6 +264,8 @@ type Body struct {
 	p    parser
 	done bool // the client body ended and everything checked out
 	err  error
+
+	directReads int // reads that went straight into the caller's buffer (for tests)
 }
 
 // Read reads body up to and including the first context part and returns a
@@ -326,14 +328,7 @@ func (b *Body) findContext() error {
 // Before Read returns, what it reads also goes to the spool.
 func (b *Body) fill() error {
 	p := &b.p
-	keep := p.pos - 2 // the two bytes before pos tell what precedes a boundary
-	if b.streamed {
-		keep = min(keep, b.start)
-	}
-	if keep > 0 && len(p.win)-p.end < minRead {
-		p.compact(keep)
-		b.start -= keep
-	}
+	b.makeRoom()
 	if p.end == len(p.win) {
 		return ErrMalformed // cannot happen: maxHeadBytes leaves room
 	}
@@ -347,6 +342,26 @@ func (b *Body) fill() error {
 	if !b.streamed {
 		b.start = p.end
 	}
+	return b.readResult(n, err)
+}
+
+// makeRoom compacts the window when less than minRead is free, keeping
+// what is not handed out yet and the two bytes before pos, which tell what
+// precedes a boundary.
+func (b *Body) makeRoom() {
+	p := &b.p
+	keep := p.pos - 2
+	if b.streamed {
+		keep = min(keep, b.start)
+	}
+	if keep > 0 && len(p.win)-p.end < minRead {
+		p.compact(keep)
+		b.start -= keep
+	}
+}
+
+// readResult records the outcome of a read of n bytes from the client.
+func (b *Body) readResult(n int, err error) error {
 	switch {
 	case err == nil && n == 0:
 		if b.empty++; b.empty >= 100 {
@@ -484,8 +499,63 @@ func (b *Body) read(p []byte) (int, error) {
 			b.releaseStream()
 			return 0, io.EOF
 		}
+		if n, ok := b.direct(p); ok {
+			if n > 0 {
+				return n, nil
+			}
+			continue
+		}
 		b.step()
 	}
+}
+
+// directMin is the smallest Read buffer that direct reads the client into.
+const directMin = 4 << 10
+
+// direct is step for the common case of a large file streaming through:
+// the parser is in the data of a part that is not a context part, and
+// everything read is handed out but the held-back byte. It reads the
+// client straight into p, after that byte, instead of into the window. If
+// the bytes read hold no whole "--boundary" (with what the parser has not
+// looked at yet before them), they are handed out from p as they are,
+// less the last, which becomes the held-back byte: only the parser's tail
+// is copied into the window, not the data. Otherwise, and on any read
+// error or end, they are appended to the window and parsed, as step would
+// have read and parsed them, and direct returns 0, true. It returns 0,
+// false when it does not apply.
+func (b *Body) direct(p []byte) (int, bool) {
+	pp := &b.p
+	m := len(pp.dash)
+	if len(p) < directMin || b.eof || pp.st != stData || pp.isCtx || b.spoolLen != b.replayed ||
+		b.start != pp.end-1 || pp.end-pp.pos > m-1 || pp.pos < 2 {
+		return 0, false
+	}
+	b.makeRoom()
+	k := min(len(p)-1, len(pp.win)-pp.end) // what does not fit the window is not read
+	if k < 2*m+2 {
+		return 0, false
+	}
+	held := pp.win[b.start]
+	n, err := b.src.read(p[1 : 1+k])
+	got := p[1 : 1+n]
+	if err == nil && n >= m+1 && !pp.dashBefore(got) {
+		p[0] = held
+		pp.partData += int64(pp.end - pp.pos + n - (m - 1)) // all but the last m-1 bytes are parsed
+		pp.base += int64(pp.end + n - (m + 1))
+		pp.end = copy(pp.win, got[n-(m+1):]) // two bytes before pos, then the m-1 unparsed
+		pp.pos = 2
+		b.start = pp.end - 1
+		b.empty = 0
+		b.directReads++
+		return n, true
+	}
+	pp.end += copy(pp.win[pp.end:], got)
+	if err := b.readResult(n, err); err != nil {
+		b.fail(err)
+		return 0, true
+	}
+	b.parse()
+	return 0, true
 }
 
 // step reads once from the client (unless it has ended) and parses what
@@ -497,6 +567,11 @@ func (b *Body) step() {
 			return
 		}
 	}
+	b.parse()
+}
+
+// parse parses what the window holds, after a read.
+func (b *Body) parse() {
 	if err := b.p.parse(b.eof); err != nil {
 		b.fail(err)
 		return

@@ -66,9 +66,11 @@ const anchorLen = 16
 // hit; where those hits come often, it goes on with Boyer-Moore-Horspool,
 // which in typical file data skips about len(dash) bytes per step, and
 // from there to findIndex where the data makes Horspool skip little.
-func (p *parser) find(from int) int {
+func (p *parser) find(from int) int { return p.findIn(p.win[:p.end], from) }
+
+// findIn is find over s.
+func (p *parser) findIn(s []byte, from int) int {
 	m := len(p.dash)
-	s := p.win[:p.end]
 	r, rb := p.rare, p.dash[p.rare]
 	stop := len(s) - (m - 1 - r) // dash[r] of a whole match stands before stop
 	hits := 0
@@ -83,7 +85,7 @@ func (p *parser) find(from int) int {
 		}
 		// Every match starting at or before i-r is ruled out.
 		if hits++; hits >= 16 && (i-from)/hits < 128 {
-			return p.horspool(i - r + 1)
+			return p.horspool(s, i-r+1)
 		}
 	}
 	return -1
@@ -91,9 +93,8 @@ func (p *parser) find(from int) int {
 
 // horspool is find by Boyer-Moore-Horspool, switching to findIndex where
 // the data makes it skip little.
-func (p *parser) horspool(from int) int {
+func (p *parser) horspool(s []byte, from int) int {
 	m := len(p.dash)
-	s := p.win[:p.end]
 	last := p.dash[m-1]
 	steps := 0
 	for i := from + m - 1; i < len(s); {
@@ -103,7 +104,7 @@ func (p *parser) horspool(from int) int {
 		}
 		i += int(p.skip[c])
 		if steps++; steps >= 32 && (i-from)/steps < 8 {
-			return p.findIndex(i - m + 1) // every alignment ending before i is ruled out
+			return p.findIndex(s, i-m+1) // every alignment ending before i is ruled out
 		}
 	}
 	return -1
@@ -136,19 +137,29 @@ func rareByte(dash []byte) int {
 	return best
 }
 
-// findIndex is find by bytes.Index on the anchor.
-func (p *parser) findIndex(from int) int {
+// dashBefore reports whether a whole "--boundary" starts in the unparsed
+// window, win[pos:end] (shorter than the boundary), followed by next, or
+// within next.
+func (p *parser) dashBefore(next []byte) bool {
+	var buf [2 * (maxBoundaryLen + 2)]byte
+	j := append(buf[:0], p.win[p.pos:p.end]...)
+	j = append(j, next[:min(len(next), len(p.dash)-1)]...)
+	return bytes.Contains(j, p.dash) || p.findIn(next, 0) >= 0
+}
+
+// findIndex is find by bytes.Index on the anchor, over s.
+func (p *parser) findIndex(s []byte, from int) int {
 	off := len(p.dash) - len(p.anchor)
-	for s := from + off; s <= p.end; {
-		i := bytes.Index(p.win[s:p.end], p.anchor)
+	for k := from + off; k <= len(s); {
+		i := bytes.Index(s[k:], p.anchor)
 		if i < 0 {
 			return -1
 		}
-		t := s + i
-		if j := t - off; off == 0 || bytes.Equal(p.win[j:t], p.dash[:off]) {
+		t := k + i
+		if j := t - off; off == 0 || bytes.Equal(s[j:t], p.dash[:off]) {
 			return j
 		}
-		s = t + 1
+		k = t + 1
 	}
 	return -1
 }
