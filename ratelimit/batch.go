@@ -89,7 +89,7 @@ func (b *batcher) run(ctx context.Context, c *call) (res []int64, finished bool,
 		b.senders--
 		b.mu.Unlock()
 	} else {
-		next := b.take(batch[:0])
+		next := b.take(nil) // not batch's array: that stays on this stack
 		b.mu.Unlock()
 		go b.drain(next)
 	}
