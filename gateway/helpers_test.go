@@ -94,8 +94,13 @@ func newEnv(t *testing.T, o envOpts) *env {
 	if _, err := e.Admin.Revoke(ctx, rec.ID); err != nil {
 		t.Fatal(err)
 	}
-	e.ExpiredKey, _ = issue(keystore.Extraction, keystore.Live, ctxA, time.Millisecond)
-	time.Sleep(5 * time.Millisecond)
+	e.ExpiredKey, rec = issue(keystore.Extraction, keystore.Live, ctxA, 0)
+	if _, err := e.Admin.UpdateKey(ctx, rec.ID, func(r keystore.Record) (keystore.Record, error) {
+		r.ExpiresAt = time.Now().Add(-time.Hour) // expired an hour ago
+		return r, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 
 	store := keystoretest.OpenFile(t, path)
 	e.Store = store
