@@ -45,7 +45,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.Reps, "reps", 2, "repetitions, in alternating target order")
 	fs.DurationVar(&o.Duration, "duration", 5*time.Second, "length of each closed-loop and open-loop run")
 	fs.BoolVar(&o.Smoke, "smoke", os.Getenv("BENCH_SMOKE") == "1", "one short rep with tiny sizes, skipping peers that are not installed (proves the bench works; measures nothing)")
-	fs.StringVar(&o.Targets, "targets", "", "comma-separated targets (default all): direct,bare,nginx,haproxy,caddy,keygate,keygate-redis")
+	fs.StringVar(&o.Targets, "targets", "", "comma-separated targets (default all): direct,bare,nginx,haproxy,caddy,caddy-log,keygate,keygate-redis")
 	fs.StringVar(&o.Profile, "profile", "", "only profile keygate (local limiter) under wrk load and write the CPU profile to this file")
 	fs.BoolVar(&o.ProfileRedis, "profile-redis", false, "with -profile: keygate with the Redis limiter")
 	fs.BoolVar(&o.ProfileLarge, "profile-large", false, "with -profile: profile the large uploads (context first) instead of the wrk load")

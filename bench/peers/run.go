@@ -47,6 +47,8 @@ var (
 	haproxyConf string
 	//go:embed configs/Caddyfile
 	caddyConf string
+	//go:embed configs/Caddyfile.log
+	caddyLogConf string
 )
 
 // pool is keygate's default upstreams.*.max_idle_conns_per_host; the bare
@@ -436,7 +438,11 @@ func (b *bench) startAll() error {
 	if err := add("haproxy", peer("haproxy", "haproxy.cfg", haproxyConf, func(c string) []string { return []string{"-db", "-f", c} })); err != nil {
 		return err
 	}
-	if err := add("caddy", peer("caddy", "Caddyfile", caddyConf, func(c string) []string { return []string{"run", "--config", c, "--adapter", "caddyfile"} })); err != nil {
+	caddyArgs := func(c string) []string { return []string{"run", "--config", c, "--adapter", "caddyfile"} }
+	if err := add("caddy", peer("caddy", "Caddyfile", caddyConf, caddyArgs)); err != nil {
+		return err
+	}
+	if err := add("caddy-log", peer("caddy", "Caddyfile.log", caddyLogConf, caddyArgs)); err != nil {
 		return err
 	}
 	for _, backend := range []string{"local", "redis", "base"} {
