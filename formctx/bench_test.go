@@ -94,10 +94,6 @@ func randomBytes(n int, seed uint64) []byte {
 // as in a PDF's text or the peer benchmark's filler: Horspool skips little
 // over it, since most of its letters are in a boundary.
 func textBytes(n int) []byte {
-	p := []byte("%PDF-1.7 benchmark payload 0123456789abcdefghijklmnopqrstuvwxyz ")
-	out := make([]byte, n)
-	for i := range out {
-		out[i] = p[i%len(p)]
-	}
-	return out
+	line := []byte("%PDF-1.7 benchmark payload 0123456789abcdefghijklmnopqrstuvwxyz ")
+	return bytes.Repeat(line, n/len(line)+1)[:n]
 }

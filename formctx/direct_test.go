@@ -65,7 +65,7 @@ func TestDirectReadsAgree(t *testing.T) {
 		for seed := range uint64(4) {
 			t.Run(fmt.Sprintf("%s/%d", c.name, seed), func(t *testing.T) {
 				t.Parallel()
-				read := func(chunk int) ([]byte, error, int) {
+				read := func(chunk int) ([]byte, int, error) {
 					var src io.Reader = &randChunks{r: bytes.NewReader(c.body), rng: rand.New(rand.NewPCG(seed, 1)), max: []int{100, 5000, 40_000, 70_000}[seed]}
 					if seed == 0 {
 						src = iotest.HalfReader(bytes.NewReader(c.body))
@@ -76,14 +76,14 @@ func TestDirectReadsAgree(t *testing.T) {
 					}
 					b, err := Read(src, c.ct, Config{MaxBytes: max, TempDir: t.TempDir()})
 					if err != nil {
-						return nil, err, 0
+						return nil, 0, err
 					}
 					defer b.Close()
 					out, err := drain(b, chunk)
-					return out, err, b.directReads
+					return out, b.directReads, err
 				}
-				small, smallErr, _ := read(700)
-				large, largeErr, direct := read(32 << 10)
+				small, _, smallErr := read(700)
+				large, direct, largeErr := read(32 << 10)
 				if fmt.Sprint(smallErr) != fmt.Sprint(largeErr) {
 					t.Fatalf("small reads end with %v, large reads with %v", smallErr, largeErr)
 				}
