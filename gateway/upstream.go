@@ -130,15 +130,18 @@ func newUpstream(name string, c UpstreamConfig) (*upstream, error) {
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   5 * time.Second,
 		ResponseHeaderTimeout: c.Timeout,
-		// Large buffers: a request's headers and a small body leave in one
-		// write, large bodies in few; the response headers in one read.
-		WriteBufferSize: transportBufferSize,
+		// Large buffers: a request's headers and a small body (up to
+		// smallBodyMax, read whole before it is sent) leave in one write,
+		// large bodies in few; the response headers in one read. A body
+		// that does not fit the write buffer is copied by net through a
+		// 32 KiB buffer it allocates for each request.
+		WriteBufferSize: smallBodyMax + 8<<10,
 		ReadBufferSize:  transportBufferSize,
 	}}
 	return u, nil
 }
 
-// transportBufferSize is the upstream connections' read and write buffer.
+// transportBufferSize is the upstream connections' read buffer.
 const transportBufferSize = 64 << 10
 
 func anyTLS(ts []*target) bool {
