@@ -80,7 +80,7 @@ func TestDirectReadsAgree(t *testing.T) {
 					}
 					defer b.Close()
 					out, err := drain(b, chunk)
-					return out, b.directReads, err
+					return out, int(b.directReads), err
 				}
 				small, _, smallErr := read(700)
 				large, direct, largeErr := read(32 << 10)

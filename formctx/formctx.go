@@ -260,12 +260,11 @@ type Body struct {
 	replayed int64 // bytes of the spool handed out
 	start    int   // p.win[start:p.end] is read but not handed out
 
-	bufs *buffers
-	p    parser
-	done bool // the client body ended and everything checked out
-	err  error
-
-	directReads int // reads that went straight into the caller's buffer (for tests)
+	bufs        *buffers
+	p           parser
+	done        bool  // the client body ended and everything checked out
+	directReads int32 // reads that went straight into the caller's buffer (for tests)
+	err         error
 }
 
 // Read reads body up to and including the first context part and returns a

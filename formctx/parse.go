@@ -21,14 +21,15 @@ var crlfcrlf = []byte("\r\n\r\n")
 // window, since they say whether a boundary starts a line. It does no I/O:
 // Body fills the window and calls parse.
 type parser struct {
-	dash     []byte      // "--" + boundary
-	anchor   []byte      // the tail of dash that findIndex searches for
-	rare     int         // index in dash of the byte find looks for first
-	skip     *[256]uint8 // Horspool shifts, in the pooled buffers
-	win      []byte
-	pos, end int   // win[pos:end] is read but not parsed
-	base     int64 // offset of win[0] in the body
-	st       state
+	dash      []byte      // "--" + boundary
+	anchor    []byte      // the tail of dash that findIndex searches for
+	skip      *[256]uint8 // Horspool shifts, in the pooled buffers
+	win       []byte
+	pos, end  int   // win[pos:end] is read but not parsed
+	base      int64 // offset of win[0] in the body
+	st        state
+	rare      uint8 // index in dash of the byte find looks for first
+	skipReady bool  // skip is filled for dash
 
 	hscan    int    // how far past pos headers has looked for the blank line
 	isCtx    bool   // the current part is a context part
@@ -44,8 +45,14 @@ func (p *parser) init(boundary string, win, val []byte, maxField int, skip *[256
 	p.dash = make([]byte, 0, 2+len(boundary))
 	p.dash = append(append(p.dash, "--"...), boundary...)
 	p.anchor = p.dash[len(p.dash)-min(len(p.dash), anchorLen):]
-	p.rare = rareByte(p.dash)
+	p.rare = uint8(rareByte(p.dash))
 	p.win, p.val, p.maxField, p.skip = win, val, maxField, skip
+	p.skipReady = false
+}
+
+// buildSkip fills the Horspool shifts, the first time horspool needs them:
+// most bodies never get that far.
+func (p *parser) buildSkip() {
 	m := len(p.dash)
 	for i := range p.skip {
 		p.skip[i] = uint8(m)
@@ -53,6 +60,7 @@ func (p *parser) init(boundary string, win, val []byte, maxField int, skip *[256
 	for i, c := range p.dash[:m-1] {
 		p.skip[c] = uint8(m - 1 - i)
 	}
+	p.skipReady = true
 }
 
 // anchorLen is how much of the end of "--boundary" find searches for.
@@ -71,7 +79,7 @@ func (p *parser) find(from int) int { return p.findIn(p.win[:p.end], from) }
 // findIn is find over s.
 func (p *parser) findIn(s []byte, from int) int {
 	m := len(p.dash)
-	r, rb := p.rare, p.dash[p.rare]
+	r, rb := int(p.rare), p.dash[p.rare]
 	stop := len(s) - (m - 1 - r) // dash[r] of a whole match stands before stop
 	hits := 0
 	for i := from + r; i < stop; i++ {
@@ -94,6 +102,9 @@ func (p *parser) findIn(s []byte, from int) int {
 // horspool is find by Boyer-Moore-Horspool, switching to findIndex where
 // the data makes it skip little.
 func (p *parser) horspool(s []byte, from int) int {
+	if !p.skipReady {
+		p.buildSkip()
+	}
 	m := len(p.dash)
 	last := p.dash[m-1]
 	steps := 0
