@@ -83,14 +83,9 @@ func (b *batcher) run(ctx context.Context, c *call) (res []int64, finished bool,
 	b.send(batch)
 	// c is decided. Decisions queued meanwhile go in the next pipeline,
 	// sent by a goroutine rather than by this caller, whose request would
-	// otherwise wait for other requests' round trips.
-	b.mu.Lock()
-	if len(b.queue) == 0 {
-		b.senders--
-		b.mu.Unlock()
-	} else {
-		next := b.take(nil) // not batch's array: that stays on this stack
-		b.mu.Unlock()
+	// otherwise wait for other requests' round trips. The goroutine's
+	// batch is not batch's array: that stays on this stack.
+	if next := b.next(nil); next != nil {
 		go b.drain(next)
 	}
 	<-c.done
@@ -100,17 +95,23 @@ func (b *batcher) run(ctx context.Context, c *call) (res []int64, finished bool,
 // drain sends batch, then the queue, until it is empty; it holds one of
 // the senders' places until then.
 func (b *batcher) drain(batch []*call) {
-	for {
+	for batch != nil {
 		b.send(batch)
-		b.mu.Lock()
-		if len(b.queue) == 0 {
-			b.senders--
-			b.mu.Unlock()
-			return
-		}
-		batch = b.take(batch[:0])
-		b.mu.Unlock()
+		batch = b.next(batch[:0])
 	}
+}
+
+// next is the queue's next batch, in batch's array, for a sender whose
+// pipeline has returned; nil when the queue is empty, and the sender then
+// gives up its place.
+func (b *batcher) next(batch []*call) []*call {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.queue) == 0 {
+		b.senders--
+		return nil
+	}
+	return b.take(batch)
 }
 
 // take moves up to maxBatch queued calls into batch. b.mu is held.
