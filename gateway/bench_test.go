@@ -70,10 +70,31 @@ func BenchmarkRequestPath(b *testing.B) {
 	benchSync(b, gw, key)
 }
 
-// benchSync measures accepted /sync uploads through gw; check, if any,
-// looks at the first response too.
+// BenchmarkRequestPathSizes is BenchmarkRequestPath with the file sizes
+// of make bench-peers: a tiny body (held in memory of its own and sent
+// with its headers in one write) and a 100 KiB one (held in a pooled
+// buffer).
+func BenchmarkRequestPathSizes(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		size int
+	}{{"256B", 256}, {"100KiB", 100 << 10}} {
+		b.Run(c.name, func(b *testing.B) {
+			gw, key := benchGateway(b)
+			benchSyncFile(b, gw, key, c.size)
+		})
+	}
+}
+
+// benchSync measures accepted /sync uploads of a 16 KiB file through gw;
+// check, if any, looks at the first response too.
 func benchSync(b *testing.B, gw *gateway.Gateway, key string, check ...func(*httptest.ResponseRecorder)) {
-	ct, body := form(b, part{"contextId", ctxA}, part{"id", "1"}, part{"files", string(bytes.Repeat([]byte("x"), 16<<10))})
+	benchSyncFile(b, gw, key, 16<<10, check...)
+}
+
+// benchSyncFile is benchSync with a file of size bytes.
+func benchSyncFile(b *testing.B, gw *gateway.Gateway, key string, size int, check ...func(*httptest.ResponseRecorder)) {
+	ct, body := form(b, part{"contextId", ctxA}, part{"id", "1"}, part{"files", string(bytes.Repeat([]byte("x"), size))})
 	b.ReportAllocs()
 	b.SetBytes(int64(len(body)))
 	b.ResetTimer()

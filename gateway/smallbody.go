@@ -18,38 +18,53 @@ import (
 // piece per read of the body. Larger bodies, bodies of unknown length, and
 // bodies that would take the gateway past smallBodyBudget bytes held at
 // once are streamed as before.
+//
+// A body of up to tinyBodyMax is read into memory of its own rather than a
+// pooled buffer, so that the transport can be given a plain in-memory
+// reader (io.NopCloser of a *bytes.Reader). net/http writes the headers
+// and such a body in one write; for any other body it flushes the headers
+// alone first (transfer.go, isKnownInMemoryReader), which costs one more
+// write here and one more read at the upstream for every small request.
+// The garbage collector owns that memory, so a transport write that
+// outlives the handler can never see it reused.
 const (
 	smallBodyMax    = 128 << 10
 	smallBodyBudget = 16 << 20
+	tinyBodyMax     = 16 << 10
 )
 
 // errBodyTooLong is a body that went on past its Content-Length, which the
 // server's body reader never lets happen.
 var errBodyTooLong = errors.New("gateway: body longer than its Content-Length")
 
-// smallBuf is a pooled buffer holding one whole /sync body. It is
-// reference-counted: the request that read it holds one reference, and so
-// does every reader of it handed to the transport (which may still be
-// writing the body upstream after the handler returned, and closes the
-// reader when it is done). The buffer goes back to the pool only when all
-// are released, so no reader ever sees it reused.
+// smallBuf holds one whole /sync body: in memory of its own (a tiny body)
+// or in a pooled buffer. A pooled one is reference-counted: the request
+// that read it holds one reference, and so does every reader of it handed
+// to the transport (which may still be writing the body upstream after
+// the handler returned, and closes the reader when it is done). The
+// buffer goes back to the pool only when all are released, so no reader
+// ever sees it reused.
 type smallBuf struct {
-	b    []byte // len: the body's length; cap: smallBodyMax
-	refs atomic.Int32
+	b      []byte // len: the body's length; cap: smallBodyMax when pooled
+	pooled bool
+	refs   atomic.Int32
 }
 
-var smallBufs = sync.Pool{New: func() any { return &smallBuf{b: make([]byte, 0, smallBodyMax)} }}
+var smallBufs = sync.Pool{New: func() any { return &smallBuf{b: make([]byte, 0, smallBodyMax), pooled: true} }}
 
 func (s *smallBuf) release() {
-	if s.refs.Add(-1) == 0 {
+	if s.pooled && s.refs.Add(-1) == 0 {
 		s.b = s.b[:0]
 		smallBufs.Put(s)
 	}
 }
 
-// reader returns a new reader of the body, holding a reference until it
-// is closed.
+// reader returns a new reader of the body; a pooled buffer's holds a
+// reference until it is closed.
 func (s *smallBuf) reader() io.ReadCloser {
+	if !s.pooled {
+		return io.NopCloser(bytes.NewReader(s.b))
+	}
 	s.refs.Add(1)
 	r := &smallReader{buf: s}
 	r.Reset(s.b)
@@ -84,9 +99,14 @@ func (g *Gateway) readSmall(body io.Reader, n int64) (buf *smallBuf, release fun
 		g.smallHeld.Add(-n)
 		return nil, nil, false, nil
 	}
-	sb := smallBufs.Get().(*smallBuf)
-	sb.refs.Store(1)
-	sb.b = sb.b[:n]
+	var sb *smallBuf
+	if n <= tinyBodyMax {
+		sb = &smallBuf{b: make([]byte, n)}
+	} else {
+		sb = smallBufs.Get().(*smallBuf)
+		sb.refs.Store(1)
+		sb.b = sb.b[:n]
+	}
 	release = func() {
 		g.smallHeld.Add(-n)
 		sb.release()

@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -10,11 +11,20 @@ import (
 // TestSmallAndStreamedBodiesAnswerAlike sends each body twice: with its
 // length (a small body, checked whole before it is sent) and chunked (no
 // length, so streamed as it is checked). Both paths must give the same
-// status, and forward the same bytes on success.
+// status, and forward the same bytes on success. A tiny file gives a body
+// held in memory of its own, a 20 KiB one a body held in a pooled buffer.
 func TestSmallAndStreamedBodiesAnswerAlike(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{})
-	file := strings.Repeat("z", 20<<10)
+	for _, size := range []int{200, 20 << 10} {
+		t.Run(fmt.Sprintf("%dB file", size), func(t *testing.T) {
+			t.Parallel()
+			smallAndStreamedAlike(t, e, strings.Repeat("z", size))
+		})
+	}
+}
+
+func smallAndStreamedAlike(t *testing.T, e *env, file string) {
 	cases := []struct {
 		name   string
 		parts  []part

@@ -130,12 +130,12 @@ func newUpstream(name string, c UpstreamConfig) (*upstream, error) {
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   5 * time.Second,
 		ResponseHeaderTimeout: c.Timeout,
-		// Large buffers: a request's headers and a small body (up to
-		// smallBodyMax, read whole before it is sent) leave in one write,
-		// large bodies in few; the response headers in one read. A body
-		// that does not fit the write buffer is copied by net through a
-		// 32 KiB buffer it allocates for each request.
-		WriteBufferSize: smallBodyMax + 8<<10,
+		// The write buffer holds a request's headers and a tiny body (up
+		// to tinyBodyMax, handed over as an in-memory reader), which then
+		// leave in one write. With any other body net/http flushes the
+		// headers alone and copies the body past this buffer. The read
+		// buffer takes the response headers in one read.
+		WriteBufferSize: tinyBodyMax + 8<<10,
 		ReadBufferSize:  transportBufferSize,
 	}}
 	return u, nil
