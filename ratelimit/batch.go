@@ -2,17 +2,20 @@ package ratelimit
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// Decisions that arrive together share one pipeline: each is still its own
-// EVALSHA of the script (one command, one atomic decision, counted by Redis
-// as one call), but requests in flight at the same moment reach Redis in
-// one write and come back in one read, instead of a write and a read
-// syscall each, and a network round trip each, one after another.
+// Decisions that arrive together go to Redis together: on a single Redis
+// as one call of the script that decides them all, in order (one command,
+// one atomic step); on a Cluster or a Ring, whose keys may sit in
+// different slots, as one pipeline of calls, one per decision. Either
+// way requests in flight at the same moment reach Redis in one write and
+// come back in one read, instead of a write and a read syscall each, and
+// a network round trip each, one after another.
 //
 // It is a group commit with no goroutine of its own under light load: a
 // caller that finds fewer than maxInflight pipelines in flight sends one,
@@ -53,6 +56,7 @@ var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}
 type batcher struct {
 	client  Scripter
 	pipe    Pipeliner
+	combine bool          // one script call for a whole batch (a single Redis)
 	timeout time.Duration // bounds each send
 	mu      sync.Mutex
 	queue   []*call
@@ -126,8 +130,10 @@ func (b *batcher) take(batch []*call) []*call {
 	return batch
 }
 
-// send runs a batch: alone as a plain script call, else as one pipeline of
-// EVALSHAs, each retried alone (with EVAL) when Redis lost the script.
+// send runs a batch: alone, or all in one script call when the batcher
+// combines, as a plain script call (EVALSHA, or EVAL when Redis lost the
+// script); else as one pipeline of EVALSHAs, each retried alone (with
+// EVAL) when Redis lost the script.
 func (b *batcher) send(batch []*call) {
 	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
 	defer cancel()
@@ -135,6 +141,25 @@ func (b *batcher) send(batch []*call) {
 		c := batch[0]
 		c.res, c.err = gcra.Run(ctx, b.client, c.keys, c.args...).Int64Slice()
 		c.done <- struct{}{}
+		return
+	}
+	if b.combine {
+		keys := make([]string, 0, 2*len(batch))
+		args := make([]any, 0, 4*len(batch))
+		for _, c := range batch {
+			keys = append(keys, c.keys...)
+			args = append(args, c.args...)
+		}
+		res, err := gcra.Run(ctx, b.client, keys, args...).Int64Slice()
+		if err == nil && len(res) != replyLen*len(batch) {
+			err = fmt.Errorf("%w: %d values for %d decisions", errReply, len(res), len(batch))
+		}
+		for i, c := range batch {
+			if c.err = err; err == nil {
+				c.res = res[replyLen*i : replyLen*(i+1) : replyLen*(i+1)]
+			}
+			c.done <- struct{}{}
+		}
 		return
 	}
 	pipe := b.pipe.Pipeline()

@@ -12,11 +12,11 @@ import (
 )
 
 // TestRedisConcurrentDecisionsAreExact: decisions made at the same moment
-// share pipelines, yet each is its own EVALSHA and the limit and quota
-// stay exact: of 400 concurrent requests over 8 keys with a burst of 20,
-// exactly 20 per key are admitted, and Redis ran one script call per
-// decision it made. A script lost by Redis (SCRIPT FLUSH) is loaded again
-// within the batch.
+// share script calls (many requests of one key among them), yet the limit
+// and quota stay exact: of 400 concurrent requests over 8 keys with a
+// burst of 20, exactly 20 per key are admitted, and Redis ran no more
+// script calls than the decisions it made. A script lost by Redis
+// (SCRIPT FLUSH) is loaded again within the batch.
 func TestRedisConcurrentDecisionsAreExact(t *testing.T) {
 	t.Parallel()
 	s := redistest.Start(t)
@@ -59,7 +59,9 @@ func TestRedisConcurrentDecisionsAreExact(t *testing.T) {
 	if st.FallbackDecisions != 0 || r.Degraded() {
 		t.Errorf("stats %+v degraded=%v: Redis was bypassed", st, r.Degraded())
 	}
-	if got := commandCalls(t, s, "evalsha") + commandCalls(t, s, "eval"); got < int(st.RedisDecisions) {
-		t.Errorf("Redis ran %d script calls for %d decisions", got, st.RedisDecisions)
+	got := commandCalls(t, s, "evalsha") + commandCalls(t, s, "eval")
+	t.Logf("Redis ran %d script calls for %d decisions", got, st.RedisDecisions)
+	if got < 1 || got > int(st.RedisDecisions) {
+		t.Errorf("Redis ran %d script calls for %d decisions, want between 1 and one each", got, st.RedisDecisions)
 	}
 }

@@ -9,60 +9,73 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// gcra decides one request in one atomic step: a GCRA token bucket (one
-// theoretical arrival time, "tat", per id, as in go-redis/redis_rate) and a
-// fixed-window quota counter. Time comes from the Redis server, so the
-// replicas' clocks do not matter. Nothing is written unless the request is
-// admitted by both the bucket and the quota.
+// gcra decides requests in one atomic step each: a GCRA token bucket (one
+// theoretical arrival time, "tat", per id, as in go-redis/redis_rate) and
+// a fixed-window quota counter. Time comes from the Redis server, so the
+// replicas' clocks do not matter. Nothing is written for a request unless
+// it is admitted by both the bucket and the quota.
 //
-// KEYS[1] bucket key, KEYS[2] quota key (same hash slot).
-// ARGV: burst, emission interval in µs, quota requests (0 = none), quota
-// period in ms.
-// Reply: allowed (0/1), reason (0 none, 1 rate, 2 quota), bucket remaining,
-// retry-after µs, bucket reset µs, quota remaining, quota reset µs.
+// One call decides one or more requests, in order, at one server time:
+// the decisions a replica has in flight together go in one call on a
+// single Redis (or a Sentinel-managed one), which saves Redis the script
+// call's own overhead and its TIME for every decision after the first.
+// Two requests of one id in one call are decided one after the other, as
+// two calls would decide them.
+//
+// KEYS: for each request, its bucket key and its quota key (same hash
+// slot). ARGV: for each request, burst, emission interval in µs, quota
+// requests (0 = none), quota period in ms.
+// Reply: for each request, seven values: allowed (0/1), reason (0 none,
+// 1 rate, 2 quota), bucket remaining, retry-after µs, bucket reset µs,
+// quota remaining, quota reset µs.
 var gcra = redis.NewScript(`
-local burst = tonumber(ARGV[1])
-local interval = tonumber(ARGV[2])
-local qlimit = tonumber(ARGV[3])
-local qperiod = tonumber(ARGV[4])
-
 local t = redis.call('TIME')
 local now = (tonumber(t[1]) - 1483228800) * 1000000 + tonumber(t[2])
+local out = {}
 
-local tat = tonumber(redis.call('GET', KEYS[1]))
-if not tat or tat < now then tat = now end
-local diff = now - (tat + interval - interval * burst)
+local function decide(bkey, qkey, burst, interval, qlimit, qperiod)
+  local tat = tonumber(redis.call('GET', bkey))
+  if not tat or tat < now then tat = now end
+  local diff = now - (tat + interval - interval * burst)
 
-local qused, qttl, qexpire = 0, qperiod, true
-if qlimit > 0 then
-  qused = tonumber(redis.call('GET', KEYS[2])) or 0
-  if qused > 0 then
-    local pttl = redis.call('PTTL', KEYS[2])
-    if pttl >= 0 then qttl, qexpire = pttl, false end
+  local qused, qttl, qexpire = 0, qperiod, true
+  if qlimit > 0 then
+    qused = tonumber(redis.call('GET', qkey)) or 0
+    if qused > 0 then
+      local pttl = redis.call('PTTL', qkey)
+      if pttl >= 0 then qttl, qexpire = pttl, false end
+    end
+    if qused >= qlimit then
+      local retry = qttl * 1000
+      if -diff > retry then retry = -diff end
+      return 0, 2, 0, math.ceil(retry), math.ceil(retry), 0, qttl * 1000
+    end
   end
-  if qused >= qlimit then
-    local retry = qttl * 1000
-    if -diff > retry then retry = -diff end
-    return {0, 2, 0, math.ceil(retry), math.ceil(retry), 0, qttl * 1000}
+
+  if diff < 0 then
+    return 0, 1, 0, math.ceil(-diff), math.ceil(tat - now), qlimit - qused, qttl * 1000
   end
+
+  local new_tat = tat + interval
+  redis.call('SET', bkey, string.format('%.3f', new_tat), 'PX', math.ceil((new_tat - now) / 1000) + 1)
+  local qrem = 0
+  if qlimit > 0 then
+    local n = redis.call('INCR', qkey)
+    if qexpire then
+      redis.call('PEXPIRE', qkey, qperiod)
+      qttl = qperiod
+    end
+    qrem = qlimit - n
+  end
+  return 1, 0, math.floor(diff / interval + 0.000001), 0, math.ceil(new_tat - now), qrem, qttl * 1000
 end
 
-if diff < 0 then
-  return {0, 1, 0, math.ceil(-diff), math.ceil(tat - now), qlimit - qused, qttl * 1000}
+for i = 1, #KEYS / 2 do
+  local a, o = 4 * (i - 1), 7 * (i - 1)
+  out[o+1], out[o+2], out[o+3], out[o+4], out[o+5], out[o+6], out[o+7] = decide(KEYS[2*i-1], KEYS[2*i],
+    tonumber(ARGV[a+1]), tonumber(ARGV[a+2]), tonumber(ARGV[a+3]), tonumber(ARGV[a+4]))
 end
-
-local new_tat = tat + interval
-redis.call('SET', KEYS[1], string.format('%.3f', new_tat), 'PX', math.ceil((new_tat - now) / 1000) + 1)
-local qrem = 0
-if qlimit > 0 then
-  local n = redis.call('INCR', KEYS[2])
-  if qexpire then
-    redis.call('PEXPIRE', KEYS[2], qperiod)
-    qttl = qperiod
-  end
-  qrem = qlimit - n
-end
-return {1, 0, math.floor(diff / interval + 0.000001), 0, math.ceil(new_tat - now), qrem, qttl * 1000}
+return out
 `)
 
 // RedisConfig configures a Redis limiter. Only Client is required.
@@ -77,8 +90,9 @@ type RedisConfig struct {
 }
 
 // Redis is a rate limiter whose state lives in Redis, shared by every
-// replica: one atomic script (EVALSHA) per decision, pipelined with the
-// decisions of other requests in flight when the client can pipeline. It
+// replica: at most one atomic script call (EVALSHA) per decision. The
+// decisions of requests in flight at the same moment share one call on a
+// single Redis, or one pipeline of calls on a Cluster or Ring. It
 // answers a decision or an error, nothing else: compose it with a
 // fallback in a Resilient for outages. Build it with NewRedis; it is safe
 // for concurrent use.
@@ -109,7 +123,10 @@ func NewRedis(cfg RedisConfig) (*Redis, error) {
 		timeout:      cfg.Timeout,
 	}
 	if p, ok := cfg.Client.(Pipeliner); ok {
-		r.batch = &batcher{client: cfg.Client, pipe: p, timeout: cfg.Timeout}
+		// Only a single Redis holds every key: a Cluster or a Ring may
+		// hold two ids' keys in two slots, which one script cannot touch.
+		_, single := cfg.Client.(*redis.Client)
+		r.batch = &batcher{client: cfg.Client, pipe: p, combine: single, timeout: cfg.Timeout}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout)
 	defer cancel()
@@ -134,6 +151,9 @@ type Scripter = redis.Scripter
 
 // DefaultKeyPrefix starts every Redis key the limiter writes.
 const DefaultKeyPrefix = "keygate:"
+
+// replyLen is how many values the script returns for each decision.
+const replyLen = 7
 
 // errReply means Redis answered something the script never returns.
 var errReply = errors.New("ratelimit: unexpected reply from rate limit script")
@@ -173,7 +193,7 @@ func (r *Redis) eval(ctx context.Context, id string, lim Limit) (Decision, error
 	if err != nil {
 		return Decision{}, err
 	}
-	if len(res) != 7 {
+	if len(res) != replyLen {
 		return Decision{}, fmt.Errorf("%w: %d values", errReply, len(res))
 	}
 	us := func(v int64) time.Duration { return time.Duration(v) * time.Microsecond }
