@@ -299,6 +299,13 @@ func (b *bench) keygateConfig(name, listen, upstream, backend, redisAddr string)
 	if redisAddr == "" {
 		redisAddr = "127.0.0.1:6379"
 	}
+	// The keystore file gets a directory of its own: keygate watches the
+	// directory, and the logs every target writes into b.dir would wake
+	// its watcher, during every target's runs.
+	keysDir := filepath.Join(b.dir, "keys")
+	if err := os.MkdirAll(keysDir, 0o700); err != nil {
+		return "", "", err
+	}
 	cfg := fmt.Sprintf(`server:
   listen: %q
   admin_listen: %q
@@ -318,7 +325,7 @@ ratelimit:
     live: { rate: 1000000000, per: 1s, burst: 1000000000 }
     test: { rate: 1000000000, per: 1s, burst: 1000000000 }
 log: { level: info, format: json }
-`, listen, admin, spool, upstream, pool, upstream, pool, filepath.Join(b.dir, "keys.yaml"), redisAddr, backend)
+`, listen, admin, spool, upstream, pool, upstream, pool, filepath.Join(keysDir, "keys.yaml"), redisAddr, backend)
 	p := filepath.Join(b.dir, name+".yaml")
 	return p, spool, os.WriteFile(p, []byte(cfg), 0o600)
 }
