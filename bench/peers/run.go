@@ -452,14 +452,13 @@ func (b *bench) startAll() error {
 	if err := add("caddy-log", peer("caddy", "Caddyfile.log", caddyLogConf, caddyArgs)); err != nil {
 		return err
 	}
-	for _, backend := range []string{"local", "redis", "base"} {
-		name, exe := "keygate", bin
-		switch backend {
-		case "redis":
-			name = "keygate-redis"
-		case "base":
-			name, exe, backend = "keygate-base", b.o.BaseBin, "local"
-		}
+	for _, kg := range []struct{ name, exe, backend string }{
+		{"keygate", bin, "local"},
+		{"keygate-redis", bin, "redis"},
+		{"keygate-base", b.o.BaseBin, "local"},
+		{"keygate-base-redis", b.o.BaseBin, "redis"},
+	} {
+		name, exe, backend := kg.name, kg.exe, kg.backend
 		if !b.want(name) || exe == "" {
 			continue
 		}
