@@ -3,6 +3,8 @@ package ratelimit_test
 import (
 	"context"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -52,4 +54,51 @@ func BenchmarkRedisAllow(b *testing.B) {
 	if st := r.Stats(); st.FallbackDecisions != 0 {
 		b.Fatalf("fallback during the benchmark: %+v", st)
 	}
+}
+
+// BenchmarkRedisAllowConcurrent is 32 callers deciding at once, as a
+// loaded replica does: decisions in flight together share a script call.
+// It reports Redis's own CPU per decision (from INFO cpu), which shares
+// the machine with the gateway.
+func BenchmarkRedisAllowConcurrent(b *testing.B) {
+	s := redistest.Start(b)
+	r := newRedis(b, []string{s.Addr}, ratelimit.ResilientConfig{})
+	ids := benchIDs()
+	ctx := context.Background()
+	var next atomic.Int64
+	cpu0 := redisCPU(b, s)
+	b.ReportAllocs()
+	b.SetParallelism(16) // 32 callers on 2 cores
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			id := ids[next.Add(1)%int64(len(ids))]
+			if d, err := r.Allow(ctx, id, benchLimit); err != nil || !d.Allowed {
+				b.Error(d, err)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	b.ReportMetric(float64((redisCPU(b, s)-cpu0).Nanoseconds())/float64(b.N), "redis-ns/op")
+	if st := r.Stats(); st.FallbackDecisions != 0 {
+		b.Fatalf("fallback during the benchmark: %+v", st)
+	}
+}
+
+// redisCPU is the CPU time Redis has used so far (user and system).
+func redisCPU(b *testing.B, s *redistest.Server) time.Duration {
+	info, err := s.Do("INFO", "cpu")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total float64
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
+			f, _ := strconv.ParseFloat(v, 64)
+			total += f
+		}
+	}
+	return time.Duration(total * float64(time.Second))
 }
