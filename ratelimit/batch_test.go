@@ -65,3 +65,56 @@ func TestRedisConcurrentDecisionsAreExact(t *testing.T) {
 		t.Errorf("Redis ran %d script calls for %d decisions, want between 1 and one each", got, st.RedisDecisions)
 	}
 }
+
+// TestRedisCombinedDecisionFailsAlone: a key whose Redis entry Redis
+// cannot use (here a hash written by hand where the bucket lives) fails
+// its own decisions, and the decisions combined with it in the same
+// script call still come out exact.
+func TestRedisCombinedDecisionFailsAlone(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t)
+	r, err := ratelimit.NewRedis(ratelimit.RedisConfig{Client: s.Client(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Do("HSET", ratelimit.DefaultKeyPrefix+"rl:{key_poisoned}", "x", "1"); err != nil {
+		t.Fatal(err)
+	}
+	lim := ratelimit.Limit{Rate: 1, Per: time.Hour, Burst: 10}
+	var admitted, refused, poisonedErrs, otherErrs atomic.Int64
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range 200 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			id := "key_healthy"
+			if i%2 == 1 {
+				id = "key_poisoned"
+			}
+			d, err := r.Allow(context.Background(), id, lim)
+			switch {
+			case err != nil && id == "key_poisoned":
+				poisonedErrs.Add(1)
+			case err != nil:
+				otherErrs.Add(1)
+				t.Errorf("healthy key: %v", err)
+			case id == "key_poisoned":
+				t.Errorf("poisoned key decided: %+v", d)
+			case d.Allowed:
+				admitted.Add(1)
+			default:
+				refused.Add(1)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if poisonedErrs.Load() != 100 || admitted.Load() != 10 || refused.Load() != 90 {
+		t.Errorf("poisoned key: %d errors (want 100); healthy key: %d admitted, %d refused, %d errors (want 10, 90, 0)",
+			poisonedErrs.Load(), admitted.Load(), refused.Load(), otherErrs.Load())
+	}
+	calls := commandCalls(t, s, "evalsha") + commandCalls(t, s, "eval")
+	t.Logf("%d script calls for 200 decisions", calls)
+}

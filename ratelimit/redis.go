@@ -27,7 +27,9 @@ import (
 // requests (0 = none), quota period in ms.
 // Reply: for each request, seven values: allowed (0/1), reason (0 none,
 // 1 rate, 2 quota), bucket remaining, retry-after µs, bucket reset µs,
-// quota remaining, quota reset µs.
+// quota remaining, quota reset µs. A request whose keys Redis cannot use
+// (say, a key of another type written there by hand) gets allowed -1 and
+// fails alone, not the others decided in the same call.
 var gcra = redis.NewScript(`
 local t = redis.call('TIME')
 local now = (tonumber(t[1]) - 1483228800) * 1000000 + tonumber(t[2])
@@ -72,8 +74,10 @@ end
 
 for i = 1, #KEYS / 2 do
   local a, o = 4 * (i - 1), 7 * (i - 1)
-  out[o+1], out[o+2], out[o+3], out[o+4], out[o+5], out[o+6], out[o+7] = decide(KEYS[2*i-1], KEYS[2*i],
+  local ok, r1, r2, r3, r4, r5, r6, r7 = pcall(decide, KEYS[2*i-1], KEYS[2*i],
     tonumber(ARGV[a+1]), tonumber(ARGV[a+2]), tonumber(ARGV[a+3]), tonumber(ARGV[a+4]))
+  if not ok then r1, r2, r3, r4, r5, r6, r7 = -1, 0, 0, 0, 0, 0, 0 end
+  out[o+1], out[o+2], out[o+3], out[o+4], out[o+5], out[o+6], out[o+7] = r1, r2, r3, r4, r5, r6, r7
 end
 return out
 `)
@@ -155,6 +159,10 @@ const DefaultKeyPrefix = "keygate:"
 // replyLen is how many values the script returns for each decision.
 const replyLen = 7
 
+// errDecision means the script could not decide for this id: Redis
+// refused a command on its keys.
+var errDecision = errors.New("ratelimit: Redis could not decide: a command on this id's keys failed")
+
 // errReply means Redis answered something the script never returns.
 var errReply = errors.New("ratelimit: unexpected reply from rate limit script")
 
@@ -195,6 +203,9 @@ func (r *Redis) eval(ctx context.Context, id string, lim Limit) (Decision, error
 	}
 	if len(res) != replyLen {
 		return Decision{}, fmt.Errorf("%w: %d values", errReply, len(res))
+	}
+	if res[0] == -1 {
+		return Decision{}, errDecision
 	}
 	us := func(v int64) time.Duration { return time.Duration(v) * time.Microsecond }
 	switch res[1] {
