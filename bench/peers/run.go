@@ -145,7 +145,10 @@ func (b *bench) start(name string, args ...string) (*exec.Cmd, error) {
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Dir = b.dir
 	cmd.Env = append(os.Environ(), "HOME="+b.dir, "XDG_DATA_HOME="+b.dir, "XDG_CONFIG_HOME="+b.dir)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Its own process group, so that stop reaches its children; and
+	// killed with the bench should the bench die before stopAll (a
+	// SIGPIPE from `| head`, say), rather than left serving.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return nil, err
