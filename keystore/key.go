@@ -143,11 +143,9 @@ func generatePrefixed(prefix string, r io.Reader) (string, error) {
 }
 
 // checksumOK reports whether the last ChecksumLen characters of s are the
-// checksum of the rest.
+// checksum of the rest. Its callers (Parse, ParseAdminToken) have checked
+// that s has the whole length of a key or token.
 func checksumOK(s string) bool {
-	if len(s) < ChecksumLen {
-		return false
-	}
 	var want [ChecksumLen]byte
 	putChecksum(want[:], crc(s[:len(s)-ChecksumLen]))
 	return string(want[:]) == s[len(s)-ChecksumLen:]
