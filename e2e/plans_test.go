@@ -131,7 +131,7 @@ func TestSupportRaisesOneKeysLimit(t *testing.T) {
 	if after-before != n {
 		t.Errorf("EVALSHA calls = %d for %d admitted requests, want exactly one each", after-before, n)
 	}
-	insideScript := map[string]int{"get": 2, "set": 1, "time": 1, "incr": 1, "pexpire": 1, "pttl": 1}
+	insideScript := map[string]int{"get": 2, "set": 1, "time": 1, "incrby": 1, "pexpire": 1, "pttl": 1}
 	for name, c := range othersAfter {
 		d := c - othersBefore[name]
 		switch per, ok := insideScript[name]; {

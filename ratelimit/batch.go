@@ -3,6 +3,8 @@ package ratelimit
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -144,6 +146,10 @@ func (b *batcher) send(batch []*call) {
 		return
 	}
 	if b.combine {
+		// An id's requests next to each other (any order of requests
+		// that arrived together is a fair one): the script reads and
+		// writes each id's keys once.
+		slices.SortStableFunc(batch, func(x, y *call) int { return strings.Compare(x.keys[0], y.keys[0]) })
 		keys := make([]string, 0, 2*len(batch))
 		args := make([]any, 0, 4*len(batch))
 		for _, c := range batch {

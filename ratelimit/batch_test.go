@@ -2,6 +2,7 @@ package ratelimit_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -117,4 +118,66 @@ func TestRedisCombinedDecisionFailsAlone(t *testing.T) {
 	}
 	calls := commandCalls(t, s, "evalsha") + commandCalls(t, s, "eval")
 	t.Logf("%d script calls for 200 decisions", calls)
+}
+
+// TestRedisCombinedDecisionsCountDown: requests of one key decided
+// together see each other in order, as requests decided one by one do:
+// the admitted ones report every remaining count from limit-1 down to 0
+// once, and the rest are refused for the tighter of bucket and quota.
+func TestRedisCombinedDecisionsCountDown(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t)
+	r, err := ratelimit.NewRedis(ratelimit.RedisConfig{Client: s.Client(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name   string
+		lim    ratelimit.Limit
+		admit  int
+		reason ratelimit.Reason
+	}{
+		{"bucket", ratelimit.Limit{Rate: 1, Per: time.Hour, Burst: 20}, 20, ratelimit.ReasonRate},
+		{"quota tighter than the bucket", ratelimit.Limit{Rate: 1, Per: time.Hour, Burst: 20, Quota: ratelimit.Quota{Requests: 12, Per: time.Hour}}, 12, ratelimit.ReasonQuota},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			id := "key_countdown_" + strings.ReplaceAll(c.name, " ", "_")
+			ds := make([]ratelimit.Decision, 60)
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			for i := range ds {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					d, err := r.Allow(context.Background(), id, c.lim)
+					if err != nil {
+						t.Error(err)
+					}
+					ds[i] = d
+				}()
+			}
+			close(start)
+			wg.Wait()
+			seen := map[int64]int{}
+			for _, d := range ds {
+				switch {
+				case d.Allowed:
+					seen[d.Remaining]++
+				case d.Reason != c.reason || d.RetryAfter <= 0:
+					t.Errorf("refusal %+v, want reason %s with a retry-after", d, c.reason)
+				}
+			}
+			for rem := int64(0); rem < int64(c.admit); rem++ {
+				if seen[rem] != 1 {
+					t.Errorf("remaining %d reported %d times, want once: %v", rem, seen[rem], seen)
+				}
+			}
+			if len(seen) != c.admit {
+				t.Errorf("admitted requests reported %d distinct remaining counts, want %d: %v", len(seen), c.admit, seen)
+			}
+		})
+	}
 }

@@ -58,31 +58,38 @@ func BenchmarkRedisAllow(b *testing.B) {
 
 // BenchmarkRedisAllowConcurrent is 32 callers deciding at once, as a
 // loaded replica does: decisions in flight together share a script call.
-// It reports Redis's own CPU per decision (from INFO cpu), which shares
-// the machine with the gateway.
+// "hot-key" sends every request with one key (as make bench-peers does),
+// "64-keys" spreads them. It reports Redis's own CPU per decision (from
+// INFO cpu), which shares the machine with the gateway.
 func BenchmarkRedisAllowConcurrent(b *testing.B) {
-	s := redistest.Start(b)
-	r := newRedis(b, []string{s.Addr}, ratelimit.ResilientConfig{})
-	ids := benchIDs()
-	ctx := context.Background()
-	var next atomic.Int64
-	cpu0 := redisCPU(b, s)
-	b.ReportAllocs()
-	b.SetParallelism(16) // 32 callers on 2 cores
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			id := ids[next.Add(1)%int64(len(ids))]
-			if d, err := r.Allow(ctx, id, benchLimit); err != nil || !d.Allowed {
-				b.Error(d, err)
-				return
+	for _, c := range []struct {
+		name string
+		ids  []string
+	}{{"hot-key", []string{"key_hot"}}, {"64-keys", benchIDs()}} {
+		b.Run(c.name, func(b *testing.B) {
+			s := redistest.Start(b)
+			r := newRedis(b, []string{s.Addr}, ratelimit.ResilientConfig{})
+			ctx := context.Background()
+			var next atomic.Int64
+			cpu0 := redisCPU(b, s)
+			b.ReportAllocs()
+			b.SetParallelism(16) // 32 callers on 2 cores
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					id := c.ids[next.Add(1)%int64(len(c.ids))]
+					if d, err := r.Allow(ctx, id, benchLimit); err != nil || !d.Allowed {
+						b.Error(d, err)
+						return
+					}
+				}
+			})
+			b.StopTimer()
+			b.ReportMetric(float64((redisCPU(b, s)-cpu0).Nanoseconds())/float64(b.N), "redis-ns/op")
+			if st := r.Stats(); st.FallbackDecisions != 0 {
+				b.Fatalf("fallback during the benchmark: %+v", st)
 			}
-		}
-	})
-	b.StopTimer()
-	b.ReportMetric(float64((redisCPU(b, s)-cpu0).Nanoseconds())/float64(b.N), "redis-ns/op")
-	if st := r.Stats(); st.FallbackDecisions != 0 {
-		b.Fatalf("fallback during the benchmark: %+v", st)
+		})
 	}
 }
 

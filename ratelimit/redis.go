@@ -20,7 +20,11 @@ import (
 // single Redis (or a Sentinel-managed one), which saves Redis the script
 // call's own overhead and its TIME for every decision after the first.
 // Two requests of one id in one call are decided one after the other, as
-// two calls would decide them.
+// two calls would decide them. The caller puts an id's requests next to
+// each other: the id's keys are then read at its first request and
+// written after its last, so a busy key costs Redis the same reads and
+// writes a call however many of its requests the call decides. A write
+// that fails fails the whole call: nothing is admitted unwritten.
 //
 // KEYS: for each request, its bucket key and its quota key (same hash
 // slot). ARGV: for each request, burst, emission interval in µs, quota
@@ -35,50 +39,76 @@ local t = redis.call('TIME')
 local now = (tonumber(t[1]) - 1483228800) * 1000000 + tonumber(t[2])
 local out = {}
 
-local function decide(bkey, qkey, burst, interval, qlimit, qperiod)
-  local tat = tonumber(redis.call('GET', bkey))
-  if not tat or tat < now then tat = now end
-  local diff = now - (tat + interval - interval * burst)
+-- The state of the id being decided: its keys are read at its first
+-- request and written after its last (the caller puts an id's requests
+-- next to each other).
+local bkey, qkey, loaded, tat, written
+local qused, qttl, qexp, qper, qadd = nil, 0, false, 0, 0
 
-  local qused, qttl, qexpire = 0, qperiod, true
+local function flush()
+  if written then
+    redis.call('SET', bkey, string.format('%.3f', tat), 'PX', math.ceil((tat - now) / 1000) + 1)
+  end
+  if qadd > 0 then
+    redis.call('INCRBY', qkey, qadd)
+    if qexp then redis.call('PEXPIRE', qkey, qper) end
+  end
+end
+
+local function decide(burst, interval, qlimit, qperiod)
+  if not loaded then
+    tat = tonumber(redis.call('GET', bkey)) or now
+    loaded = true
+  end
+  local t0 = tat
+  if t0 < now then t0 = now end
+  local diff = now - (t0 + interval - interval * burst)
+
+  local used, ttl = 0, qperiod
   if qlimit > 0 then
-    qused = tonumber(redis.call('GET', qkey)) or 0
-    if qused > 0 then
-      local pttl = redis.call('PTTL', qkey)
-      if pttl >= 0 then qttl, qexpire = pttl, false end
+    if qused == nil then
+      local n = tonumber(redis.call('GET', qkey)) or 0
+      qttl, qexp = qperiod, true
+      if n > 0 then
+        local pttl = redis.call('PTTL', qkey)
+        if pttl >= 0 then qttl, qexp = pttl, false end
+      end
+      qused = n
     end
-    if qused >= qlimit then
-      local retry = qttl * 1000
+    used, ttl = qused, qttl
+    if used >= qlimit then
+      local retry = ttl * 1000
       if -diff > retry then retry = -diff end
-      return 0, 2, 0, math.ceil(retry), math.ceil(retry), 0, qttl * 1000
+      return 0, 2, 0, math.ceil(retry), math.ceil(retry), 0, ttl * 1000
     end
   end
 
   if diff < 0 then
-    return 0, 1, 0, math.ceil(-diff), math.ceil(tat - now), qlimit - qused, qttl * 1000
+    return 0, 1, 0, math.ceil(-diff), math.ceil(t0 - now), qlimit - used, ttl * 1000
   end
 
-  local new_tat = tat + interval
-  redis.call('SET', bkey, string.format('%.3f', new_tat), 'PX', math.ceil((new_tat - now) / 1000) + 1)
+  tat, written = t0 + interval, true
   local qrem = 0
   if qlimit > 0 then
-    local n = redis.call('INCR', qkey)
-    if qexpire then
-      redis.call('PEXPIRE', qkey, qperiod)
-      qttl = qperiod
-    end
-    qrem = qlimit - n
+    qused, qadd = used + 1, qadd + 1
+    if qexp then qttl, qper, ttl = qperiod, qperiod, qperiod end
+    qrem = qlimit - qused
   end
-  return 1, 0, math.floor(diff / interval + 0.000001), 0, math.ceil(new_tat - now), qrem, qttl * 1000
+  return 1, 0, math.floor(diff / interval + 0.000001), 0, math.ceil(tat - now), qrem, ttl * 1000
 end
 
 for i = 1, #KEYS / 2 do
+  if KEYS[2*i-1] ~= bkey then
+    if bkey then flush() end
+    bkey, qkey, loaded, written, qused, qadd = KEYS[2*i-1], KEYS[2*i], false, false, nil, 0
+  end
   local a, o = 4 * (i - 1), 7 * (i - 1)
-  local ok, r1, r2, r3, r4, r5, r6, r7 = pcall(decide, KEYS[2*i-1], KEYS[2*i],
+  local ok, r1, r2, r3, r4, r5, r6, r7 = pcall(decide,
     tonumber(ARGV[a+1]), tonumber(ARGV[a+2]), tonumber(ARGV[a+3]), tonumber(ARGV[a+4]))
   if not ok then r1, r2, r3, r4, r5, r6, r7 = -1, 0, 0, 0, 0, 0, 0 end
   out[o+1], out[o+2], out[o+3], out[o+4], out[o+5], out[o+6], out[o+7] = r1, r2, r3, r4, r5, r6, r7
 end
+if bkey then flush() end
 return out
 `)
 
