@@ -30,26 +30,17 @@ func TestRedisConcurrentDecisionsAreExact(t *testing.T) {
 			}
 		}
 		var admitted [8]atomic.Int64
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		for i := range 400 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				id := "key_batch_" + string(rune('a'+round)) + string(rune('a'+i%8))
-				d, err := r.Allow(context.Background(), id, lim)
-				if err != nil {
-					t.Errorf("Allow: %v", err)
-					return
-				}
-				if d.Allowed {
-					admitted[i%8].Add(1)
-				}
-			}()
-		}
-		close(start)
-		wg.Wait()
+		atOnce(400, func(i int) {
+			id := "key_batch_" + string(rune('a'+round)) + string(rune('a'+i%8))
+			d, err := r.Allow(context.Background(), id, lim)
+			if err != nil {
+				t.Errorf("Allow: %v", err)
+				return
+			}
+			if d.Allowed {
+				admitted[i%8].Add(1)
+			}
+		})
 		for k := range admitted {
 			if n := admitted[k].Load(); n != 20 {
 				t.Errorf("round %d key %d: %d admitted, want exactly the burst of 20", round, k, n)
@@ -73,45 +64,32 @@ func TestRedisConcurrentDecisionsAreExact(t *testing.T) {
 // script call still come out exact.
 func TestRedisCombinedDecisionFailsAlone(t *testing.T) {
 	t.Parallel()
-	s := redistest.Start(t)
-	r, err := ratelimit.NewRedis(ratelimit.RedisConfig{Client: s.Client(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, r := newPureRedis(t)
 	if _, err := s.Do("HSET", ratelimit.DefaultKeyPrefix+"rl:{key_poisoned}", "x", "1"); err != nil {
 		t.Fatal(err)
 	}
 	lim := ratelimit.Limit{Rate: 1, Per: time.Hour, Burst: 10}
 	var admitted, refused, poisonedErrs, otherErrs atomic.Int64
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i := range 200 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			id := "key_healthy"
-			if i%2 == 1 {
-				id = "key_poisoned"
-			}
-			d, err := r.Allow(context.Background(), id, lim)
-			switch {
-			case err != nil && id == "key_poisoned":
-				poisonedErrs.Add(1)
-			case err != nil:
-				otherErrs.Add(1)
-				t.Errorf("healthy key: %v", err)
-			case id == "key_poisoned":
-				t.Errorf("poisoned key decided: %+v", d)
-			case d.Allowed:
-				admitted.Add(1)
-			default:
-				refused.Add(1)
-			}
-		}()
-	}
-	close(start)
-	wg.Wait()
+	atOnce(200, func(i int) {
+		id := "key_healthy"
+		if i%2 == 1 {
+			id = "key_poisoned"
+		}
+		d, err := r.Allow(context.Background(), id, lim)
+		switch {
+		case err != nil && id == "key_poisoned":
+			poisonedErrs.Add(1)
+		case err != nil:
+			otherErrs.Add(1)
+			t.Errorf("healthy key: %v", err)
+		case id == "key_poisoned":
+			t.Errorf("poisoned key decided: %+v", d)
+		case d.Allowed:
+			admitted.Add(1)
+		default:
+			refused.Add(1)
+		}
+	})
 	if poisonedErrs.Load() != 100 || admitted.Load() != 10 || refused.Load() != 90 {
 		t.Errorf("poisoned key: %d errors (want 100); healthy key: %d admitted, %d refused, %d errors (want 10, 90, 0)",
 			poisonedErrs.Load(), admitted.Load(), refused.Load(), otherErrs.Load())
@@ -126,11 +104,7 @@ func TestRedisCombinedDecisionFailsAlone(t *testing.T) {
 // once, and the rest are refused for the tighter of bucket and quota.
 func TestRedisCombinedDecisionsCountDown(t *testing.T) {
 	t.Parallel()
-	s := redistest.Start(t)
-	r, err := ratelimit.NewRedis(ratelimit.RedisConfig{Client: s.Client(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, r := newPureRedis(t)
 	cases := []struct {
 		name   string
 		lim    ratelimit.Limit
@@ -145,22 +119,13 @@ func TestRedisCombinedDecisionsCountDown(t *testing.T) {
 			t.Parallel()
 			id := "key_countdown_" + strings.ReplaceAll(c.name, " ", "_")
 			ds := make([]ratelimit.Decision, 60)
-			var wg sync.WaitGroup
-			start := make(chan struct{})
-			for i := range ds {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					<-start
-					d, err := r.Allow(context.Background(), id, c.lim)
-					if err != nil {
-						t.Error(err)
-					}
-					ds[i] = d
-				}()
-			}
-			close(start)
-			wg.Wait()
+			atOnce(len(ds), func(i int) {
+				d, err := r.Allow(context.Background(), id, c.lim)
+				if err != nil {
+					t.Error(err)
+				}
+				ds[i] = d
+			})
 			seen := map[int64]int{}
 			for _, d := range ds {
 				switch {
@@ -180,4 +145,31 @@ func TestRedisCombinedDecisionsCountDown(t *testing.T) {
 			}
 		})
 	}
+}
+
+// atOnce runs f(0) to f(n-1) in n goroutines released at the same moment,
+// so that their decisions reach the limiter together, and waits for all.
+func atOnce(n int, f func(i int)) {
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			f(i)
+		})
+	}
+	close(start)
+	wg.Wait()
+}
+
+// newPureRedis is a Redis limiter on a fresh redis-server, with no
+// fallback in front of it: its errors reach the test.
+func newPureRedis(t *testing.T) (*redistest.Server, *ratelimit.Redis) {
+	t.Helper()
+	s := redistest.Start(t)
+	r, err := ratelimit.NewRedis(ratelimit.RedisConfig{Client: s.Client(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, r
 }
