@@ -132,10 +132,10 @@ func (b *batcher) take(batch []*call) []*call {
 	return batch
 }
 
-// send runs a batch: alone, or all in one script call when the batcher
-// combines, as a plain script call (EVALSHA, or EVAL when Redis lost the
-// script); else as one pipeline of EVALSHAs, each retried alone (with
-// EVAL) when Redis lost the script.
+// send runs a batch. A lone decision, or a whole batch when the batcher
+// combines, is one plain script call (EVALSHA, or EVAL when Redis lost
+// the script); otherwise the batch is one pipeline of EVALSHAs, each
+// retried alone (with EVAL) when Redis lost the script.
 func (b *batcher) send(batch []*call) {
 	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
 	defer cancel()
