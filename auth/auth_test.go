@@ -63,7 +63,7 @@ func TestAPIKeys(t *testing.T) {
 		{"empty header", []string{""}, false, auth.ReasonMissing, "missing"},
 		{"two different keys", []string{keys["live"], keys["registry"]}, false, auth.ReasonDuplicate, "more than one"},
 		{"malformed", []string{"not-a-key"}, false, auth.ReasonMalformed, "invalid"},
-		{"bad checksum", []string{keys["live"][:len(keys["live"])-1] + "0"}, false, auth.ReasonChecksum, "invalid"},
+		{"bad checksum", []string{keystoretest.Mistype(keys["live"])}, false, auth.ReasonChecksum, "invalid"},
 		{"unknown", []string{unknown}, false, auth.ReasonUnknown, "invalid"},
 		{"revoked", []string{keys["revoked"]}, false, auth.ReasonRevoked, "revoked"},
 		{"expired", []string{keys["expiring"]}, false, auth.ReasonExpired, "expired"},

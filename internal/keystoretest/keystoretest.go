@@ -39,3 +39,16 @@ func OpenFile(t testing.TB, path string) *keystore.FileStore {
 	t.Cleanup(func() { _ = store.Close() })
 	return store
 }
+
+// Mistype returns key with its last character changed to a different one,
+// the one-character typo a key's checksum exists to catch. (Replacing the
+// last character with a fixed one is no typo when the key already ends in
+// it.)
+func Mistype(key string) string {
+	last := key[len(key)-1]
+	c := byte('a')
+	if last == c {
+		c = 'b'
+	}
+	return key[:len(key)-1] + string(c)
+}
