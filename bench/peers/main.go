@@ -51,6 +51,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.ProfileLarge, "profile-large", false, "with -profile: profile the large uploads (context first) instead of the wrk load")
 	fs.IntVar(&o.LargeMiB, "large-mib", 90, "size of each large upload, MiB")
 	fs.IntVar(&o.LargeN, "large-n", 8, "concurrent large uploads")
+	fs.IntVar(&o.LargeRounds, "large-rounds", 3, "large uploads per rep and mode, one after another in one process: time is the median of all, peak RSS and spool the largest")
 	fs.StringVar(&o.Sizes, "sizes", "", "comma-separated body sizes in bytes (default 256,102400)")
 	fs.StringVar(&o.BaseBin, "keygate-base", "", "another keygate binary (say, the last release) to run beside this one as targets keygate-base (local limiter) and keygate-base-redis")
 	fs.StringVar(&o.KeygateBin, "keygate", "", "keygate binary (default: built from ./cmd/keygate)")

@@ -35,9 +35,13 @@ type Options struct {
 	ProfileLarge bool
 	LargeMiB     int
 	LargeN       int
-	Sizes        string
-	BaseBin      string
-	KeygateBin   string
+	// LargeRounds is how many times each rep uploads the large files
+	// after the target's restart: the time is the median over every
+	// round of every rep, peak RSS and spool the largest of them.
+	LargeRounds int
+	Sizes       string
+	BaseBin     string
+	KeygateBin  string
 }
 
 var (
@@ -83,8 +87,9 @@ type bench struct {
 // Run starts every target, measures them, and prints the tables.
 func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	if o.Smoke {
-		o.Reps, o.Duration, o.LargeMiB, o.LargeN = 1, time.Second, 1, 2
+		o.Reps, o.Duration, o.LargeMiB, o.LargeN, o.LargeRounds = 1, time.Second, 1, 2, 1
 	}
+	o.LargeRounds = max(o.LargeRounds, 1)
 	if o.Reps < 1 {
 		o.Reps = 1
 	}
