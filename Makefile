@@ -34,7 +34,7 @@ bench: deps
 
 ## bench-peers: keygate against a bare httputil.ReverseProxy, nginx, HAProxy and Caddy on
 ##              loopback (installs them and wrk with apt-get when missing); prints a Markdown
-##              table. BENCH_PEERS_FLAGS="-reps 3 -duration 10s" to change the defaults.
+##              table. BENCH_PEERS_FLAGS="-reps 5 -duration 10s" to change the defaults.
 ##              BENCH_SMOKE=1 (or -smoke) is a one-second run that only proves it works.
 BENCH_PEERS_FLAGS ?=
 bench-peers: deps

@@ -42,7 +42,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	up := fs.String("upstream", "", "internal: the bare proxy's upstream host:port")
 	pool := fs.Int("pool", 64, "internal: the bare proxy's idle pool per host")
 	cpuProfile := fs.String("cpuprofile", "", "internal: keygate role writes a CPU profile here on SIGTERM")
-	fs.IntVar(&o.Reps, "reps", 2, "repetitions, in alternating target order")
+	fs.IntVar(&o.Reps, "reps", 3, "repetitions, in alternating target order (the median of three is not moved by one slow rep)")
 	fs.DurationVar(&o.Duration, "duration", 5*time.Second, "length of each closed-loop and open-loop run")
 	fs.BoolVar(&o.Smoke, "smoke", os.Getenv("BENCH_SMOKE") == "1", "one short rep with tiny sizes, skipping peers that are not installed (proves the bench works; measures nothing)")
 	fs.StringVar(&o.Targets, "targets", "", "comma-separated targets (default all): direct,bare,nginx,haproxy,caddy,caddy-log,keygate,keygate-redis,keygate-base,keygate-base-redis")
