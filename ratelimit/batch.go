@@ -35,8 +35,14 @@ import (
 // for a decision, one in flight sent ~4.4 decisions a call against ~3
 // with two, and measured 0.92-1.03x the bare proxy at 256 B against
 // 0.84-0.96x with two in three same-run bench-peers comparisons, with
-// less CPU per request in keygate. A far Redis bounds a replica at
-// maxBatch decisions per round trip (128 per ms at 1 ms).
+// less CPU per request in keygate. The price is latency: a decision that
+// arrives while a call is out waits for it, up to one more round trip
+// (invisible on loopback, where the open loop's p50 did not move; about
+// half a round trip on average with a far Redis), and a far Redis bounds
+// a replica at maxBatch decisions per round trip (128 per ms at 1 ms).
+// BenchmarkRedisAllowConcurrent, 32 callers and nothing else to do, is
+// bound by round trips rather than CPU and runs faster with two
+// (8.4-9.0 against 9.8-11.3 µs/op on one key).
 const maxInflight = 1
 
 // maxBatch bounds the decisions in one pipeline.
