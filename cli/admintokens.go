@@ -7,7 +7,6 @@ import (
 	"io"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/keygate/keygate/admintoken"
@@ -98,13 +97,12 @@ func adminTokens(args []string, stdout, stderr io.Writer) error {
 			}
 			return writeJSON(stdout, views)
 		}
-		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tNAME\tSCOPES\tSTATUS\tCREATED\tEXPIRES")
+		tw := newTable(stdout, cols("ID!", "NAME", "SCOPES", "STATUS", "CREATED", "EXPIRES"))
 		for _, t := range list {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, orDash(t.Name), strings.Join(t.Scopes, ","), t.StateAt(now),
+			tw.rowf(t.ID, orDash(t.Name), strings.Join(t.Scopes, ","), t.StateAt(now),
 				t.CreatedAt.UTC().Format(time.RFC3339), timeOrNever(t.ExpiresAt))
 		}
-		return tw.Flush()
+		return tw.flush()
 	case "revoke":
 		t, err := svc.Revoke(ctx, Actor(), fs.Arg(0))
 		if err != nil {

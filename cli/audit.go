@@ -10,7 +10,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -101,17 +100,16 @@ func auditCmd(args []string, stdout, stderr io.Writer) error {
 	if *asJSON {
 		return writeJSON(stdout, events)
 	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TIME\tACTOR\tSOURCE\tACTION\tTARGET\tOUTCOME\tCHANGES")
+	tw := newTable(stdout, cols("TIME!", "ACTOR", "SOURCE", "ACTION", "TARGET", "OUTCOME", "CHANGES"))
 	for _, e := range events {
 		outcome := e.Outcome
 		if e.Error != "" {
 			outcome += ": " + e.Error
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Time.UTC().Format(time.RFC3339), e.Actor, orDash(e.Source),
+		tw.row(e.Time.UTC().Format(time.RFC3339), e.Actor, orDash(e.Source),
 			e.Action, orDash(e.Target), outcome, orDash(changesText(e.Changes)))
 	}
-	return tw.Flush()
+	return tw.flush()
 }
 
 // changesText is k=v pairs sorted by k, values quoted when they need it.

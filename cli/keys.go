@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/keygate/keygate/internal/fieldpath"
@@ -205,8 +204,7 @@ func printList(w io.Writer, recs []keystore.Record, last map[string]time.Time, a
 		enc.SetIndent("", "  ")
 		return enc.Encode(views)
 	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAME\tPRODUCT\tENV\tCONTEXT\tSTATUS\tCREATED\tEXPIRES\tCONSUMER\tPLAN\tLAST USED")
+	tw := newTable(w, cols("ID!", "NAME", "PRODUCT", "ENV", "CONTEXT", "STATUS", "CREATED", "EXPIRES", "CONSUMER", "PLAN", "LAST USED"))
 	for _, r := range recs {
 		exp := "never"
 		if !r.ExpiresAt.IsZero() {
@@ -216,9 +214,9 @@ func printList(w io.Writer, recs []keystore.Record, last map[string]time.Time, a
 		if t, ok := last[r.ID]; ok {
 			used = t.UTC().Format(time.RFC3339)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, orDash(r.Name), r.Product, r.Env, orDash(r.Context), r.StateAt(now), r.CreatedAt.UTC().Format(time.RFC3339), exp, orDash(r.Consumer), orDash(r.Plan), used)
+		tw.rowf(r.ID, orDash(r.Name), r.Product, r.Env, orDash(r.Context), r.StateAt(now), r.CreatedAt.UTC().Format(time.RFC3339), exp, orDash(r.Consumer), orDash(r.Plan), used)
 	}
-	return tw.Flush()
+	return tw.flush()
 }
 
 func keysImport(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {

@@ -12,7 +12,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/keygate/keygate/internal/fieldpath"
@@ -233,33 +232,41 @@ func writeJSON(w io.Writer, v any) error {
 }
 
 func printKey(w io.Writer, d keyops.KeyDetail) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	tw := fields(w)
 	exp := "never"
 	if d.ExpiresAt != nil {
 		exp = d.ExpiresAt.UTC().Format(time.RFC3339)
 	}
-	fmt.Fprintf(tw, "id\t%s\nname\t%s\nproduct\t%s\nenv\t%s\ncontext\t%s\nconsumer\t%s\nstatus\t%s\ncreated\t%s\nexpires\t%s\nplan\t%s\n",
-		d.ID, orDash(d.Name), d.Product, d.Env, orDash(d.Context), orDash(d.Consumer), d.Status,
-		d.CreatedAt.UTC().Format(time.RFC3339), exp, orDash(d.Plan))
+	tw.rowf("id", d.ID)
+	tw.rowf("name", orDash(d.Name))
+	tw.rowf("product", d.Product)
+	tw.rowf("env", d.Env)
+	tw.rowf("context", orDash(d.Context))
+	tw.rowf("consumer", orDash(d.Consumer))
+	tw.rowf("status", d.Status)
+	tw.rowf("created", d.CreatedAt.UTC().Format(time.RFC3339))
+	tw.rowf("expires", exp)
+	tw.rowf("plan", orDash(d.Plan))
 	if d.Override != nil {
 		b, _ := json.Marshal(d.Override)
-		fmt.Fprintf(tw, "override\t%s\n", b)
+		tw.row("override", string(b))
 	}
-	_ = tw.Flush()
+	_ = tw.flush()
 	printLimit(w, d.Limit, "effective limit")
 	for _, warn := range d.Warnings {
-		fmt.Fprintln(w, "note:", warn)
+		fmt.Fprintln(w, "note:", escapeCell(warn))
 	}
 }
 
 func printLimit(w io.Writer, l *keyops.Limit, title string) {
-	fmt.Fprintf(w, "%s (bucket %s, scope %s):\n", title, l.Bucket, l.Scope)
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "  rate\t%s\t%s\n", strconv.FormatFloat(l.Rate, 'g', -1, 64), l.Sources["rate"])
-	fmt.Fprintf(tw, "  per\t%s\t%s\n", l.Per, l.Sources["per"])
-	fmt.Fprintf(tw, "  burst\t%d\t%s\n", l.Burst, l.Sources["burst"])
-	fmt.Fprintf(tw, "  quota\t%s\t%s\n", l.Quota, l.Sources["quota"])
-	_ = tw.Flush()
+	fmt.Fprintf(w, "%s (bucket %s, scope %s):\n", title, escapeCell(l.Bucket), l.Scope)
+	tw := fields(w, cols("!", "!", "")...)
+	tw.indent = "  "
+	tw.rowf("rate", strconv.FormatFloat(l.Rate, 'g', -1, 64), l.Sources["rate"])
+	tw.rowf("per", l.Per, l.Sources["per"])
+	tw.rowf("burst", l.Burst, l.Sources["burst"])
+	tw.rowf("quota", l.Quota, l.Sources["quota"])
+	_ = tw.flush()
 	if l.Then != nil {
 		printLimit(w, l.Then, "from "+l.Until.UTC().Format(time.RFC3339))
 	}
@@ -360,17 +367,16 @@ func consumers(args []string, stdout, stderr io.Writer) error {
 				}
 				return writeJSON(stdout, cons)
 			}
-			tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tNAME\tPLAN\tOVERRIDE\tCONTEXTS\tCREATED")
+			tw := newTable(stdout, cols("ID!", "NAME", "PLAN", "OVERRIDE", "CONTEXTS", "CREATED"))
 			for _, c := range cons {
 				ov := "-"
 				if c.Override != nil {
 					b, _ := json.Marshal(c.Override)
 					ov = string(b)
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", c.ID, orDash(c.Name), orDash(c.Plan), ov, orDash(strings.Join(c.Contexts, ",")), c.CreatedAt.UTC().Format(time.RFC3339))
+				tw.row(c.ID, orDash(c.Name), orDash(c.Plan), ov, orDash(strings.Join(c.Contexts, ",")), c.CreatedAt.UTC().Format(time.RFC3339))
 			}
-			return tw.Flush()
+			return tw.flush()
 		case "show":
 			d, err := ops.ShowConsumer(ctx, fs.Arg(0))
 			if err != nil {
@@ -421,26 +427,28 @@ func consumers(args []string, stdout, stderr io.Writer) error {
 }
 
 func printConsumer(w io.Writer, d keyops.ConsumerDetail) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "id\t%s\nname\t%s\nplan\t%s\n", d.ID, orDash(d.Name), orDash(d.Plan))
+	tw := fields(w)
+	tw.row("id", d.ID)
+	tw.row("name", orDash(d.Name))
+	tw.row("plan", orDash(d.Plan))
 	if d.Override != nil {
 		b, _ := json.Marshal(d.Override)
-		fmt.Fprintf(tw, "override\t%s\n", b)
+		tw.row("override", string(b))
 	}
-	fmt.Fprintf(tw, "contexts\t%s\n", orDash(strings.Join(d.Contexts, ", ")))
+	tw.row("contexts", orDash(strings.Join(d.Contexts, ", ")))
 	keys := make([]string, 0, len(d.Metadata))
 	for k := range d.Metadata {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		fmt.Fprintf(tw, "metadata.%s\t%s\n", k, d.Metadata[k])
+		tw.row("metadata."+k, d.Metadata[k])
 	}
-	fmt.Fprintf(tw, "created\t%s\n", d.CreatedAt.UTC().Format(time.RFC3339))
+	tw.row("created", d.CreatedAt.UTC().Format(time.RFC3339))
 	for _, st := range []keystore.Status{keystore.Active, keystore.Expired, keystore.Revoked} {
-		fmt.Fprintf(tw, "keys %s\t%s\n", st, orDash(strings.Join(d.Keys[st], ", ")))
+		tw.rowf("keys "+string(st), orDash(strings.Join(d.Keys[st], ", ")))
 	}
-	_ = tw.Flush()
+	_ = tw.flush()
 }
 
 // parseQuota parses --quota: REQUESTS/PERIOD or none.

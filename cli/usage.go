@@ -68,12 +68,16 @@ func showUsage(what string, fs *flag.FlagSet, args []string, stdout io.Writer) e
 	if u.LastUsedAt != nil {
 		last = u.LastUsedAt.UTC().Format(time.RFC3339)
 	}
-	fmt.Fprintf(stdout, "id:            %s\n", u.ID)
+	tw := fields(stdout)
+	tw.row("id:", u.ID)
 	if what == "consumers" {
-		fmt.Fprintf(stdout, "keys:          %s\n", orDash(strings.Join(u.Keys, ", ")))
+		tw.row("keys:", orDash(strings.Join(u.Keys, ", ")))
 	}
-	fmt.Fprintf(stdout, "since:         %s\nlast used at:  %s\nadmitted:      %d\nrefused:       rate %d, quota %d, context %d, product %d, concurrency %d\nbytes in:      %d\n",
-		u.Since, last, u.Admitted, u.Rate, u.Quota, u.Context, u.Product, u.Concurrency, u.BytesIn)
+	tw.rowf("since:", u.Since)
+	tw.row("last used at:", last)
+	tw.rowf("admitted:", u.Admitted)
+	tw.row("refused:", fmt.Sprintf("rate %d, quota %d, context %d, product %d, concurrency %d", u.Rate, u.Quota, u.Context, u.Product, u.Concurrency))
+	tw.rowf("bytes in:", u.BytesIn)
 	if q := u.QuotaNow; q != nil {
 		line := q.Limit
 		if q.Remaining != nil {
@@ -82,7 +86,7 @@ func showUsage(what string, fs *flag.FlagSet, args []string, stdout io.Writer) e
 		if q.Note != "" {
 			line += " (" + q.Note + ")"
 		}
-		fmt.Fprintf(stdout, "quota:         %s\n", line)
+		tw.row("quota:", line)
 	}
-	return nil
+	return tw.flush()
 }

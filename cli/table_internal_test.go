@@ -1,0 +1,67 @@
+package cli
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+func TestEscapeCell(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ name, in, want string }{
+		{"plain", "key_0123 Acme Corp", "key_0123 Acme Corp"},
+		{"non-ASCII printable", "Zürich 東京 ✓", "Zürich 東京 ✓"},
+		{"ESC sequence", "\x1b[2J\x1b[31mred", `\x1b[2J\x1b[31mred`},
+		{"OSC title", "\x1b]0;pwned\x07", `\x1b]0;pwned\a`},
+		{"newline and carriage return", "a\nb\rc", `a\nb\rc`},
+		{"tab", "a\tb", `a\tb`},
+		{"DEL", "a\x7fb", `a\x7fb`},
+		{"C1 CSI", "a\u009b31m", `a\u009b31m`},
+		{"bidi override and zero width", "\u202eabc\u200b", `\u202eabc\u200b`},
+		{"line separator", "a\u2028b", `a\u2028b`},
+		{"invalid UTF-8", "a\xffb\xc3", `a\xffb\xc3`},
+		{"replacement char as text", "a\ufffdb", `a\ufffdb`},
+	} {
+		if got := escapeCell(c.in); got != c.want {
+			t.Errorf("%s: escapeCell(%q) = %q, want %q", c.name, c.in, got, c.want)
+		}
+	}
+}
+
+func TestTableFit(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("abcdefghij", 12)
+	for _, c := range []struct {
+		name  string
+		width int
+		rows  [][]string
+		want  string
+	}{
+		{"no limit", 0, [][]string{{"2026-11-24T19:04:00Z", "cli:alice", long}},
+			"TIME                  ACTOR      NOTE\n2026-11-24T19:04:00Z  cli:alice  " + long + "\n"},
+		{"fits as is", 80, [][]string{{"2026-11-24T19:04:00Z", "cli:alice", "short"}},
+			"TIME                  ACTOR      NOTE\n2026-11-24T19:04:00Z  cli:alice  short\n"},
+		{"widest gives way first", 50, [][]string{{"2026-11-24T19:04:00Z", "cli:alice", long}},
+			"TIME                  ACTOR      NOTE\n2026-11-24T19:04:00Z  cli:alice  abcdefghijabcdef…\n"},
+		{"kept column stays whole, both others cut", 40, [][]string{{"2026-11-24T19:04:00Z", "cli:alice-and-bob", long}},
+			"TIME                  ACTOR     NOTE\n2026-11-24T19:04:00Z  cli:ali…  abcdefg…\n"},
+		{"wide runes count two", 34, [][]string{{"2026-11-24T19:04:00Z", "東京東京東京", "x"}},
+			"TIME                  ACTOR   NOTE\n2026-11-24T19:04:00Z  東京…   x\n"},
+		{"below the headers when it must", 30, [][]string{{"2026-11-24T19:04:00Z", "cli:alice", long}},
+			"TIME                  AC…  NO…\n2026-11-24T19:04:00Z  cl…  ab…\n"},
+		{"kept columns alone overflow: floors", 20, [][]string{{"2026-11-24T19:04:00Z", "cli:alice", long}},
+			"TIME                  AC…  NO…\n2026-11-24T19:04:00Z  cl…  ab…\n"},
+	} {
+		var b bytes.Buffer
+		tb := &table{w: &b, cols: cols("TIME!", "ACTOR", "NOTE"), header: true, width: c.width}
+		for _, r := range c.rows {
+			tb.row(r...)
+		}
+		if err := tb.flush(); err != nil {
+			t.Fatal(err)
+		}
+		if b.String() != c.want {
+			t.Errorf("%s:\ngot\n%s\nwant\n%s", c.name, b.String(), c.want)
+		}
+	}
+}
