@@ -130,8 +130,10 @@ func loadConfig(path string) (config.Config, error) {
 }
 
 // newLogger returns the process logger and a function that flushes it
-// for good (see logbuf.go for what is buffered).
-func newLogger(c config.LogConfig, w io.Writer) (*zap.Logger, func(), error) {
+// for good (see logbuf.go for what is buffered). With access not nil, the
+// access log's request lines go there instead of w (the demo's
+// data/access.log); its warnings still go to w.
+func newLogger(c config.LogConfig, w, access io.Writer) (*zap.Logger, func(), error) {
 	lvl, err := zapcore.ParseLevel(c.Level)
 	if err != nil {
 		return nil, nil, err
@@ -150,7 +152,14 @@ func newLogger(c config.LogConfig, w io.Writer) (*zap.Logger, func(), error) {
 	// encoded, so no call site can log a credential; access lines are
 	// buffered (see logbuf.go).
 	ws, stop := bufferedSink(w)
-	core := redact.Core(flushCore{Core: zapcore.NewCore(enc, ws, lvl), ws: ws})
+	var inner zapcore.Core = flushCore{Core: zapcore.NewCore(enc, ws, lvl), ws: ws}
+	if access != nil {
+		aws, astop := bufferedSink(access)
+		inner = accessSplit{rest: inner, access: flushCore{Core: zapcore.NewCore(enc.Clone(), aws, lvl), ws: aws}}
+		stopRest := stop
+		stop = func() { stopRest(); astop() }
+	}
+	core := redact.Core(inner)
 	return zap.New(core, zap.ErrorOutput(zapcore.Lock(zapcore.AddSync(w)))), stop, nil
 }
 
@@ -180,12 +189,13 @@ func serve(args []string, stderr io.Writer) error {
 	return run(cfg, stderr)
 }
 
-func run(cfg config.Config, stderr io.Writer) error { return runWith(cfg, stderr, nil) }
+func run(cfg config.Config, stderr io.Writer) error { return runWith(cfg, stderr, nil, nil) }
 
-// runWith is run with a change to the server's dependencies (the demo's
+// runWith is run with the access log's request lines sent to access
+// (when not nil) and a change to the server's dependencies (the demo's
 // portal sign-in).
-func runWith(cfg config.Config, stderr io.Writer, mod func(*server.Deps)) error {
-	log, stopLog, err := newLogger(cfg.Log, stderr)
+func runWith(cfg config.Config, stderr, access io.Writer, mod func(*server.Deps)) error {
+	log, stopLog, err := newLogger(cfg.Log, stderr, access)
 	if err != nil {
 		return err
 	}

@@ -9,11 +9,16 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/keygate/keygate/product"
 
+	"github.com/keygate/keygate/adminapi"
+	"github.com/keygate/keygate/admintoken"
 	"github.com/keygate/keygate/config"
+	"github.com/keygate/keygate/ratelimit"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/server"
 	"github.com/keygate/keygate/standin"
@@ -58,6 +63,7 @@ func demo(args []string, stdout, stderr io.Writer) error {
 		defer srv.Close()
 	}
 
+	demoConfig(&cfg)
 	consumer, err := demoConsumer(cfg)
 	if err != nil {
 		return err
@@ -66,6 +72,17 @@ func demo(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	adminToken, revokeToken, err := demoAdminToken(cfg)
+	if err != nil {
+		return err
+	}
+	defer revokeToken()
+	accessPath := filepath.Join(filepath.Dir(cfg.Keystore.File), "access.log")
+	access, err := os.OpenFile(accessPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("demo: the access log: %w", err)
+	}
+	defer access.Close()
 	_, port, _ := net.SplitHostPort(cfg.Server.Listen)
 	scheme := "https"
 	insecure := "-k "
@@ -77,6 +94,15 @@ func demo(args []string, stdout, stderr io.Writer) error {
 	if cfg.Portal.APIURL == "" {
 		cfg.Portal.APIURL = base
 	}
+	adminScheme := "https"
+	if cfg.AdminAPI.TLS == adminapi.TLSOff {
+		adminScheme = "http"
+	}
+	adminHost, adminPort, _ := net.SplitHostPort(cfg.AdminAPI.Listen)
+	if ip := net.ParseIP(adminHost); adminHost == "" || ip != nil && ip.IsUnspecified() {
+		adminHost = "127.0.0.1"
+	}
+	adminURL := adminScheme + "://" + net.JoinHostPort(adminHost, adminPort)
 	fmt.Fprintf(stdout, `
 keygate demo: stand-in backends on %s and %s
 Demo key (extraction, live, bound to context %s):
@@ -99,13 +125,105 @@ Self-service portal: %s
   KEY='the key the portal showed'
   curl %s-H "x-api-key: $KEY" -F files=@README.md -F id=%s -F contextId=%s %s/sync
 
-Admin: http://%s/healthz /readyz /metrics. Stop with Ctrl-C.
+Admin API on %s, with a demo admin token (every scope; revoked when the
+demo stops). This lists the consumers:
+
+  curl -sS -H 'Authorization: Bearer %s' %s/v1/consumers
+
+The README's admin API examples use these two variables; paste them first:
+
+  TOKEN=%s API=%s
+
+Access log: %s (one JSON line per request: tail -f %s).
+Health and metrics: http://%s/healthz /readyz /metrics. Stop with Ctrl-C.
 
 `, cfg.Upstreams.Extraction.Targets[0], cfg.Upstreams.Registry.Targets[0], demoContext, key,
 		insecure, key, demoDocID, demoContext, base,
 		insecure, key, demoDocID, otherContext, base,
-		cfg.Portal.URL(), insecure, demoDocID, demoContext, base, cfg.Server.AdminListen)
-	return runWith(cfg, stderr, func(d *server.Deps) { d.PortalDemoConsumer = consumer })
+		cfg.Portal.URL(), insecure, demoDocID, demoContext, base,
+		adminURL, adminToken, adminURL, adminToken, adminURL,
+		accessPath, accessPath, cfg.Server.AdminListen)
+	return runWith(cfg, stderr, access, func(d *server.Deps) { d.PortalDemoConsumer = consumer })
+}
+
+// demoPlans are the plans the demo adds when its config has none of the
+// name, so that the README's examples (`"plan":"pro"`, `--plan team`) work
+// on `make run` as written.
+var demoPlans = map[string]ratelimit.Plan{
+	"pro": {Limit: ratelimit.Limit{Rate: 200, Per: time.Second, Burst: 400,
+		Quota: ratelimit.Quota{Requests: 50000, Per: 24 * time.Hour}}},
+	"team": {Limit: ratelimit.Limit{Rate: 50, Per: time.Second, Burst: 100,
+		Quota: ratelimit.Quota{Requests: 100000, Per: 24 * time.Hour}}, Scope: ratelimit.ScopeConsumer},
+}
+
+// demoConfig is what the demo adds to its config: the README's plans,
+// and the admin API on loopback (plain HTTP) unless the config enables
+// it already.
+func demoConfig(cfg *config.Config) {
+	if cfg.RateLimit.Plans == nil {
+		cfg.RateLimit.Plans = map[string]ratelimit.Plan{}
+	}
+	for name, p := range demoPlans {
+		if _, ok := cfg.RateLimit.Plans[name]; !ok {
+			cfg.RateLimit.Plans[name] = p
+		}
+	}
+	if !cfg.AdminAPI.Enabled {
+		cfg.AdminAPI.Enabled = true
+		cfg.AdminAPI.TLS = adminapi.TLSOff
+		if host, _, err := net.SplitHostPort(cfg.AdminAPI.Listen); err != nil || !isLoopback(host) {
+			cfg.AdminAPI.Listen = adminapi.DefaultConfig().Listen
+		}
+	}
+}
+
+func isLoopback(host string) bool {
+	ip := net.ParseIP(host)
+	return host == "localhost" || ip != nil && ip.IsLoopback()
+}
+
+// demoAdminTokenName names the demo's admin token, so that the next run
+// revokes it if this one did not stop cleanly.
+const demoAdminTokenName = "demo (make run)"
+
+// demoAdminToken revokes the admin tokens of earlier demo runs and
+// creates one with every scope, through the audited admin-token service;
+// the returned function revokes it.
+func demoAdminToken(cfg config.Config) (string, func(), error) {
+	ts := &keystore.FileAdmin{Path: cfg.Keystore.File}
+	log, err := openAudit(cfg, ts)
+	if err != nil {
+		return "", nil, err
+	}
+	svc, err := admintoken.New(admintoken.Config{Store: ts, Auditor: log})
+	if err != nil {
+		_ = log.Close()
+		return "", nil, err
+	}
+	ctx := context.Background()
+	list, err := svc.List(ctx)
+	if err != nil {
+		_ = log.Close()
+		return "", nil, err
+	}
+	now := time.Now()
+	for _, t := range list {
+		if t.Name == demoAdminTokenName && t.StateAt(now) == keystore.Active {
+			if _, err := svc.Revoke(ctx, Actor(), t.ID); err != nil {
+				_ = log.Close()
+				return "", nil, err
+			}
+		}
+	}
+	tok, t, err := svc.Create(ctx, Actor(), admintoken.CreateRequest{Name: demoAdminTokenName, Scopes: admintoken.Scopes})
+	if err != nil {
+		_ = log.Close()
+		return "", nil, err
+	}
+	return tok, func() {
+		_, _ = svc.Revoke(context.Background(), Actor(), t.ID)
+		_ = log.Close()
+	}, nil
 }
 
 // demoConsumer returns the demo customer's id, creating it on the first

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"io"
 	"time"
 
@@ -63,3 +64,36 @@ func (c flushCore) Write(e zapcore.Entry, fields []zapcore.Field) error {
 
 // writerOnly hides any Sync method of the writer underneath.
 type writerOnly struct{ io.Writer }
+
+// requestLoggers are the loggers whose entries below warn are request
+// lines: the gateway's access log, the admin API's and the portal's
+// (server names them).
+var requestLoggers = map[string]bool{accessLogger: true, "admin_api": true, "portal": true}
+
+// accessSplit writes request lines (the entries below warn of
+// requestLoggers) to access and every other entry to rest, so that the
+// demo's terminal keeps its banner, start-up lines and warnings while the
+// request lines go to a file.
+type accessSplit struct{ rest, access zapcore.Core }
+
+func (s accessSplit) Enabled(l zapcore.Level) bool { return s.rest.Enabled(l) }
+
+func (s accessSplit) With(fields []zapcore.Field) zapcore.Core {
+	return accessSplit{rest: s.rest.With(fields), access: s.access.With(fields)}
+}
+
+func (s accessSplit) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if s.Enabled(e.Level) {
+		return ce.AddCore(e, s)
+	}
+	return ce
+}
+
+func (s accessSplit) Write(e zapcore.Entry, fields []zapcore.Field) error {
+	if requestLoggers[e.LoggerName] && e.Level < zapcore.WarnLevel {
+		return s.access.Write(e, fields)
+	}
+	return s.rest.Write(e, fields)
+}
+
+func (s accessSplit) Sync() error { return errors.Join(s.rest.Sync(), s.access.Sync()) }

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 
+	"go.uber.org/zap"
+
 	"github.com/keygate/keygate/config"
 )
 
@@ -34,7 +36,7 @@ func (l *lockedBuffer) String() string {
 // flushes the rest.
 func TestLoggerBuffersOnlyAccessLines(t *testing.T) {
 	var out lockedBuffer
-	log, stop, err := newLogger(config.LogConfig{Level: "info", Format: "json"}, &out)
+	log, stop, err := newLogger(config.LogConfig{Level: "info", Format: "json"}, &out, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +72,7 @@ func TestLoggerOnAPipe(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	log, stop, err := newLogger(config.LogConfig{Level: "info", Format: "json"}, w)
+	log, stop, err := newLogger(config.LogConfig{Level: "info", Format: "json"}, w, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,5 +82,45 @@ func TestLoggerOnAPipe(t *testing.T) {
 	out, _ := io.ReadAll(r)
 	if strings.Contains(string(out), "error") || !strings.Contains(string(out), "keygate serving") {
 		t.Fatalf("output: %q", out)
+	}
+}
+
+// TestLoggerSplitsAccessLines: with an access writer (the demo's
+// data/access.log), request lines go there and nowhere else; start-up
+// lines and every warning, the access logger's included, stay on the
+// terminal; secrets are redacted in both.
+func TestLoggerSplitsAccessLines(t *testing.T) {
+	var term, file lockedBuffer
+	log, stop, err := newLogger(config.LogConfig{Level: "info", Format: "json"}, &term, &file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := "svc_live_" + strings.Repeat("a", 36)
+	access := log.Named(accessLogger).With(zap.String("route", "api"))
+	log.Info("keygate serving")
+	access.Info("request", zap.String("key", key))
+	access.Warn("rate limiter failed")
+	access.Info("request two")
+	log.Named("admin_api").Info("admin api")
+	log.Named("portal").Info("portal request")
+	log.Named("portal").Error("portal failed")
+	stop()
+	for _, c := range []struct {
+		name, out string
+		has, lacks []string
+	}{
+		{"terminal", term.String(), []string{"keygate serving", "rate limiter failed", "portal failed"}, []string{`"msg":"request"`, "request two", "admin api", "portal request", key}},
+		{"access file", file.String(), []string{`"msg":"request"`, "request two", `"route":"api"`, "admin api", "portal request"}, []string{"keygate serving", "rate limiter failed", "portal failed", key}},
+	} {
+		for _, h := range c.has {
+			if !strings.Contains(c.out, h) {
+				t.Errorf("%s lacks %q: %s", c.name, h, c.out)
+			}
+		}
+		for _, l := range c.lacks {
+			if strings.Contains(c.out, l) {
+				t.Errorf("%s holds %q: %s", c.name, l, c.out)
+			}
+		}
 	}
 }

@@ -1,0 +1,317 @@
+package e2e
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/keygate/keygate/internal/testkit"
+)
+
+// The README's shell examples are tested: every ```sh block carries a
+// marker on the line before it,
+//
+//	<!-- readme-test: run -->             run against `make run`'s setup
+//	<!-- readme-test: skip: REASON -->     not runnable here, and why
+//
+// and a block without one fails the test. A run block is cut into steps
+// at its "# => " lines, which show what the step gives:
+//
+//	# => 201                         every curl of the step answered 201
+//	# => 201 {"id":"con_…",…}        and the step printed that ("…": anything)
+//	# => key_…                       a step without curl printed that
+//
+// A curl call in a step without "# => STATUS" fails the test, so every
+// example's status is shown and asserted. Each block runs in bash (set -euo
+// pipefail) in the directory of a real `keygate demo` (what `make run`
+// runs) on free loopback ports, after the line the demo's banner tells
+// the reader to paste (TOKEN=… API=…), with the demo's config as
+// keygate.yaml and the keygate binary on PATH.
+
+// readmeMarker is the marker line before a ```sh block.
+var readmeMarker = regexp.MustCompile(`^<!-- readme-test: (run|skip: (.+)) -->$`)
+
+// readmeBlock is one ```sh block of README.md.
+type readmeBlock struct {
+	line int // of the opening fence
+	run  bool
+	skip string
+	body []string
+	// bodyLine is the README line of body[0].
+	bodyLine int
+}
+
+// readmeBlocks returns the ```sh blocks and the errors of unmarked ones.
+func readmeBlocks(readme string) ([]readmeBlock, []string) {
+	lines := strings.Split(readme, "\n")
+	var blocks []readmeBlock
+	var bad []string
+	for i := 0; i < len(lines); i++ {
+		fence := strings.TrimSpace(lines[i])
+		if !strings.HasPrefix(fence, "```") {
+			continue
+		}
+		lang := strings.TrimPrefix(fence, "```")
+		end := i + 1
+		for end < len(lines) && strings.TrimSpace(lines[end]) != "```" {
+			end++
+		}
+		if lang == "sh" || lang == "bash" || lang == "shell" || lang == "console" {
+			b := readmeBlock{line: i + 1, body: lines[i+1 : end], bodyLine: i + 2}
+			m := []string(nil)
+			if i > 0 {
+				m = readmeMarker.FindStringSubmatch(strings.TrimSpace(lines[i-1]))
+			}
+			switch {
+			case m == nil:
+				bad = append(bad, fmt.Sprintf("README.md:%d: a shell block without a marker (<!-- readme-test: run --> or <!-- readme-test: skip: REASON -->)", i+1))
+			case m[1] == "run":
+				b.run = true
+			default:
+				b.skip = m[2]
+			}
+			blocks = append(blocks, b)
+		}
+		i = end
+	}
+	return blocks, bad
+}
+
+// readmeStep is a part of a block up to a "# => " line.
+type readmeStep struct {
+	line   int // README line of the "# => " line, or of the block's end
+	script string
+	status string // "" when none is shown
+	output string // pattern; "" when none is shown
+	shown  bool
+}
+
+var stepExpect = regexp.MustCompile(`^# => ?(.*)$`)
+var statusFirst = regexp.MustCompile(`^([1-5][0-9][0-9])(?:\s+(.*))?$`)
+
+func readmeSteps(b readmeBlock) []readmeStep {
+	var steps []readmeStep
+	var cur []string
+	for i, l := range b.body {
+		m := stepExpect.FindStringSubmatch(strings.TrimSpace(l))
+		if m == nil {
+			cur = append(cur, l)
+			continue
+		}
+		s := readmeStep{line: b.bodyLine + i, script: strings.Join(cur, "\n"), shown: true}
+		if sm := statusFirst.FindStringSubmatch(m[1]); sm != nil {
+			s.status, s.output = sm[1], sm[2]
+		} else {
+			s.output = m[1]
+		}
+		steps = append(steps, s)
+		cur = nil
+	}
+	if strings.TrimSpace(strings.Join(cur, "\n")) != "" {
+		steps = append(steps, readmeStep{line: b.bodyLine + len(b.body), script: strings.Join(cur, "\n")})
+	}
+	return steps
+}
+
+// outputPattern turns a shown output into a regexp: "…" is any text.
+func outputPattern(shown string) *regexp.Regexp {
+	parts := strings.Split(strings.TrimSpace(shown), "…")
+	for i, p := range parts {
+		parts[i] = regexp.QuoteMeta(p)
+	}
+	return regexp.MustCompile(`(?s)^` + strings.Join(parts, ".*") + `$`)
+}
+
+// TestReadmeShellBlocksAreMarked: every shell block of README.md says
+// whether the README test runs it; the steps' shown results parse.
+func TestReadmeShellBlocksAreMarked(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks, bad := readmeBlocks(string(readme))
+	for _, b := range bad {
+		t.Error(b)
+	}
+	runs := 0
+	for _, b := range blocks {
+		if b.run {
+			runs++
+		}
+	}
+	if runs == 0 {
+		t.Error("README.md marks no shell block to run")
+	}
+}
+
+// TestReadmeExamples runs the README's runnable shell blocks against a
+// real `keygate demo` and asserts each step's shown status and output.
+func TestReadmeExamples(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks, bad := readmeBlocks(string(readme))
+	if len(bad) > 0 {
+		t.Fatal(strings.Join(bad, "\n"))
+	}
+	demo := startReadmeDemo(t, readme)
+	for _, b := range blocks {
+		t.Run(fmt.Sprintf("README.md:%d", b.line), func(t *testing.T) {
+			if !b.run {
+				t.Skip("marked not runnable here: " + b.skip)
+			}
+			runReadmeBlock(t, demo, b)
+		})
+	}
+}
+
+// readmeDemo is a running `keygate demo` and what its banner says.
+type readmeDemo struct {
+	dir   string
+	paste string // the banner's TOKEN=… API=… line
+	logs  *testkit.SyncBuffer
+}
+
+func startReadmeDemo(t *testing.T, readme []byte) *readmeDemo {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "README.md"), readme, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := fmt.Sprintf(`server:
+  listen: %q
+  admin_listen: %q
+upstreams:
+  extraction: { targets: ["http://%s"] }
+  registry: { targets: ["http://%s"] }
+portal:
+  listen: %q
+admin_api:
+  listen: %q
+`, testkit.FreeAddr(t), testkit.FreeAddr(t), testkit.FreeAddr(t), testkit.FreeAddr(t), testkit.FreeAddr(t), testkit.FreeAddr(t))
+	if err := os.WriteFile(filepath.Join(dir, "keygate.yaml"), []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(binary, "demo", "--config", "keygate.yaml")
+	cmd.Dir = dir
+	stdout, _ := cmd.StdoutPipe()
+	d := &readmeDemo{dir: dir, logs: &testkit.SyncBuffer{}}
+	cmd.Stderr = d.logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("demo logs:\n%s", tail(d.logs.String(), 3000))
+		}
+	})
+	found := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if l := strings.TrimSpace(sc.Text()); strings.HasPrefix(l, "TOKEN=kga_") && strings.Contains(l, " API=") {
+				found <- l
+			}
+		}
+		_, _ = io.Copy(io.Discard, stdout)
+	}()
+	select {
+	case d.paste = <-found:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the demo printed no TOKEN=… API=… line within 30s")
+	}
+	api := d.paste[strings.Index(d.paste, " API=")+5:]
+	eventually(t, 15*time.Second, func() string {
+		out, err := exec.Command("curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", api+"/v1/openapi.json").Output()
+		if string(out) != "401" {
+			return fmt.Sprintf("the admin API is not up: %s %v", out, err)
+		}
+		return ""
+	})
+	return d
+}
+
+func runReadmeBlock(t *testing.T, d *readmeDemo, b readmeBlock) {
+	steps := readmeSteps(b)
+	var sc strings.Builder
+	sc.WriteString("set -euo pipefail\n")
+	// The status of every curl call goes to stderr, marked.
+	sc.WriteString(`curl() { command curl -w '%{stderr}@@status %{http_code}\n' "$@"; }` + "\n")
+	sc.WriteString(d.paste + "\n")
+	for i, s := range steps {
+		fmt.Fprintf(&sc, "echo '@@step %d'; echo '@@step %d' >&2\n%s\n", i, i, s.script)
+	}
+	fmt.Fprintf(&sc, "echo '@@step %d'; echo '@@step %d' >&2\n", len(steps), len(steps))
+	cmd := exec.Command("bash", "-c", sc.String())
+	cmd.Dir = d.dir
+	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(binary)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	outs, errs := splitSteps(stdout.String()), splitSteps(stderr.String())
+	if err != nil {
+		n := len(outs) - 1 // the step that was running
+		line := b.line
+		if n >= 0 && n < len(steps) {
+			line = steps[n].line
+		}
+		t.Fatalf("README.md:%d: the step failed (%v)\nstdout:\n%s\nstderr:\n%s", line, err, tail(stdout.String(), 2000), tail(stderr.String(), 2000))
+	}
+	for i, s := range steps {
+		out := strings.TrimSpace(outs[i+1])
+		var statuses []string
+		for _, l := range strings.Split(errs[i+1], "\n") {
+			if st, ok := strings.CutPrefix(l, "@@status "); ok {
+				statuses = append(statuses, st)
+			}
+		}
+		switch {
+		case s.status == "" && len(statuses) > 0:
+			t.Errorf("README.md:%d: a step with curl shows no status (add \"# => STATUS\" after it); it got %v", s.line, statuses)
+		case s.status != "":
+			if len(statuses) == 0 {
+				t.Errorf("README.md:%d: shows status %s, but the step made no HTTP request", s.line, s.status)
+			}
+			for _, st := range statuses {
+				if st != s.status {
+					t.Errorf("README.md:%d: shows %s, got %s (output %s)", s.line, s.status, st, tail(out, 500))
+				}
+			}
+		}
+		if s.output != "" && !outputPattern(s.output).MatchString(out) {
+			t.Errorf("README.md:%d: shows\n  %s\ngot\n  %s", s.line, s.output, tail(out, 1000))
+		}
+	}
+}
+
+// splitSteps cuts a stream at its "@@step N" lines: part i is what came
+// before "@@step i" (after the previous marker).
+func splitSteps(s string) map[int]string {
+	parts := map[int]string{}
+	var cur strings.Builder
+	for _, l := range strings.SplitAfter(s, "\n") {
+		if n, ok := strings.CutPrefix(strings.TrimSpace(l), "@@step "); ok {
+			if i, err := strconv.Atoi(n); err == nil {
+				parts[i] = cur.String()
+				cur.Reset()
+				continue
+			}
+		}
+		cur.WriteString(l)
+	}
+	return parts
+}
