@@ -18,8 +18,8 @@ import (
 	"github.com/keygate/keygate/adminapi"
 	"github.com/keygate/keygate/admintoken"
 	"github.com/keygate/keygate/config"
-	"github.com/keygate/keygate/ratelimit"
 	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/ratelimit"
 	"github.com/keygate/keygate/server"
 	"github.com/keygate/keygate/standin"
 )

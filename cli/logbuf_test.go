@@ -106,7 +106,7 @@ func TestLoggerSplitsAccessLines(t *testing.T) {
 	log.Named("portal").Error("portal failed")
 	stop()
 	for _, c := range []struct {
-		name, out string
+		name, out  string
 		has, lacks []string
 	}{
 		{"terminal", term.String(), []string{"keygate serving", "rate limiter failed", "portal failed"}, []string{`"msg":"request"`, "request two", "admin api", "portal request", key}},
