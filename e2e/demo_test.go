@@ -24,9 +24,12 @@ import (
 // its embedded defaults (what `make run` runs) and paste the two printed
 // curl lines. The first must get 200 and the second 403. Then, in a
 // browser, open the printed portal URL, use the development sign-in,
-// create a key, and use it with the third printed curl line: 200.
+// create a key, and use it with the third printed curl line: 200. The
+// printed admin API curl line lists consumers (200), the README's
+// `"plan":"pro"` consumer is created (201), and the terminal shows no
+// request line: they are in data/access.log, as the banner says.
 func TestMakeRunDemo(t *testing.T) {
-	for _, addr := range []string{"127.0.0.1:8443", "127.0.0.1:8444", "127.0.0.1:9001", "127.0.0.1:9002", "127.0.0.1:9090"} {
+	for _, addr := range []string{"127.0.0.1:8443", "127.0.0.1:8444", "127.0.0.1:9001", "127.0.0.1:9002", "127.0.0.1:9090", "127.0.0.1:9091"} {
 		l, err := net.Listen("tcp", addr)
 		if err != nil {
 			t.Fatalf("the demo's fixed port %s is taken on this machine: %v", addr, err)
@@ -57,7 +60,8 @@ func TestMakeRunDemo(t *testing.T) {
 	}()
 
 	var curls []string
-	var portalURL string
+	var portalURL, accessLog string
+	var banner strings.Builder
 	lines := make(chan string)
 	go func() {
 		sc := bufio.NewScanner(stdout)
@@ -68,11 +72,15 @@ func TestMakeRunDemo(t *testing.T) {
 		_, _ = io.Copy(io.Discard, stdout)
 	}()
 	timeout := time.After(30 * time.Second)
-	for len(curls) < 3 {
+	for len(curls) < 4 || accessLog == "" {
 		select {
 		case l, ok := <-lines:
 			if !ok {
 				t.Fatalf("demo stopped printing after %d curl lines", len(curls))
+			}
+			banner.WriteString(l + "\n")
+			if p, ok := strings.CutPrefix(l, "Access log: "); ok {
+				accessLog, _, _ = strings.Cut(p, " ")
 			}
 			if s := strings.TrimSpace(l); strings.HasPrefix(s, "curl ") {
 				curls = append(curls, s)
@@ -81,8 +89,27 @@ func TestMakeRunDemo(t *testing.T) {
 				portalURL = strings.TrimSpace(u)
 			}
 		case <-timeout:
-			t.Fatal("demo printed no curl lines within 30s")
+			t.Fatalf("demo printed no four curl lines and access log within 30s:\n%s", banner.String())
 		}
+	}
+	if accessLog != "data/access.log" {
+		t.Errorf("the banner names the access log %q, want data/access.log", accessLog)
+	}
+	adminCurl := curls[3]
+	if !strings.Contains(adminCurl, "Authorization: Bearer kga_") || !strings.Contains(adminCurl, "http://127.0.0.1:9091/v1/consumers") {
+		t.Fatalf("the admin API curl line: %s", adminCurl)
+	}
+	eventually(t, 15*time.Second, func() string {
+		out, _ := exec.Command("bash", "-c", adminCurl+" -w ' %{http_code}'").Output()
+		if s := string(out); !strings.HasPrefix(s, `{"items":[`) || !strings.HasSuffix(s, " 200") || !strings.Contains(s, "Demo customer") {
+			return "the printed admin API curl line got " + s
+		}
+		return ""
+	})
+	// The README's admin API example names the plan pro.
+	proCurl := strings.Replace(adminCurl, "/v1/consumers", "/v1/consumers -H 'Content-Type: application/json' -d '{\"name\":\"Acme Corp\",\"plan\":\"pro\"}'", 1)
+	if out, _ := exec.Command("bash", "-c", proCurl+" -w ' %{http_code}'").Output(); !strings.HasSuffix(string(out), " 201") {
+		t.Errorf("a consumer on plan pro: %s", out)
 	}
 	want := []string{"200", "403"}
 	for i, line := range curls[:2] {
@@ -113,6 +140,26 @@ func TestMakeRunDemo(t *testing.T) {
 		}
 		return ""
 	})
+
+	// No request line in the terminal; all of them in data/access.log
+	// (flushed within a second).
+	eventually(t, 5*time.Second, func() string {
+		data, _ := os.ReadFile(filepath.Join(dir, "data", "access.log"))
+		log := string(data)
+		for _, want := range []string{`"logger":"access"`, `"status":403`, `"logger":"admin_api"`, `"logger":"portal"`} {
+			if !strings.Contains(log, want) {
+				return "data/access.log lacks " + want + ":\n" + tail(log, 2000)
+			}
+		}
+		return ""
+	})
+	for _, line := range strings.Split(logs.String()+banner.String(), "\n") {
+		for _, req := range []string{`"logger":"access"`, `"logger":"admin_api"`, `"logger":"portal"`} {
+			if strings.Contains(line, req) && strings.Contains(line, `"level":"info"`) {
+				t.Errorf("a request line in the terminal: %s", line)
+			}
+		}
+	}
 }
 
 // demoPortalKey signs in to the demo's portal with the development

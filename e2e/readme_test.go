@@ -29,13 +29,16 @@ import (
 //	# => 201                         every curl of the step answered 201
 //	# => 201 {"id":"con_…",…}        and the step printed that ("…": anything)
 //	# => key_…                       a step without curl printed that
+//	# => exit 1                      the step's last command exited 1
 //
 // A curl call in a step without "# => STATUS" fails the test, so every
 // example's status is shown and asserted. Each block runs in bash (set -euo
 // pipefail) in the directory of a real `keygate demo` (what `make run`
 // runs) on free loopback ports, after the line the demo's banner tells
-// the reader to paste (TOKEN=… API=…), with the demo's config as
-// keygate.yaml and the keygate binary on PATH.
+// the reader to paste (TOKEN=… API=…), with the keygate binary on PATH
+// and the demo's config as keygate.yaml: its ports, and the plans the demo
+// adds (pro, team) written out, since the CLI examples read the file.
+// TestMakeRunDemo checks that `make run` itself has them.
 
 // readmeMarker is the marker line before a ```sh block.
 var readmeMarker = regexp.MustCompile(`^<!-- readme-test: (run|skip: (.+)) -->$`)
@@ -92,11 +95,14 @@ type readmeStep struct {
 	script string
 	status string // "" when none is shown
 	output string // pattern; "" when none is shown
-	shown  bool
+	// exit is the exit status shown ("# => exit 1"); -1 when none is.
+	exit  int
+	shown bool
 }
 
 var stepExpect = regexp.MustCompile(`^# => ?(.*)$`)
 var statusFirst = regexp.MustCompile(`^([1-5][0-9][0-9])(?:\s+(.*))?$`)
+var exitShown = regexp.MustCompile(`^exit ([0-9]+)$`)
 
 func readmeSteps(b readmeBlock) []readmeStep {
 	var steps []readmeStep
@@ -107,8 +113,10 @@ func readmeSteps(b readmeBlock) []readmeStep {
 			cur = append(cur, l)
 			continue
 		}
-		s := readmeStep{line: b.bodyLine + i, script: strings.Join(cur, "\n"), shown: true}
-		if sm := statusFirst.FindStringSubmatch(m[1]); sm != nil {
+		s := readmeStep{line: b.bodyLine + i, script: strings.Join(cur, "\n"), shown: true, exit: -1}
+		if em := exitShown.FindStringSubmatch(m[1]); em != nil {
+			s.exit, _ = strconv.Atoi(em[1])
+		} else if sm := statusFirst.FindStringSubmatch(m[1]); sm != nil {
 			s.status, s.output = sm[1], sm[2]
 		} else {
 			s.output = m[1]
@@ -117,7 +125,7 @@ func readmeSteps(b readmeBlock) []readmeStep {
 		cur = nil
 	}
 	if strings.TrimSpace(strings.Join(cur, "\n")) != "" {
-		steps = append(steps, readmeStep{line: b.bodyLine + len(b.body), script: strings.Join(cur, "\n")})
+		steps = append(steps, readmeStep{line: b.bodyLine + len(b.body), script: strings.Join(cur, "\n"), exit: -1})
 	}
 	return steps
 }
@@ -200,6 +208,10 @@ portal:
   listen: %q
 admin_api:
   listen: %q
+ratelimit:
+  plans: # the plans the demo adds, written out for the CLI examples
+    pro:  { rate: 200, per: 1s, burst: 400, quota: { requests: 50000, per: 24h } }
+    team: { rate: 50, per: 1s, burst: 100, quota: { requests: 100000, per: 24h }, scope: consumer }
 `, testkit.FreeAddr(t), testkit.FreeAddr(t), testkit.FreeAddr(t), testkit.FreeAddr(t), testkit.FreeAddr(t), testkit.FreeAddr(t))
 	if err := os.WriteFile(filepath.Join(dir, "keygate.yaml"), []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
@@ -253,7 +265,12 @@ func runReadmeBlock(t *testing.T, d *readmeDemo, b readmeBlock) {
 	sc.WriteString(`curl() { command curl -w '%{stderr}@@status %{http_code}\n' "$@"; }` + "\n")
 	sc.WriteString(d.paste + "\n")
 	for i, s := range steps {
-		fmt.Fprintf(&sc, "echo '@@step %d'; echo '@@step %d' >&2\n%s\n", i, i, s.script)
+		fmt.Fprintf(&sc, "echo '@@step %d'; echo '@@step %d' >&2\n", i, i)
+		if s.exit >= 0 { // a step that shows its failure
+			fmt.Fprintf(&sc, "set +e\n%s\n__rc=$?\nset -e\necho \"@@rc $__rc\" >&2\n", s.script)
+		} else {
+			sc.WriteString(s.script + "\n")
+		}
 	}
 	fmt.Fprintf(&sc, "echo '@@step %d'; echo '@@step %d' >&2\n", len(steps), len(steps))
 	cmd := exec.Command("bash", "-c", sc.String())
@@ -274,10 +291,17 @@ func runReadmeBlock(t *testing.T, d *readmeDemo, b readmeBlock) {
 	for i, s := range steps {
 		out := strings.TrimSpace(outs[i+1])
 		var statuses []string
+		rc := ""
 		for _, l := range strings.Split(errs[i+1], "\n") {
 			if st, ok := strings.CutPrefix(l, "@@status "); ok {
 				statuses = append(statuses, st)
 			}
+			if r, ok := strings.CutPrefix(l, "@@rc "); ok {
+				rc = r
+			}
+		}
+		if s.exit >= 0 && rc != strconv.Itoa(s.exit) {
+			t.Errorf("README.md:%d: shows exit %d, got %q (stderr %s)", s.line, s.exit, rc, tail(errs[i+1], 500))
 		}
 		switch {
 		case s.status == "" && len(statuses) > 0:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the system packages keygate's tests use, only when missing:
 # redis-server and redis-cli (real Redis in tests), curl and nodejs (real
-# clients in the end-to-end tests), python3-werkzeug and busboy (the real
+# clients in the end-to-end tests), jq (the README's examples, which the
+# README test runs, read JSON with it), python3-werkzeug and busboy (the real
 # multipart parsers of the differential tests), chromium (the portal's
 # browser tests drive it headless). Uses apt-get, with sudo when not root,
 # and npm for busboy.
@@ -11,6 +12,7 @@ need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v redis-cli    >/dev/null 2>&1 || need+=(redis-tools)
 command -v curl         >/dev/null 2>&1 || need+=(curl)
+command -v jq           >/dev/null 2>&1 || need+=(jq)
 command -v node         >/dev/null 2>&1 || need+=(nodejs)
 command -v npm          >/dev/null 2>&1 || need+=(npm)
 /usr/bin/python3 -c 'import werkzeug' >/dev/null 2>&1 || need+=(python3-werkzeug)
