@@ -59,10 +59,12 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzTracker$$' -fuzztime $(FUZZTIME) ./framing
 	$(GO) test -run '^$$' -fuzz '^FuzzString$$' -fuzztime $(FUZZTIME) ./redact
 
-## lint: go vet, then golangci-lint (.golangci.yml gives the reason beside each choice)
+## lint: go.mod and go.sum tidy (go mod tidy -diff prints what tidy would change and
+##       fails), go vet, then golangci-lint (.golangci.yml gives the reason beside each choice)
 ##       install: go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@latest
 GOLANGCI_LINT ?= $(shell command -v golangci-lint 2>/dev/null || echo $(shell $(GO) env GOPATH)/bin/golangci-lint)
 lint:
+	$(GO) mod tidy -diff
 	$(GO) vet ./...
 	@if [ -x "$(GOLANGCI_LINT)" ]; then "$(GOLANGCI_LINT)" run ./...; else echo "golangci-lint not installed (see above); ran go vet only"; fi
 

@@ -17,7 +17,7 @@ import (
 
 	"github.com/keygate/keygate/product"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/keygate/keygate/adminapi"
 	"github.com/keygate/keygate/audit"

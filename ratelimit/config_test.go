@@ -10,7 +10,7 @@ import (
 
 	"github.com/keygate/keygate/internal/redistest"
 	"github.com/keygate/keygate/ratelimit"
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 func TestDefaultConfigIsValid(t *testing.T) {

@@ -22,7 +22,7 @@ import (
 	"github.com/keygate/keygate/internal/capool"
 
 	"github.com/redis/go-redis/v9"
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // TLS configures TLS to Redis. The zero value means plain TCP.

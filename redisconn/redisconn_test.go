@@ -11,7 +11,7 @@ import (
 	"github.com/keygate/keygate/internal/redistest"
 	"github.com/keygate/keygate/redisconn"
 	"github.com/redis/go-redis/v9"
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 func decode(t *testing.T, doc string) (redisconn.Config, error) {

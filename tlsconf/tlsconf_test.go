@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/keygate/keygate/internal/testkit"
 	"github.com/keygate/keygate/tlsconf"
