@@ -22,6 +22,7 @@ import (
 	"github.com/keygate/keygate/adminapi"
 	"github.com/keygate/keygate/audit"
 	"github.com/keygate/keygate/gateway"
+	"github.com/keygate/keygate/internal/clientip"
 	"github.com/keygate/keygate/oauth2"
 	"github.com/keygate/keygate/portal"
 	"github.com/keygate/keygate/ratelimit"
@@ -334,7 +335,7 @@ func (s ServerConfig) Validate() error {
 	case s.BodyIdleTimeout < 0:
 		return fmt.Errorf("server.body_idle_timeout: must not be negative (0 turns it off), got %s", s.BodyIdleTimeout)
 	}
-	if _, err := gateway.ParseTrustedProxies("server.trusted_proxies", s.TrustedProxies); err != nil {
+	if _, err := clientip.ParseTrustedProxies("server.trusted_proxies", s.TrustedProxies); err != nil {
 		return err
 	}
 	return nil

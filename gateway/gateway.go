@@ -26,6 +26,7 @@ import (
 
 	"github.com/keygate/keygate/auth"
 	"github.com/keygate/keygate/formctx"
+	"github.com/keygate/keygate/internal/clientip"
 	"github.com/keygate/keygate/ratelimit"
 	"github.com/keygate/keygate/redact"
 )
@@ -76,7 +77,7 @@ type Config struct {
 	Deprecation Deprecation
 	// TrustedProxies are the peers whose X-Forwarded-For names the client
 	// (server.trusted_proxies); the zero value trusts none.
-	TrustedProxies TrustedProxies
+	TrustedProxies clientip.TrustedProxies
 	// BodyIdleTimeout answers 408 and abandons the request (upstream
 	// included) when no body byte arrives for this long; 0 means never.
 	BodyIdleTimeout time.Duration
@@ -187,7 +188,7 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 // state is what one request carries through the proxy hooks and the log.
 type state struct {
 	trace      trace
-	client     netip.Addr // see TrustedProxies.ClientAddr
+	client     netip.Addr // see clientip.TrustedProxies.ClientAddr
 	route      route
 	principal  auth.Principal
 	authed     bool

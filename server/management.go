@@ -17,7 +17,7 @@ import (
 	"github.com/keygate/keygate/adminapi"
 	"github.com/keygate/keygate/admintoken"
 	"github.com/keygate/keygate/audit"
-	"github.com/keygate/keygate/gateway"
+	"github.com/keygate/keygate/internal/clientip"
 	"github.com/keygate/keygate/keyops"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/portal"
@@ -166,7 +166,7 @@ func (s *Server) openAdminAPI(deps Deps) error {
 // audit log as the admin API, and opens its listener: HTTPS with the
 // gateway's certificate, unless tls.mode is off (behind a TLS-terminating
 // load balancer).
-func (s *Server) openPortal(deps *Deps, trusted gateway.TrustedProxies) error {
+func (s *Server) openPortal(deps *Deps, trusted clientip.TrustedProxies) error {
 	ops, _, err := s.openOps(deps)
 	if err != nil {
 		return err

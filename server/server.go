@@ -31,6 +31,7 @@ import (
 	"github.com/keygate/keygate/config"
 	"github.com/keygate/keygate/framing"
 	"github.com/keygate/keygate/gateway"
+	"github.com/keygate/keygate/internal/clientip"
 	"github.com/keygate/keygate/keyops"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/oauth2"
@@ -201,7 +202,7 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (s *Server, err erro
 	}
 	s.closers = append(s.closers, s.tls.Close)
 
-	trusted, err := gateway.ParseTrustedProxies("server.trusted_proxies", sc.TrustedProxies)
+	trusted, err := clientip.ParseTrustedProxies("server.trusted_proxies", sc.TrustedProxies)
 	if err != nil {
 		return nil, err
 	}

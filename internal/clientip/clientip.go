@@ -1,4 +1,10 @@
-package gateway
+// Package clientip decides which address a request comes from: the TCP
+// peer, or, behind proxies the operator trusts (server.trusted_proxies),
+// the right-most X-Forwarded-For hop that is not one of them. The gateway
+// and the portal both attribute requests with it (the access log, the
+// X-Forwarded-For and X-Real-IP sent upstream, the failed-auth limit, the
+// portal's rate limit and audit source).
+package clientip
 
 import (
 	"fmt"
@@ -50,8 +56,8 @@ func (tp TrustedProxies) Contains(a netip.Addr) bool {
 	return false
 }
 
-// peerAddr is the TCP peer of r; the zero Addr when RemoteAddr holds none.
-func peerAddr(r *http.Request) netip.Addr {
+// PeerAddr is the TCP peer of r; the zero Addr when RemoteAddr holds none.
+func PeerAddr(r *http.Request) netip.Addr {
 	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
 		return ap.Addr().Unmap()
 	}
@@ -66,7 +72,7 @@ func peerAddr(r *http.Request) netip.Addr {
 // left of a garbled entry can be believed. It feeds the access log, the
 // X-Forwarded-For and X-Real-IP sent upstream, and the failed-auth limit.
 func (tp TrustedProxies) ClientAddr(r *http.Request) netip.Addr {
-	client := peerAddr(r)
+	client := PeerAddr(r)
 	if len(tp.prefixes) == 0 || !tp.Contains(client) {
 		return client
 	}
@@ -92,23 +98,4 @@ func (tp TrustedProxies) ClientAddr(r *http.Request) netip.Addr {
 		}
 	}
 	return client
-}
-
-// ClientAddr is the address the gateway attributed r to, once r is inside
-// the gateway's request path (for example in a handler wrapped around the
-// proxy); outside it, the TCP peer.
-func ClientAddr(r *http.Request) netip.Addr {
-	if st, ok := r.Context().Value(stateKey{}).(*state); ok {
-		return st.client
-	}
-	return peerAddr(r)
-}
-
-// remoteString is the client address for the access log; the raw
-// RemoteAddr when it held no IP.
-func remoteString(r *http.Request, client netip.Addr) string {
-	if !client.IsValid() {
-		return r.RemoteAddr
-	}
-	return client.String()
 }
