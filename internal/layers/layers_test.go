@@ -83,3 +83,51 @@ func TestImportsPointDown(t *testing.T) {
 		t.Fatalf("only %d packages found; is the walk rooted at the module?", seen)
 	}
 }
+
+// forbidden are imports no file of the module (tests included) may use,
+// with the reason.
+var forbidden = map[string]string{
+	"github.com/go-jose/go-jose": "keygate signs and verifies JOSE with github.com/lestrrat-go/jwx/v3 only " +
+		"(go-jose stays an indirect dependency of go-oidc, which verifies the portal's ID tokens)",
+	"gopkg.in/square/go-jose":   "keygate signs and verifies JOSE with github.com/lestrrat-go/jwx/v3 only",
+	"github.com/golang-jwt/jwt": "keygate signs and verifies JOSE with github.com/lestrrat-go/jwx/v3 only",
+	"gopkg.in/yaml.v3":          "archived; use go.yaml.in/yaml/v3, its maintained successor",
+}
+
+// TestNoForbiddenImports: one JOSE stack, one YAML library.
+func TestNoForbiddenImports(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return err
+		}
+		if strings.HasPrefix(d.Name(), ".") && path != root || d.Name() == "testdata" || d.Name() == "node_modules" {
+			return filepath.SkipDir
+		}
+		pkg, ierr := build.ImportDir(path, 0)
+		var noGo *build.NoGoError
+		if errors.As(ierr, &noGo) {
+			return nil
+		}
+		if ierr != nil {
+			return ierr
+		}
+		rel, _ := filepath.Rel(root, path)
+		for _, imps := range [][]string{pkg.Imports, pkg.TestImports, pkg.XTestImports} {
+			for _, imp := range imps {
+				for bad, why := range forbidden {
+					if imp == bad || strings.HasPrefix(imp, bad+"/") {
+						t.Errorf("%s imports %s: %s", rel, imp, why)
+					}
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
