@@ -275,7 +275,9 @@ func runReadmeBlock(t *testing.T, d *readmeDemo, b readmeBlock) {
 	fmt.Fprintf(&sc, "echo '@@step %d'; echo '@@step %d' >&2\n", len(steps), len(steps))
 	cmd := exec.Command("bash", "-c", sc.String())
 	cmd.Dir = d.dir
-	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(binary)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	// COLUMNS unset: the CLI's tables print whole cells into the pipe,
+	// whatever the shell running the tests exports.
+	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(binary)+string(os.PathListSeparator)+os.Getenv("PATH"), "COLUMNS=")
 	var stdout, stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
