@@ -94,9 +94,9 @@ func demo(args []string, stdout, stderr io.Writer) error {
 	if cfg.Portal.APIURL == "" {
 		cfg.Portal.APIURL = base
 	}
-	adminScheme := "https"
+	adminScheme, adminInsecure := "https", "-k "
 	if cfg.AdminAPI.TLS == adminapi.TLSOff {
-		adminScheme = "http"
+		adminScheme, adminInsecure = "http", ""
 	}
 	adminHost, adminPort, _ := net.SplitHostPort(cfg.AdminAPI.Listen)
 	if ip := net.ParseIP(adminHost); adminHost == "" || ip != nil && ip.IsUnspecified() {
@@ -125,10 +125,10 @@ Self-service portal: %s
   KEY='the key the portal showed'
   curl %s-H "x-api-key: $KEY" -F files=@README.md -F id=%s -F contextId=%s %s/sync
 
-Admin API on %s, with a demo admin token (every scope; revoked when the
-demo stops). This lists the consumers:
+Admin API: %s, with a demo admin token that has every scope
+and is revoked when the demo stops. This lists the consumers:
 
-  curl -sS -H 'Authorization: Bearer %s' %s/v1/consumers
+  curl %s-sS -H 'Authorization: Bearer %s' %s/v1/consumers
 
 The README's admin API examples use these two variables; paste them first:
 
@@ -141,7 +141,7 @@ Health and metrics: http://%s/healthz /readyz /metrics. Stop with Ctrl-C.
 		insecure, key, demoDocID, demoContext, base,
 		insecure, key, demoDocID, otherContext, base,
 		cfg.Portal.URL(), insecure, demoDocID, demoContext, base,
-		adminURL, adminToken, adminURL, adminToken, adminURL,
+		adminURL, adminInsecure, adminToken, adminURL, adminToken, adminURL,
 		accessPath, accessPath, cfg.Server.AdminListen)
 	return runWith(cfg, stderr, access, func(d *server.Deps) { d.PortalDemoConsumer = consumer })
 }
