@@ -100,7 +100,7 @@ func auditCmd(args []string, stdout, stderr io.Writer) error {
 	if *asJSON {
 		return writeJSON(stdout, events)
 	}
-	tw := newTable(stdout, cols("TIME!", "ACTOR", "SOURCE", "ACTION", "TARGET", "OUTCOME", "CHANGES"))
+	tw := newTable(stdout, cols("TIME!", "ACTOR", "SOURCE", "ACTION", "TARGET", "OUTCOME~", "CHANGES~"))
 	for _, e := range events {
 		outcome := e.Outcome
 		if e.Error != "" {

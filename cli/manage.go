@@ -367,7 +367,7 @@ func consumers(args []string, stdout, stderr io.Writer) error {
 				}
 				return writeJSON(stdout, cons)
 			}
-			tw := newTable(stdout, cols("ID!", "NAME", "PLAN", "OVERRIDE", "CONTEXTS", "CREATED"))
+			tw := newTable(stdout, cols("ID!", "NAME", "PLAN", "OVERRIDE~", "CONTEXTS~", "CREATED"))
 			for _, c := range cons {
 				ov := "-"
 				if c.Override != nil {

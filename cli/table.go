@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode"
@@ -33,18 +34,23 @@ import (
 type column struct {
 	// name is the header; "" for a table without a header row.
 	name string
-	// keep: the column is never shrunk (ids and time stamps, which are
-	// useless cut).
+	// keep: the column is never shrunk (ids and time stamps that keygate
+	// makes, which are useless cut).
 	keep bool
+	// first: free text (an error, a list of changes) that gives way
+	// before the other columns shrink.
+	first bool
 }
 
 // cols makes shrinkable columns of the names; a name ending in "!" is
-// kept whole (the "!" is not printed).
+// kept whole, one ending in "~" gives way first (the mark is not
+// printed).
 func cols(names ...string) []column {
 	c := make([]column, len(names))
 	for i, n := range names {
 		n, keep := strings.CutSuffix(n, "!")
-		c[i] = column{name: n, keep: keep}
+		n, first := strings.CutSuffix(n, "~")
+		c[i] = column{name: n, keep: keep, first: first}
 	}
 	return c
 }
@@ -132,11 +138,7 @@ func (t *table) fit(rows [][]string) []int {
 		return natural
 	}
 	budget := t.width - displayWidth(t.indent) - cellGap*(len(t.cols)-1)
-	total := 0
-	for _, n := range natural {
-		total += n
-	}
-	if total <= budget {
+	if sum(natural) <= budget {
 		return natural
 	}
 	// A shrunk column keeps its header and a few characters; when even
@@ -157,33 +159,51 @@ func (t *table) fit(rows [][]string) []int {
 			}
 		}
 	}
-	// Water-filling: the largest cap such that every shrinkable column cut
-	// to max(cap, its floor) fits the budget.
-	sized := func(limit int) ([]int, int) {
-		w, sum := make([]int, len(natural)), 0
-		for i, n := range natural {
-			w[i] = n
-			if !t.cols[i].keep && n > limit {
+	// Free-text columns give way first; then every shrinkable one.
+	w := natural
+	for _, sel := range []func(column) bool{
+		func(c column) bool { return c.first },
+		func(c column) bool { return !c.keep },
+	} {
+		if sum(w) <= budget {
+			break
+		}
+		w = waterFill(w, floor, budget, func(i int) bool { return sel(t.cols[i]) })
+	}
+	return w
+}
+
+// waterFill cuts the selected columns of cur to max(limit, their floor)
+// for the largest limit with which the row fits budget (to their floors
+// when none does).
+func waterFill(cur, floor []int, budget int, selected func(int) bool) []int {
+	sized := func(limit int) []int {
+		w := slices.Clone(cur)
+		for i, n := range cur {
+			if selected(i) && n > limit {
 				w[i] = max(limit, floor[i])
 			}
-			sum += w[i]
 		}
-		return w, sum
+		return w
 	}
-	lo, hi := 0, 0
-	for _, n := range natural {
-		hi = max(hi, n)
-	}
-	for lo < hi { // largest limit whose sum fits
+	lo, hi := 0, slices.Max(cur)
+	for lo < hi { // the largest limit that fits
 		mid := (lo + hi + 1) / 2
-		if _, sum := sized(mid); sum <= budget {
+		if sum(sized(mid)) <= budget {
 			lo = mid
 		} else {
 			hi = mid - 1
 		}
 	}
-	w, _ := sized(lo)
-	return w
+	return sized(lo)
+}
+
+func sum(xs []int) int {
+	n := 0
+	for _, x := range xs {
+		n += x
+	}
+	return n
 }
 
 // outputWidth is the width tables written to w are fitted to; 0 means no

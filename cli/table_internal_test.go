@@ -36,24 +36,34 @@ func TestTableFit(t *testing.T) {
 		width int
 		rows  [][]string
 		want  string
+		cols  []column
 	}{
 		{"no limit", 0, [][]string{{"2026-11-24T19:04:00Z", "cli:alice", long}},
-			"TIME                  ACTOR      NOTE\n2026-11-24T19:04:00Z  cli:alice  " + long + "\n"},
+			"TIME                  ACTOR      NOTE\n2026-11-24T19:04:00Z  cli:alice  " + long + "\n", nil},
 		{"fits as is", 80, [][]string{{"2026-11-24T19:04:00Z", "cli:alice", "short"}},
-			"TIME                  ACTOR      NOTE\n2026-11-24T19:04:00Z  cli:alice  short\n"},
+			"TIME                  ACTOR      NOTE\n2026-11-24T19:04:00Z  cli:alice  short\n", nil},
 		{"widest gives way first", 50, [][]string{{"2026-11-24T19:04:00Z", "cli:alice", long}},
-			"TIME                  ACTOR      NOTE\n2026-11-24T19:04:00Z  cli:alice  abcdefghijabcdef…\n"},
+			"TIME                  ACTOR      NOTE\n2026-11-24T19:04:00Z  cli:alice  abcdefghijabcdef…\n", nil},
 		{"kept column stays whole, both others cut", 40, [][]string{{"2026-11-24T19:04:00Z", "cli:alice-and-bob", long}},
-			"TIME                  ACTOR     NOTE\n2026-11-24T19:04:00Z  cli:ali…  abcdefg…\n"},
+			"TIME                  ACTOR     NOTE\n2026-11-24T19:04:00Z  cli:ali…  abcdefg…\n", nil},
 		{"wide runes count two", 34, [][]string{{"2026-11-24T19:04:00Z", "東京東京東京", "x"}},
-			"TIME                  ACTOR   NOTE\n2026-11-24T19:04:00Z  東京…   x\n"},
+			"TIME                  ACTOR   NOTE\n2026-11-24T19:04:00Z  東京…   x\n", nil},
 		{"below the headers when it must", 30, [][]string{{"2026-11-24T19:04:00Z", "cli:alice", long}},
-			"TIME                  AC…  NO…\n2026-11-24T19:04:00Z  cl…  ab…\n"},
+			"TIME                  AC…  NO…\n2026-11-24T19:04:00Z  cl…  ab…\n", nil},
+		{"free text gives way first", 50, [][]string{{"2026-11-24T19:04:00Z", "cli:alice-and-bob", long}},
+			"TIME                  ACTOR              NOTE\n2026-11-24T19:04:00Z  cli:alice-and-bob  abcdefgh…\n",
+			cols("TIME!", "ACTOR", "NOTE~")},
+		{"then the others", 40, [][]string{{"2026-11-24T19:04:00Z", "cli:alice-and-bob", long}},
+			"TIME                  ACTOR       NOTE\n2026-11-24T19:04:00Z  cli:alice…  abcde…\n",
+			cols("TIME!", "ACTOR", "NOTE~")},
 		{"kept columns alone overflow: floors", 20, [][]string{{"2026-11-24T19:04:00Z", "cli:alice", long}},
-			"TIME                  AC…  NO…\n2026-11-24T19:04:00Z  cl…  ab…\n"},
+			"TIME                  AC…  NO…\n2026-11-24T19:04:00Z  cl…  ab…\n", nil},
 	} {
 		var b bytes.Buffer
 		tb := &table{w: &b, cols: cols("TIME!", "ACTOR", "NOTE"), header: true, width: c.width}
+		if c.cols != nil {
+			tb.cols = c.cols
+		}
 		for _, r := range c.rows {
 			tb.row(r...)
 		}
