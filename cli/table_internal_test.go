@@ -75,3 +75,43 @@ func TestTableFit(t *testing.T) {
 		}
 	}
 }
+
+// FuzzTable: whatever the cells hold, a table prints one line per row, no
+// rune a terminal acts on, and, when its floors fit, no line wider than
+// the width.
+func FuzzTable(f *testing.F) {
+	f.Add("key_0123", "\x1b[2J\x1b[31mred", "a\nb\rc\td", 80)
+	f.Add("東京東京", "\u202eabc\u200b", "\xff\xc3", 13)
+	f.Add("", "", strings.Repeat("x", 300), 20)
+	f.Fuzz(func(t *testing.T, a, b, c string, width int) {
+		width = 13 + abs(width%200) // three shrunk columns of 3 and two gaps fit
+		var out bytes.Buffer
+		tb := &table{w: &out, cols: cols("A", "B~", "C"), header: true, width: width}
+		tb.row(a, b, c)
+		tb.row(c, a, b)
+		if err := tb.flush(); err != nil {
+			t.Fatal(err)
+		}
+		s := out.String()
+		if n := strings.Count(s, "\n"); n != 3 {
+			t.Fatalf("%d lines for a header and two rows: %q", n, s)
+		}
+		for _, l := range strings.Split(strings.TrimSuffix(s, "\n"), "\n") {
+			if displayWidth(l) > width {
+				t.Fatalf("a line of %d columns over %d: %q", displayWidth(l), width, l)
+			}
+			for _, r := range l {
+				if !printable(r) {
+					t.Fatalf("raw %U in %q", r, l)
+				}
+			}
+		}
+	})
+}
+
+func abs(n int) int {
+	if n < 0 {
+		return -n
+	}
+	return n
+}
