@@ -37,7 +37,10 @@ const (
 
 // demo is `make run`: stand-in backends on the configured upstream
 // addresses, a fresh demo key bound to a demo context, two ready curl
-// lines, and the gateway itself.
+// lines, the portal with its development sign-in, the admin API on
+// loopback with a demo admin token (and its curl line), the README's
+// plans, and the gateway itself, its request lines going to access.log
+// next to the keystore so that the terminal keeps the banner.
 func demo(args []string, stdout, stderr io.Writer) error {
 	cfg, err := configFlag("demo", args, stderr)
 	if err != nil {
