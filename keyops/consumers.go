@@ -48,6 +48,12 @@ func (s *Service) CreateConsumer(ctx context.Context, a Actor, spec ConsumerSpec
 }
 
 func (s *Service) newConsumer(spec ConsumerSpec, lu LimitUpdate, changes map[string]string) (keystore.Consumer, error) {
+	if err := CheckText("name", spec.Name); err != nil {
+		return keystore.Consumer{}, err
+	}
+	if err := checkMetadata(spec.Metadata); err != nil {
+		return keystore.Consumer{}, err
+	}
 	if err := s.checkLimits(lu); err != nil {
 		return keystore.Consumer{}, err
 	}
@@ -118,6 +124,12 @@ func (s *Service) UpdateConsumer(ctx context.Context, a Actor, id string, u Cons
 	}
 	changes := map[string]string{}
 	err := s.checkLimits(u.Limits)
+	if err == nil && u.Name != nil {
+		err = CheckText("name", *u.Name)
+	}
+	if err == nil {
+		err = checkMetadata(u.Metadata)
+	}
 	var out keystore.Consumer
 	if err == nil {
 		now := s.now()

@@ -45,24 +45,8 @@ func (s *Service) checkLimits(u LimitUpdate) error {
 			return invalid("plan: %v", err)
 		}
 	}
-	o := ratelimit.Override{}
-	if u.Rate != nil {
-		if *u.Rate <= 0 {
-			return invalid("rate: must be positive, got %g", *u.Rate)
-		}
-		o.Rate = *u.Rate
-	}
-	if u.Per != nil && *u.Per <= 0 {
-		return invalid("per: must be a positive duration such as 1s, got %s", *u.Per)
-	}
-	if u.Burst != nil && *u.Burst < 1 {
-		return invalid("burst: must be at least 1, got %d", *u.Burst)
-	}
-	if u.Quota != nil {
-		o.Quota = u.Quota
-		if err := o.Validate(); err != nil {
-			return invalid("%v", err)
-		}
+	if err := ratelimit.CheckFields(ratelimit.Fields{Rate: u.Rate, Per: u.Per, Burst: u.Burst, Quota: u.Quota, NoQuotaOK: true}); err != nil {
+		return asInvalid(err)
 	}
 	if u.Until != nil && !u.Until.IsZero() && !u.Until.After(s.now()) {
 		return invalid("until: %s is not in the future", u.Until.UTC().Format(time.RFC3339))
@@ -106,6 +90,11 @@ func (u LimitUpdate) apply(plan string, o *ratelimit.Override, now time.Time, ch
 		if !u.Until.IsZero() {
 			changes["override.until"] = next.Until.Format(time.RFC3339)
 		}
+	}
+	if err := next.Validate(); err != nil {
+		// Each field is in bounds (checkLimits), but together with the
+		// ones kept they may not be: 1e6 per 1ms.
+		return "", nil, asInvalid(err)
 	}
 	if next.IsZero() {
 		if u.Until != nil && !u.Until.IsZero() {

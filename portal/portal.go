@@ -183,6 +183,9 @@ func (p *Portal) SessionLink(ctx context.Context, by keyops.Actor, consumer, sub
 	if len(subject) > 200 {
 		return "", time.Time{}, fmt.Errorf("%w: subject: at most 200 characters", keyops.ErrInvalid)
 	}
+	if err := keyops.CheckText("subject", subject); err != nil {
+		return "", time.Time{}, err
+	}
 	secret, err := putOnce(ctx, p.kv, "link", onceValue{Consumer: consumer, Subject: "delegated:" + subject}, now, SessionLinkTTL)
 	ev.Err = err
 	ev.Changes = map[string]string{"subject": subject}
