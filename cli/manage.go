@@ -152,7 +152,7 @@ func (l *limitFlags) update(fs *flag.FlagSet) (keyops.LimitUpdate, error) {
 		case "quota":
 			q, qerr := parseQuota(*l.quota)
 			if qerr != nil {
-				err = qerr
+				err = fmt.Errorf("--quota: %w", qerr)
 			}
 			u.Quota = &q
 		case "until":
@@ -167,6 +167,14 @@ func (l *limitFlags) update(fs *flag.FlagSet) (keyops.LimitUpdate, error) {
 			u.ClearOverride = *l.clear
 		}
 	})
+	if err == nil {
+		// The same bounds as config, the admin API and the portal.
+		var fe *ratelimit.FieldError
+		if errors.As(ratelimit.CheckFields(ratelimit.Fields{Rate: u.Rate, Per: u.Per, Burst: u.Burst, Quota: u.Quota, NoQuotaOK: true}), &fe) {
+			flagName, _, _ := strings.Cut(fe.Field, ".")
+			err = fmt.Errorf("--%s: %s", flagName, fe)
+		}
+	}
 	if err != nil {
 		return keyops.LimitUpdate{}, usageError{err.Error()}
 	}
