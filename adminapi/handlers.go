@@ -174,8 +174,10 @@ type consumerCreateBody struct {
 	Name     string            `json:"name"`
 	Metadata map[string]string `json:"metadata"`
 	Contexts []string          `json:"contexts"`
-	Plan     string            `json:"plan"`
-	Override *overrideBody     `json:"override"`
+	// AnyContext lets the portal bind the consumer's keys to any context.
+	AnyContext bool          `json:"any_context"`
+	Plan       string        `json:"plan"`
+	Override   *overrideBody `json:"override"`
 }
 
 func (a *API) createConsumer(r *request) (response, error) {
@@ -183,7 +185,7 @@ func (a *API) createConsumer(r *request) (response, error) {
 	if err := r.decode(&b); err != nil {
 		return response{}, err
 	}
-	spec := keyops.ConsumerSpec{Name: b.Name, Metadata: b.Metadata, Contexts: b.Contexts, Plan: b.Plan}
+	spec := keyops.ConsumerSpec{Name: b.Name, Metadata: b.Metadata, Contexts: b.Contexts, AnyContext: b.AnyContext, Plan: b.Plan}
 	if err := b.Override.limitUpdate(&spec.Limits); err != nil {
 		return response{}, err
 	}
@@ -277,7 +279,7 @@ func limitPatch(m map[string]json.RawMessage, u *keyops.LimitUpdate) error {
 }
 
 func (a *API) updateConsumer(r *request) (response, error) {
-	m, err := r.patchFields("name", "metadata", "contexts", "plan", "override")
+	m, err := r.patchFields("name", "metadata", "contexts", "any_context", "plan", "override")
 	if err != nil {
 		return response{}, err
 	}
@@ -309,6 +311,15 @@ func (a *API) updateConsumer(r *request) (response, error) {
 			}
 		}
 		u.Contexts = &ctxs
+	}
+	if raw, ok := m["any_context"]; ok {
+		v := false
+		if !isNull(raw) {
+			if err := field(m, "any_context", &v); err != nil {
+				return response{}, err
+			}
+		}
+		u.AnyContext = &v
 	}
 	if err := limitPatch(m, &u.Limits); err != nil {
 		return response{}, err

@@ -300,9 +300,7 @@ func consumers(args []string, stdout, stderr io.Writer) error {
 		fs.Var(&meta, "meta", "metadata KEY=VALUE (repeatable; KEY= removes it on update)")
 		fs.Var(&ctxs, "context", "a context UUID its keys may be bound to (repeatable; on update, replaces the list)")
 		lf = addLimitFlags(fs, sub == "update")
-		if sub == "update" {
-			anyContext = fs.Bool("any-context", false, "allow its keys any context")
-		}
+		anyContext = fs.Bool("any-context", false, "allow its keys any context, in the self-service portal too (on update, drops its contexts; =false unsets it)")
 	case "list", "show":
 		asJSON = fs.Bool("json", false, "print JSON")
 	case "delete":
@@ -339,7 +337,7 @@ func consumers(args []string, stdout, stderr io.Writer) error {
 	return withOps(*cfgPath, func(ctx context.Context, ops *keyops.Service, actor keyops.Actor) error {
 		switch sub {
 		case "create":
-			spec := keyops.ConsumerSpec{Name: *name, Metadata: metadata, Contexts: ctxs, Limits: lu}
+			spec := keyops.ConsumerSpec{Name: *name, Metadata: metadata, Contexts: ctxs, AnyContext: *anyContext, Limits: lu}
 			if lu.Plan != nil {
 				spec.Plan = *lu.Plan
 			}
@@ -398,6 +396,7 @@ func consumers(args []string, stdout, stderr io.Writer) error {
 					c := []string(ctxs)
 					u.Contexts = &c
 				case "any-context":
+					u.AnyContext = anyContext
 					if *anyContext {
 						u.Contexts = &[]string{}
 					}
