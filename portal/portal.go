@@ -24,6 +24,7 @@ import (
 	"io/fs"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -213,6 +214,7 @@ func (p *Portal) Handler() http.Handler {
 	mux.HandleFunc("GET /keys", p.signedIn(p.keysPage))
 	mux.HandleFunc("GET /keys/new", p.signedIn(p.newKeyPage))
 	mux.HandleFunc("POST /keys", p.signedIn(p.createKey))
+	mux.HandleFunc("GET /issued/{handle}", p.signedIn(p.issuedPage))
 	mux.HandleFunc("GET /keys/{id}/rotate", p.signedIn(p.rotatePage))
 	mux.HandleFunc("POST /keys/{id}/rotate", p.signedIn(p.rotateKey))
 	mux.HandleFunc("GET /keys/{id}/revoke", p.signedIn(p.revokePage))
@@ -246,7 +248,7 @@ func (p *Portal) guard(next http.Handler) http.Handler {
 		switch {
 		case !p.perAddr.allow(addr.String()):
 			p.tooMany(sw, r)
-		case r.Method == http.MethodPost && crossSite(r):
+		case r.Method == http.MethodPost && crossSite(r, p.scheme(r)):
 			p.errorPage(sw, r, nil, http.StatusForbidden, "Request refused", "This form was sent from another site.")
 		default:
 			r.Body = http.MaxBytesReader(sw, r.Body, 64<<10)
@@ -263,26 +265,33 @@ func (p *Portal) guard(next http.Handler) http.Handler {
 }
 
 // crossSite reports whether a POST comes from another origin, by the
-// browser's own word (Sec-Fetch-Site, else Origin). The CSRF token is
-// the check that counts; this refuses earlier and covers the sign-in
-// forms, which have no session yet.
-func crossSite(r *http.Request) bool {
+// browser's own word (Origin and Sec-Fetch-Site). An Origin must match
+// the portal's own origin whole: scheme and host (with its port), so
+// that http://host, a page served without TLS on the same host name, is
+// another site. The CSRF token is the check that counts; this refuses
+// earlier and covers the sign-in forms, which have no session yet.
+func crossSite(r *http.Request, scheme string) bool {
+	if o := r.Header.Get("Origin"); o != "" && !strings.EqualFold(o, scheme+"://"+r.Host) {
+		return true // "null" (an opaque origin) included
+	}
 	switch r.Header.Get("Sec-Fetch-Site") {
-	case "same-origin", "none":
+	case "", "same-origin", "none":
 		return false
-	case "":
-	default:
-		return true
 	}
-	o := r.Header.Get("Origin")
-	if o == "" || o == "null" {
-		return o == "null"
+	return true
+}
+
+// scheme is the scheme browsers reach the portal by: https when this
+// connection is TLS, else (behind a TLS-terminating load balancer) the
+// scheme of its public URL.
+func (p *Portal) scheme(r *http.Request) string {
+	if r.TLS != nil {
+		return "https"
 	}
-	host, ok := strings.CutPrefix(o, "https://")
-	if !ok {
-		host, ok = strings.CutPrefix(o, "http://")
+	if u, err := url.Parse(p.cfg.publicURL()); err == nil && u.Scheme != "" {
+		return strings.ToLower(u.Scheme)
 	}
-	return !ok || !strings.EqualFold(host, r.Host)
+	return "https"
 }
 
 func (p *Portal) tooMany(w http.ResponseWriter, r *http.Request) {
