@@ -84,9 +84,9 @@ func (p *Portal) newKeyForm(w http.ResponseWriter, r *http.Request, sess *Sessio
 	noContext := len(c.Contexts) == 0 && !c.AnyContext
 	if form == nil {
 		form = map[string]string{"product": product.Extraction, "env": "live"}
-		if noContext {
-			form["product"] = product.Registry
-		}
+	}
+	if noContext {
+		form["product"] = product.Registry // the one it may choose
 	}
 	p.render(w, r, status, "newkey", sess, map[string]any{"Contexts": c.Contexts, "AnyContext": c.AnyContext, "NoContext": noContext,
 		"Problem": problem, "Form": form})

@@ -271,12 +271,17 @@ func (p *Portal) guard(next http.Handler) http.Handler {
 // another site. The CSRF token is the check that counts; this refuses
 // earlier and covers the sign-in forms, which have no session yet.
 func crossSite(r *http.Request, scheme string) bool {
-	if o := r.Header.Get("Origin"); o != "" && !strings.EqualFold(o, scheme+"://"+r.Host) {
-		return true // "null" (an opaque origin) included
+	o := r.Header.Get("Origin")
+	if o != "" && o != "null" && !strings.EqualFold(o, scheme+"://"+r.Host) {
+		return true
 	}
 	switch r.Header.Get("Sec-Fetch-Site") {
-	case "", "same-origin", "none":
+	case "same-origin", "none":
+		// The portal's own pages send no referrer, so a browser
+		// sends Origin: null with their forms.
 		return false
+	case "":
+		return o == "null" // an opaque origin, by no other word
 	}
 	return true
 }

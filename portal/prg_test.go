@@ -10,6 +10,7 @@ import (
 
 	"github.com/keygate/keygate/internal/keystoretest"
 	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/portal"
 )
 
 // Two more consumers: one that lists no contexts, one marked any_context.
@@ -19,7 +20,7 @@ const (
 	ctxC    = "1b2c3d4e-5f60-4718-a93b-0c1d2e3f4a5b"
 )
 
-func contextsFixture(t *testing.T) *fixture {
+func contextsFixture(t *testing.T, mod func(*portal.Config, *portal.Deps)) *fixture {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "keys.yaml")
 	created := time.Date(2026, 11, 2, 9, 30, 0, 0, time.UTC)
@@ -30,7 +31,7 @@ func contextsFixture(t *testing.T) *fixture {
 		{ID: conNone, Name: "Initech", CreatedAt: created},
 		{ID: conAny, Name: "Hooli", AnyContext: true, CreatedAt: created},
 	})
-	return newFixtureAt(t, path, nil)
+	return newFixtureAt(t, path, mod)
 }
 
 func (f *fixture) count(action string) int {
@@ -139,7 +140,7 @@ func TestRotatedKeyIsNotRotatedAgain(t *testing.T) {
 // consumer that lists none is offered no context field and refused one,
 // unless it is marked any_context.
 func TestContextRule(t *testing.T) {
-	f := contextsFixture(t)
+	f := contextsFixture(t, nil)
 	none := f.signIn(t, conNone)
 	csrf := none.csrf()
 	form := none.get("/keys/new")
@@ -210,6 +211,8 @@ func TestOriginComparesScheme(t *testing.T) {
 		{"https://" + host + ".evil.example", "", http.StatusForbidden},
 		{"https://evil.example", "", http.StatusForbidden},
 		{"null", "", http.StatusForbidden},
+		{"null", "cross-site", http.StatusForbidden},
+		{"null", "same-origin", http.StatusSeeOther}, // the portal's own form under Referrer-Policy: no-referrer
 		{"ws://" + host, "", http.StatusForbidden},
 		{"", "same-site", http.StatusForbidden},
 		{"https://" + host, "", http.StatusSeeOther},
@@ -220,8 +223,8 @@ func TestOriginComparesScheme(t *testing.T) {
 			t.Errorf("Origin %q, Sec-Fetch-Site %q: %d, want %d", tc.origin, tc.fetchSite, got, tc.want)
 		}
 	}
-	if n := f.count("portal.limit_request"); n != 3 {
-		t.Fatalf("%d limit requests recorded, want the 3 allowed", n)
+	if n := f.count("portal.limit_request"); n != 4 {
+		t.Fatalf("%d limit requests recorded, want the 4 allowed", n)
 	}
 }
 
