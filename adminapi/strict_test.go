@@ -159,3 +159,21 @@ func FuzzBody(f *testing.F) {
 		}
 	})
 }
+
+// Fields from different sources, each in bounds, may not be together:
+// the limit a key ends up with is checked whole.
+func TestEffectiveLimitBounds(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	if r := f.do(t, allToken, "PATCH", "/v1/keys/"+keyAcme, `{"override":{"rate":0.01}}`); r.status != http.StatusOK {
+		t.Fatalf("key rate 0.01 per the plan's 1s: %d %s", r.status, r.body)
+	}
+	r := f.do(t, allToken, "PATCH", "/v1/consumers/"+conAcme, `{"override":{"per":"8784h"}}`)
+	m := checkProblem(t, r, http.StatusBadRequest)
+	if d, _ := m["detail"].(string); !strings.Contains(d, keyAcme) || !strings.Contains(d, "rate: 0.01 per 8784h0m0s lets one request through every") {
+		t.Fatalf("detail %q", d)
+	}
+	if r := f.do(t, allToken, "PATCH", "/v1/keys/"+keyAcme, `{"override":{"per":"8784h"}}`); r.status != http.StatusBadRequest {
+		t.Fatalf("key per 8784h with its rate 0.01: %d %s", r.status, r.body)
+	}
+}

@@ -144,6 +144,9 @@ func (s *Service) UpdateConsumer(ctx context.Context, a Actor, id string, u Cons
 	if err == nil {
 		err = checkMetadata(u.Metadata)
 	}
+	if err == nil {
+		err = s.precheckConsumer(ctx, id, u.Limits, s.now())
+	}
 	var out keystore.Consumer
 	if err == nil {
 		now := s.now()

@@ -150,6 +150,9 @@ func (s *Service) UpdateKey(ctx context.Context, a Actor, id string, u KeyUpdate
 	if err == nil && u.Name != nil {
 		err = CheckText("name", *u.Name)
 	}
+	if err == nil {
+		err = s.precheckKey(ctx, id, u.Limits, s.now())
+	}
 	var rec keystore.Record
 	if err == nil {
 		now := s.now()

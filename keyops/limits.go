@@ -1,6 +1,7 @@
 package keyops
 
 import (
+	"context"
 	"strconv"
 	"time"
 
@@ -159,4 +160,66 @@ func describe(e *ratelimit.Effective, sub ratelimit.Subject) *Limit {
 		l.Until, l.Then = &t, describe(e.Next, sub)
 	}
 	return l
+}
+
+// checkEffective holds the limits keys end up with, every source
+// combined, to the bounds of ratelimit.CheckFields: fields from different
+// sources (a key's rate, its consumer's per) may each be in bounds and
+// not together. It checks rec (as it would be after the change) with con,
+// and its successors while overrides expire.
+func (s *Service) checkEffective(rec keystore.Record, con *keystore.Consumer, now time.Time) error {
+	for e := s.limits.Resolve(keystore.Subject(rec, con), now); e != nil; e = e.Next {
+		if err := ratelimit.CheckFields(ratelimit.WholeLimit(e.Limit)); err != nil {
+			return invalid("key %s would get a limit out of bounds, its plan, overrides and defaults combined: %v", rec.ID, err)
+		}
+	}
+	return nil
+}
+
+// precheckKey applies u to a copy of the key with id and checks the
+// limit it would get. The store applies u again, atomically; this only
+// refuses early what cannot be right.
+func (s *Service) precheckKey(ctx context.Context, id string, u LimitUpdate, now time.Time) error {
+	if !u.setsOverride() && u.Plan == nil && !u.ClearOverride {
+		return nil
+	}
+	rec, err := s.GetKey(ctx, id)
+	if err != nil {
+		return nil // the update reports it
+	}
+	var con *keystore.Consumer
+	if rec.Consumer != "" {
+		if c, err := s.store.GetConsumer(ctx, rec.Consumer); err == nil {
+			con = &c
+		}
+	}
+	if rec.Plan, rec.Override, err = u.apply(rec.Plan, rec.Override, now, map[string]string{}); err != nil {
+		return err
+	}
+	return s.checkEffective(rec, con, now)
+}
+
+// precheckConsumer applies u to a copy of the consumer with id and checks
+// the limit each of its keys would get.
+func (s *Service) precheckConsumer(ctx context.Context, id string, u LimitUpdate, now time.Time) error {
+	if !u.setsOverride() && u.Plan == nil && !u.ClearOverride {
+		return nil
+	}
+	con, err := s.store.GetConsumer(ctx, id)
+	if err != nil {
+		return nil // the update reports it
+	}
+	if con.Plan, con.Override, err = u.apply(con.Plan, con.Override, now, map[string]string{}); err != nil {
+		return err
+	}
+	recs, err := s.ListKeys(ctx, KeyFilter{Consumer: id})
+	if err != nil {
+		return err
+	}
+	for _, rec := range recs {
+		if err := s.checkEffective(rec, &con, now); err != nil {
+			return err
+		}
+	}
+	return nil
 }

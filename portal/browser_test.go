@@ -57,24 +57,12 @@ func TestPortalInChromium(t *testing.T) {
 	}
 	location := func() string { return browsertest.Get(t, ctx, "location", chromedp.Location()) }
 	bodyText := func() string { return eval("page text", `document.body.innerText`) }
-	// post submits a form the page did not offer, with the session's
-	// CSRF token: what a customer could craft by hand.
-	post := func(action string, fields map[string]string) {
-		js := `(() => { const f = document.createElement('form'); f.method = 'post'; f.action = ` + fmt.Sprintf("%q", action) + `;
-			const add = (k, v) => { const i = document.createElement('input'); i.type = 'hidden'; i.name = k; i.value = v; f.appendChild(i); };
-			add('csrf', document.querySelector('input[name=csrf]').value);`
-		for k, v := range fields {
-			js += fmt.Sprintf("add(%q, %q);", k, v)
-		}
-		js += `document.body.appendChild(f); f.submit(); return "sent"; })()`
-		eval("submit a crafted form to "+action, js)
-		browsertest.Do(t, ctx, "wait for the answer to "+action, chromedp.WaitReady(css("footer")))
-	}
-	// reload is the browser's reload (location.reload(), as F5), waited
-	// for until the new document has loaded.
-	reload := func(what string) {
+	// newDocument runs js, which leaves the page (a reload, a form
+	// submission), and waits until the next document has loaded: the
+	// old one is marked, so it cannot be mistaken for the new.
+	newDocument := func(what, js string) {
 		t.Helper()
-		eval(what, `window.__kgOld = 1; setTimeout(() => location.reload(), 0); "reloading"`)
+		eval(what, `window.__kgOld = 1; setTimeout(() => { `+js+` }, 0); "leaving"`)
 		deadline := time.Now().Add(20 * time.Second)
 		for {
 			st, err := chromedp.Run(ctx, chromedp.Evaluate[string](`window.__kgOld ? "old" : document.readyState`))
@@ -82,10 +70,24 @@ func TestPortalInChromium(t *testing.T) {
 				return
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("%s: the page did not reload (%q, %v)", what, st, err)
+				t.Fatalf("%s: no new page (%q, %v)", what, st, err)
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
+	}
+	// reload is the browser's reload (location.reload(), as F5).
+	reload := func(what string) { newDocument(what, "location.reload()") }
+	// post submits a form the page did not offer, with the session's
+	// CSRF token: what a customer could craft by hand.
+	post := func(action string, fields map[string]string) {
+		js := `const f = document.createElement('form'); f.method = 'post'; f.action = ` + fmt.Sprintf("%q", action) + `;
+			const add = (k, v) => { const i = document.createElement('input'); i.type = 'hidden'; i.name = k; i.value = v; f.appendChild(i); };
+			add('csrf', document.querySelector('input[name=csrf]').value);`
+		for k, v := range fields {
+			js += fmt.Sprintf("add(%q, %q);", k, v)
+		}
+		js += `document.body.appendChild(f); f.submit();`
+		newDocument("submit a crafted form to "+action, js)
 	}
 	has := func(sel string) bool {
 		return eval("look for "+sel, `String(document.querySelector(`+fmt.Sprintf("%q", sel)+`) !== null)`) == "true"
