@@ -14,6 +14,7 @@ import (
 	"golang.org/x/oauth2"
 
 	"github.com/keygate/keygate/internal/strictjson"
+	"github.com/keygate/keygate/keyops"
 	"github.com/keygate/keygate/keystore"
 )
 
@@ -153,6 +154,11 @@ func (p *Portal) oidcCallback(w http.ResponseWriter, r *http.Request) {
 	idt, err := oc.verifier.Verify(oidc.ClientContext(r.Context(), p.client), raw)
 	if err != nil {
 		fail(http.StatusUnauthorized, "The identity token could not be verified.", err)
+		return
+	}
+	if keyops.CheckText("sub", idt.Subject) != nil {
+		// The subject names the user in the audit log.
+		fail(http.StatusUnauthorized, "The identity token names you with characters that cannot be shown.", nil)
 		return
 	}
 	if subtle.ConstantTimeCompare([]byte(idt.Nonce), []byte(v.Nonce)) != 1 {
