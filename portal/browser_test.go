@@ -216,6 +216,13 @@ func TestPortalInChromium(t *testing.T) {
 	}
 	browsertest.Do(t, ctx, "keys at 390 px", chromedp.Navigate(base+"/keys"), chromedp.WaitVisible(css("tr#"+id)))
 	shot("keys-390px")
+	// The other pages fit too (a wide table scrolls inside its box).
+	for _, path := range []string{"/keys", "/keys/new", "/limits/request", "/keys/" + id + "/revoke", "/usage?key=" + keyA} {
+		browsertest.Do(t, ctx, path+" at 390 px", chromedp.Navigate(base+path), chromedp.WaitVisible(css("footer")))
+		if w := eval("page width", `String(Math.max(document.documentElement.scrollWidth, document.body.scrollWidth))`); w != "390" {
+			t.Errorf("%s is %s px wide at a 390 px viewport", path, w)
+		}
+	}
 	browsertest.Do(t, ctx, "desktop again", chromedp.EmulateViewport(1280, 900))
 
 	// A consumer without contexts: no context field, extraction refused.
