@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"go.uber.org/zap"
+
+	"github.com/keygate/keygate/keyops"
 )
 
 // TokenPrefix starts every admin token.
@@ -34,6 +36,12 @@ func (a *API) authenticate(w http.ResponseWriter, r *http.Request) (Principal, b
 	}
 	if a.clientCA != nil && r.TLS != nil && len(r.TLS.VerifiedChains) > 0 {
 		cert := r.TLS.VerifiedChains[0][0]
+		if keyops.CheckText("subject", cert.Subject.String()) != nil {
+			// It names the caller in the audit log, which must not
+			// hold text that prints as something else.
+			unauthorized(w, r, "the client certificate's subject holds control or formatting characters")
+			return Principal{}, false
+		}
 		return Principal{ID: "cert:" + cert.Subject.String(), Scopes: a.cfg.ClientCertScopes[cert.Subject.CommonName]}, true
 	}
 	unauthorized(w, r, "send an admin token (Authorization: Bearer kga_...) or a client certificate")

@@ -3,6 +3,7 @@ package adminapi
 import (
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/url"
 	"sort"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/keygate/keygate/internal/strictjson"
 	"github.com/keygate/keygate/keyops"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/ratelimit"
@@ -51,7 +53,7 @@ func parsePage(q url.Values) (limit int, after *cursor, err error) {
 	if s := q.Get("cursor"); s != "" {
 		b, err := base64.RawURLEncoding.DecodeString(s)
 		var c cursor
-		if err != nil || json.Unmarshal(b, &c) != nil || c.ID == "" {
+		if err != nil || strictjson.Unmarshal(b, &c) != nil || c.ID == "" {
 			return 0, nil, badRequest("cursor: not a cursor this API returned")
 		}
 		after = &c
@@ -104,6 +106,15 @@ type overrideBody struct {
 	Until *string `json:"until"`
 }
 
+// quotaBody is the object form of a quota.
+type quotaBody struct {
+	Requests *int64  `json:"requests"`
+	Per      *string `json:"per"`
+}
+
+// limitUpdate checks the fields against ratelimit.CheckFields (the
+// bounds every way in shares) and sets them in u; the error names the
+// field.
 func (o *overrideBody) limitUpdate(u *keyops.LimitUpdate) error {
 	if o == nil {
 		return nil
@@ -116,20 +127,33 @@ func (o *overrideBody) limitUpdate(u *keyops.LimitUpdate) error {
 		}
 		u.Per = &d
 	}
+	if err := ratelimit.CheckFields(ratelimit.Fields{Rate: u.Rate, Per: u.Per, Burst: u.Burst}); err != nil {
+		return badRequest("override." + err.Error())
+	}
 	if len(o.Quota) > 0 && string(o.Quota) != "null" {
 		var s string
 		var q ratelimit.Quota
-		if json.Unmarshal(o.Quota, &s) == nil {
+		if strictjson.Unmarshal(o.Quota, &s) == nil {
 			var err error
 			if q, err = ratelimit.ParseQuota(s); err != nil {
+				if errors.Is(err, ratelimit.ErrOutOfBounds) {
+					return badRequest("override." + err.Error()) // names quota.requests or quota.per
+				}
 				return badRequest("override.quota: " + err.Error())
 			}
 		} else {
-			var ov ratelimit.Override
-			if err := json.Unmarshal([]byte(`{"quota":`+string(o.Quota)+`}`), &ov); err != nil || ov.Quota == nil {
+			var qb quotaBody
+			if err := strictjson.Unmarshal(o.Quota, &qb); err != nil || qb.Requests == nil || qb.Per == nil {
 				return badRequest(`override.quota: want "REQUESTS/PERIOD", "none" or {"requests": N, "per": "24h"}`)
 			}
-			q = *ov.Quota
+			d, err := time.ParseDuration(*qb.Per)
+			if err != nil {
+				return badRequest("override.quota.per: want a duration such as 24h")
+			}
+			q = ratelimit.Quota{Requests: *qb.Requests, Per: d}
+			if err := ratelimit.CheckFields(ratelimit.Fields{Quota: &q}); err != nil {
+				return badRequest("override." + err.Error())
+			}
 		}
 		u.Quota = &q
 	}
@@ -150,8 +174,10 @@ type consumerCreateBody struct {
 	Name     string            `json:"name"`
 	Metadata map[string]string `json:"metadata"`
 	Contexts []string          `json:"contexts"`
-	Plan     string            `json:"plan"`
-	Override *overrideBody     `json:"override"`
+	// AnyContext lets the portal bind the consumer's keys to any context.
+	AnyContext bool          `json:"any_context"`
+	Plan       string        `json:"plan"`
+	Override   *overrideBody `json:"override"`
 }
 
 func (a *API) createConsumer(r *request) (response, error) {
@@ -159,7 +185,7 @@ func (a *API) createConsumer(r *request) (response, error) {
 	if err := r.decode(&b); err != nil {
 		return response{}, err
 	}
-	spec := keyops.ConsumerSpec{Name: b.Name, Metadata: b.Metadata, Contexts: b.Contexts, Plan: b.Plan}
+	spec := keyops.ConsumerSpec{Name: b.Name, Metadata: b.Metadata, Contexts: b.Contexts, AnyContext: b.AnyContext, Plan: b.Plan}
 	if err := b.Override.limitUpdate(&spec.Limits); err != nil {
 		return response{}, err
 	}
@@ -220,7 +246,7 @@ func contains(s []string, v string) bool {
 func isNull(b json.RawMessage) bool { return string(b) == "null" }
 
 func field[T any](m map[string]json.RawMessage, name string, into *T) error {
-	if err := json.Unmarshal(m[name], into); err != nil {
+	if err := strictjson.Unmarshal(m[name], into); err != nil {
 		return badRequest(name + ": " + err.Error())
 	}
 	return nil
@@ -243,10 +269,8 @@ func limitPatch(m map[string]json.RawMessage, u *keyops.LimitUpdate) error {
 			u.ClearOverride = true
 			return nil
 		}
-		dec := json.NewDecoder(strings.NewReader(string(raw)))
-		dec.DisallowUnknownFields()
 		var o overrideBody
-		if err := dec.Decode(&o); err != nil {
+		if err := strictjson.Unmarshal(raw, &o); err != nil {
 			return badRequest("override: " + err.Error())
 		}
 		return o.limitUpdate(u)
@@ -255,7 +279,7 @@ func limitPatch(m map[string]json.RawMessage, u *keyops.LimitUpdate) error {
 }
 
 func (a *API) updateConsumer(r *request) (response, error) {
-	m, err := r.patchFields("name", "metadata", "contexts", "plan", "override")
+	m, err := r.patchFields("name", "metadata", "contexts", "any_context", "plan", "override")
 	if err != nil {
 		return response{}, err
 	}
@@ -287,6 +311,15 @@ func (a *API) updateConsumer(r *request) (response, error) {
 			}
 		}
 		u.Contexts = &ctxs
+	}
+	if raw, ok := m["any_context"]; ok {
+		v := false
+		if !isNull(raw) {
+			if err := field(m, "any_context", &v); err != nil {
+				return response{}, err
+			}
+		}
+		u.AnyContext = &v
 	}
 	if err := limitPatch(m, &u.Limits); err != nil {
 		return response{}, err
@@ -579,6 +612,9 @@ func (a *API) createPortalSession(r *request) (response, error) {
 	}
 	if b.Consumer == "" {
 		return response{}, badRequest("consumer: required, the id of the consumer the session is for")
+	}
+	if err := keyops.CheckText("subject", b.Subject); err != nil {
+		return response{}, err
 	}
 	url, exp, err := a.deps.Portal.SessionLink(r.Context(), r.actor(), b.Consumer, b.Subject)
 	if err != nil {

@@ -82,7 +82,7 @@ type fixture struct {
 }
 
 // writeKeystore writes the fixture's consumers and keys to path.
-func writeKeystore(t *testing.T, path string) {
+func writeKeystore(t testing.TB, path string) {
 	t.Helper()
 	created := time.Date(2026, 11, 2, 9, 30, 0, 0, time.UTC)
 	consumers := []keystore.Consumer{
@@ -96,7 +96,7 @@ func writeKeystore(t *testing.T, path string) {
 	keystoretest.WriteFile(t, path, keys, consumers)
 }
 
-func newOps(t *testing.T, path string, auditor keyops.Auditor) *keyops.Service {
+func newOps(t testing.TB, path string, auditor keyops.Auditor) *keyops.Service {
 	t.Helper()
 	cfg := ratelimit.DefaultConfig()
 	cfg.Plans = map[string]ratelimit.Plan{
@@ -115,7 +115,7 @@ func newOps(t *testing.T, path string, auditor keyops.Auditor) *keyops.Service {
 
 // newFixture serves the API over a keystore with the fixture's records,
 // plain HTTP, with the test tokens.
-func newFixture(t *testing.T, mod func(*adminapi.Config, *adminapi.Deps)) *fixture {
+func newFixture(t testing.TB, mod func(*adminapi.Config, *adminapi.Deps)) *fixture {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "keys.yaml")
 	writeKeystore(t, path)

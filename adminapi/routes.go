@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/keygate/keygate/internal/statuswriter"
+	"github.com/keygate/keygate/internal/strictjson"
 
 	"go.uber.org/zap"
 
@@ -248,19 +249,15 @@ func writeBody(w http.ResponseWriter, status int, b []byte, ctype string) {
 	_, _ = w.Write(b)
 }
 
-// decode reads r's JSON body into v, refusing unknown fields and
-// trailing data.
+// decode reads r's JSON body into v with package strictjson: unknown
+// members, duplicate or case-variant names, invalid UTF-8 and trailing
+// data are all a 400 that names the problem.
 func (r *request) decode(v any) error {
 	if len(bytes.TrimSpace(r.body)) == 0 {
 		return badRequest("a JSON body is required")
 	}
-	dec := json.NewDecoder(bytes.NewReader(r.body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	if err := strictjson.Unmarshal(r.body, v); err != nil {
 		return badRequest("body: " + err.Error())
-	}
-	if dec.More() {
-		return badRequest("body: unexpected data after the JSON value")
 	}
 	return nil
 }

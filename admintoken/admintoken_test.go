@@ -107,6 +107,12 @@ func TestAuthenticate(t *testing.T) {
 			if got := strings.Join(actions, " "); got != want {
 				t.Errorf("audited %s, want %s", got, want)
 			}
+			// A name must be printable text: it is listed and audited.
+			for _, name := range []string{"ci\n2026-11-24 forged row", "ci\x1b[2K", "ci\u202e"} {
+				if _, _, err := svc.Create(ctx, actor, admintoken.CreateRequest{Name: name, Scopes: []string{admintoken.KeysRead}}); !errors.Is(err, admintoken.ErrInvalid) || !strings.Contains(err.Error(), "name: must not contain control") {
+					t.Errorf("name %q: %v, want ErrInvalid naming the field", name, err)
+				}
+			}
 		})
 	}
 }

@@ -151,7 +151,7 @@ func (l *limitFlags) update(fs *flag.FlagSet) (keyops.LimitUpdate, error) {
 		case "quota":
 			q, qerr := parseQuota(*l.quota)
 			if qerr != nil {
-				err = qerr
+				err = fmt.Errorf("--quota: %w", qerr)
 			}
 			u.Quota = &q
 		case "until":
@@ -166,6 +166,14 @@ func (l *limitFlags) update(fs *flag.FlagSet) (keyops.LimitUpdate, error) {
 			u.ClearOverride = *l.clear
 		}
 	})
+	if err == nil {
+		// The same bounds as config, the admin API and the portal.
+		var fe *ratelimit.FieldError
+		if errors.As(ratelimit.CheckFields(ratelimit.Fields{Rate: u.Rate, Per: u.Per, Burst: u.Burst, Quota: u.Quota, NoQuotaOK: true}), &fe) {
+			flagName, _, _ := strings.Cut(fe.Field, ".")
+			err = fmt.Errorf("--%s: %s", flagName, fe)
+		}
+	}
 	if err != nil {
 		return keyops.LimitUpdate{}, usageError{err.Error()}
 	}
@@ -299,9 +307,7 @@ func consumers(args []string, stdout, stderr io.Writer) error {
 		fs.Var(&meta, "meta", "metadata KEY=VALUE (repeatable; KEY= removes it on update)")
 		fs.Var(&ctxs, "context", "a context UUID its keys may be bound to (repeatable; on update, replaces the list)")
 		lf = addLimitFlags(fs, sub == "update")
-		if sub == "update" {
-			anyContext = fs.Bool("any-context", false, "allow its keys any context")
-		}
+		anyContext = fs.Bool("any-context", false, "allow its keys any context, in the self-service portal too (on update, drops its contexts; =false unsets it)")
 	case "list", "show":
 		asJSON = fs.Bool("json", false, "print JSON")
 	case "delete":
@@ -338,7 +344,7 @@ func consumers(args []string, stdout, stderr io.Writer) error {
 	return withOps(*cfgPath, func(ctx context.Context, ops *keyops.Service, actor keyops.Actor) error {
 		switch sub {
 		case "create":
-			spec := keyops.ConsumerSpec{Name: *name, Metadata: metadata, Contexts: ctxs, Limits: lu}
+			spec := keyops.ConsumerSpec{Name: *name, Metadata: metadata, Contexts: ctxs, AnyContext: *anyContext, Limits: lu}
 			if lu.Plan != nil {
 				spec.Plan = *lu.Plan
 			}
@@ -396,6 +402,7 @@ func consumers(args []string, stdout, stderr io.Writer) error {
 					c := []string(ctxs)
 					u.Contexts = &c
 				case "any-context":
+					u.AnyContext = anyContext
 					if *anyContext {
 						u.Contexts = &[]string{}
 					}

@@ -211,6 +211,9 @@ func Parse(b []byte) (Config, error) {
 	if err := c.Validate(); err != nil {
 		return Config{}, err
 	}
+	if err := checkWrittenQuotas(b, c); err != nil {
+		return Config{}, err
+	}
 	return c, nil
 }
 

@@ -48,8 +48,8 @@ func benchGatewayWith(b *testing.B, mod func(*gateway.Config, *gateway.Deps)) (*
 		Upstreams:    gateway.UpstreamsConfig{Extraction: gateway.UpstreamConfig{Targets: []string{up.URL}}, Registry: gateway.UpstreamConfig{Targets: []string{up.URL}}},
 		MaxBodyBytes: 100 << 20,
 		Limits: map[string]ratelimit.Limit{
-			"live": {Rate: 1e9, Per: time.Second, Burst: 1e9},
-			"test": {Rate: 1e9, Per: time.Second, Burst: 1e9},
+			"live": {Rate: 1e6, Per: time.Second, Burst: 1e9}, // the largest allowed
+			"test": {Rate: 1e6, Per: time.Second, Burst: 1e9},
 		},
 	}
 	deps := gateway.Deps{Auth: keys, Limiter: ratelimit.NewLocal(ratelimit.LocalConfig{}), Usage: usage.NewCounters(0)}

@@ -3,6 +3,7 @@ package keyops
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 
 	"github.com/keygate/keygate/keystore"
@@ -15,6 +16,9 @@ type ConsumerSpec struct {
 	// Contexts, when not empty, are the only contexts its keys may be
 	// bound to.
 	Contexts []string
+	// AnyContext lets the consumer's keys be bound to any context in the
+	// self-service portal too; it excludes Contexts.
+	AnyContext bool
 	// Plan names an entry of ratelimit.plans; "" for none.
 	Plan   string
 	Limits LimitUpdate // an override to start with; its Plan is ignored
@@ -32,6 +36,9 @@ func (s *Service) CreateConsumer(ctx context.Context, a Actor, spec ConsumerSpec
 	if len(spec.Contexts) > 0 {
 		changes["contexts"] = strings.Join(spec.Contexts, ",")
 	}
+	if spec.AnyContext {
+		changes["any_context"] = "true"
+	}
 	lu := spec.Limits
 	lu.Plan = nil
 	if spec.Plan != "" {
@@ -48,10 +55,19 @@ func (s *Service) CreateConsumer(ctx context.Context, a Actor, spec ConsumerSpec
 }
 
 func (s *Service) newConsumer(spec ConsumerSpec, lu LimitUpdate, changes map[string]string) (keystore.Consumer, error) {
+	if err := CheckText("name", spec.Name); err != nil {
+		return keystore.Consumer{}, err
+	}
+	if spec.AnyContext && len(spec.Contexts) > 0 {
+		return keystore.Consumer{}, invalid("any_context: a consumer lists its contexts or allows any, not both")
+	}
+	if err := checkMetadata(spec.Metadata); err != nil {
+		return keystore.Consumer{}, err
+	}
 	if err := s.checkLimits(lu); err != nil {
 		return keystore.Consumer{}, err
 	}
-	c := keystore.Consumer{Name: spec.Name, Metadata: spec.Metadata, Contexts: spec.Contexts}
+	c := keystore.Consumer{Name: spec.Name, Metadata: spec.Metadata, Contexts: spec.Contexts, AnyContext: spec.AnyContext}
 	var err error
 	if c.Plan, c.Override, err = lu.apply("", nil, s.now(), changes); err != nil {
 		return keystore.Consumer{}, err
@@ -101,9 +117,13 @@ type ConsumerUpdate struct {
 	Metadata map[string]string
 	// Contexts replaces the allowed contexts; an empty slice allows any.
 	// Narrowing them is refused while an active key of the consumer is
-	// bound to a context left out.
+	// bound to a context left out. Setting contexts clears AnyContext.
 	Contexts *[]string
-	Limits   LimitUpdate
+	// AnyContext sets whether the portal may bind the consumer's keys to
+	// any context; true needs no contexts (set Contexts to an empty slice
+	// with it to drop them).
+	AnyContext *bool
+	Limits     LimitUpdate
 }
 
 // UpdateConsumer changes the consumer with id. A change of its plan or
@@ -113,11 +133,20 @@ func (s *Service) UpdateConsumer(ctx context.Context, a Actor, id string, u Cons
 	if err := checkActor(a); err != nil {
 		return keystore.Consumer{}, err
 	}
-	if u.Name == nil && len(u.Metadata) == 0 && u.Contexts == nil && u.Limits.IsZero() {
+	if u.Name == nil && len(u.Metadata) == 0 && u.Contexts == nil && u.AnyContext == nil && u.Limits.IsZero() {
 		return keystore.Consumer{}, invalid("nothing to update")
 	}
 	changes := map[string]string{}
 	err := s.checkLimits(u.Limits)
+	if err == nil && u.Name != nil {
+		err = CheckText("name", *u.Name)
+	}
+	if err == nil {
+		err = checkMetadata(u.Metadata)
+	}
+	if err == nil {
+		err = s.precheckConsumer(ctx, id, u.Limits, s.now())
+	}
 	var out keystore.Consumer
 	if err == nil {
 		now := s.now()
@@ -147,6 +176,17 @@ func (s *Service) UpdateConsumer(ctx context.Context, a Actor, id string, u Cons
 			if u.Contexts != nil {
 				c.Contexts = append([]string(nil), (*u.Contexts)...)
 				changes["contexts"] = strings.Join(c.Contexts, ",")
+				if len(c.Contexts) > 0 && c.AnyContext && u.AnyContext == nil {
+					c.AnyContext = false
+					changes["any_context"] = "false"
+				}
+			}
+			if u.AnyContext != nil {
+				if *u.AnyContext && len(c.Contexts) > 0 {
+					return c, invalid("any_context: the consumer lists contexts; drop them (contexts: []) to allow any")
+				}
+				c.AnyContext = *u.AnyContext
+				changes["any_context"] = strconv.FormatBool(c.AnyContext)
 			}
 			var err error
 			c.Plan, c.Override, err = u.Limits.apply(c.Plan, c.Override, now, changes)

@@ -23,6 +23,9 @@ func (s *Service) IssueKey(ctx context.Context, a Actor, req keystore.IssueReque
 	if req.ExpiresIn > 0 {
 		changes["expires_in"] = req.ExpiresIn.String()
 	}
+	if err := CheckText("name", req.Name); err != nil {
+		return "", keystore.Record{}, s.audit(ctx, a, "key.issue", "", changes, err)
+	}
 	if err := req.Validate(); err != nil {
 		return "", keystore.Record{}, s.audit(ctx, a, "key.issue", "", changes, asInvalid(err))
 	}
@@ -144,6 +147,12 @@ func (s *Service) UpdateKey(ctx context.Context, a Actor, id string, u KeyUpdate
 		return keystore.Record{}, invalid("nothing to update")
 	}
 	err := s.checkLimits(u.Limits)
+	if err == nil && u.Name != nil {
+		err = CheckText("name", *u.Name)
+	}
+	if err == nil {
+		err = s.precheckKey(ctx, id, u.Limits, s.now())
+	}
 	var rec keystore.Record
 	if err == nil {
 		now := s.now()

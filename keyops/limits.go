@@ -1,6 +1,7 @@
 package keyops
 
 import (
+	"context"
 	"strconv"
 	"time"
 
@@ -45,24 +46,8 @@ func (s *Service) checkLimits(u LimitUpdate) error {
 			return invalid("plan: %v", err)
 		}
 	}
-	o := ratelimit.Override{}
-	if u.Rate != nil {
-		if *u.Rate <= 0 {
-			return invalid("rate: must be positive, got %g", *u.Rate)
-		}
-		o.Rate = *u.Rate
-	}
-	if u.Per != nil && *u.Per <= 0 {
-		return invalid("per: must be a positive duration such as 1s, got %s", *u.Per)
-	}
-	if u.Burst != nil && *u.Burst < 1 {
-		return invalid("burst: must be at least 1, got %d", *u.Burst)
-	}
-	if u.Quota != nil {
-		o.Quota = u.Quota
-		if err := o.Validate(); err != nil {
-			return invalid("%v", err)
-		}
+	if err := ratelimit.CheckFields(ratelimit.Fields{Rate: u.Rate, Per: u.Per, Burst: u.Burst, Quota: u.Quota, NoQuotaOK: true}); err != nil {
+		return asInvalid(err)
 	}
 	if u.Until != nil && !u.Until.IsZero() && !u.Until.After(s.now()) {
 		return invalid("until: %s is not in the future", u.Until.UTC().Format(time.RFC3339))
@@ -106,6 +91,11 @@ func (u LimitUpdate) apply(plan string, o *ratelimit.Override, now time.Time, ch
 		if !u.Until.IsZero() {
 			changes["override.until"] = next.Until.Format(time.RFC3339)
 		}
+	}
+	if err := next.Validate(); err != nil {
+		// Each field is in bounds (checkLimits), but together with the
+		// ones kept they may not be: 1e6 per 1ms.
+		return "", nil, asInvalid(err)
 	}
 	if next.IsZero() {
 		if u.Until != nil && !u.Until.IsZero() {
@@ -170,4 +160,66 @@ func describe(e *ratelimit.Effective, sub ratelimit.Subject) *Limit {
 		l.Until, l.Then = &t, describe(e.Next, sub)
 	}
 	return l
+}
+
+// checkEffective holds the limits keys end up with, every source
+// combined, to the bounds of ratelimit.CheckFields: fields from different
+// sources (a key's rate, its consumer's per) may each be in bounds and
+// not together. It checks rec (as it would be after the change) with con,
+// and its successors while overrides expire.
+func (s *Service) checkEffective(rec keystore.Record, con *keystore.Consumer, now time.Time) error {
+	for e := s.limits.Resolve(keystore.Subject(rec, con), now); e != nil; e = e.Next {
+		if err := ratelimit.CheckFields(ratelimit.WholeLimit(e.Limit)); err != nil {
+			return invalid("key %s would get a limit out of bounds, its plan, overrides and defaults combined: %v", rec.ID, err)
+		}
+	}
+	return nil
+}
+
+// precheckKey applies u to a copy of the key with id and checks the
+// limit it would get. The store applies u again, atomically; this only
+// refuses early what cannot be right.
+func (s *Service) precheckKey(ctx context.Context, id string, u LimitUpdate, now time.Time) error {
+	if !u.setsOverride() && u.Plan == nil && !u.ClearOverride {
+		return nil
+	}
+	rec, err := s.GetKey(ctx, id)
+	if err != nil {
+		return nil // the update reports it
+	}
+	var con *keystore.Consumer
+	if rec.Consumer != "" {
+		if c, err := s.store.GetConsumer(ctx, rec.Consumer); err == nil {
+			con = &c
+		}
+	}
+	if rec.Plan, rec.Override, err = u.apply(rec.Plan, rec.Override, now, map[string]string{}); err != nil {
+		return err
+	}
+	return s.checkEffective(rec, con, now)
+}
+
+// precheckConsumer applies u to a copy of the consumer with id and checks
+// the limit each of its keys would get.
+func (s *Service) precheckConsumer(ctx context.Context, id string, u LimitUpdate, now time.Time) error {
+	if !u.setsOverride() && u.Plan == nil && !u.ClearOverride {
+		return nil
+	}
+	con, err := s.store.GetConsumer(ctx, id)
+	if err != nil {
+		return nil // the update reports it
+	}
+	if con.Plan, con.Override, err = u.apply(con.Plan, con.Override, now, map[string]string{}); err != nil {
+		return err
+	}
+	recs, err := s.ListKeys(ctx, KeyFilter{Consumer: id})
+	if err != nil {
+		return err
+	}
+	for _, rec := range recs {
+		if err := s.checkEffective(rec, &con, now); err != nil {
+			return err
+		}
+	}
+	return nil
 }

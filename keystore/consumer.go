@@ -40,6 +40,11 @@ type Consumer struct {
 	// Contexts, when not empty, are the only contexts (lower-case UUIDs)
 	// the consumer's keys may be bound to.
 	Contexts []string `yaml:"contexts,omitempty" json:"contexts,omitempty"`
+	// AnyContext marks a consumer without Contexts whose keys may be
+	// bound to any context in the self-service portal too. Without it,
+	// the portal issues such a consumer no extraction key (an operator
+	// still can). It is never set together with Contexts.
+	AnyContext bool `yaml:"any_context,omitempty" json:"any_context,omitempty"`
 	// Plan names an entry of ratelimit.plans; "" means the env default.
 	Plan string `yaml:"plan,omitempty" json:"plan,omitempty"`
 	// Override replaces some of the plan's fields, possibly until a time.

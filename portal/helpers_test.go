@@ -199,3 +199,27 @@ func (f *fixture) signIn(t *testing.T, consumer string) *browser {
 }
 
 var newKeyRE = regexp.MustCompile(`svc_(live|test)_[A-Za-z0-9_]+`)
+
+// followIssued follows the redirect that answers a create or rotate to
+// the page that shows the new key, checks that page (no-store, the key
+// once), and returns the key. The page shows it once: a second visit
+// goes to the keys page.
+func (b *browser) followIssued(p page) string {
+	b.t.Helper()
+	loc := p.header.Get("Location")
+	if p.status != http.StatusSeeOther || !strings.HasPrefix(loc, "/issued/") {
+		b.t.Fatalf("want a 303 to /issued/…, got %d %q\n%s", p.status, loc, p.body)
+	}
+	if newKeyRE.MatchString(loc) || newKeyRE.MatchString(p.body) {
+		b.t.Fatal("the redirect carries the key")
+	}
+	shown := b.get(loc)
+	key := newKeyRE.FindString(shown.body)
+	if shown.status != http.StatusOK || key == "" || shown.header.Get("Cache-Control") != "no-store" {
+		b.t.Fatalf("issued page: %d, Cache-Control %q, key shown %v", shown.status, shown.header.Get("Cache-Control"), key != "")
+	}
+	if again := b.get(loc); again.status != http.StatusSeeOther || again.header.Get("Location") != "/keys?done=shown" || strings.Contains(again.body, key) {
+		b.t.Fatalf("second visit of the issued page: %d %q", again.status, again.header.Get("Location"))
+	}
+	return key
+}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -18,13 +19,18 @@ import (
 
 	"github.com/keygate/keygate/keyops"
 	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/ratelimit"
 )
 
 // keyRow is a key as the keys page lists it.
 type keyRow struct {
 	keystore.RecordView
 	LastUsed *time.Time
-	Active   bool
+	// Active is an active key that can still be rotated and revoked.
+	Active bool
+	// Expiring is a rotated key in its grace period: it works until
+	// ExpiresAt, and is not rotated again (its replacement is).
+	Expiring bool
 }
 
 func (p *Portal) keysPage(w http.ResponseWriter, r *http.Request, sess *Session) {
@@ -45,13 +51,17 @@ func (p *Portal) keysPage(w http.ResponseWriter, r *http.Request, sess *Session)
 			row.LastUsed = &t
 		}
 		row.Active = row.Status == keystore.Active
+		row.Expiring = row.Active && row.ReplacedBy != ""
 		rows = append(rows, row)
 	}
 	// Newest first: that is the key a customer just made or rotated.
 	for i, j := 0, len(rows)-1; i < j; i, j = i+1, j-1 {
 		rows[i], rows[j] = rows[j], rows[i]
 	}
-	done := map[string]string{"revoked": "The key was revoked. It stopped working at once."}[r.URL.Query().Get("done")]
+	done := map[string]string{
+		"revoked": "The key was revoked. It stopped working at once.",
+		"shown":   "A new key is shown only once, and it was: keygate keeps only its hash. If you did not copy it, rotate the key to get a new one.",
+	}[r.URL.Query().Get("done")]
 	p.render(w, r, http.StatusOK, "keys", sess, map[string]any{"Keys": rows, "Done": done})
 }
 
@@ -71,10 +81,33 @@ func (p *Portal) newKeyForm(w http.ResponseWriter, r *http.Request, sess *Sessio
 		p.storeError(w, r, sess, err)
 		return
 	}
+	noContext := len(c.Contexts) == 0 && !c.AnyContext
 	if form == nil {
 		form = map[string]string{"product": product.Extraction, "env": "live"}
 	}
-	p.render(w, r, status, "newkey", sess, map[string]any{"Contexts": c.Contexts, "Problem": problem, "Form": form})
+	if noContext {
+		form["product"] = product.Registry // the one it may choose
+	}
+	p.render(w, r, status, "newkey", sess, map[string]any{"Contexts": c.Contexts, "AnyContext": c.AnyContext, "NoContext": noContext,
+		"Problem": problem, "Form": form})
+}
+
+// contextAllowed applies the portal's rule for the context of a new key:
+// one of the consumer's contexts; any context only for a consumer marked
+// any_context; none at all for a consumer that lists no contexts and is
+// not so marked (it gets registry keys bound to no context, and asks
+// support for extraction keys). It returns the problem for the page, or
+// "".
+func contextAllowed(c keystore.Consumer, ctx string) string {
+	switch {
+	case ctx == "" || c.AnyContext:
+		return ""
+	case len(c.Contexts) == 0:
+		return "Your account has no processing context, so the portal cannot bind a key to one. Ask support to add your contexts; until then you can create schema registry keys."
+	case !slices.Contains(c.Contexts, strings.ToLower(ctx)):
+		return "Choose one of your account's contexts."
+	}
+	return ""
 }
 
 // maxName caps names and free text the portal stores.
@@ -91,6 +124,15 @@ func (p *Portal) createKey(w http.ResponseWriter, r *http.Request, sess *Session
 		Product: keystore.Product(form["product"]), Env: keystore.Env(form["env"]),
 		Context: form["context"], Name: form["name"], Consumer: sess.Consumer,
 	}
+	c, err := p.consumer(r.Context(), sess)
+	if err != nil {
+		p.storeError(w, r, sess, err)
+		return
+	}
+	if problem := contextAllowed(c, req.Context); problem != "" {
+		p.newKeyForm(w, r, sess, http.StatusForbidden, problem, form)
+		return
+	}
 	if err := req.Validate(); err != nil {
 		p.newKeyForm(w, r, sess, http.StatusBadRequest, userMessage(err), form)
 		return
@@ -104,11 +146,53 @@ func (p *Portal) createKey(w http.ResponseWriter, r *http.Request, sess *Session
 		p.storeError(w, r, sess, err)
 		return
 	}
-	p.showKey(w, r, sess, key, rec, "created", 0)
+	p.issued(w, r, sess, key, rec, "created", 0)
+}
+
+// issued answers the POST that made a key with a redirect to the page
+// that shows it once (POST-redirect-GET): a reload of that page shows
+// nothing more and makes nothing. The key waits server-side, sealed and
+// tied to the session (see putFlash). Should the flash store fail, the
+// key is shown in this answer rather than lost.
+func (p *Portal) issued(w http.ResponseWriter, r *http.Request, sess *Session, key string, rec keystore.Record, how string, grace time.Duration) {
+	token, _ := r.Context().Value(tokenCtxKey{}).(string)
+	handle, err := p.putFlash(r.Context(), token, issuedFlash{Key: key, ID: rec.ID, How: how, Grace: grace})
+	if err != nil {
+		p.log.Warn("portal: flash store failed; showing the new key in the POST's answer", zap.Error(err))
+		p.showKey(w, r, sess, key, rec, how, grace)
+		return
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	http.Redirect(w, r, "/issued/"+handle, http.StatusSeeOther)
+}
+
+// issuedPage shows a new key, once: the flash is taken as it is read. A
+// reload, or a handle of another session, goes to the keys page, which
+// says that a key is shown only once.
+func (p *Portal) issuedPage(w http.ResponseWriter, r *http.Request, sess *Session) {
+	token, _ := r.Context().Value(tokenCtxKey{}).(string)
+	f, err := p.takeFlash(r.Context(), token, r.PathValue("handle"))
+	if errors.Is(err, errNoFlash) {
+		http.Redirect(w, r, "/keys?done=shown", http.StatusSeeOther)
+		return
+	}
+	if err != nil {
+		p.storeError(w, r, sess, err)
+		return
+	}
+	rec, err := p.ops.GetKey(r.Context(), f.ID)
+	if err != nil || rec.Consumer != sess.Consumer {
+		if err == nil {
+			err = fmt.Errorf("portal: flash of key %s in a session of %s", f.ID, sess.Consumer)
+		}
+		p.storeError(w, r, sess, err)
+		return
+	}
+	p.showKey(w, r, sess, f.Key, rec, f.How, f.Grace)
 }
 
 // showKey is the one response that carries a new key: no-store, and the
-// key nowhere else (not in a log, not in the audit log).
+// key nowhere else (not in a log, not in the audit log, not in a URL).
 func (p *Portal) showKey(w http.ResponseWriter, r *http.Request, sess *Session, key string, rec keystore.Record, how string, grace time.Duration) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("Pragma", "no-cache")
@@ -171,9 +255,30 @@ func plural(n int, unit string) string {
 	return strconv.Itoa(n) + " " + unit + "s"
 }
 
+// notRotatable answers 409 with a page that says why rec cannot be
+// rotated (already rotated, revoked or expired) and reports true; it
+// reports false for a key that can be. This is the customer's own state,
+// not a failure: nothing is logged above info.
+func (p *Portal) notRotatable(w http.ResponseWriter, r *http.Request, sess *Session, rec keystore.Record) bool {
+	v := rec.View(p.now())
+	var msg string
+	switch {
+	case v.Status == keystore.Revoked:
+		msg = "This key was revoked, so it cannot be rotated. Create a new key instead."
+	case v.Status == keystore.Expired:
+		msg = "This key has expired, so it cannot be rotated. Create a new key instead."
+	case v.ReplacedBy != "":
+		msg = "This key was already rotated: its replacement is " + v.ReplacedBy + ", and it keeps working only until " + when(v.ExpiresAt) + ". To rotate again, rotate " + v.ReplacedBy + "."
+	default:
+		return false
+	}
+	p.errorPage(w, r, sess, http.StatusConflict, "Already rotated", msg)
+	return true
+}
+
 func (p *Portal) rotatePage(w http.ResponseWriter, r *http.Request, sess *Session) {
 	rec, ok := p.ownKey(w, r, sess)
-	if !ok {
+	if !ok || p.notRotatable(w, r, sess, rec) {
 		return
 	}
 	gs := p.graces()
@@ -186,7 +291,7 @@ func (p *Portal) rotatePage(w http.ResponseWriter, r *http.Request, sess *Sessio
 
 func (p *Portal) rotateKey(w http.ResponseWriter, r *http.Request, sess *Session) {
 	rec, ok := p.ownKey(w, r, sess)
-	if !ok {
+	if !ok || p.notRotatable(w, r, sess, rec) {
 		return
 	}
 	grace := time.Duration(-1)
@@ -201,14 +306,23 @@ func (p *Portal) rotateKey(w http.ResponseWriter, r *http.Request, sess *Session
 	}
 	key, nrec, err := p.ops.RotateKey(r.Context(), p.actor(r, sess), rec.ID, grace)
 	if err != nil {
-		if errors.Is(err, keyops.ErrInvalid) || errors.Is(err, keystore.ErrContextNotAllowed) || errors.Is(err, keystore.ErrRevoked) {
+		// Rotated, revoked or expired since it was read (another tab):
+		// say so from its state now.
+		if errors.Is(err, keystore.ErrRotated) || errors.Is(err, keystore.ErrRevoked) || errors.Is(err, keystore.ErrExpired) {
+			if now, gerr := p.ops.GetKey(r.Context(), rec.ID); gerr == nil && p.notRotatable(w, r, sess, now) {
+				return
+			}
+			p.errorPage(w, r, sess, http.StatusConflict, "Cannot rotate", userMessage(err))
+			return
+		}
+		if errors.Is(err, keyops.ErrInvalid) || errors.Is(err, keystore.ErrContextNotAllowed) {
 			p.errorPage(w, r, sess, http.StatusConflict, "Cannot rotate", userMessage(err))
 			return
 		}
 		p.storeError(w, r, sess, err)
 		return
 	}
-	p.showKey(w, r, sess, key, nrec, "rotated", grace)
+	p.issued(w, r, sess, key, nrec, "rotated", grace)
 }
 
 func (p *Portal) revokePage(w http.ResponseWriter, r *http.Request, sess *Session) {
@@ -240,8 +354,21 @@ func (p *Portal) revokeKey(w http.ResponseWriter, r *http.Request, sess *Session
 }
 
 func (p *Portal) limitRequestPage(w http.ResponseWriter, r *http.Request, sess *Session) {
-	p.limitRequestForm(w, r, sess, http.StatusOK, "", "", nil)
+	done := map[string]string{
+		"sent":       "Your request was recorded. Support will get back to you.",
+		"unnotified": "Your request was recorded, but support could not be notified right away; they will see it in the audit log.",
+	}[r.URL.Query().Get("done")]
+	p.limitRequestForm(w, r, sess, http.StatusOK, "", done, nil)
 }
+
+// The periods a limit request offers, for a rate and for a quota.
+var (
+	ratePers  = []period{{"1s", "second"}, {"1m0s", "minute"}, {"1h0m0s", "hour"}}
+	quotaPers = []period{{"1h0m0s", "hour"}, {"24h0m0s", "day"}, {"720h0m0s", "30 days"}}
+)
+
+// period is a choice of the limit request's per fields.
+type period struct{ Value, Label string }
 
 func (p *Portal) limitRequestForm(w http.ResponseWriter, r *http.Request, sess *Session, status int, problem, done string, form map[string]string) {
 	recs, err := p.ops.ListKeys(r.Context(), keyops.KeyFilter{Consumer: sess.Consumer, Status: keystore.Active})
@@ -250,9 +377,10 @@ func (p *Portal) limitRequestForm(w http.ResponseWriter, r *http.Request, sess *
 		return
 	}
 	if form == nil {
-		form = map[string]string{}
+		form = map[string]string{"per": ratePers[0].Value, "quota_per": quotaPers[1].Value}
 	}
-	p.render(w, r, status, "limitrequest", sess, map[string]any{"Keys": recs, "Problem": problem, "Done": done, "Form": form})
+	p.render(w, r, status, "limitrequest", sess, map[string]any{"Keys": recs, "Problem": problem, "Done": done, "Form": form,
+		"RatePers": ratePers, "QuotaPers": quotaPers})
 }
 
 // LimitRequest is the JSON the limit-request webhook receives.
@@ -264,14 +392,60 @@ type LimitRequest struct {
 	Key string `json:"key,omitempty"`
 	// Subject is who asked (the audit log's actor).
 	Subject string `json:"subject"`
-	Rate    string `json:"requested_rate,omitempty"`
-	Quota   string `json:"requested_quota,omitempty"`
-	Reason  string `json:"reason"`
+	// Rate is "REQUESTS/PERIOD" such as "50/1s"; Quota such as
+	// "100000/24h0m0s". Each is within the bounds of any limit
+	// (ratelimit.CheckFields), or left out.
+	Rate   string `json:"requested_rate,omitempty"`
+	Quota  string `json:"requested_quota,omitempty"`
+	Reason string `json:"reason"`
 }
 
+// parseLimitRequest reads the rate and quota asked for and holds them to
+// the bounds every limit has; the problem is for the page.
+func parseLimitRequest(form map[string]string) (rate, quota, problem string) {
+	pick := func(v string, from []period) (time.Duration, bool) {
+		for _, p := range from {
+			if p.Value == v {
+				d, err := time.ParseDuration(v)
+				return d, err == nil
+			}
+		}
+		return 0, false
+	}
+	var f ratelimit.Fields
+	if form["rate"] != "" {
+		n, err := strconv.ParseFloat(form["rate"], 64)
+		per, ok := pick(form["per"], ratePers)
+		if err != nil || !ok {
+			return "", "", "Give the rate as a number of requests, and choose per second, minute or hour."
+		}
+		f.Rate, f.Per = &n, &per
+		rate = strconv.FormatFloat(n, 'g', -1, 64) + "/" + per.String()
+	}
+	if form["quota"] != "" {
+		n, err := strconv.ParseInt(form["quota"], 10, 64)
+		per, ok := pick(form["quota_per"], quotaPers)
+		if err != nil || !ok {
+			return "", "", "Give the quota as a whole number of requests, and choose per hour, day or 30 days."
+		}
+		q := ratelimit.Quota{Requests: n, Per: per}
+		f.Quota = &q
+		quota = q.String()
+	}
+	var fe *ratelimit.FieldError
+	if errors.As(ratelimit.CheckFields(f), &fe) {
+		return "", "", "The " + strings.ReplaceAll(fe.Field, ".", " ") + " asked for is out of bounds: it " + fe.Msg + "."
+	}
+	return rate, quota, ""
+}
+
+// limitRequest records a request for a higher limit and answers with a
+// redirect to the form (POST-redirect-GET), which says it was sent: a
+// reload sends nothing more.
 func (p *Portal) limitRequest(w http.ResponseWriter, r *http.Request, sess *Session) {
 	f := r.PostForm
-	form := map[string]string{"key": f.Get("key"), "rate": strings.TrimSpace(f.Get("rate")), "quota": strings.TrimSpace(f.Get("quota")), "reason": strings.TrimSpace(f.Get("reason"))}
+	form := map[string]string{"key": f.Get("key"), "rate": strings.TrimSpace(f.Get("rate")), "per": f.Get("per"),
+		"quota": strings.TrimSpace(f.Get("quota")), "quota_per": f.Get("quota_per"), "reason": strings.TrimSpace(f.Get("reason"))}
 	switch {
 	case form["rate"] == "" && form["quota"] == "":
 		p.limitRequestForm(w, r, sess, http.StatusBadRequest, "Say which limit you need: a rate, a quota, or both.", "", form)
@@ -281,6 +455,17 @@ func (p *Portal) limitRequest(w http.ResponseWriter, r *http.Request, sess *Sess
 		return
 	case utf8.RuneCountInString(form["rate"]) > maxName || utf8.RuneCountInString(form["quota"]) > maxName || utf8.RuneCountInString(form["reason"]) > 2000:
 		p.limitRequestForm(w, r, sess, http.StatusBadRequest, "The request is too long.", "", form)
+		return
+	}
+	// The reason is free text over several lines; anything else that
+	// prints as something other than itself is refused.
+	if err := keyops.CheckText("reason", strings.NewReplacer("\r\n", " ", "\n", " ", "\t", " ").Replace(form["reason"])); err != nil {
+		p.limitRequestForm(w, r, sess, http.StatusBadRequest, "The reason holds characters that cannot be shown (control or formatting characters).", "", form)
+		return
+	}
+	rate, quota, problem := parseLimitRequest(form)
+	if problem != "" {
+		p.limitRequestForm(w, r, sess, http.StatusBadRequest, problem, "", form)
 		return
 	}
 	target := sess.Consumer
@@ -293,16 +478,16 @@ func (p *Portal) limitRequest(w http.ResponseWriter, r *http.Request, sess *Sess
 		target = rec.ID
 	}
 	lr := LimitRequest{Event: "limit_request", Time: p.now().UTC(), Consumer: sess.Consumer, Key: form["key"], Subject: sess.Subject,
-		Rate: form["rate"], Quota: form["quota"], Reason: form["reason"]}
+		Rate: rate, Quota: quota, Reason: form["reason"]}
 	p.audit(r.Context(), p.actor(r, sess), "portal.limit_request", target, map[string]string{"rate": lr.Rate, "quota": lr.Quota, "reason": lr.Reason}, nil)
-	done := "Your request was recorded. Support will get back to you."
+	done := "sent"
 	if p.cfg.LimitRequestWebhook != "" {
 		if err := p.postWebhook(r.Context(), lr); err != nil {
 			p.log.Warn("portal: limit-request webhook failed", zap.Error(err))
-			done = "Your request was recorded, but support could not be notified right away; they will see it in the audit log."
+			done = "unnotified"
 		}
 	}
-	p.limitRequestForm(w, r, sess, http.StatusOK, "", done, nil)
+	http.Redirect(w, r, "/limits/request?done="+done, http.StatusSeeOther)
 }
 
 func (p *Portal) postWebhook(ctx context.Context, lr LimitRequest) error {

@@ -24,6 +24,7 @@ import (
 	"io/fs"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -183,6 +184,9 @@ func (p *Portal) SessionLink(ctx context.Context, by keyops.Actor, consumer, sub
 	if len(subject) > 200 {
 		return "", time.Time{}, fmt.Errorf("%w: subject: at most 200 characters", keyops.ErrInvalid)
 	}
+	if err := keyops.CheckText("subject", subject); err != nil {
+		return "", time.Time{}, err
+	}
 	secret, err := putOnce(ctx, p.kv, "link", onceValue{Consumer: consumer, Subject: "delegated:" + subject}, now, SessionLinkTTL)
 	ev.Err = err
 	ev.Changes = map[string]string{"subject": subject}
@@ -210,6 +214,7 @@ func (p *Portal) Handler() http.Handler {
 	mux.HandleFunc("GET /keys", p.signedIn(p.keysPage))
 	mux.HandleFunc("GET /keys/new", p.signedIn(p.newKeyPage))
 	mux.HandleFunc("POST /keys", p.signedIn(p.createKey))
+	mux.HandleFunc("GET /issued/{handle}", p.signedIn(p.issuedPage))
 	mux.HandleFunc("GET /keys/{id}/rotate", p.signedIn(p.rotatePage))
 	mux.HandleFunc("POST /keys/{id}/rotate", p.signedIn(p.rotateKey))
 	mux.HandleFunc("GET /keys/{id}/revoke", p.signedIn(p.revokePage))
@@ -243,7 +248,7 @@ func (p *Portal) guard(next http.Handler) http.Handler {
 		switch {
 		case !p.perAddr.allow(addr.String()):
 			p.tooMany(sw, r)
-		case r.Method == http.MethodPost && crossSite(r):
+		case r.Method == http.MethodPost && crossSite(r, p.scheme(r)):
 			p.errorPage(sw, r, nil, http.StatusForbidden, "Request refused", "This form was sent from another site.")
 		default:
 			r.Body = http.MaxBytesReader(sw, r.Body, 64<<10)
@@ -260,26 +265,38 @@ func (p *Portal) guard(next http.Handler) http.Handler {
 }
 
 // crossSite reports whether a POST comes from another origin, by the
-// browser's own word (Sec-Fetch-Site, else Origin). The CSRF token is
-// the check that counts; this refuses earlier and covers the sign-in
-// forms, which have no session yet.
-func crossSite(r *http.Request) bool {
-	switch r.Header.Get("Sec-Fetch-Site") {
-	case "same-origin", "none":
-		return false
-	case "":
-	default:
+// browser's own word (Origin and Sec-Fetch-Site). An Origin must match
+// the portal's own origin whole: scheme and host (with its port), so
+// that http://host, a page served without TLS on the same host name, is
+// another site. The CSRF token is the check that counts; this refuses
+// earlier and covers the sign-in forms, which have no session yet.
+func crossSite(r *http.Request, scheme string) bool {
+	o := r.Header.Get("Origin")
+	if o != "" && o != "null" && !strings.EqualFold(o, scheme+"://"+r.Host) {
 		return true
 	}
-	o := r.Header.Get("Origin")
-	if o == "" || o == "null" {
-		return o == "null"
+	switch r.Header.Get("Sec-Fetch-Site") {
+	case "same-origin", "none":
+		// The portal's own pages send no referrer, so a browser
+		// sends Origin: null with their forms.
+		return false
+	case "":
+		return o == "null" // an opaque origin, by no other word
 	}
-	host, ok := strings.CutPrefix(o, "https://")
-	if !ok {
-		host, ok = strings.CutPrefix(o, "http://")
+	return true
+}
+
+// scheme is the scheme browsers reach the portal by: https when this
+// connection is TLS, else (behind a TLS-terminating load balancer) the
+// scheme of its public URL.
+func (p *Portal) scheme(r *http.Request) string {
+	if r.TLS != nil {
+		return "https"
 	}
-	return !ok || !strings.EqualFold(host, r.Host)
+	if u, err := url.Parse(p.cfg.publicURL()); err == nil && u.Scheme != "" {
+		return strings.ToLower(u.Scheme)
+	}
+	return "https"
 }
 
 func (p *Portal) tooMany(w http.ResponseWriter, r *http.Request) {

@@ -115,11 +115,11 @@ func TestIsolationBetweenConsumers(t *testing.T) {
 		{"revoke B's key", func() page { return a.post("/keys/"+keyB+"/revoke", "csrf", csrf, "confirm", keyB) }, 404},
 		{"usage of B's key", func() page { return a.get("/usage?key=" + keyB) }, 404},
 		{"limit request for B's key", func() page {
-			return a.post("/limits/request", "csrf", csrf, "key", keyB, "rate", "100/s", "reason", "x")
+			return a.post("/limits/request", "csrf", csrf, "key", keyB, "rate", "100", "per", "1s", "reason", "x")
 		}, 400},
 		{"key in B's context", func() page {
 			return a.post("/keys", "csrf", csrf, "product", "extraction", "env", "live", "context", ctxB)
-		}, 400},
+		}, 403},
 		{"an id that exists nowhere", func() page { return a.get("/keys/key_ffffffffffffffff/rotate") }, 404},
 		{"a path-traversing id", func() page { return a.get("/keys/..%2f" + keyB + "/rotate") }, 404},
 	}
@@ -154,7 +154,7 @@ func TestIsolationBetweenConsumers(t *testing.T) {
 	}
 	// A form field naming another consumer is not read: the key is A's.
 	p := a.post("/keys", "csrf", csrf, "product", "extraction", "env", "live", "context", ctxA, "consumer", conB)
-	if p.status != 200 {
+	if p.status != http.StatusSeeOther {
 		t.Fatalf("create: %d", p.status)
 	}
 	recs, _ := f.store.List(context.Background())
@@ -254,16 +254,7 @@ func TestNewKeyShownOnce(t *testing.T) {
 	a := f.signIn(t, conA)
 	csrf := a.csrf()
 	p := a.post("/keys", "csrf", csrf, "product", "extraction", "env", "live", "name", "billing", "context", ctxA)
-	if p.status != 200 {
-		t.Fatalf("create: %d\n%s", p.status, p.body)
-	}
-	if p.header.Get("Cache-Control") != "no-store" {
-		t.Fatalf("Cache-Control %q", p.header.Get("Cache-Control"))
-	}
-	key := newKeyRE.FindString(p.body)
-	if key == "" {
-		t.Fatal("no key on the page")
-	}
+	key := a.followIssued(p)
 	recs, _ := f.store.List(context.Background())
 	var rec keystore.Record
 	for _, r := range recs {
@@ -275,10 +266,9 @@ func TestNewKeyShownOnce(t *testing.T) {
 		t.Fatalf("the shown key is not the stored one: %+v", rec)
 	}
 	// Rotation shows the next one once too.
-	p = a.post("/keys/"+rec.ID+"/rotate", "csrf", csrf, "grace", "1h0m0s")
-	key2 := newKeyRE.FindString(p.body)
-	if p.status != 200 || key2 == "" || key2 == key || p.header.Get("Cache-Control") != "no-store" {
-		t.Fatalf("rotate: %d, key shown %v", p.status, key2 != "")
+	key2 := a.followIssued(a.post("/keys/"+rec.ID+"/rotate", "csrf", csrf, "grace", "1h0m0s"))
+	if key2 == key {
+		t.Fatal("rotation showed the old key")
 	}
 	for _, path := range []string{"/keys", "/usage", "/keys/new", "/limits/request", "/keys/" + rec.ID + "/revoke"} {
 		if body := a.get(path).body; strings.Contains(body, key) || strings.Contains(body, key2) {
@@ -396,20 +386,23 @@ func TestLimitRequest(t *testing.T) {
 	if p := a.post("/limits/request", "csrf", csrf, "rate", "50 per second"); p.status != 400 || !strings.Contains(p.body, "why") {
 		t.Fatalf("without a reason: %d", p.status)
 	}
-	p := a.post("/limits/request", "csrf", csrf, "key", keyA, "rate", "50 per second", "quota", "100000 per day", "reason", "launch <b>week</b>")
-	if p.status != 200 || !strings.Contains(p.body, "recorded") {
-		t.Fatalf("request: %d", p.status)
+	if p := a.post("/limits/request", "csrf", csrf, "rate", "50 per second", "reason", "launch <b>week</b>"); p.status != 400 || strings.Contains(p.body, "<b>week</b>") {
+		t.Fatalf("free-text rate: %d (or the form echoes unescaped HTML)", p.status)
 	}
-	if strings.Contains(p.body, "<b>week</b>") {
-		t.Fatal("the form echoes unescaped HTML")
+	p := a.post("/limits/request", "csrf", csrf, "key", keyA, "rate", "50", "per", "1s", "quota", "100000", "quota_per", "24h0m0s", "reason", "launch <b>week</b>")
+	if p.status != http.StatusSeeOther || p.header.Get("Location") != "/limits/request?done=sent" {
+		t.Fatalf("request: %d %s", p.status, p.header.Get("Location"))
+	}
+	if p := a.get(p.header.Get("Location")); p.status != 200 || !strings.Contains(p.body, "recorded") {
+		t.Fatalf("after the request: %d", p.status)
 	}
 	lr := <-got
-	if lr.Event != "limit_request" || lr.Consumer != conA || lr.Key != keyA || lr.Rate != "50 per second" || lr.Subject != "delegated:user@"+conA {
+	if lr.Event != "limit_request" || lr.Consumer != conA || lr.Key != keyA || lr.Rate != "50/1s" || lr.Quota != "100000/24h0m0s" || lr.Subject != "delegated:user@"+conA {
 		t.Fatalf("webhook got %+v", lr)
 	}
 	var audited bool
 	for _, e := range f.audit.Events() {
-		if e.Action == "portal.limit_request" && e.Target == keyA && e.Actor.ID == "portal:delegated:user@"+conA && e.Changes["quota"] == "100000 per day" {
+		if e.Action == "portal.limit_request" && e.Target == keyA && e.Actor.ID == "portal:delegated:user@"+conA && e.Changes["quota"] == "100000/24h0m0s" {
 			audited = true
 		}
 	}

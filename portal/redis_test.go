@@ -59,3 +59,37 @@ func TestSessionsSharedThroughRedis(t *testing.T) {
 		t.Fatalf("replica 2 still honours a session signed out on replica 1: %d", p.status)
 	}
 }
+
+// With Redis, the new key crosses the redirect through Redis, sealed: the
+// page on another replica shows it once, and Redis never holds it in the
+// clear.
+func TestIssuedKeyThroughRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	rc := srv.Client(t)
+	withRedis := func(_ *portal.Config, d *portal.Deps) { d.Redis, d.RedisPrefix = rc, "kg1:" }
+	r1 := newFixture(t, withRedis)
+	r2 := sharedStore(t, r1, withRedis)
+
+	a := r1.signIn(t, conA)
+	created := a.post("/keys", "csrf", a.csrf(), "product", "extraction", "env", "live", "context", ctxA)
+	if created.status != http.StatusSeeOther {
+		t.Fatalf("create: %d", created.status)
+	}
+	ctx := context.Background()
+	keys, err := rc.Keys(ctx, "kg1:portal:flash:*").Result()
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("flash keys in Redis: %v %v", keys, err)
+	}
+	sealed, _ := rc.Get(ctx, keys[0]).Bytes()
+
+	// The same session on replica 2 follows the redirect.
+	b := r2.browser(t)
+	b.c.Jar.SetCookies(mustURL(t, r2.srv.URL), a.c.Jar.Cookies(mustURL(t, r1.srv.URL)))
+	key := b.followIssued(created)
+	if strings.Contains(string(sealed), key) || strings.Contains(string(sealed), strings.TrimPrefix(key, "svc_live_")) {
+		t.Fatal("Redis held the new key in the clear")
+	}
+	if n, _ := rc.Exists(ctx, keys[0]).Result(); n != 0 {
+		t.Fatal("the flash outlived its one view")
+	}
+}

@@ -22,22 +22,25 @@ type page struct {
 }
 
 var funcs = template.FuncMap{
-	"when": func(t any) string {
-		switch v := t.(type) {
-		case time.Time:
-			if v.IsZero() {
-				return "never"
-			}
-			return v.UTC().Format("2006-01-02 15:04 UTC")
-		case *time.Time:
-			if v == nil || v.IsZero() {
-				return "never"
-			}
-			return v.UTC().Format("2006-01-02 15:04 UTC")
-		}
-		return fmt.Sprint(t)
-	},
+	"when":  when,
 	"upper": strings.ToUpper,
+}
+
+// when is a time for a page: "2026-11-24 19:30 UTC", or "never".
+func when(t any) string {
+	switch v := t.(type) {
+	case time.Time:
+		if v.IsZero() {
+			return "never"
+		}
+		return v.UTC().Format("2006-01-02 15:04 UTC")
+	case *time.Time:
+		if v == nil || v.IsZero() {
+			return "never"
+		}
+		return v.UTC().Format("2006-01-02 15:04 UTC")
+	}
+	return fmt.Sprint(t)
 }
 
 // parsePages parses each page with the layout.

@@ -3,6 +3,7 @@ package portal
 import (
 	"context"
 	"crypto/subtle"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"slices"
@@ -12,6 +13,8 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/oauth2"
 
+	"github.com/keygate/keygate/internal/strictjson"
+	"github.com/keygate/keygate/keyops"
 	"github.com/keygate/keygate/keystore"
 )
 
@@ -153,13 +156,26 @@ func (p *Portal) oidcCallback(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusUnauthorized, "The identity token could not be verified.", err)
 		return
 	}
+	if keyops.CheckText("sub", idt.Subject) != nil {
+		// The subject names the user in the audit log.
+		fail(http.StatusUnauthorized, "The identity token names you with characters that cannot be shown.", nil)
+		return
+	}
 	if subtle.ConstantTimeCompare([]byte(idt.Nonce), []byte(v.Nonce)) != 1 {
 		fail(http.StatusUnauthorized, "The identity token does not belong to this sign-in.", nil)
 		return
 	}
+	// The claims are read strictly (package strictjson): a token whose
+	// payload has duplicate or case-variant claim names, which parsers
+	// read differently, names no one.
+	var payload json.RawMessage
 	var claims map[string]any
-	if err := idt.Claims(&claims); err != nil {
-		fail(http.StatusUnauthorized, "The identity token could not be read.", err)
+	cerr := idt.Claims(&payload)
+	if cerr == nil {
+		cerr = strictjson.Unmarshal(payload, &claims)
+	}
+	if cerr != nil || claims == nil {
+		fail(http.StatusUnauthorized, "The identity token could not be read.", cerr)
 		return
 	}
 	display := firstString(claims, "email", "preferred_username", "name")

@@ -2,6 +2,7 @@ package ratelimit_test
 
 import (
 	"context"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -70,8 +71,32 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 		{"zero breaker failures", func(c *ratelimit.Config) { c.BreakerFailures = 0 }, "breaker_failures: "},
 		{"zero breaker back-off", func(c *ratelimit.Config) { c.BreakerBackoff = 0 }, "breaker_backoff: "},
 		{"no limits", func(c *ratelimit.Config) { c.Limits = nil }, "limits: must name the limits of live and test"},
-		{"zero burst", func(c *ratelimit.Config) { l := c.Limits["test"]; l.Burst = 0; c.Limits["test"] = l }, "limits.test.burst: must be at least 1"},
-		{"zero rate", func(c *ratelimit.Config) { l := c.Limits["live"]; l.Rate = 0; c.Limits["live"] = l }, "limits.live.rate: must be positive"},
+		{"zero burst", func(c *ratelimit.Config) { l := c.Limits["test"]; l.Burst = 0; c.Limits["test"] = l }, "limits.test.burst: must be from 1 to 1000000000, got 0"},
+		{"zero rate", func(c *ratelimit.Config) { l := c.Limits["live"]; l.Rate = 0; c.Limits["live"] = l }, "limits.live.rate: must be from 0.01 to 1e+06"},
+		{"tiny rate", func(c *ratelimit.Config) { l := c.Limits["live"]; l.Rate = 1e-300; c.Limits["live"] = l }, "limits.live.rate: must be from 0.01"},
+		{"huge rate", func(c *ratelimit.Config) { l := c.Limits["live"]; l.Rate = 1e308; c.Limits["live"] = l }, "limits.live.rate: "},
+		{"rate over a million per second", func(c *ratelimit.Config) {
+			l := c.Limits["live"]
+			l.Rate, l.Per = 1e6, time.Millisecond
+			c.Limits["live"] = l
+		}, "limits.live.rate: 1e+06 per 1ms is 1e+09 requests per second"},
+		{"one request per century", func(c *ratelimit.Config) {
+			l := c.Limits["live"]
+			l.Rate, l.Per = 0.01, 366*24*time.Hour
+			c.Limits["live"] = l
+		}, "limits.live.rate: 0.01 per 8784h0m0s lets one request through every"},
+		{"huge burst", func(c *ratelimit.Config) { l := c.Limits["test"]; l.Burst = math.MaxInt; c.Limits["test"] = l }, "limits.test.burst: must be from 1 to 1000000000"},
+		{"per of a nanosecond", func(c *ratelimit.Config) { l := c.Limits["live"]; l.Per = time.Nanosecond; c.Limits["live"] = l }, "limits.live.per: must be a duration from 1ms to 8784h0m0s"},
+		{"per over a year", func(c *ratelimit.Config) { l := c.Limits["live"]; l.Per = 367 * 24 * time.Hour; c.Limits["live"] = l }, "limits.live.per: "},
+		{"huge quota", func(c *ratelimit.Config) {
+			l := c.Limits["test"]
+			l.Quota = ratelimit.Quota{Requests: math.MaxInt64, Per: time.Nanosecond}
+			c.Limits["test"] = l
+		}, "limits.test.quota.requests: must be from 1 to 1000000000000"},
+		{"quota per a nanosecond", func(c *ratelimit.Config) { l := c.Limits["test"]; l.Quota.Per = time.Nanosecond; c.Limits["test"] = l }, "limits.test.quota.per: must be a duration from 1ms"},
+		{"plan out of bounds", func(c *ratelimit.Config) {
+			c.Plans = map[string]ratelimit.Plan{"pro": {Limit: ratelimit.Limit{Rate: 10, Per: time.Second, Burst: 2e9}}}
+		}, "plans.pro.burst: must be from 1 to 1000000000"},
 		{"missing per", func(c *ratelimit.Config) { l := c.Limits["live"]; l.Per = 0; c.Limits["live"] = l }, "limits.live.per: "},
 		{"quota without period", func(c *ratelimit.Config) { l := c.Limits["test"]; l.Quota.Per = 0; c.Limits["test"] = l }, "limits.test.quota.per: "},
 		{"quota without requests", func(c *ratelimit.Config) { l := c.Limits["test"]; l.Quota.Requests = 0; c.Limits["test"] = l }, "limits.test.quota.requests: "},

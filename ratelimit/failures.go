@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"sync/atomic"
 	"time"
@@ -48,14 +49,9 @@ func (c FailureLimitConfig) Validate() error {
 	}
 	var v fieldpath.First
 	bad := v.Bad
-	if !(c.Rate > 0) {
-		bad("rate", "must be positive, got %g", c.Rate)
-	}
-	if c.Per <= 0 {
-		bad("per", "must be a positive duration such as 1m, got %s", c.Per)
-	}
-	if c.Burst < 1 {
-		bad("burst", "must be at least 1, got %d", c.Burst)
+	var fe *FieldError
+	if errors.As(CheckFields(Fields{Rate: &c.Rate, Per: &c.Per, Burst: &c.Burst}), &fe) {
+		bad(fe.Field, "%s", fe.Msg)
 	}
 	if c.MaxAddresses < 1 {
 		bad("max_addresses", "must be at least 1, got %d", c.MaxAddresses)

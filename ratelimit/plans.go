@@ -59,24 +59,12 @@ func validatePlans(plans map[string]Plan, bad func(path, format string, args ...
 	}
 }
 
-// validateLimit checks one whole limit (an env default or a plan).
+// validateLimit checks one whole limit (an env default or a plan)
+// against the bounds of CheckFields.
 func validateLimit(l Limit, p string, bad func(path, format string, args ...any)) {
-	if l.Rate <= 0 {
-		bad(p+".rate", "must be positive, got %g", l.Rate)
-	}
-	if l.Per <= 0 {
-		bad(p+".per", "must be a positive duration such as 1s, got %s", l.Per)
-	}
-	if l.Burst < 1 {
-		bad(p+".burst", "must be at least 1, got %d", l.Burst)
-	}
-	if q := l.Quota; q != (Quota{}) {
-		if q.Requests < 1 {
-			bad(p+".quota.requests", "must be at least 1, got %d", q.Requests)
-		}
-		if q.Per <= 0 {
-			bad(p+".quota.per", "must be a positive duration such as 24h, got %s", q.Per)
-		}
+	var fe *FieldError
+	if errors.As(CheckFields(WholeLimit(l)), &fe) {
+		bad(p+"."+fe.Field, "%s", fe.Msg)
 	}
 }
 
@@ -103,26 +91,9 @@ func (o *Override) ActiveAt(now time.Time) bool {
 	return o != nil && !o.IsZero() && (o.Until.IsZero() || now.Before(o.Until))
 }
 
-// Validate checks the fields that are set; messages name the field.
-func (o Override) Validate() error {
-	switch {
-	case o.Rate < 0:
-		return fmt.Errorf("rate: must be positive, got %g", o.Rate)
-	case o.Per < 0:
-		return fmt.Errorf("per: must be a positive duration, got %s", o.Per)
-	case o.Burst < 0:
-		return fmt.Errorf("burst: must be at least 1, got %d", o.Burst)
-	}
-	if q := o.Quota; q != nil && *q != (Quota{}) {
-		if q.Requests < 1 {
-			return fmt.Errorf("quota.requests: must be at least 1, got %d", q.Requests)
-		}
-		if q.Per <= 0 {
-			return fmt.Errorf("quota.per: must be a positive duration such as 24h, got %s", q.Per)
-		}
-	}
-	return nil
-}
+// Validate checks the fields that are set against the bounds of
+// CheckFields; messages name the field.
+func (o Override) Validate() error { return CheckFields(OverrideFields(o)) }
 
 // Source says where a field of an effective limit came from.
 type Source string
@@ -426,14 +397,18 @@ func ParseQuota(s string) (Quota, error) {
 		return Quota{}, fmt.Errorf("quota %q: want REQUESTS/PERIOD such as 50000/24h, or none", s)
 	}
 	req, err := strconv.ParseInt(n, 10, 64)
-	if err != nil || req < 1 {
-		return Quota{}, fmt.Errorf("quota %q: requests must be a whole number of at least 1", s)
+	if err != nil {
+		return Quota{}, fmt.Errorf("quota %q: requests must be a whole number from 1 to %d", s, int64(MaxQuotaRequests))
 	}
 	d, err := time.ParseDuration(per)
-	if err != nil || d <= 0 {
-		return Quota{}, fmt.Errorf("quota %q: period must be a positive duration such as 24h", s)
+	if err != nil {
+		return Quota{}, fmt.Errorf("quota %q: period must be a duration such as 24h", s)
 	}
-	return Quota{Requests: req, Per: d}, nil
+	q := Quota{Requests: req, Per: d}
+	if err := CheckFields(Fields{Quota: &q}); err != nil {
+		return Quota{}, err
+	}
+	return q, nil
 }
 
 // String is the command-line form of q: "50000/24h0m0s", or "none".

@@ -137,8 +137,8 @@ func benchServer(b *testing.B, upstream, backend, redisAddr string) (string, str
 	cfg.RateLimit.Backend = backend
 	cfg.Redis.Addrs = []string{redisAddr}
 	cfg.RateLimit.Limits = map[string]ratelimit.Limit{
-		"live": {Rate: 1e9, Per: time.Second, Burst: 1e9},
-		"test": {Rate: 1e9, Per: time.Second, Burst: 1e9},
+		"live": {Rate: 1e6, Per: time.Second, Burst: 1e9}, // the largest allowed
+		"test": {Rate: 1e6, Per: time.Second, Burst: 1e9},
 	}
 	// Access logs on, as in production, written to nowhere.
 	logger := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(io.Discard), zap.InfoLevel))

@@ -330,8 +330,8 @@ ratelimit:
   backend: %s
   max_concurrent: 0
   limits:
-    live: { rate: 1000000000, per: 1s, burst: 1000000000 }
-    test: { rate: 1000000000, per: 1s, burst: 1000000000 }
+    live: { rate: 1000000, per: 1s, burst: 1000000000 }
+    test: { rate: 1000000, per: 1s, burst: 1000000000 }
 log: { level: info, format: json }
 `, listen, admin, spool, upstream, pool, upstream, pool, filepath.Join(keysDir, "keys.yaml"), redisAddr, backend)
 	p := filepath.Join(b.dir, name+".yaml")
