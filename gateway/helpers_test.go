@@ -22,6 +22,7 @@ import (
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/ratelimit"
 	"github.com/keygate/keygate/standin"
+	"go.uber.org/zap"
 )
 
 const (
@@ -61,6 +62,9 @@ type envOpts struct {
 	concurrent  int
 	failures    gateway.FailureLimiter
 	usage       gateway.UsageRecorder
+	minRate     gateway.MinBodyRate
+	limiter     gateway.Limiter // nil: a Local limiter
+	logger      *zap.Logger
 }
 
 func newEnv(t *testing.T, o envOpts) *env {
@@ -126,6 +130,10 @@ func newEnv(t *testing.T, o envOpts) *env {
 	if reg == nil {
 		reg = []string{e.Registry.URL}
 	}
+	limiter := o.limiter
+	if limiter == nil {
+		limiter = ratelimit.NewLocal(ratelimit.LocalConfig{})
+	}
 	gw, err := gateway.New(gateway.Config{
 		Upstreams: gateway.UpstreamsConfig{
 			Extraction: gateway.UpstreamConfig{Targets: ext, Timeout: o.timeout},
@@ -140,7 +148,8 @@ func newEnv(t *testing.T, o envOpts) *env {
 		HSTS:             o.hsts,
 		BodyIdleTimeout:  o.bodyIdle,
 		MaxConcurrent:    o.concurrent,
-	}, gateway.Deps{Auth: keys, Limiter: ratelimit.NewLocal(ratelimit.LocalConfig{}), Failures: o.failures, Usage: o.usage})
+		MinBodyRate:      o.minRate,
+	}, gateway.Deps{Auth: keys, Limiter: limiter, Failures: o.failures, Usage: o.usage, Logger: o.logger})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,195 @@
+package gateway_test
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/keygate/keygate/internal/testkit"
+	"github.com/keygate/keygate/ratelimit"
+	"github.com/keygate/keygate/standin"
+)
+
+// answeredAtOnce sends head (a request head that declares a body) on a new
+// HTTP/1.1 connection and no body byte, and checks that the answer comes
+// within a second with status and the spec's body, and that the
+// connection is then closed (so that a refused client cannot hold it by
+// not sending the body it declared).
+func answeredAtOnce(t *testing.T, e *env, head string, status int, msgHas string) {
+	t.Helper()
+	c := tlsDial(t, e.URL)
+	defer c.Close()
+	start := time.Now()
+	if _, err := io.WriteString(c, head); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(start.Add(5 * time.Second))
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("no answer within 5 s without the body: %v", err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("reading the answer: %v", err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("answered after %s, want within 1 s", took.Round(time.Millisecond))
+	}
+	assertError(t, result{Status: resp.StatusCode, Header: resp.Header, Body: body}, status, msgHas)
+	if !resp.Close {
+		t.Error("the answer does not say Connection: close")
+	}
+	// The connection is closed, not kept waiting for the body.
+	_ = c.SetReadDeadline(time.Now().Add(3 * time.Second))
+	if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
+		t.Errorf("after the answer, reading the connection gave %v, want EOF (closed)", err)
+	}
+}
+
+func postHead(key string, framing string) string {
+	return "POST /sync HTTP/1.1\r\nHost: localhost\r\nX-Api-Key: " + key +
+		"\r\nContent-Type: multipart/form-data; boundary=b\r\n" + framing + "\r\n"
+}
+
+// TestRefusalBeforeTheBodyIsAnsweredAtOnce: every refusal made before the
+// body is read is answered at once, whatever body size the request
+// declares (net/http would otherwise read up to 256 KiB of an unread body
+// before writing the answer, and wait for a client that never sends it),
+// and the connection is closed after it.
+func TestRefusalBeforeTheBodyIsAnsweredAtOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{maxBody: 1 << 20})
+	for _, n := range []int{1, 1000, 100000, 200000, 262144, 300000} {
+		t.Run(fmt.Sprintf("unknown key, Content-Length %d", n), func(t *testing.T) {
+			t.Parallel()
+			answeredAtOnce(t, e, postHead("svc_live_"+strings.Repeat("x", 40), fmt.Sprintf("Content-Length: %d\r\n", n)), 401, "")
+		})
+	}
+	cases := []struct {
+		name, head string
+		status     int
+		msg        string
+	}{
+		{"unknown key, chunked", postHead("svc_live_"+strings.Repeat("x", 40), "Transfer-Encoding: chunked\r\n"), 401, ""},
+		{"no key", postHead("", "Content-Length: 100000\r\n"), 401, ""},
+		{"revoked key", postHead(e.RevokedKey, "Content-Length: 100000\r\n"), 401, ""},
+		{"wrong product", postHead(e.RegistryKey, "Content-Length: 100000\r\n"), 403, "extraction product"},
+		{"no such endpoint", "POST /nowhere HTTP/1.1\r\nHost: localhost\r\nX-Api-Key: " + e.LiveKey + "\r\nContent-Length: 100000\r\n\r\n", 404, ""},
+		{"wrong method on /sync", "PUT /sync HTTP/1.1\r\nHost: localhost\r\nX-Api-Key: " + e.LiveKey + "\r\nContent-Length: 100000\r\n\r\n", 405, ""},
+		{"declared length over the cap", postHead(e.LiveKey, "Content-Length: 2000000\r\n"), 413, "too large"},
+		{"two Content-Types", "POST /sync HTTP/1.1\r\nHost: localhost\r\nX-Api-Key: " + e.LiveKey + "\r\nContent-Type: multipart/form-data; boundary=b\r\nContent-Type: text/plain\r\nContent-Length: 100000\r\n\r\n", 400, "Content-Type"},
+		{"credential in the URL", "POST /sync?key=" + e.LiveKey + " HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100000\r\n\r\n", 400, "never in the URL"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			answeredAtOnce(t, e, c.head, c.status, c.msg)
+		})
+	}
+}
+
+// TestLimitRefusalIsAnsweredAtOnce: a key past its rate or quota, or past
+// its concurrency cap, gets 429 at once with no body byte sent.
+func TestLimitRefusalIsAnsweredAtOnce(t *testing.T) {
+	t.Parallel()
+	t.Run("past its rate", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, envOpts{limits: map[string]ratelimit.Limit{
+			"live": {Rate: 1, Per: time.Hour, Burst: 1},
+			"test": {Rate: 1, Per: time.Hour, Burst: 10, Quota: ratelimit.Quota{Requests: 1, Per: time.Hour}},
+		}})
+		for _, key := range []string{e.LiveKey, e.TestKey} {
+			if r := e.sync(key, ctxA); r.Status != 200 {
+				t.Fatalf("first request: %d", r.Status)
+			}
+		}
+		for _, n := range []int{1000, 100000, 200000} {
+			answeredAtOnce(t, e, postHead(e.LiveKey, fmt.Sprintf("Content-Length: %d\r\n", n)), 429, "too many requests")
+			answeredAtOnce(t, e, postHead(e.TestKey, fmt.Sprintf("Content-Length: %d\r\n", n)), 429, "quota")
+		}
+		answeredAtOnce(t, e, postHead(e.LiveKey, "Transfer-Encoding: chunked\r\n"), 429, "too many requests")
+	})
+	t.Run("past its concurrency cap", func(t *testing.T) {
+		t.Parallel()
+		up := testkit.NewHoldingUpstream(standin.Handler{Name: "extraction"})
+		defer up.Release()
+		e := newEnv(t, envOpts{concurrent: 1, extractionH: up})
+		up.Hold(e.LiveID)
+		wait := testkit.InFlight(t, 1, func() int { return e.sync(e.LiveKey, ctxA).Status })
+		testkit.Eventually(t, 10*time.Second, "a request at the upstream", func() error {
+			return testkit.True(up.Held() >= 1, "%d at the upstream", up.Held())
+		})
+		for _, n := range []int{1000, 100000, 200000} {
+			answeredAtOnce(t, e, postHead(e.LiveKey, fmt.Sprintf("Content-Length: %d\r\n", n)), 429, "concurrent requests")
+		}
+		up.Release()
+		wait()
+	})
+}
+
+// TestRefusalAfterAWholeBodyKeepsTheConnection: a refusal written once
+// the body was read to its end (here 403 Invalid Context on a small
+// upload) leaves the connection open for the next request.
+func TestRefusalAfterAWholeBodyKeepsTheConnection(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{})
+	ct, body := syncForm(t, ctxB)
+	c := tlsDial(t, e.URL)
+	defer c.Close()
+	br := bufio.NewReader(c)
+	for i := range 2 {
+		fmt.Fprintf(c, "POST /sync HTTP/1.1\r\nHost: localhost\r\nX-Api-Key: %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n%s", e.LiveKey, ct, len(body), body)
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		assertError(t, result{Status: resp.StatusCode, Header: resp.Header, Body: b}, 403, "Invalid Context")
+		if resp.Close {
+			t.Fatalf("request %d: the connection is closed after a refusal that read the whole body", i)
+		}
+	}
+}
+
+// TestTooLargeChunkedBodyClosesTheConnection: a chunked body outside /sync
+// that goes past max_body_bytes gets 413 and the connection is closed
+// rather than read on.
+func TestTooLargeChunkedBodyClosesTheConnection(t *testing.T) {
+	t.Parallel()
+	up := newRecordingUpstream()
+	reg := httptest.NewServer(up)
+	t.Cleanup(reg.Close)
+	e := newEnv(t, envOpts{maxBody: 1000, registry: []string{reg.URL}})
+	c := tlsDial(t, e.URL)
+	defer c.Close()
+	fmt.Fprintf(c, "POST /registry/schemas HTTP/1.1\r\nHost: localhost\r\nX-Api-Key: %s\r\nTransfer-Encoding: chunked\r\n\r\n", e.RegistryKey)
+	chunk := strings.Repeat("z", 600)
+	for range 3 {
+		fmt.Fprintf(c, "%x\r\n%s\r\n", len(chunk), chunk)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	assertError(t, result{Status: resp.StatusCode, Header: resp.Header, Body: b}, 413, "too large")
+	if !resp.Close {
+		t.Error("the 413 does not say Connection: close")
+	}
+	_ = c.SetReadDeadline(time.Now().Add(3 * time.Second))
+	if _, err := br.ReadByte(); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("after the 413, reading the connection gave %v, want it closed", err)
+	}
+	up.expectAborted(t)
+}
