@@ -94,6 +94,22 @@ func TestRefusalBeforeTheBodyIsAnsweredAtOnce(t *testing.T) {
 			answeredAtOnce(t, e, c.head, c.status, c.msg)
 		})
 	}
+	t.Run("HTTP/2, unknown key, Content-Length 100000", func(t *testing.T) {
+		t.Parallel()
+		pr, pw := io.Pipe()
+		defer pw.Close()
+		req := e.request("POST", "/sync", "svc_live_"+strings.Repeat("x", 40), "multipart/form-data; boundary=b", pr)
+		req.ContentLength = 100000
+		start := time.Now()
+		r := e.do(req)
+		if took := time.Since(start); took > time.Second {
+			t.Errorf("answered after %s, want within 1 s", took.Round(time.Millisecond))
+		}
+		if r.Proto != 2 {
+			t.Errorf("HTTP/%d, want HTTP/2", r.Proto)
+		}
+		assertError(t, r, 401, "")
+	})
 }
 
 // TestLimitRefusalIsAnsweredAtOnce: a key past its rate or quota, or past
