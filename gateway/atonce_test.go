@@ -133,6 +133,18 @@ func TestLimitRefusalIsAnsweredAtOnce(t *testing.T) {
 		}
 		answeredAtOnce(t, e, postHead(e.LiveKey, "Transfer-Encoding: chunked\r\n"), 429, "too many requests")
 	})
+	t.Run("an address past the failure limit", func(t *testing.T) {
+		t.Parallel()
+		f, err := ratelimit.NewFailures(ratelimit.FailuresConfig{Limit: ratelimit.FailureLimitConfig{Enabled: true, Rate: 1, Per: time.Hour, Burst: 1, MaxAddresses: 100}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := newEnv(t, envOpts{failures: f})
+		unknown := "svc_live_" + strings.Repeat("x", 40)
+		assertError(t, e.sync(unknown, ctxA), 401, "")
+		answeredAtOnce(t, e, postHead(unknown, "Content-Length: 100000\r\n"), 429, "failed authentications")
+		answeredAtOnce(t, e, postHead(e.LiveKey, "Content-Length: 100000\r\n"), 429, "failed authentications")
+	})
 	t.Run("past its concurrency cap", func(t *testing.T) {
 		t.Parallel()
 		up := testkit.NewHoldingUpstream(standin.Handler{Name: "extraction"})

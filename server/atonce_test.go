@@ -35,18 +35,23 @@ func dialListener(t *testing.T, l framingListener) net.Conn {
 // TestRefusalBeforeTheBodyIsAnsweredAtOnce: on every listener of a
 // running keygate (the framing listener over TLS, with tls.mode off, and
 // the plain-HTTP one), a request refused before its body (an unknown key,
-// a key in clear) is answered within a second whatever body size it
+// a key in clear, ambiguous framing) is answered within a second whatever body size it
 // declares, with no body byte sent, and its connection is then closed.
 func TestRefusalBeforeTheBodyIsAnsweredAtOnce(t *testing.T) {
 	t.Parallel()
 	_, _, listeners := framingListeners(t)
 	unknown := "svc_live_" + strings.Repeat("Q", 40)
+	const smuggling = "Content-Length: 4\r\nTransfer-Encoding: chunked"
 	for _, l := range listeners {
 		status := http.StatusUnauthorized
 		if strings.Contains(l.name, "plain") {
 			status = http.StatusBadRequest // HTTPS required
 		}
-		for _, framing := range []string{"Content-Length: 1000", "Content-Length: 100000", "Content-Length: 200000", "Transfer-Encoding: chunked"} {
+		for _, framing := range []string{"Content-Length: 1000", "Content-Length: 100000", "Content-Length: 200000", "Transfer-Encoding: chunked", smuggling} {
+			status := status
+			if framing == smuggling {
+				status = http.StatusBadRequest // ambiguous framing, refused by framing.Guard
+			}
 			c := dialListener(t, l)
 			start := time.Now()
 			_, _ = io.WriteString(c, "POST /sync HTTP/1.1\r\nHost: x\r\nX-Api-Key: "+unknown+"\r\nContent-Type: multipart/form-data; boundary=b\r\n"+framing+"\r\n\r\n")
