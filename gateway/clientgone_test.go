@@ -15,6 +15,7 @@ import (
 
 	"github.com/keygate/keygate/internal/redistest"
 	"github.com/keygate/keygate/internal/testkit"
+	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/ratelimit"
 )
 
@@ -89,6 +90,43 @@ func TestClientGoneDuringLimiterIs499(t *testing.T) {
 			t.Errorf("499 logged with reason %v, want client_gone", r)
 		}
 	}
+	for _, l := range logs.All() {
+		if l.Level >= zapcore.WarnLevel {
+			t.Errorf("warning logged for a client that left: %s %v", l.Message, fmt.Sprint(l.ContextMap()))
+		}
+	}
+}
+
+// TestClientGoneDuringKeyLookupIs499: a client that goes away while the
+// Redis keystore looks its key up (a frozen redis-server) is logged as
+// 499 with reason client_gone, and no warning from the gateway.
+func TestClientGoneDuringKeyLookupIs499(t *testing.T) {
+	t.Parallel()
+	rs := redistest.Start(t)
+	core, logs := observer.New(zapcore.DebugLevel)
+	store, err := keystore.OpenRedis(keystore.RedisConfig{Client: rs.Client(t), Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	e := newEnv(t, envOpts{store: store, logger: zap.New(core)})
+	rs.Freeze()
+	defer rs.Thaw()
+	unknown, _ := keystore.Generate(keystore.Live)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	req := e.request("GET", "/registry/schemas", unknown, "", nil).WithContext(ctx)
+	if _, err := e.Client.Do(req); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("the request with a frozen Redis ended with %v, want the client's own deadline", err)
+	}
+	testkit.Eventually(t, 10*time.Second, "an access line with 499", func() error {
+		for _, l := range logs.FilterMessage("request").All() {
+			if f := l.ContextMap(); f["status"] == int64(499) {
+				return testkit.True(f["reason"] == "client_gone", "reason %v", f["reason"])
+			}
+		}
+		return errors.New("none yet")
+	})
 	for _, l := range logs.All() {
 		if l.Level >= zapcore.WarnLevel {
 			t.Errorf("warning logged for a client that left: %s %v", l.Message, fmt.Sprint(l.ContextMap()))

@@ -64,6 +64,7 @@ type envOpts struct {
 	usage       gateway.UsageRecorder
 	minRate     gateway.MinBodyRate
 	limiter     gateway.Limiter // nil: a Local limiter
+	store       auth.KeyLookup  // nil: the file keystore holding the keys below
 	logger      *zap.Logger
 }
 
@@ -108,7 +109,11 @@ func newEnv(t *testing.T, o envOpts) *env {
 
 	store := keystoretest.OpenFile(t, path)
 	e.Store = store
-	keys, err := auth.NewAPIKeys(auth.APIKeysConfig{Store: store})
+	var lookup auth.KeyLookup = store
+	if o.store != nil {
+		lookup = o.store
+	}
+	keys, err := auth.NewAPIKeys(auth.APIKeysConfig{Store: lookup})
 	if err != nil {
 		t.Fatal(err)
 	}
