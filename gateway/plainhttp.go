@@ -45,9 +45,10 @@ func NewExposedCounter(reg prometheus.Registerer) *prometheus.CounterVec {
 func (p *PlainHTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	tr := newTrace(r.Header.Get("Traceparent"))
 	w.Header().Set("X-Trace-Id", tr.ID)
-	if r.ProtoMajor == 1 && r.ContentLength != 0 {
+	if r.ProtoMajor == 1 && r.ContentLength != 0 && !drainArrived(w, r) {
 		// Every answer here comes before the body, which is never read:
-		// sent at once, and the connection closed.
+		// sent at once, and the connection closed, unless the body had
+		// already arrived whole.
 		closeUnreadBody(w, true)
 	}
 	_, hasKey := r.Header["X-Api-Key"]

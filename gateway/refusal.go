@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"io"
 	"net/http"
 	"time"
 
@@ -146,6 +147,35 @@ func (f refusal) logReason() string {
 // its answer lost) by a close with unread data; this bounds it in time.
 const lingerUnreadBody = 500 * time.Millisecond
 
+// A body that has already arrived whole (a small upload, pipelined
+// requests) is read before a refusal, so that the connection stays open
+// for the client's next request; that read takes at most drainWait and
+// drainMax bytes, and a body that does not end within them closes the
+// connection instead.
+const (
+	drainWait = 20 * time.Millisecond
+	drainMax  = 64 << 10
+)
+
+// drainArrived reads the rest of r's body when it is already there and
+// reports whether it reached the body's end. A request that waits for 100
+// Continue is not read (reading would ask the client for its body).
+func drainArrived(w http.ResponseWriter, r *http.Request) bool {
+	if r.ContentLength > drainMax || r.Header.Get("Expect") != "" {
+		return false
+	}
+	rc := http.NewResponseController(w)
+	if rc.SetReadDeadline(time.Now().Add(drainWait)) != nil {
+		return false
+	}
+	n, err := io.CopyN(io.Discard, r.Body, drainMax+1)
+	if err != io.EOF || n > drainMax {
+		return false // the read error, a timeout among them, closes the connection
+	}
+	_ = rc.SetReadDeadline(time.Time{})
+	return true
+}
+
 // closeUnreadBody makes an HTTP/1 answer written before the request body
 // was read to its end the connection's last: "Connection: close", so that
 // net/http sends it at once rather than after reading up to 256 KiB of the
@@ -183,7 +213,11 @@ func (g *Gateway) refuse(w *recorder, r *http.Request, st *state, f refusal) {
 		return
 	}
 	if r.ProtoMajor == 1 && r.ContentLength != 0 && !st.idle.eof.Load() {
-		closeUnreadBody(w, st.idle.fired.Load() == cutNone)
+		cut := st.idle.fired.Load() != cutNone
+		// Once proxied, the transport may still be reading the body.
+		if cut || st.upstream != nil || !drainArrived(w, r) {
+			closeUnreadBody(w, !cut)
+		}
 	}
 	WriteError(w, st.trace.ID, status, msg)
 }
