@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -94,6 +95,13 @@ func TestRefusalBeforeTheBodyIsAnsweredAtOnce(t *testing.T) {
 			answeredAtOnce(t, e, c.head, c.status, c.msg)
 		})
 	}
+	t.Run("wrong context in the part sent, the rest never sent", func(t *testing.T) {
+		t.Parallel()
+		ct, body := form(t, part{"contextId", ctxB}, part{"id", "1"}, part{"files", strings.Repeat("x", 100000)})
+		prefix := body[:bytes.Index(body, []byte("xxxx"))]
+		head := fmt.Sprintf("POST /sync HTTP/1.1\r\nHost: localhost\r\nX-Api-Key: %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n%s", e.LiveKey, ct, len(body), prefix)
+		answeredAtOnce(t, e, head, 403, "Invalid Context")
+	})
 	t.Run("HTTP/2, unknown key, Content-Length 100000", func(t *testing.T) {
 		t.Parallel()
 		pr, pw := io.Pipe()
