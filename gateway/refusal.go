@@ -192,8 +192,9 @@ func closeUnreadBody(w http.ResponseWriter, linger bool) {
 // refuse writes f out: the spec's error body, the access log's reason and
 // message, and keygate_refusals_total. A client that left gets nothing (it
 // is logged as 499). On HTTP/1 an answer written before the request body
-// was read to its end closes the connection (see closeUnreadBody): net/http
-// would otherwise read and discard up to 256 KiB of the unread body before
+// was read to its end reads the rest when it has already arrived
+// (drainArrived), and otherwise closes the connection (closeUnreadBody):
+// net/http would read and discard up to 256 KiB of the unread body before
 // sending the answer, so a client that declares a body and sends none
 // would wait, and could hold the connection, for as long as it liked.
 func (g *Gateway) refuse(w *recorder, r *http.Request, st *state, f refusal) {
