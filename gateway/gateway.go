@@ -124,6 +124,7 @@ type Gateway struct {
 	slowMsg        string
 	concurrencyMsg string
 	smallHeld      atomic.Int64 // bytes of /sync bodies held by readSmall
+	bodyLimits     bodyLimits
 }
 
 // New checks cfg and builds the handler chain once. Its errors name
@@ -153,6 +154,7 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 		return nil, errors.New("gateway: Config.BodyIdleTimeout, Config.MinBodyRate and Config.MaxConcurrent must not be negative")
 	}
 	g.concurrency = ratelimit.NewConcurrency(cfg.MaxConcurrent)
+	g.bodyLimits = bodyLimits{timeout: cfg.BodyIdleTimeout, rate: cfg.MinBodyRate}
 	g.idleMsg, g.slowMsg, g.concurrencyMsg = idleMessage(cfg.BodyIdleTimeout), slowMessage(cfg.MinBodyRate), concurrencyMessage(cfg.MaxConcurrent)
 	if g.log == nil {
 		g.log = zap.NewNop()

@@ -37,13 +37,28 @@ type idleBody struct {
 	mu       sync.Mutex // guards the rest, and w against use after the handler
 	w        http.ResponseWriter
 	timer    *time.Timer
-	timeout  time.Duration
-	rate     MinBodyRate
-	start    time.Time // when the watch began
-	seen     int64     // read at the timer's last look
-	progress time.Time // when the timer last saw progress
+	lim      *bodyLimits
+	start    time.Duration // when the watch began (mono)
+	seen     int64         // read at the timer's last look
+	progress time.Duration // when the timer last saw progress (mono)
 	stopped  bool
 }
+
+// bodyLimits are the limits a body is watched under: the idle timeout (0
+// for none) and the minimum rate. One per Gateway, shared by every
+// request, so that state stays small.
+type bodyLimits struct {
+	timeout time.Duration
+	rate    MinBodyRate
+}
+
+func (l *bodyLimits) on() bool { return l.timeout > 0 || l.rate.On() }
+
+// monoBase anchors mono: monotonic times as one word, not a time.Time.
+var monoBase = time.Now()
+
+// mono is the monotonic time since monoBase.
+func mono() time.Duration { return time.Since(monoBase) }
 
 // Why a body was cut.
 const (
@@ -61,29 +76,29 @@ const idleChecks = 4
 const rateStep = 100 * time.Millisecond
 
 // watch starts watching rc; w reaches the connection's read deadline.
-func (b *idleBody) watch(w http.ResponseWriter, rc io.ReadCloser, timeout time.Duration, rate MinBodyRate) {
+func (b *idleBody) watch(w http.ResponseWriter, rc io.ReadCloser, lim *bodyLimits) {
 	b.rc = rc
-	if timeout <= 0 && !rate.On() {
+	if !lim.on() {
 		return
 	}
 	b.mu.Lock() // the timer may fire before AfterFunc returns
-	now := time.Now()
-	b.w, b.timeout, b.rate, b.start, b.progress = w, timeout, rate, now, now
+	now := mono()
+	b.w, b.lim, b.start, b.progress = w, lim, now, now
 	b.timer = time.AfterFunc(b.nextLook(now, 0), b.check)
 	b.mu.Unlock()
 }
 
 // nextLook is how long the timer waits before its next look, n bytes
 // having been read by now. b.mu is held.
-func (b *idleBody) nextLook(now time.Time, n int64) time.Duration {
+func (b *idleBody) nextLook(now time.Duration, n int64) time.Duration {
 	next := time.Duration(-1)
-	if b.timeout > 0 {
-		next = min(b.timeout/idleChecks, b.timeout-now.Sub(b.progress))
+	if t := b.lim.timeout; t > 0 {
+		next = min(t/idleChecks, t-(now-b.progress))
 	}
-	if b.rate.On() {
+	if r := b.lim.rate; r.On() {
 		// n bytes keep the average at the minimum until start+n/rate.
-		at := max(b.rate.Grace, time.Duration(float64(n)/float64(b.rate.BytesPerSecond)*float64(time.Second)))
-		d := max(at-now.Sub(b.start), rateStep)
+		at := max(r.Grace, time.Duration(float64(n)/float64(r.BytesPerSecond)*float64(time.Second)))
+		d := max(at-(now-b.start), rateStep)
 		if next < 0 || d < next {
 			next = d
 		}
@@ -97,28 +112,28 @@ func (b *idleBody) check() {
 	if b.stopped {
 		return
 	}
-	now := time.Now()
+	now := mono()
 	n := b.read.Load()
 	if n != b.seen {
 		b.seen, b.progress = n, now
 	}
 	switch {
-	case b.timeout > 0 && now.Sub(b.progress) >= b.timeout:
-		b.cut(cutIdle, now)
-	case b.rate.slow(n, now.Sub(b.start)):
-		b.cut(cutSlow, now)
+	case b.lim.timeout > 0 && now-b.progress >= b.lim.timeout:
+		b.cut(cutIdle)
+	case b.lim.rate.slow(n, now-b.start):
+		b.cut(cutSlow)
 	default:
 		b.timer.Reset(b.nextLook(now, n))
 	}
 }
 
 // cut ends the watch and fails the pending read. b.mu is held.
-func (b *idleBody) cut(why int32, now time.Time) {
+func (b *idleBody) cut(why int32) {
 	b.stopped = true
 	b.fired.Store(why)
 	// A deadline in the past fails the pending read at once, on HTTP/1 and
 	// HTTP/2 alike.
-	_ = http.NewResponseController(b.w).SetReadDeadline(now.Add(-time.Second))
+	_ = http.NewResponseController(b.w).SetReadDeadline(time.Now().Add(-time.Second))
 }
 
 // stop ends the watch; safe to call more than once, and on a body that was
@@ -160,7 +175,7 @@ func (g *Gateway) watchBody(w http.ResponseWriter, r *http.Request, st *state) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return
 	}
-	st.idle.watch(w, r.Body, g.cfg.BodyIdleTimeout, g.cfg.MinBodyRate)
+	st.idle.watch(w, r.Body, &g.bodyLimits)
 	r.Body = &st.idle
 }
 
