@@ -80,6 +80,7 @@ func TestRefusalBeforeTheBodyIsAnsweredAtOnce(t *testing.T) {
 		msg        string
 	}{
 		{"unknown key, chunked", postHead("svc_live_"+strings.Repeat("x", 40), "Transfer-Encoding: chunked\r\n"), 401, ""},
+		{"unknown key, waiting for 100 Continue", postHead("svc_live_"+strings.Repeat("x", 40), "Expect: 100-continue\r\nContent-Length: 100000\r\n"), 401, ""},
 		{"no key", postHead("", "Content-Length: 100000\r\n"), 401, ""},
 		{"revoked key", postHead(e.RevokedKey, "Content-Length: 100000\r\n"), 401, ""},
 		{"wrong product", postHead(e.RegistryKey, "Content-Length: 100000\r\n"), 403, "extraction product"},
