@@ -1,9 +1,12 @@
 package gateway_test
 
 import (
+	"bufio"
 	"bytes"
+	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -81,6 +84,31 @@ func TestMinBodyRate(t *testing.T) {
 		})
 	}
 
+	t.Run("1 B/s to the registry", func(t *testing.T) {
+		t.Parallel()
+		up := newRecordingUpstream()
+		reg := httptest.NewServer(up)
+		t.Cleanup(reg.Close)
+		e := newEnv(t, envOpts{minRate: rate, registry: []string{reg.URL}})
+		c := tlsDial(t, e.URL)
+		defer c.Close()
+		start := time.Now()
+		fmt.Fprintf(c, "PUT /registry/schemas/a HTTP/1.1\r\nHost: localhost\r\nX-Api-Key: %s\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{", e.RegistryKey)
+		stop := make(chan struct{})
+		defer close(stop)
+		go trickle(c, bytes.Repeat([]byte(" "), 100), stop)
+		_ = c.SetReadDeadline(start.Add(10 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("no answer: %v", err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		assertError(t, result{Status: resp.StatusCode, Header: resp.Header, Body: b}, http.StatusRequestTimeout, "too slowly")
+		if took := time.Since(start); took > rate.Grace+3*time.Second {
+			t.Errorf("cut after %s", took.Round(time.Millisecond))
+		}
+		up.expectAborted(t)
+	})
 	t.Run("64 KiB/s is never cut", func(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t, envOpts{minRate: rate})
