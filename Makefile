@@ -5,7 +5,8 @@ BIN     := bin/keygate
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/keygate/keygate/cli.Version=$(VERSION)
 FUZZTIME ?= 3m
-# TEST_FUZZTIME is how long `make test` runs the differential fuzz target.
+# TEST_FUZZTIME is how long `make test` runs each differential fuzz target
+# (multipart against real parsers, the framing tracker against net/http).
 TEST_FUZZTIME ?= 20s
 
 .PHONY: all build run test deps bench bench-peers profile fuzz lint vuln clean
@@ -27,6 +28,7 @@ deps:
 test: deps
 	$(GO) test -race -count=1 -timeout 25m ./...
 	$(GO) test -run '^$$' -fuzz '^FuzzDifferential$$' -fuzztime $(TEST_FUZZTIME) ./differential
+	$(GO) test -run '^$$' -fuzz '^FuzzTracker$$' -fuzztime $(TEST_FUZZTIME) ./framing
 
 ## bench: hot-path benchmarks and the whole-gateway load comparison, with allocations
 bench: deps

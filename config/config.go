@@ -90,6 +90,12 @@ type ServerConfig struct {
 	// its body cannot hold a connection (and an upstream one) forever even
 	// with read_timeout 0. 0 means no limit.
 	BodyIdleTimeout time.Duration `yaml:"body_idle_timeout"`
+	// MinBodyRate: once its grace period has passed, a request body whose
+	// average rate since keygate began reading it is below this gets 408
+	// and its upstream request is aborted, so a client trickling its body
+	// a byte at a time cannot hold a connection (and an upstream one).
+	// Written "1KiB/s after 10s" (units B, KB, KiB, MB, MiB), or "off".
+	MinBodyRate gateway.MinBodyRate `yaml:"min_body_rate"`
 	// TrustedProxies lists the peers (CIDRs or addresses) whose
 	// X-Forwarded-For is believed: only for a request from one of them is
 	// the client address taken from that header (its right-most hop that
@@ -152,6 +158,7 @@ func Default() Config {
 			MaxHeaderBytes:    64 << 10,
 			DrainTimeout:      30 * time.Second,
 			BodyIdleTimeout:   30 * time.Second,
+			MinBodyRate:       gateway.MinBodyRate{BytesPerSecond: 1 << 10, Grace: 10 * time.Second},
 		},
 		TLS: tlsconf.DefaultConfig(),
 		Upstreams: gateway.UpstreamsConfig{

@@ -41,20 +41,20 @@ func WriteError(w http.ResponseWriter, traceID string, status int, messages ...s
 	_, _ = w.Write(append(b, '\n'))
 }
 
-// upstreamStatus maps an error from the upstream round trip to the status
-// the client gets, as Caddy's reverse proxy does: 504 for a timeout, 499
-// when the client went away, 502 otherwise.
-func upstreamStatus(ctx context.Context, err error) (int, string) {
+// upstreamRefusal maps an error from the upstream round trip to the
+// refusal the client gets, as Caddy's reverse proxy does: 504 for a
+// timeout, 499 when the client went away, 502 otherwise.
+func upstreamRefusal(ctx context.Context, err error) refusal {
 	var mbe *http.MaxBytesError
 	switch {
 	case errors.As(err, &mbe):
-		return http.StatusRequestEntityTooLarge, "request body too large"
+		return refusal{kind: refTooLarge}
 	case ctx.Err() == context.Canceled || errors.Is(err, context.Canceled):
-		return StatusClientClosedRequest, "client closed request"
+		return refusal{kind: refUpstreamClientGone, detail: err.Error()}
 	case errors.Is(err, context.DeadlineExceeded) || isTimeout(err):
-		return http.StatusGatewayTimeout, "upstream timed out"
+		return refusal{kind: refUpstream, status: http.StatusGatewayTimeout, message: "upstream timed out", detail: err.Error()}
 	default:
-		return http.StatusBadGateway, "upstream unavailable"
+		return refusal{kind: refUpstream, detail: err.Error()}
 	}
 }
 

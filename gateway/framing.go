@@ -24,7 +24,9 @@ func RefuseFraming(log *zap.Logger, listener string, refused *prometheus.Counter
 	}
 	return func(w http.ResponseWriter, r *http.Request, reason string) {
 		tr := newTrace(r.Header.Get("Traceparent"))
-		w.Header().Set("Connection", "close")
+		// Answered at once, and what net/http still reads of the body
+		// after the answer is bounded in time.
+		closeUnreadBody(w, true)
 		WriteError(w, tr.ID, http.StatusBadRequest, "Bad Request: ambiguous message framing: "+reason)
 		if c != nil {
 			c.Inc()

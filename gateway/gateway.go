@@ -81,6 +81,10 @@ type Config struct {
 	// BodyIdleTimeout answers 408 and abandons the request (upstream
 	// included) when no body byte arrives for this long; 0 means never.
 	BodyIdleTimeout time.Duration
+	// MinBodyRate answers 408 and abandons the request (upstream
+	// included) when, past its grace period, a body arrives slower than
+	// this on average; the zero value means never.
+	MinBodyRate MinBodyRate
 	// MaxConcurrent caps one credential's requests in flight (per
 	// replica); past it the answer is RateLimitStatus. 0 means no cap.
 	MaxConcurrent int
@@ -118,8 +122,10 @@ type Gateway struct {
 	failures       FailureLimiter
 	concurrency    *ratelimit.Concurrency
 	idleMsg        string
+	slowMsg        string
 	concurrencyMsg string
 	smallHeld      atomic.Int64 // bytes of /sync bodies held by readSmall
+	bodyLimits     bodyLimits
 }
 
 // New checks cfg and builds the handler chain once. Its errors name
@@ -145,11 +151,12 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 		}
 	}
 	g := &Gateway{cfg: cfg, auth: deps.Auth, limiter: deps.Limiter, log: deps.Logger, metrics: deps.Metrics, failures: deps.Failures, usage: deps.Usage}
-	if cfg.BodyIdleTimeout < 0 || cfg.MaxConcurrent < 0 {
-		return nil, errors.New("gateway: Config.BodyIdleTimeout and Config.MaxConcurrent must not be negative")
+	if cfg.BodyIdleTimeout < 0 || cfg.MaxConcurrent < 0 || cfg.MinBodyRate.BytesPerSecond < 0 || cfg.MinBodyRate.Grace < 0 {
+		return nil, errors.New("gateway: Config.BodyIdleTimeout, Config.MinBodyRate and Config.MaxConcurrent must not be negative")
 	}
 	g.concurrency = ratelimit.NewConcurrency(cfg.MaxConcurrent)
-	g.idleMsg, g.concurrencyMsg = idleMessage(cfg.BodyIdleTimeout), concurrencyMessage(cfg.MaxConcurrent)
+	g.bodyLimits = bodyLimits{timeout: cfg.BodyIdleTimeout, rate: cfg.MinBodyRate}
+	g.idleMsg, g.slowMsg, g.concurrencyMsg = idleMessage(cfg.BodyIdleTimeout), slowMessage(cfg.MinBodyRate), concurrencyMessage(cfg.MaxConcurrent)
 	if g.log == nil {
 		g.log = zap.NewNop()
 	}
@@ -193,6 +200,7 @@ type state struct {
 	principal  auth.Principal
 	authed     bool
 	admitted   bool // by the rate limiter
+	refusal    refusalKind
 	reason     string
 	bodyErr    atomic.Pointer[error] // set by the transport's goroutine
 	upstream   *upstream
@@ -223,47 +231,48 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.Set("Strict-Transport-Security", g.cfg.HSTS)
 	}
 	defer g.finish(r, rec, st, start)
-	g.serve(rec, r, st)
+	if f := g.serve(rec, r, st); f.refused() {
+		g.refuse(rec, r, st, f)
+	}
 }
 
-func (g *Gateway) serve(w *recorder, r *http.Request, st *state) {
+func (g *Gateway) serve(w *recorder, r *http.Request, st *state) refusal {
 	if !knownMethod(r.Method) {
 		// Not echoed, not logged raw, never forwarded: a key pasted into
 		// the method position is a credential too.
-		g.fail(w, st, http.StatusMethodNotAllowed, "method not allowed", "method")
-		return
+		return refusal{kind: refMethod}
 	}
 	if redact.Contains(r.URL.RawQuery) || redact.Contains(r.URL.EscapedPath()) {
 		// A credential in the URL ends up in logs and caches all along the
 		// way; it is refused, never forwarded (nor checked: a valid key is
 		// not to be made valid this way).
-		g.fail(w, st, http.StatusBadRequest, "credentials belong in the x-api-key or Authorization header, never in the URL", "credential_in_url")
-		return
+		return refusal{kind: refCredentialInURL}
 	}
-	if g.failures != nil && g.throttled(w, r, st) {
-		return
+	if g.failures != nil {
+		if f := g.throttled(w, st); f.refused() {
+			return f
+		}
 	}
 	v, err := g.auth.Authenticate(r)
 	if err != nil {
+		if r.Context().Err() != nil {
+			return refusal{kind: refClientGone} // not the store's failure
+		}
 		w.Header().Set("Retry-After", "1")
-		g.fail(w, st, http.StatusServiceUnavailable, "key store unavailable, try again shortly", "store_error")
 		g.log.Warn("authentication backend failed", zap.String("trace_id", st.trace.ID), zap.Error(err))
-		return
+		return refusal{kind: refAuthUnavailable}
 	}
 	if !v.OK {
-		status := v.Status
-		if status == 0 {
-			status = http.StatusUnauthorized
-		}
 		if v.Challenge != "" {
 			w.Header().Set("WWW-Authenticate", v.Challenge)
 		}
 		g.metrics.AuthFailures.WithLabelValues(string(v.Reason)).Inc()
-		if g.failures != nil && g.failedAuth(w, r, st, v) {
-			return
+		if g.failures != nil {
+			if f := g.failedAuth(w, r, st, v); f.refused() {
+				return f
+			}
 		}
-		g.fail(w, st, status, v.Message, string(v.Reason))
-		return
+		return refusal{kind: refCredential, status: v.Status, message: v.Message, reason: string(v.Reason)}
 	}
 	p := v.Principal
 	st.principal, st.authed = p, true
@@ -276,49 +285,46 @@ func (g *Gateway) serve(w *recorder, r *http.Request, st *state) {
 
 	switch {
 	case st.route == routeNone:
-		g.fail(w, st, http.StatusNotFound, "no such endpoint", "not_found")
-		return
+		return refusal{kind: refNotFound}
 	case !p.Allows(st.route.product()):
-		g.fail(w, st, http.StatusForbidden, "Forbidden: this credential is not valid for the "+st.route.product()+" product", "wrong_product")
-		return
+		return refusal{kind: refWrongProduct, message: "Forbidden: this credential is not valid for the " + st.route.product() + " product"}
 	case st.route == routeSync && r.Method != http.MethodPost:
 		w.Header().Set("Allow", http.MethodPost)
-		g.fail(w, st, http.StatusMethodNotAllowed, "method not allowed on /sync; use POST", "method")
-		return
+		return refusal{kind: refSyncMethod}
 	}
 
-	if !g.acquire(w, st, p) {
-		return
+	if f := g.acquire(w, p); f.refused() {
+		return f
 	}
 	defer g.concurrency.Release(p.ID)
 
 	lim, limitID := g.limitFor(&p)
 	d, err := g.limiter.Allow(r.Context(), limitID, lim)
 	if err != nil {
+		if r.Context().Err() != nil {
+			return refusal{kind: refClientGone} // not the limiter's failure
+		}
 		w.Header().Set("Retry-After", "1")
-		g.fail(w, st, http.StatusServiceUnavailable, "rate limiter unavailable, try again shortly", "limiter_error")
 		g.log.Warn("rate limiter failed", zap.String("trace_id", st.trace.ID), zap.Error(err))
-		return
+		return refusal{kind: refLimiterUnavailable}
 	}
 	setRateHeaders(w.Header(), d)
 	if !d.Allowed {
 		w.Header().Set("Retry-After", strconv.FormatInt(ceilSeconds(d.RetryAfter, 1), 10))
-		g.metrics.RateLimited.WithLabelValues(p.Env, string(d.Reason)).Inc()
-		msg := "Rate Limited: too many requests, back off and retry"
 		if d.Reason == ratelimit.ReasonQuota {
-			msg = "Rate Limited: usage quota exhausted for this " + quotaHolder(&p, limitID) + "; it renews in " + strconv.FormatInt(ceilSeconds(d.Reset, 1), 10) + "s"
+			return refusal{kind: refQuota, message: "Rate Limited: usage quota exhausted for this " + quotaHolder(&p, limitID) + "; it renews in " + strconv.FormatInt(ceilSeconds(d.Reset, 1), 10) + "s"}
 		}
-		g.fail(w, st, g.cfg.RateLimitStatus, msg, string(d.Reason))
-		return
+		return refusal{kind: refRate}
 	}
 	st.admitted = true
 
 	if r.ContentLength > g.cfg.MaxBodyBytes {
-		g.fail(w, st, http.StatusRequestEntityTooLarge, "request body too large", "too_large")
-		return
+		return refusal{kind: refTooLarge}
 	}
-	if st.route == routeSync && g.checkSyncHeaders(w, r, st) {
-		return
+	if st.route == routeSync {
+		if f := checkSyncHeaders(r); f.refused() {
+			return f
+		}
 	}
 	g.watchBody(w, r, st)
 	defer st.idle.stop()
@@ -329,14 +335,12 @@ func (g *Gateway) serve(w *recorder, r *http.Request, st *state) {
 			TempDir:     g.cfg.SpoolDir,
 		})
 		if err != nil {
-			g.failBody(r, w, st, err)
-			return
+			return g.bodyRefusal(r, st, err)
 		}
 		defer body.Close()
 		st.spilled = body.Spilled()
 		if !formctx.EqualContext(body.Context(), p.Context) || p.Context == "" {
-			g.fail(w, st, http.StatusForbidden, "Invalid Context: the contextId does not belong to this credential", "context")
-			return
+			return refusal{kind: refContext}
 		}
 		buf, release, ok, err := g.readSmall(body, r.ContentLength)
 		if release != nil {
@@ -344,8 +348,7 @@ func (g *Gateway) serve(w *recorder, r *http.Request, st *state) {
 		}
 		switch {
 		case err != nil:
-			g.failBody(r, w, st, err)
-			return
+			return g.bodyRefusal(r, st, err)
 		case ok:
 			st.small = buf
 			st.bytesIn.Store(int64(len(buf.b)))
@@ -353,33 +356,31 @@ func (g *Gateway) serve(w *recorder, r *http.Request, st *state) {
 			r.Body = &watchedBody{rc: body, st: st}
 		}
 	} else if r.Body != nil && r.Body != http.NoBody {
-		r.Body = &watchedBody{rc: http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes), st: st}
+		// The real ResponseWriter, not the recorder: over the cap,
+		// MaxBytesReader tells net/http to close the connection after the
+		// 413 rather than read on.
+		r.Body = &watchedBody{rc: http.MaxBytesReader(w.ResponseWriter, r.Body, g.cfg.MaxBodyBytes), st: st}
 	}
 	g.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), stateKey{}, st)))
+	return refusal{}
 }
 
-// fail answers with the spec's error body and remembers why for the log.
-func (g *Gateway) fail(w http.ResponseWriter, st *state, status int, msg, reason string) {
-	st.reason, st.errMessage = reason, msg
-	WriteError(w, st.trace.ID, status, msg)
-}
-
-// bodyError maps a failure to read a /sync body to a status and message.
-func bodyError(ctx context.Context, err error) (int, string) {
+// bodyError maps a failure to read a request body to its refusal.
+func bodyError(ctx context.Context, err error) refusal {
 	var fe *formctx.Error
 	var mbe *http.MaxBytesError
 	var pe *fs.PathError
 	switch {
 	case errors.As(err, &fe):
-		return fe.Status, fe.Message
+		return refusal{kind: refBody, status: fe.Status, message: fe.Message}
 	case errors.As(err, &mbe):
-		return http.StatusRequestEntityTooLarge, "request body too large"
+		return refusal{kind: refTooLarge}
 	case ctx.Err() != nil:
-		return StatusClientClosedRequest, "client closed request"
+		return refusal{kind: refUpstreamClientGone, reason: "body"}
 	case errors.As(err, &pe): // the spool's temp file, not the client
-		return http.StatusServiceUnavailable, "could not hold the upload for the context check; try again shortly"
+		return refusal{kind: refBody, status: http.StatusServiceUnavailable, message: "could not hold the upload for the context check; try again shortly"}
 	default:
-		return http.StatusBadRequest, "could not read the request body"
+		return refusal{kind: refBody}
 	}
 }
 

@@ -50,21 +50,18 @@ const (
 // would parse another body than keygate checked), a Content-Encoding (the
 // upstream would decompress and read another form), or a context field
 // in the query string (werkzeug's request.values and PHP's $_REQUEST mix it
-// with the form). It reports whether it answered.
-func (g *Gateway) checkSyncHeaders(w http.ResponseWriter, r *http.Request, st *state) bool {
+// with the form).
+func checkSyncHeaders(r *http.Request) refusal {
 	if len(r.Header["Content-Type"]) != 1 {
-		g.fail(w, st, http.StatusBadRequest, msgContentType, "content_type")
-		return true
+		return refusal{kind: refContentType}
 	}
 	if ce := r.Header["Content-Encoding"]; len(ce) > 0 && (len(ce) > 1 || !strings.EqualFold(strings.TrimSpace(ce[0]), "identity")) {
-		g.fail(w, st, http.StatusUnsupportedMediaType, msgContentEncoding, "content_encoding")
-		return true
+		return refusal{kind: refContentEncoding}
 	}
 	if r.URL.RawQuery != "" && queryNamesContext(r.URL.RawQuery) {
-		g.fail(w, st, http.StatusBadRequest, msgQueryContext, "query_context")
-		return true
+		return refusal{kind: refQueryContext}
 	}
-	return false
+	return refusal{}
 }
 
 // queryNamesContext reports whether a query string has a parameter that

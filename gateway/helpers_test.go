@@ -22,6 +22,7 @@ import (
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/ratelimit"
 	"github.com/keygate/keygate/standin"
+	"go.uber.org/zap"
 )
 
 const (
@@ -61,6 +62,10 @@ type envOpts struct {
 	concurrent  int
 	failures    gateway.FailureLimiter
 	usage       gateway.UsageRecorder
+	minRate     gateway.MinBodyRate
+	limiter     gateway.Limiter // nil: a Local limiter
+	store       auth.KeyLookup  // nil: the file keystore holding the keys below
+	logger      *zap.Logger
 }
 
 func newEnv(t *testing.T, o envOpts) *env {
@@ -104,7 +109,11 @@ func newEnv(t *testing.T, o envOpts) *env {
 
 	store := keystoretest.OpenFile(t, path)
 	e.Store = store
-	keys, err := auth.NewAPIKeys(auth.APIKeysConfig{Store: store})
+	var lookup auth.KeyLookup = store
+	if o.store != nil {
+		lookup = o.store
+	}
+	keys, err := auth.NewAPIKeys(auth.APIKeysConfig{Store: lookup})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,6 +135,10 @@ func newEnv(t *testing.T, o envOpts) *env {
 	if reg == nil {
 		reg = []string{e.Registry.URL}
 	}
+	limiter := o.limiter
+	if limiter == nil {
+		limiter = ratelimit.NewLocal(ratelimit.LocalConfig{})
+	}
 	gw, err := gateway.New(gateway.Config{
 		Upstreams: gateway.UpstreamsConfig{
 			Extraction: gateway.UpstreamConfig{Targets: ext, Timeout: o.timeout},
@@ -140,7 +153,8 @@ func newEnv(t *testing.T, o envOpts) *env {
 		HSTS:             o.hsts,
 		BodyIdleTimeout:  o.bodyIdle,
 		MaxConcurrent:    o.concurrent,
-	}, gateway.Deps{Auth: keys, Limiter: ratelimit.NewLocal(ratelimit.LocalConfig{}), Failures: o.failures, Usage: o.usage})
+		MinBodyRate:      o.minRate,
+	}, gateway.Deps{Auth: keys, Limiter: limiter, Failures: o.failures, Usage: o.usage, Logger: o.logger})
 	if err != nil {
 		t.Fatal(err)
 	}

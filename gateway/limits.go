@@ -28,35 +28,32 @@ var _ FailureLimiter = (*ratelimit.Failures)(nil)
 const msgThrottled = "Rate Limited: too many failed authentications from this address; back off and retry"
 
 // throttled refuses the request with 429 when its source address is over
-// the failure limit, before any credential is looked at, and reports
-// whether it did.
-func (g *Gateway) throttled(w http.ResponseWriter, r *http.Request, st *state) bool {
+// the failure limit, before any credential is looked at.
+func (g *Gateway) throttled(w http.ResponseWriter, st *state) refusal {
 	retry, blocked := g.failures.Blocked(st.client)
 	if !blocked {
-		return false
+		return refusal{}
 	}
-	g.refuseThrottled(w, st, retry)
-	return true
+	return refuseThrottled(w, retry)
 }
 
 // failedAuth counts a refused credential against the request's source
-// address, and answers 429 instead of the refusal when that put the
-// address over the limit; it reports whether it answered.
-func (g *Gateway) failedAuth(w http.ResponseWriter, r *http.Request, st *state, v auth.Verdict) bool {
+// address, and refuses with 429 instead of the credential's refusal when
+// that put the address over the limit.
+func (g *Gateway) failedAuth(w http.ResponseWriter, r *http.Request, st *state, v auth.Verdict) refusal {
 	if !countsAsFailure(v) {
-		return false
+		return refusal{}
 	}
 	retry, blocked := g.failures.Fail(r.Context(), st.client)
 	if !blocked {
-		return false
+		return refusal{}
 	}
-	g.refuseThrottled(w, st, retry)
-	return true
+	return refuseThrottled(w, retry)
 }
 
-func (g *Gateway) refuseThrottled(w http.ResponseWriter, st *state, retry time.Duration) {
+func refuseThrottled(w http.ResponseWriter, retry time.Duration) refusal {
 	w.Header().Set("Retry-After", strconv.FormatInt(ceilSeconds(retry, 1), 10))
-	g.fail(w, st, http.StatusTooManyRequests, msgThrottled, "auth_throttled")
+	return refusal{kind: refAuthThrottled}
 }
 
 // countsAsFailure says which refusals are guesses: a credential was sent
@@ -71,13 +68,12 @@ func countsAsFailure(v auth.Verdict) bool {
 
 // acquire takes one of the credential's concurrent-request slots, or
 // refuses the request (the rate-limit status, 429 by default) when all of
-// them are in use. Every true must be followed by g.concurrency.Release.
-func (g *Gateway) acquire(w http.ResponseWriter, st *state, p auth.Principal) bool {
+// them are in use. Every slot taken (no refusal) must be given back with
+// g.concurrency.Release.
+func (g *Gateway) acquire(w http.ResponseWriter, p auth.Principal) refusal {
 	if g.concurrency.Acquire(p.ID) {
-		return true
+		return refusal{}
 	}
 	w.Header().Set("Retry-After", "1")
-	g.metrics.RateLimited.WithLabelValues(p.Env, "concurrency").Inc()
-	g.fail(w, st, g.cfg.RateLimitStatus, g.concurrencyMsg, "concurrency")
-	return false
+	return refusal{kind: refConcurrency, message: g.concurrencyMsg}
 }

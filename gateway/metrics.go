@@ -17,8 +17,12 @@ type Metrics struct {
 	RateLimited     *prometheus.CounterVec
 	UpstreamLatency *prometheus.HistogramVec
 	KeyRequests     *prometheus.CounterVec
-	statusLabels    map[int]string
-	cache           seriesCache
+	// Refused counts the requests keygate answered itself, by the label
+	// of their refusal kind (see refusals).
+	Refused      *prometheus.CounterVec
+	refusedBy    [numRefusalKinds]prometheus.Counter
+	statusLabels map[int]string
+	cache        seriesCache
 }
 
 // NewMetrics creates the series and registers them with reg.
@@ -50,13 +54,20 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "keygate_authenticated_requests_total",
 			Help: "Authenticated requests by credential method (api_key, oauth2) and env (live, test; oauth2 clients' env). Per-key figures are in the usage store (keygate keys usage), never a label.",
 		}, []string{"method", "env"}),
+		Refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "keygate_refusals_total",
+			Help: "Requests keygate answered itself instead of the upstream, by reason: refusals (method, credential, rate, quota, concurrency, context, too_large, body_idle, body_slow, upstream, ...) and client_gone (logged as 499).",
+		}, []string{"reason"}),
 		statusLabels: map[int]string{},
+	}
+	for k := refusalKind(1); k < numRefusalKinds; k++ {
+		m.refusedBy[k] = m.Refused.WithLabelValues(refusals[k].label)
 	}
 	for _, c := range []int{200, 201, 204, 400, 401, 403, 404, 405, 413, 429, 499, 500, 502, 503, 504} {
 		m.statusLabels[c] = strconv.Itoa(c)
 	}
 	if reg != nil {
-		reg.MustRegister(m.Requests, m.RequestDuration, m.AuthFailures, m.RateLimited, m.UpstreamLatency, m.KeyRequests)
+		reg.MustRegister(m.Requests, m.RequestDuration, m.AuthFailures, m.RateLimited, m.UpstreamLatency, m.KeyRequests, m.Refused)
 	}
 	return m
 }
@@ -67,3 +78,6 @@ func (m *Metrics) status(code int) string {
 	}
 	return strconv.Itoa(code)
 }
+
+// refused is keygate_refusals_total for a refusal kind.
+func (m *Metrics) refused(k refusalKind) prometheus.Counter { return m.refusedBy[k] }

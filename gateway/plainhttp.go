@@ -45,6 +45,12 @@ func NewExposedCounter(reg prometheus.Registerer) *prometheus.CounterVec {
 func (p *PlainHTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	tr := newTrace(r.Header.Get("Traceparent"))
 	w.Header().Set("X-Trace-Id", tr.ID)
+	if r.ProtoMajor == 1 && r.ContentLength != 0 && !drainArrived(w, r) {
+		// Every answer here comes before the body, which is never read:
+		// sent at once, and the connection closed, unless the body had
+		// already arrived whole.
+		closeUnreadBody(w, true)
+	}
 	_, hasKey := r.Header["X-Api-Key"]
 	_, hasAuthz := r.Header["Authorization"]
 	inURL := redact.Contains(r.URL.RawQuery) || redact.Contains(r.URL.EscapedPath()) || redact.Contains(r.URL.Path)

@@ -46,6 +46,12 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 		h[hdrContext] = []string{p.Context}
 	}
 	h["Traceparent"] = []string{st.trace.header()}
+	if st.small != nil {
+		// The body read whole by readSmall: a fresh in-memory reader for
+		// each attempt (GetBody serves retries), so the transport writes
+		// headers and a tiny body in one write.
+		memBody(pr.Out, st.small)
+	}
 	st.upStart = time.Now()
 }
 
@@ -55,9 +61,6 @@ type upstreamTransport struct{}
 
 func (t upstreamTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	st := req.Context().Value(stateKey{}).(*state)
-	if st.small != nil {
-		memBody(req, st.small)
-	}
 	return st.upstream.transport.RoundTrip(req)
 }
 
@@ -76,29 +79,23 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 
 // proxyError answers a failed upstream round trip. A check that failed
 // while the body streamed (conflicting context, truncated multipart, size
-// cap) is reported as that check's error; anything else is 502 or 504.
+// cap) or a body that was cut is reported as that refusal; anything else
+// is 502 or 504.
 func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	st := r.Context().Value(stateKey{}).(*state)
 	if st.upStart.IsZero() {
 		st.upStart = time.Now()
 	}
 	st.upLatency = time.Since(st.upStart)
-	if be := st.bodyErr.Load(); be != nil || st.idle.fired.Load() {
+	rec := w.(*recorder) // ServeHTTP hands the proxy its recorder
+	if be := st.bodyErr.Load(); be != nil || st.idle.fired.Load() != cutNone {
 		if be != nil {
 			err = *be
 		}
-		g.failBody(r, w, st, err)
+		g.refuse(rec, r, st, g.bodyRefusal(r, st, err))
 		return
 	}
-	status, msg := upstreamStatus(r.Context(), err)
-	st.reason, st.errMessage = "upstream", msg+": "+err.Error()
-	if status == StatusClientClosedRequest {
-		if rec, ok := w.(*recorder); ok {
-			rec.status = status
-		}
-		return
-	}
-	WriteError(w, st.trace.ID, status, msg)
+	g.refuse(rec, r, st, upstreamRefusal(r.Context(), err))
 }
 
 // bufferPool lends ReverseProxy its copy buffers.

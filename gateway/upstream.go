@@ -182,8 +182,12 @@ func (rt *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	for {
 		var body *guardedBody
 		if req.GetBody == nil && orig != nil && orig != http.NoBody {
+			// A shallow copy: a RoundTripper must not modify the request
+			// it is given.
 			body = &guardedBody{r: orig}
-			req.Body = body
+			sent := *req
+			sent.Body = body
+			req = &sent
 		}
 		resp, err := rt.next.RoundTrip(req)
 		if err == nil || !isConnRefused(err) || (body != nil && body.n > 0) {

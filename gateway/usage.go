@@ -14,31 +14,24 @@ type UsageRecorder interface {
 
 var _ UsageRecorder = (*usage.Counters)(nil)
 
-// recordUsage counts a finished request of an authenticated credential:
-// refused by the rate limit, the quota, the context binding, the product
-// or the concurrency cap, or else admitted when the limiter admitted it
+// recordUsage counts a finished request of an authenticated credential
+// by the usage outcome of its refusal kind (see refusals): refused by the
+// rate limit, the quota, the context binding, the product or the
+// concurrency cap, or else admitted when the limiter admitted it
 // (whatever happened next: a too-large body or an upstream error still
 // used the key's quota). Requests refused before the limiter for another
 // reason (no such endpoint, method) are not counted; unknown keys have no
 // id and are counted only by keygate_auth_failures_total.
 func (g *Gateway) recordUsage(st *state, now time.Time) {
-	var o usage.Outcome
-	switch st.reason {
-	case "rate":
-		o = usage.RefusedRate
-	case "quota":
-		o = usage.RefusedQuota
-	case "context":
-		o = usage.RefusedContext
-	case "wrong_product":
-		o = usage.RefusedProduct
-	case "concurrency":
-		o = usage.RefusedConcurrency
-	default:
-		if !st.admitted {
+	o := usage.Admitted
+	if st.refusal != refNone {
+		spec := &refusals[st.refusal]
+		if !spec.counted {
 			return
 		}
-		o = usage.Admitted
+		o = spec.outcome
+	} else if !st.admitted {
+		return
 	}
 	g.usage.Record(st.principal.ID, o, st.bytesIn.Load(), now)
 }

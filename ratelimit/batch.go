@@ -57,6 +57,7 @@ type Pipeliner interface {
 
 // call is one decision waiting for Redis.
 type call struct {
+	ctx  context.Context // the caller's: a decision whose caller left is not sent
 	keys []string
 	args []any
 	res  []int64
@@ -81,10 +82,13 @@ type batcher struct {
 // run decides one call, alone or with others, and returns its reply;
 // finished is false when the caller's ctx ended first, and c then still
 // belongs to the sender that will fill it (its done channel has room for
-// that) and must not be reused. The caller's ctx bounds only its own wait:
-// a pipeline once sent is finished for every call in it, under the
+// that) and must not be reused. The caller's ctx bounds its own wait, and a
+// decision whose caller's ctx has ended before it is sent is dropped (it
+// would spend a token and quota on a request that is never served); a
+// pipeline once sent is finished for every call in it, under the
 // batcher's own timeout.
 func (b *batcher) run(ctx context.Context, c *call) (res []int64, finished bool, err error) {
+	c.ctx = ctx
 	b.mu.Lock()
 	if b.senders >= maxInflight {
 		b.queue = append(b.queue, c)
@@ -150,6 +154,19 @@ func (b *batcher) take(batch []*call) []*call {
 // the script); otherwise the batch is one pipeline of EVALSHAs, each
 // retried alone (with EVAL) when Redis lost the script.
 func (b *batcher) send(batch []*call) {
+	live := batch[:0]
+	for _, c := range batch {
+		if err := c.ctx.Err(); err != nil { // the caller left: not sent
+			c.err = err
+			c.done <- struct{}{}
+			continue
+		}
+		live = append(live, c)
+	}
+	batch = live
+	if len(batch) == 0 {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
 	defer cancel()
 	if len(batch) == 1 {

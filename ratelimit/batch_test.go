@@ -173,3 +173,50 @@ func newPureRedis(t *testing.T) (*redistest.Server, *ratelimit.Redis) {
 	}
 	return s, r
 }
+
+// TestRedisDropsDecisionsOfCallersThatLeft: a decision that waits behind
+// a call in flight and whose caller gives up before it is sent is never
+// sent, so it spends neither a token nor quota of a request that is never
+// served. Redis is frozen (SIGSTOP) so that one call stays in flight
+// while the other queues behind it.
+func TestRedisDropsDecisionsOfCallersThatLeft(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t)
+	r, err := ratelimit.NewRedis(ratelimit.RedisConfig{Client: s.Client(t), Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := ratelimit.Limit{Rate: 1, Per: time.Hour, Burst: 1, Quota: ratelimit.Quota{Requests: 1, Per: time.Hour}}
+	if _, err := r.Allow(context.Background(), "key_warm", lim); err != nil {
+		t.Fatal(err)
+	}
+	s.Freeze()
+	defer s.Thaw()
+	inflight := make(chan error, 1)
+	go func() {
+		_, err := r.Allow(context.Background(), "key_inflight", lim)
+		inflight <- err
+	}()
+	time.Sleep(200 * time.Millisecond) // key_inflight's call is out
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if _, err := r.Allow(ctx, "key_gave_up", lim); err == nil {
+		t.Fatal("a caller whose context ended got a decision from a frozen Redis")
+	}
+	s.Thaw()
+	if err := <-inflight; err != nil {
+		t.Fatalf("the call in flight: %v", err)
+	}
+	// Queued after key_gave_up's decision: once it is decided, that one
+	// was sent or dropped.
+	if _, err := r.Allow(context.Background(), "key_after", lim); err != nil {
+		t.Fatal(err)
+	}
+	d, err := r.Allow(context.Background(), "key_gave_up", lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !d.Allowed {
+		t.Errorf("the first served request of key_gave_up was refused (%s): the abandoned decision spent its only token", d.Reason)
+	}
+}

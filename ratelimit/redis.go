@@ -222,7 +222,7 @@ func (r *Redis) eval(ctx context.Context, id string, lim Limit) (Decision, error
 		var finished bool
 		res, finished, err = r.batch.run(ctx, c)
 		if finished {
-			c.keys, c.res, c.err = nil, nil, nil
+			c.ctx, c.keys, c.res, c.err = nil, nil, nil, nil
 			callPool.Put(c)
 		}
 	} else {

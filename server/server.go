@@ -216,6 +216,7 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (s *Server, err erro
 		HSTS:             s.tls.HSTSHeader(),
 		Deprecation:      cfg.Auth.APIKeys.Deprecation,
 		BodyIdleTimeout:  cfg.Server.BodyIdleTimeout,
+		MinBodyRate:      cfg.Server.MinBodyRate,
 		MaxConcurrent:    cfg.RateLimit.MaxConcurrent,
 		TrustedProxies:   trusted,
 	}, gateway.Deps{Auth: authn, Limiter: s.limiter, Logger: s.log.Named("access"), Metrics: s.metrics, Failures: failures, Usage: s.openUsage()})
