@@ -76,10 +76,20 @@ func TestPortal(t *testing.T) {
 	if st != 200 || csrf == nil {
 		t.Fatalf("keys page: %d", st)
 	}
-	st, body = post("/keys", url.Values{"csrf": {csrf[1]}, "product": {"extraction"}, "env": {"live"}, "context": {ctxA}, "name": {"from the portal"}})
+	// Create answers with a redirect (POST-redirect-GET); the page it
+	// leads to shows the new key once.
+	resp, err := c.PostForm(base+"/keys", url.Values{"csrf": {csrf[1]}, "product": {"extraction"}, "env": {"live"}, "context": {ctxA}, "name": {"from the portal"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("create: %d", resp.StatusCode)
+	}
+	st, body = get(strings.TrimPrefix(resp.Header.Get("Location"), base))
 	key := regexp.MustCompile(`svc_live_[A-Za-z0-9_]+`).FindString(body)
 	if st != 200 || key == "" {
-		t.Fatalf("create: %d", st)
+		t.Fatalf("the page after create: %d, key shown: %t", st, key != "")
 	}
 	h.secret(key)
 	testkit.Eventually(t, 5*time.Second, "the portal's key works on /sync", func() error { return testkit.Equal(h.sync(keyCred(key), ctxA).Status, http.StatusOK) })
