@@ -17,8 +17,12 @@ type Metrics struct {
 	RateLimited     *prometheus.CounterVec
 	UpstreamLatency *prometheus.HistogramVec
 	KeyRequests     *prometheus.CounterVec
-	statusLabels    map[int]string
-	cache           seriesCache
+	// Refusals counts every request keygate answered itself instead of
+	// forwarding, by the reason of its access line (auth reasons,
+	// context, rate, quota, concurrency, auth_throttled, ...).
+	Refusals     *prometheus.CounterVec
+	statusLabels map[int]string
+	cache        seriesCache
 }
 
 // NewMetrics creates the series and registers them with reg.
@@ -50,13 +54,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "keygate_authenticated_requests_total",
 			Help: "Authenticated requests by credential method (api_key, oauth2) and env (live, test; oauth2 clients' env). Per-key figures are in the usage store (keygate keys usage), never a label.",
 		}, []string{"method", "env"}),
+		Refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "keygate_refusals_total",
+			Help: "Requests keygate refused itself (never forwarded), by the reason of the access line: the auth reasons (missing, unknown, revoked, ...), context, rate, quota, concurrency, auth_throttled, too_large, method, ...",
+		}, []string{"reason"}),
 		statusLabels: map[int]string{},
 	}
 	for _, c := range []int{200, 201, 204, 400, 401, 403, 404, 405, 413, 429, 499, 500, 502, 503, 504} {
 		m.statusLabels[c] = strconv.Itoa(c)
 	}
 	if reg != nil {
-		reg.MustRegister(m.Requests, m.RequestDuration, m.AuthFailures, m.RateLimited, m.UpstreamLatency, m.KeyRequests)
+		reg.MustRegister(m.Requests, m.RequestDuration, m.AuthFailures, m.RateLimited, m.UpstreamLatency, m.KeyRequests, m.Refusals)
 	}
 	return m
 }

@@ -5,6 +5,8 @@ import (
 	"net/http/httputil"
 	"sync"
 	"time"
+
+	oteltrace "go.opentelemetry.io/otel/trace"
 )
 
 // identityHeaders are what the upstream learns about the caller.
@@ -51,12 +53,16 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 
 // upstreamTransport sends each request with the transport of the upstream
 // rewrite chose.
-type upstreamTransport struct{}
+// With a tracer, the round trip is the upstream span.
+type upstreamTransport struct{ tracer oteltrace.Tracer }
 
 func (t upstreamTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	st := req.Context().Value(stateKey{}).(*state)
 	if st.small != nil {
 		memBody(req, st.small)
+	}
+	if t.tracer != nil {
+		return tracedRoundTrip(t.tracer, st, st.upstream.transport, req)
 	}
 	return st.upstream.transport.RoundTrip(req)
 }
@@ -91,7 +97,7 @@ func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) 
 		return
 	}
 	status, msg := upstreamStatus(r.Context(), err)
-	st.reason, st.errMessage = "upstream", msg+": "+err.Error()
+	st.reason, st.errMessage = reasonUpstream, msg+": "+err.Error()
 	if status == StatusClientClosedRequest {
 		if rec, ok := w.(*recorder); ok {
 			rec.status = status

@@ -3,7 +3,8 @@
 # redis-server and redis-cli (real Redis in tests), curl and nodejs (real
 # clients in the end-to-end tests), python3-werkzeug and busboy (the real
 # multipart parsers of the differential tests), chromium (the portal's
-# browser tests drive it headless). Uses apt-get, with sudo when not root,
+# browser tests drive it headless), promtool (package prometheus: the alert
+# rules' unit tests). Uses apt-get, with sudo when not root,
 # and npm for busboy.
 set -euo pipefail
 
@@ -15,6 +16,7 @@ command -v node         >/dev/null 2>&1 || need+=(nodejs)
 command -v npm          >/dev/null 2>&1 || need+=(npm)
 /usr/bin/python3 -c 'import werkzeug' >/dev/null 2>&1 || need+=(python3-werkzeug)
 [ -x /usr/bin/chromium ] || need+=(chromium)
+command -v promtool     >/dev/null 2>&1 || need+=(prometheus)
 
 busboy() {
   # busboy for the differential tests, at the version package-lock.json pins.

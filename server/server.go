@@ -39,6 +39,7 @@ import (
 	"github.com/keygate/keygate/redact"
 	"github.com/keygate/keygate/redisconn"
 	"github.com/keygate/keygate/tlsconf"
+	"github.com/keygate/keygate/tracing"
 )
 
 // The pieces fit the interfaces their users declare.
@@ -76,6 +77,9 @@ type Deps struct {
 	// PortalHTTPClient reaches the portal's identity provider and
 	// webhook; nil means the default (tests trust their own provider).
 	PortalHTTPClient *http.Client
+	// Version is the build's version for keygate_build_info and the
+	// traces' service.version; empty means the module's version.
+	Version string
 }
 
 // Server is a running keygate. Build it with New, run it with Serve, stop
@@ -85,6 +89,7 @@ type Server struct {
 	log      *zap.Logger
 	registry *prometheus.Registry
 	metrics  *gateway.Metrics
+	obs      *observer
 	redis    redis.UniversalClient
 	store    readyStore
 	limiter  gateway.Limiter
@@ -151,6 +156,18 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (s *Server, err erro
 	}()
 	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s.metrics = gateway.NewMetrics(s.registry)
+	tp, err := tracing.New(ctx, cfg.Tracing, tracing.Deps{Getenv: deps.Getenv, Version: version(deps.Version)})
+	if err != nil {
+		return nil, fieldpath.Within("tracing", err)
+	}
+	s.obs = newObserver(s.registry, deps.Version, tp)
+	// Closed last (closers run backwards): the drained requests' spans
+	// are exported before Shutdown returns.
+	s.closers = append(s.closers, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return tp.Shutdown(ctx)
+	})
 
 	if cfg.Keystore.Backend == "redis" || cfg.RateLimit.Backend == "redis" || cfg.TLS.Storage == "redis" {
 		s.redis, err = redisconn.New(cfg.Redis, deps.Getenv)
@@ -200,6 +217,7 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (s *Server, err erro
 		return nil, fieldpath.Within("tls", err)
 	}
 	s.closers = append(s.closers, s.tls.Close)
+	registerCertExpiry(s.registry, s.tls.NotAfter)
 
 	trusted, err := gateway.ParseTrustedProxies("server.trusted_proxies", sc.TrustedProxies)
 	if err != nil {
@@ -217,7 +235,7 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (s *Server, err erro
 		BodyIdleTimeout:  cfg.Server.BodyIdleTimeout,
 		MaxConcurrent:    cfg.RateLimit.MaxConcurrent,
 		TrustedProxies:   trusted,
-	}, gateway.Deps{Auth: authn, Limiter: s.limiter, Logger: s.log.Named("access"), Metrics: s.metrics, Failures: failures, Usage: s.openUsage()})
+	}, gateway.Deps{Auth: authn, Limiter: s.limiter, Logger: s.log.Named("access"), Metrics: s.metrics, Failures: failures, Usage: s.openUsage(), Tracer: tp.Tracer()})
 	if err != nil {
 		return nil, err
 	}
@@ -226,7 +244,7 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (s *Server, err erro
 	s.errLog = errLog
 	refused := gateway.NewFramingCounter(s.registry)
 	s.api = &http.Server{
-		Handler:     framing.Guard(gw, gateway.RefuseFraming(s.log.Named("access"), "api", refused)),
+		Handler:     s.obs.listener(listenerAPI, framing.Guard(gw, gateway.RefuseFraming(s.log.Named("access"), "api", refused))),
 		ConnContext: framing.ConnContext,
 		// framing.Guard must see every request of a connection.
 		DisableGeneralOptionsHandler: true,
@@ -240,9 +258,13 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (s *Server, err erro
 	}
 	s.admin = &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: sc.IdleTimeout, ErrorLog: errLog}
 	if s.plainLn != nil {
-		plain := &gateway.PlainHTTP{HTTPSPort: strconv.Itoa(port(s.apiLn)), Auth: authn, Logger: s.log.Named("plain_http"), Exposed: gateway.NewExposedCounter(s.registry)}
+		exposed := gateway.NewExposedCounter(s.registry)
+		for _, kind := range []string{"api_key", "authorization", "url"} {
+			exposed.WithLabelValues(kind) // at 0, so the first exposure is an increase
+		}
+		plain := &gateway.PlainHTTP{HTTPSPort: strconv.Itoa(port(s.apiLn)), Auth: authn, Logger: s.log.Named("plain_http"), Exposed: exposed}
 		s.plain = &http.Server{
-			Handler:                      framing.Guard(s.tls.HTTPChallengeHandler(plain), gateway.RefuseFraming(s.log.Named("plain_http"), "plain_http", refused)),
+			Handler:                      s.obs.listener(listenerPlainHTTP, framing.Guard(s.tls.HTTPChallengeHandler(plain), gateway.RefuseFraming(s.log.Named("plain_http"), "plain_http", refused))),
 			ConnContext:                  framing.ConnContext,
 			DisableGeneralOptionsHandler: true,
 			ReadHeaderTimeout:            sc.ReadHeaderTimeout,
@@ -314,7 +336,7 @@ func (s *Server) openLimiter() error {
 	if err != nil {
 		return fieldpath.Within("ratelimit", err)
 	}
-	s.limiter = l
+	s.limiter = newTimedLimiter(s.registry, l)
 	registerLimiterMetrics(s.registry, l)
 	return nil
 }

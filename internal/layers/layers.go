@@ -9,7 +9,7 @@ package layers
 // end-to-end and benchmark programs are outside the layering.
 var Layers = [][]string{
 	{"product", "redact", "filewatch", "formctx", "framing", "certstore", "usage", "standin",
-		"internal/capool", "internal/fieldpath", "internal/statuswriter", "internal/layers"},
+		"internal/capool", "internal/fieldpath", "internal/statuswriter", "internal/layers", "tracing"},
 	{"redisconn"},
 	{"ratelimit", "tlsconf"},
 	{"keystore"},
