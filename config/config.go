@@ -172,6 +172,7 @@ func Default() Config {
 		Log:      LogConfig{Level: "info", Format: "json"},
 		Audit:    audit.DefaultConfig(),
 		Usage:    usage.DefaultConfig(),
+		Tracing:  tracing.DefaultConfig(),
 		Portal:   portal.DefaultConfig(),
 	}
 }

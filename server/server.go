@@ -156,7 +156,11 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (s *Server, err erro
 	}()
 	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s.metrics = gateway.NewMetrics(s.registry)
-	tp, err := tracing.New(ctx, cfg.Tracing, tracing.Deps{Getenv: deps.Getenv, Version: version(deps.Version)})
+	getenv := deps.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	tp, err := tracing.New(ctx, cfg.Tracing, tracing.Deps{Getenv: getenv, Version: version(deps.Version)})
 	if err != nil {
 		return nil, fieldpath.Within("tracing", err)
 	}

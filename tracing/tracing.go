@@ -8,8 +8,6 @@ package tracing
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"net/http"
 	"net/url"
 	"time"
@@ -21,6 +19,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	oteltrace "go.opentelemetry.io/otel/trace"
+
+	"github.com/keygate/keygate/internal/fieldpath"
 )
 
 // Protocols of Config.Protocol.
@@ -29,7 +29,8 @@ const (
 	ProtocolHTTP = "http"
 )
 
-// Config is the tracing section. The zero value exports nothing.
+// Config is the tracing section. The zero value exports nothing; start
+// from DefaultConfig.
 type Config struct {
 	// Enabled turns span export on. Off, the request path starts no span
 	// and costs nothing.
@@ -42,10 +43,10 @@ type Config struct {
 	// Protocol is grpc (default) or http (protobuf over HTTP).
 	Protocol string `yaml:"protocol"`
 	// SampleRatio is the share of new traces recorded, 0 to 1 (default
-	// 1). A request whose incoming traceparent is sampled is always
+	// 1; 0 records only traces the caller sampled). A request whose incoming traceparent is sampled is always
 	// recorded, one that is not never is (parent-based sampling). An
 	// unrecorded request keeps its trace id in TraceId and X-Trace-Id.
-	SampleRatio *float64 `yaml:"sample_ratio"`
+	SampleRatio float64 `yaml:"sample_ratio"`
 	// Headers are sent with every export (e.g. a tenant header). Put
 	// secrets in HeadersEnv, never here.
 	Headers map[string]string `yaml:"headers"`
@@ -58,12 +59,10 @@ type Config struct {
 	Timeout time.Duration `yaml:"timeout"`
 }
 
-// Ratio is the sample ratio in effect.
-func (c Config) Ratio() float64 {
-	if c.SampleRatio == nil {
-		return 1
-	}
-	return *c.SampleRatio
+// DefaultConfig is tracing off, and once enabled: gRPC, every new trace
+// recorded, service name keygate, 10 s per export.
+func DefaultConfig() Config {
+	return Config{Protocol: ProtocolGRPC, SampleRatio: 1, ServiceName: "keygate", Timeout: 10 * time.Second}
 }
 
 // Validate checks the section; errors name the field by its YAML key.
@@ -74,24 +73,24 @@ func (c Config) Validate() error {
 	switch c.Protocol {
 	case "", ProtocolGRPC, ProtocolHTTP:
 	default:
-		return fmt.Errorf("protocol: %q is not grpc or http", c.Protocol)
+		return fieldpath.Errorf("protocol", "%q is not grpc or http", c.Protocol)
 	}
 	u, err := url.Parse(c.Endpoint)
 	if c.Endpoint == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("endpoint: %q must be an http:// or https:// URL of an OTLP receiver", c.Endpoint)
+		return fieldpath.Errorf("endpoint", "%q must be an http:// or https:// URL of an OTLP receiver", c.Endpoint)
 	}
 	if u.User != nil {
-		return errors.New("endpoint: must not carry credentials; use headers_env")
+		return fieldpath.Errorf("endpoint", "must not carry credentials; use headers_env")
 	}
-	if r := c.Ratio(); r < 0 || r > 1 || r != r {
-		return fmt.Errorf("sample_ratio: %v must be between 0 and 1", r)
+	if r := c.SampleRatio; r < 0 || r > 1 || r != r {
+		return fieldpath.Errorf("sample_ratio", "%v must be between 0 and 1", r)
 	}
 	if c.Timeout < 0 {
-		return errors.New("timeout: must not be negative")
+		return fieldpath.Errorf("timeout", "must not be negative")
 	}
 	for h, env := range c.HeadersEnv {
 		if env == "" {
-			return fmt.Errorf("headers_env.%s: names no environment variable", h)
+			return fieldpath.Errorf("headers_env."+h, "names no environment variable")
 		}
 	}
 	return nil
@@ -103,6 +102,9 @@ type Deps struct {
 	Getenv func(string) string
 	// Version is the resource's service.version.
 	Version string
+	// Exporter, when set, receives the spans instead of the OTLP
+	// endpoint (benchmarks).
+	Exporter sdktrace.SpanExporter
 }
 
 // Provider exports spans. A nil *Provider (tracing off) is valid: its
@@ -133,7 +135,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Provider, error) {
 			v = deps.Getenv(env)
 		}
 		if v == "" {
-			return nil, fmt.Errorf("headers_env.%s: the environment variable %s is empty", k, env)
+			return nil, fieldpath.Errorf("headers_env."+k, "the environment variable %s is empty", env)
 		}
 		headers[k] = v
 	}
@@ -141,17 +143,19 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Provider, error) {
 	if timeout == 0 {
 		timeout = 10 * time.Second
 	}
-	var exp sdktrace.SpanExporter
+	exp := deps.Exporter
 	var err error
-	if cfg.Protocol == ProtocolHTTP {
+	switch {
+	case exp != nil:
+	case cfg.Protocol == ProtocolHTTP:
 		exp, err = otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(httpURL(cfg.Endpoint)),
 			otlptracehttp.WithHeaders(headers), otlptracehttp.WithTimeout(timeout))
-	} else {
+	default:
 		exp, err = otlptracegrpc.New(ctx, otlptracegrpc.WithEndpointURL(cfg.Endpoint),
 			otlptracegrpc.WithHeaders(headers), otlptracegrpc.WithTimeout(timeout))
 	}
 	if err != nil {
-		return nil, fmt.Errorf("endpoint: %w", err)
+		return nil, fieldpath.Errorf("endpoint", "%w", err)
 	}
 	name := cfg.ServiceName
 	if name == "" {
@@ -161,7 +165,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Provider, error) {
 	tp := sdktrace.NewTracerProvider(
 		sdktrace.WithBatcher(exp),
 		sdktrace.WithResource(res),
-		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(cfg.Ratio()))),
+		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(cfg.SampleRatio))),
 	)
 	return &Provider{tp: tp, tracer: tp.Tracer("github.com/keygate/keygate")}, nil
 }

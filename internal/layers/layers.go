@@ -9,8 +9,8 @@ package layers
 // end-to-end and benchmark programs are outside the layering.
 var Layers = [][]string{
 	{"product", "redact", "filewatch", "formctx", "framing", "certstore", "usage", "standin",
-		"internal/capool", "internal/fieldpath", "internal/statuswriter", "internal/layers", "tracing"},
-	{"redisconn"},
+		"internal/capool", "internal/fieldpath", "internal/statuswriter", "internal/layers"},
+	{"redisconn", "tracing"},
 	{"ratelimit", "tlsconf"},
 	{"keystore"},
 	{"auth", "keyops"},
