@@ -7,7 +7,7 @@
 // crane read:
 //
 //	go run ./deploy/image -o keygate.oci.tar -version $(git describe --tags --always --dirty)
-//	podman load -i keygate.oci.tar      # or: skopeo copy oci-archive:keygate.oci.tar docker://registry/keygate:TAG
+//	podman load -i keygate.oci.tar      # localhost/keygate:VERSION; or skopeo copy oci-archive:keygate.oci.tar docker://registry/keygate:TAG
 package main
 
 import (
@@ -48,6 +48,13 @@ type Options struct {
 	// Arch is the target GOARCH; default the build machine's.
 	Arch string
 }
+
+// The user database of the image: root and nonroot (65532), neither with a
+// shell.
+const (
+	passwd = "root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n"
+	group  = "root:x:0:\nnonroot:x:65532:\n"
+)
 
 const (
 	uid        = 65532
@@ -92,8 +99,8 @@ func Build(o Options) (v1.Image, error) {
 	epoch := time.Unix(0, 0).UTC()
 	files := []entry{
 		{name: "etc/", dir: true, mode: 0o755},
-		{name: "etc/passwd", mode: 0o644, body: []byte("root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n")},
-		{name: "etc/group", mode: 0o644, body: []byte("root:x:0:\nnonroot:x:65532:\n")},
+		{name: "etc/passwd", mode: 0o644, body: []byte(passwd)},
+		{name: "etc/group", mode: 0o644, body: []byte(group)},
 		{name: "etc/ssl/", dir: true, mode: 0o755},
 		{name: "etc/ssl/certs/", dir: true, mode: 0o755},
 		{name: "etc/ssl/certs/ca-certificates.crt", mode: 0o644, body: certs},
@@ -238,7 +245,7 @@ func WriteOCIArchive(img v1.Image, ref, path string) error {
 func main() {
 	var o Options
 	out := flag.String("o", "keygate.oci.tar", "the OCI archive to write")
-	ref := flag.String("tag", "", "the image's ref name in the archive (default the version)")
+	ref := flag.String("tag", "", "the image's name in the archive (default keygate:VERSION)")
 	flag.StringVar(&o.ModuleDir, "C", ".", "the repository root")
 	flag.StringVar(&o.Version, "version", "dev", "the version stamped into the binary and the labels")
 	flag.StringVar(&o.Revision, "revision", "", "the git commit for the revision label")
@@ -250,7 +257,7 @@ func main() {
 	if err == nil {
 		r := *ref
 		if r == "" {
-			r = strings.TrimPrefix(o.Version, "v")
+			r = "keygate:" + strings.TrimPrefix(o.Version, "v")
 		}
 		err = WriteOCIArchive(img, r, *out)
 	}

@@ -4,31 +4,61 @@ import (
 	"archive/tar"
 	"bytes"
 	"debug/elf"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 )
 
-// builtArchive builds the image once per test binary and writes it as an
-// OCI archive.
+// The image is built once for the tests, as an OCI archive.
+var (
+	buildOnce   sync.Once
+	archivePath string
+	buildErr    error
+)
+
+// testRef is the archive's image name: unique, so parallel runs on one
+// machine do not share a podman image.
+var testRef = fmt.Sprintf("keygate:1.2.3-test-%d", os.Getpid())
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if archivePath != "" {
+		os.RemoveAll(filepath.Dir(archivePath))
+	}
+	os.Exit(code)
+}
+
 func builtArchive(t *testing.T) string {
 	t.Helper()
-	img, err := Build(Options{ModuleDir: "../..", Version: "v1.2.3-test", Revision: "0123abc"})
-	if err != nil {
-		t.Fatal(err)
+	buildOnce.Do(func() {
+		img, err := Build(Options{ModuleDir: "../..", Version: "v1.2.3-test", Revision: "0123abc"})
+		if err != nil {
+			buildErr = err
+			return
+		}
+		dir, err := os.MkdirTemp("", "keygate-image-test-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		archivePath = filepath.Join(dir, "keygate.oci.tar")
+		buildErr = WriteOCIArchive(img, testRef, archivePath)
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
 	}
-	path := filepath.Join(t.TempDir(), "keygate.oci.tar")
-	if err := WriteOCIArchive(img, "1.2.3-test", path); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return archivePath
 }
 
 // readArchive unpacks an OCI archive and returns its one image.
@@ -72,8 +102,8 @@ func readArchive(t *testing.T, path string) v1.Image {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(m.Manifests) != 1 || m.Manifests[0].Annotations["org.opencontainers.image.ref.name"] != "1.2.3-test" {
-		t.Fatalf("index %+v: want one image named 1.2.3-test", m.Manifests)
+	if len(m.Manifests) != 1 || m.Manifests[0].Annotations["org.opencontainers.image.ref.name"] != testRef {
+		t.Fatalf("index %+v: want one image named %s", m.Manifests, testRef)
 	}
 	img, err := idx.Image(m.Manifests[0].Digest)
 	if err != nil {
@@ -196,5 +226,83 @@ func TestImageIsMinimalAndNonRoot(t *testing.T) {
 	}
 	if libs, _ := e.ImportedLibraries(); len(libs) > 0 {
 		t.Errorf("/keygate links %v", libs)
+	}
+}
+
+// TestDockerfileDeclaresTheSameImage: deploy/Dockerfile (for Docker and
+// BuildKit users; no daemon runs here to build it) declares what the Go
+// builder makes: the final stage's user, working directory, ports,
+// entrypoint, command, environment and label names, and the same user
+// database and directories.
+func TestDockerfileDeclaresTheSameImage(t *testing.T) {
+	b, err := os.ReadFile("../Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	df := string(b)
+	_, final, ok := strings.Cut(df, "\nFROM scratch\n")
+	if !ok {
+		t.Fatal("Dockerfile: no final stage FROM scratch (the empty base)")
+	}
+	// Join continuation lines, then read the instructions.
+	final = strings.ReplaceAll(final, "\\\n", " ")
+	got := map[string]string{}
+	var labels []string
+	for _, l := range strings.Split(final, "\n") {
+		op, arg, _ := strings.Cut(strings.TrimSpace(l), " ")
+		switch op {
+		case "USER", "WORKDIR", "EXPOSE", "ENTRYPOINT", "CMD", "ENV":
+			got[op] = strings.TrimSpace(arg)
+		case "LABEL":
+			for _, m := range regexp.MustCompile(`(org\.opencontainers\.image\.[a-z]+)=`).FindAllStringSubmatch(arg, -1) {
+				labels = append(labels, m[1])
+			}
+		}
+	}
+	img := readArchive(t, builtArchive(t))
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := cf.Config
+	quote := func(ss []string) string {
+		b, _ := json.Marshal(ss)
+		return strings.ReplaceAll(string(b), ",", ", ")
+	}
+	ports := slices.Sorted(func(yield func(string) bool) {
+		for p := range c.ExposedPorts {
+			if !yield(strings.TrimSuffix(p, "/tcp")) {
+				return
+			}
+		}
+	})
+	want := map[string]string{
+		"USER": c.User, "WORKDIR": c.WorkingDir, "EXPOSE": strings.Join(ports, " "),
+		"ENTRYPOINT": quote(c.Entrypoint), "CMD": quote(c.Cmd), "ENV": strings.Join(c.Env, " "),
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("Dockerfile %s %q, the Go builder's %q", k, got[k], v)
+		}
+	}
+	wantLabels := slices.Sorted(func(yield func(string) bool) {
+		for k := range c.Labels {
+			if !yield(k) {
+				return
+			}
+		}
+	})
+	if slices.Sort(labels); !slices.Equal(labels, wantLabels) {
+		t.Errorf("Dockerfile labels %v, the Go builder's %v", labels, wantLabels)
+	}
+	for name, body := range map[string]string{"passwd": passwd, "group": group} {
+		if !strings.Contains(df, "'"+strings.ReplaceAll(body, "\n", `\n`)+"' > /rootfs/etc/"+name) {
+			t.Errorf("Dockerfile does not write the builder's /etc/%s", name)
+		}
+	}
+	for _, d := range []string{"/rootfs/etc/ssl/certs", "/rootfs/etc/keygate", "/rootfs/home/nonroot", "/rootfs/tmp", "/rootfs/var/lib/keygate"} {
+		if !strings.Contains(df, d) {
+			t.Errorf("Dockerfile does not create %s", d)
+		}
 	}
 }
