@@ -62,10 +62,12 @@ const (
 // tracer) does nothing.
 type stage struct{ span oteltrace.Span }
 
-// stage starts a child span of ctx's span, when tracing is on; ctx is
-// returned unchanged otherwise.
+// stage starts a child span of ctx's span, when tracing is on and the
+// request's server span is recorded; ctx is returned unchanged otherwise
+// (an unsampled request's children would not be recorded either, so they
+// are not started).
 func (g *Gateway) stage(ctx context.Context, name string) (context.Context, stage) {
-	if g.tracer == nil {
+	if g.tracer == nil || !oteltrace.SpanFromContext(ctx).IsRecording() {
 		return ctx, stage{}
 	}
 	ctx, sp := g.tracer.Start(ctx, name, oteltrace.WithSpanKind(oteltrace.SpanKindInternal))
@@ -122,7 +124,8 @@ func (g *Gateway) endServerSpan(r *http.Request, st *state, status int) {
 
 // tracedRoundTrip sends req upstream inside a client span and hands the
 // upstream that span's context in traceparent (replacing the one rewrite
-// set), so the upstream's spans are its children.
+// set), so the upstream's spans are its children. An unsampled request
+// keeps rewrite's traceparent: same trace id, not sampled.
 func tracedRoundTrip(tr oteltrace.Tracer, st *state, rt http.RoundTripper, req *http.Request) (*http.Response, error) {
 	ctx, sp := tr.Start(req.Context(), SpanUpstream, oteltrace.WithSpanKind(oteltrace.SpanKindClient),
 		oteltrace.WithAttributes(AttrUpName.String(st.upstream.name),

@@ -61,7 +61,7 @@ func (t upstreamTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	if st.small != nil {
 		memBody(req, st.small)
 	}
-	if t.tracer != nil {
+	if t.tracer != nil && oteltrace.SpanFromContext(req.Context()).IsRecording() {
 		return tracedRoundTrip(t.tracer, st, st.upstream.transport, req)
 	}
 	return st.upstream.transport.RoundTrip(req)
