@@ -20,7 +20,7 @@ build:
 run: build
 	./$(BIN) demo
 
-## deps: install what the tests use (redis-server, curl, nodejs, python3-werkzeug, busboy, chromium) when missing
+## deps: install what the tests use (redis-server, curl, nodejs, python3-werkzeug, busboy, chromium, promtool, podman, runc) when missing
 deps:
 	@./scripts/install-deps.sh
 

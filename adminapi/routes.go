@@ -9,6 +9,7 @@ import (
 	"mime"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/keygate/keygate/internal/statuswriter"
 	"github.com/keygate/keygate/internal/strictjson"
@@ -93,7 +94,7 @@ func (a *API) wrap(rt Route) http.Handler {
 			// One line per call: no query (cursors), no header, no body.
 			if ce := a.log.Check(zap.InfoLevel, "admin api"); ce != nil {
 				ce.Write(zap.String("method", r.Method), zap.String("path", r.URL.Path), zap.Int("status", w.Status()),
-					zap.String("actor", actor), zap.String("remote", r.RemoteAddr), zap.Duration("duration", a.now().Sub(start)))
+					zap.String("actor", actor), zap.String("remote", r.RemoteAddr), zap.Float64("duration_ms", float64(a.now().Sub(start))/float64(time.Millisecond)))
 			}
 		}()
 		p, ok := a.authenticate(w, r)

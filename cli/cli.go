@@ -207,7 +207,7 @@ func runWith(cfg config.Config, stderr, access io.Writer, mod func(*server.Deps)
 	}))})
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	deps := server.Deps{Logger: log, Getenv: os.Getenv}
+	deps := server.Deps{Logger: log, Getenv: os.Getenv, Version: Version}
 	if mod != nil {
 		mod(&deps)
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/keygate/keygate/ratelimit"
 	"github.com/keygate/keygate/redisconn"
 	"github.com/keygate/keygate/tlsconf"
+	"github.com/keygate/keygate/tracing"
 	"github.com/keygate/keygate/usage"
 )
 
@@ -51,6 +52,8 @@ type Config struct {
 	Usage usage.Config `yaml:"usage"`
 	// Portal is the self-service portal; see package portal.
 	Portal portal.Config `yaml:"portal"`
+	// Tracing exports OpenTelemetry spans over OTLP; see package tracing.
+	Tracing tracing.Config `yaml:"tracing"`
 }
 
 // ServerConfig is the listeners and their protections.
@@ -177,6 +180,7 @@ func Default() Config {
 		Log:      LogConfig{Level: "info", Format: "json"},
 		Audit:    audit.DefaultConfig(),
 		Usage:    usage.DefaultConfig(),
+		Tracing:  tracing.DefaultConfig(),
 		Portal:   portal.DefaultConfig(),
 	}
 }
@@ -243,6 +247,9 @@ func (c Config) Validate() error {
 		return err
 	}
 	if err := within("usage", c.Usage.Validate()); err != nil {
+		return err
+	}
+	if err := within("tracing", c.Tracing.Validate()); err != nil {
 		return err
 	}
 	if c.TLS.Mode == "acme" && c.Server.HTTPListen == "" && slices.Contains(c.TLS.Challenges, "http-01") {

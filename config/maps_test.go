@@ -101,6 +101,24 @@ admin_api:
 		got:  func(c config.Config) any { return c.AdminAPI.ClientCertScopes },
 		want: map[string][]string{"support": {"keys:read", "keys:write"}},
 	},
+	{
+		path: "tracing.headers", name: "headers as written",
+		yaml: `
+tracing:
+  headers: { x-scope-orgid: keygate }
+`,
+		got:  func(c config.Config) any { return c.Tracing.Headers },
+		want: map[string]string{"x-scope-orgid": "keygate"},
+	},
+	{
+		path: "tracing.headers_env", name: "header variables as written",
+		yaml: `
+tracing:
+  headers_env: { x-honeycomb-team: HONEYCOMB_API_KEY }
+`,
+		got:  func(c config.Config) any { return c.Tracing.HeadersEnv },
+		want: map[string]string{"x-honeycomb-team": "HONEYCOMB_API_KEY"},
+	},
 }
 
 // TestFileMapReplacesTheDefault: each map-valued option written in a file

@@ -37,13 +37,17 @@ type embeddedConfig struct {
 }
 
 // yamlFiles lists every YAML file under deploy/, as slash paths relative to
-// it.
+// it, except the Helm chart's templates (Go templates until rendered: see
+// helm_test.go).
 func yamlFiles(t *testing.T) []string {
 	t.Helper()
 	var files []string
 	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
+		}
+		if d.IsDir() && filepath.ToSlash(path) == chartDir+"/templates" {
+			return filepath.SkipDir
 		}
 		if !d.IsDir() && (strings.HasSuffix(path, ".yaml") || strings.HasSuffix(path, ".yml")) {
 			files = append(files, filepath.ToSlash(path))
@@ -153,7 +157,7 @@ func TestEveryKeygateConfigLoads(t *testing.T) {
 	for _, want := range []string{
 		"compose/keygate.yaml",
 		"systemd/keygate.yaml",
-		"kubernetes/configmap.yaml#ConfigMap/keygate-config[keygate.yaml]",
+		"kubernetes/manifests.yaml#ConfigMap/keygate[keygate.yaml]",
 	} {
 		if !slices.Contains(found, want) {
 			t.Errorf("keygate configuration %s not found; found %q", want, found)
@@ -290,23 +294,34 @@ type (
 	}
 )
 
-// readObject decodes the single document of a manifest, checking its kind.
-func readObject(t *testing.T, file, kind string, v any) {
+// readObject decodes the document of a manifest stream that is the object
+// kind/name.
+func readObject(t *testing.T, file, kind, name string, v any) {
 	t.Helper()
 	b, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var m k8sMeta
-	if err := yaml.Unmarshal(b, &m); err != nil {
-		t.Fatalf("%s: %v", file, err)
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	for {
+		var n yaml.Node
+		if err := dec.Decode(&n); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		var m k8sMeta
+		if err := n.Decode(&m); err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		if m.Kind == kind && m.Metadata.Name == name {
+			if err := n.Decode(v); err != nil {
+				t.Fatalf("%s: %v", file, err)
+			}
+			return
+		}
 	}
-	if m.Kind != kind {
-		t.Fatalf("%s: kind %q, want %q", file, m.Kind, kind)
-	}
-	if err := yaml.Unmarshal(b, v); err != nil {
-		t.Fatalf("%s: %v", file, err)
-	}
+	t.Fatalf("%s: no %s %s", file, kind, name)
 }
 
 // port returns the port of a listen address such as ":9090".
@@ -341,15 +356,16 @@ func containerPort(t *testing.T, c container, n yaml.Node) int {
 
 func TestKubernetesManifestsMatchTheirConfig(t *testing.T) {
 	t.Parallel()
-	cfg := loadConfig(t, "kubernetes/configmap.yaml#ConfigMap/keygate-config[keygate.yaml]")
+	const manifests = "kubernetes/manifests.yaml"
+	cfg := loadConfig(t, manifests+"#ConfigMap/keygate[keygate.yaml]")
 	var (
 		dep deployment
 		bud pdb
 		svc service
 	)
-	readObject(t, "kubernetes/deployment.yaml", "Deployment", &dep)
-	readObject(t, "kubernetes/pdb.yaml", "PodDisruptionBudget", &bud)
-	readObject(t, "kubernetes/service.yaml", "Service", &svc)
+	readObject(t, manifests, "Deployment", "keygate", &dep)
+	readObject(t, manifests, "PodDisruptionBudget", "keygate", &bud)
+	readObject(t, manifests, "Service", "keygate", &svc)
 	pod := dep.Spec.Template.Spec
 	if len(pod.Containers) != 1 {
 		t.Fatalf("deployment.yaml: %d containers, want 1", len(pod.Containers))
@@ -430,13 +446,13 @@ func TestKubernetesManifestsMatchTheirConfig(t *testing.T) {
 			func() bool {
 				name, ro := mountedAt("/etc/keygate")
 				for _, v := range pod.Volumes {
-					if v.Name == name && v.ConfigMap.Name == "keygate-config" {
+					if v.Name == name && v.ConfigMap.Name == "keygate" {
 						return ro && slices.Equal(c.Args, []string{"serve", "--config", "/etc/keygate/" + configFileName})
 					}
 				}
 				return false
 			}(),
-			"deployment.yaml: want ConfigMap keygate-config mounted read-only at /etc/keygate and args serve --config /etc/keygate/keygate.yaml, got args %q",
+			"deployment.yaml: want ConfigMap keygate mounted read-only at /etc/keygate and args serve --config /etc/keygate/keygate.yaml, got args %q",
 			[]any{c.Args}},
 		{"the spool directory is a writable emptyDir",
 			func() bool {
@@ -494,7 +510,7 @@ func TestKustomizationListsTheManifests(t *testing.T) {
 		name := filepath.Base(m)
 		listed := slices.Contains(k.Resources, name)
 		switch name {
-		case "kustomization.yaml":
+		case "kustomization.yaml", "values.yaml": // values.yaml: what manifests.yaml is generated from
 		case "secret.example.yaml":
 			if listed {
 				t.Errorf("kustomization.yaml lists %s: `kubectl apply -k` would overwrite the real Secret with the placeholder", name)

@@ -21,6 +21,7 @@ import (
 
 	"github.com/keygate/keygate/product"
 
+	oteltrace "go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
@@ -103,6 +104,11 @@ type Deps struct {
 	Failures FailureLimiter
 	// Usage, when set, counts each key's requests (see UsageRecorder).
 	Usage UsageRecorder
+	// Tracer, when set, records the request's stages (authentication,
+	// rate limit, context check, upstream round trip) as children of the
+	// server span in the request's context, and the upstream gets the
+	// upstream span's traceparent. nil costs nothing.
+	Tracer oteltrace.Tracer
 }
 
 // Gateway is the API handler. Build it with New; it is safe for concurrent
@@ -114,6 +120,7 @@ type Gateway struct {
 	log        *zap.Logger
 	metrics    *Metrics
 	usage      UsageRecorder
+	tracer     oteltrace.Tracer
 	extraction *upstream
 	registry   *upstream
 	proxy      *httputil.ReverseProxy
@@ -150,7 +157,7 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 			return nil, fmt.Errorf("gateway: Config.Limits has no limit for env %q", env)
 		}
 	}
-	g := &Gateway{cfg: cfg, auth: deps.Auth, limiter: deps.Limiter, log: deps.Logger, metrics: deps.Metrics, failures: deps.Failures, usage: deps.Usage}
+	g := &Gateway{cfg: cfg, auth: deps.Auth, limiter: deps.Limiter, log: deps.Logger, metrics: deps.Metrics, failures: deps.Failures, usage: deps.Usage, tracer: deps.Tracer}
 	if cfg.BodyIdleTimeout < 0 || cfg.MaxConcurrent < 0 || cfg.MinBodyRate.BytesPerSecond < 0 || cfg.MinBodyRate.Grace < 0 {
 		return nil, errors.New("gateway: Config.BodyIdleTimeout, Config.MinBodyRate and Config.MaxConcurrent must not be negative")
 	}
@@ -183,7 +190,7 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 	}
 	g.proxy = &httputil.ReverseProxy{
 		Rewrite:        g.rewrite,
-		Transport:      upstreamTransport{},
+		Transport:      upstreamTransport{tracer: deps.Tracer},
 		ModifyResponse: g.modifyResponse,
 		ErrorHandler:   g.proxyError,
 		BufferPool:     bufferPool{},
@@ -253,7 +260,9 @@ func (g *Gateway) serve(w *recorder, r *http.Request, st *state) refusal {
 			return f
 		}
 	}
+	_, sp := g.stage(r.Context(), SpanAuthenticate)
 	v, err := g.auth.Authenticate(r)
+	sp.end(string(v.Reason), err)
 	if err != nil {
 		if r.Context().Err() != nil {
 			return refusal{kind: refClientGone} // not the store's failure
@@ -299,7 +308,9 @@ func (g *Gateway) serve(w *recorder, r *http.Request, st *state) refusal {
 	defer g.concurrency.Release(p.ID)
 
 	lim, limitID := g.limitFor(&p)
-	d, err := g.limiter.Allow(r.Context(), limitID, lim)
+	ctx, sp := g.stage(r.Context(), SpanLimiter)
+	d, err := g.limiter.Allow(ctx, limitID, lim)
+	sp.end(string(d.Reason), err)
 	if err != nil {
 		if r.Context().Err() != nil {
 			return refusal{kind: refClientGone} // not the limiter's failure
@@ -329,19 +340,23 @@ func (g *Gateway) serve(w *recorder, r *http.Request, st *state) refusal {
 	g.watchBody(w, r, st)
 	defer st.idle.stop()
 	if st.route == routeSync {
+		_, sp := g.stage(r.Context(), SpanContext)
 		body, err := formctx.Read(r.Body, r.Header.Get("Content-Type"), formctx.Config{
 			MaxBytes:    g.cfg.MaxBodyBytes,
 			MemoryBytes: g.cfg.SpoolMemoryBytes,
 			TempDir:     g.cfg.SpoolDir,
 		})
 		if err != nil {
+			sp.end("body", nil)
 			return g.bodyRefusal(r, st, err)
 		}
 		defer body.Close()
 		st.spilled = body.Spilled()
 		if !formctx.EqualContext(body.Context(), p.Context) || p.Context == "" {
+			sp.end("context", nil)
 			return refusal{kind: refContext}
 		}
+		sp.end("ok", nil)
 		buf, release, ok, err := g.readSmall(body, r.ContentLength)
 		if release != nil {
 			defer release()
@@ -444,6 +459,9 @@ func (g *Gateway) finish(r *http.Request, w *recorder, st *state, start time.Tim
 	if st.authed && g.usage != nil {
 		g.recordUsage(st, start.Add(elapsed))
 	}
+	if g.tracer != nil {
+		g.endServerSpan(r, st, status)
+	}
 	if ce := g.log.Check(zapcore.InfoLevel, "request"); ce != nil {
 		fields := []zap.Field{
 			zap.String("trace_id", st.trace.ID),
@@ -453,7 +471,8 @@ func (g *Gateway) finish(r *http.Request, w *recorder, st *state, start time.Tim
 			zap.Int("status", status),
 			zap.Int64("bytes_in", st.bytesIn.Load()),
 			zap.Int64("bytes_out", w.bytes),
-			zap.Duration("latency", elapsed),
+			zap.Float64("latency_ms", millis(latency(st, start, elapsed))),
+			zap.Float64("duration_ms", millis(elapsed)),
 			zap.String("remote", remoteString(r, st.client)),
 		}
 		if st.authed {
@@ -464,7 +483,7 @@ func (g *Gateway) finish(r *http.Request, w *recorder, st *state, start time.Tim
 				zap.String("env", st.principal.Env))
 		}
 		if st.upstream != nil {
-			fields = append(fields, zap.String("upstream", st.upstream.name), zap.Duration("upstream_latency", st.upLatency))
+			fields = append(fields, zap.String("upstream", st.upstream.name), zap.Float64("upstream_latency_ms", millis(st.upLatency)))
 		}
 		if st.reason != "" {
 			fields = append(fields, zap.String("reason", st.reason), zap.String("error", st.errMessage))

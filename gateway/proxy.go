@@ -5,6 +5,8 @@ import (
 	"net/http/httputil"
 	"sync"
 	"time"
+
+	oteltrace "go.opentelemetry.io/otel/trace"
 )
 
 // identityHeaders are what the upstream learns about the caller.
@@ -57,10 +59,14 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 
 // upstreamTransport sends each request with the transport of the upstream
 // rewrite chose.
-type upstreamTransport struct{}
+// With a tracer, the round trip is the upstream span.
+type upstreamTransport struct{ tracer oteltrace.Tracer }
 
 func (t upstreamTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	st := req.Context().Value(stateKey{}).(*state)
+	if t.tracer != nil && oteltrace.SpanFromContext(req.Context()).IsRecording() {
+		return tracedRoundTrip(t.tracer, st, st.upstream.transport, req)
+	}
 	return st.upstream.transport.RoundTrip(req)
 }
 

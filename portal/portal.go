@@ -260,7 +260,7 @@ func (p *Portal) guard(next http.Handler) http.Handler {
 		}
 		p.log.Info("portal request",
 			zap.String("method", r.Method), zap.String("route", route), zap.Int("status", sw.Status()),
-			zap.String("remote", addr.String()), zap.Duration("duration", p.now().Sub(start)))
+			zap.String("remote", addr.String()), zap.Float64("duration_ms", float64(p.now().Sub(start))/float64(time.Millisecond)))
 	})
 }
 

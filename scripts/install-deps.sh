@@ -4,7 +4,9 @@
 # clients in the end-to-end tests), jq (the README's examples, which the
 # README test runs, read JSON with it), python3-werkzeug and busboy (the real
 # multipart parsers of the differential tests), chromium (the portal's
-# browser tests drive it headless). Uses apt-get, with sudo when not root,
+# browser tests drive it headless), promtool (package prometheus: the alert
+# rules' unit tests), podman and runc (the image test runs the OCI image;
+# runc because crun refuses hybrid cgroup hierarchies). Uses apt-get, with sudo when not root,
 # and npm for busboy.
 set -euo pipefail
 
@@ -17,6 +19,9 @@ command -v node         >/dev/null 2>&1 || need+=(nodejs)
 command -v npm          >/dev/null 2>&1 || need+=(npm)
 /usr/bin/python3 -c 'import werkzeug' >/dev/null 2>&1 || need+=(python3-werkzeug)
 [ -x /usr/bin/chromium ] || need+=(chromium)
+command -v promtool     >/dev/null 2>&1 || need+=(prometheus)
+command -v podman       >/dev/null 2>&1 || need+=(podman)
+command -v runc         >/dev/null 2>&1 || need+=(runc)
 
 busboy() {
   # busboy for the differential tests, at the version package-lock.json pins.

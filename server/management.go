@@ -158,7 +158,7 @@ func (s *Server) openAdminAPI(deps Deps) error {
 	if s.adminAPILn, err = net.Listen("tcp", s.cfg.AdminAPI.Listen); err != nil {
 		return fmt.Errorf("admin_api.listen: %w", err)
 	}
-	s.adminAPI = s.managementServer(api.Handler(), tlsConfig)
+	s.adminAPI = s.managementServer(s.obs.management(listenerAdminAPI, api.Handler()), tlsConfig)
 	return nil
 }
 
@@ -187,7 +187,7 @@ func (s *Server) openPortal(deps *Deps, trusted clientip.TrustedProxies) error {
 	if s.portalLn, err = net.Listen("tcp", s.cfg.Portal.Listen); err != nil {
 		return fmt.Errorf("portal.listen: %w", err)
 	}
-	s.portalSrv = s.managementServer(s.portal.Handler(), s.tls.TLSConfig())
+	s.portalSrv = s.managementServer(s.obs.management(listenerPortal, s.portal.Handler()), s.tls.TLSConfig())
 	return nil
 }
 

@@ -1,6 +1,9 @@
 package server
 
 import (
+	"context"
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/keygate/keygate/ratelimit"
@@ -18,6 +21,8 @@ func registerKeystoreMetrics(reg prometheus.Registerer) func(int, error) {
 	}, []string{"result"})
 	keys := prometheus.NewGauge(prometheus.GaugeOpts{Name: "keygate_keystore_keys", Help: "Key records in the loaded keystore."})
 	reg.MustRegister(reloads, keys)
+	reloads.WithLabelValues("ok") // both at 0, so the first error is an increase
+	reloads.WithLabelValues("error")
 	return func(n int, err error) {
 		if err != nil {
 			reloads.WithLabelValues("error").Inc()
@@ -51,5 +56,43 @@ func registerLimiterMetrics(reg prometheus.Registerer, l *ratelimit.Resilient) {
 	counter("keygate_ratelimit_fallback_decisions_total", "Decisions made by the local fallback limiter during a Redis outage (failure_mode open).", func(s ratelimit.Stats) uint64 { return s.FallbackDecisions })
 	counter("keygate_ratelimit_unavailable_total", "Requests refused with 503 because Redis was unavailable (failure_mode closed).", func(s ratelimit.Stats) uint64 { return s.UnavailableErrors })
 	counter("keygate_ratelimit_redis_errors_total", "Failed Redis calls of the rate limiter.", func(s ratelimit.Stats) uint64 { return s.RedisErrors })
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "keygate_ratelimit_breaker_state",
+		Help: "State of the rate limiter's circuit breaker on Redis: 0 closed (Redis decides), 1 half-open (probing), 2 open (outage policy).",
+	}, func() float64 {
+		switch l.Stats().BreakerState {
+		case "open":
+			return 2
+		case "half-open":
+			return 1
+		}
+		return 0
+	}))
 	counter("keygate_ratelimit_breaker_changes_total", "Circuit-breaker state changes of the rate limiter's Redis connection.", func(s ratelimit.Stats) uint64 { return s.BreakerStateChanges })
+}
+
+// timedLimiter is the Redis limiter with its decision latency observed:
+// keygate_ratelimit_decision_duration_seconds, the Redis round trip
+// included (and the local cache's and fallback's answers, which take
+// microseconds).
+type timedLimiter struct {
+	*ratelimit.Resilient
+	obs prometheus.Observer
+}
+
+func newTimedLimiter(reg prometheus.Registerer, l *ratelimit.Resilient) timedLimiter {
+	h := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "keygate_ratelimit_decision_duration_seconds",
+		Help:    "Time the Redis rate limiter takes to decide one request, Redis round trip included.",
+		Buckets: []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1},
+	})
+	reg.MustRegister(h)
+	return timedLimiter{Resilient: l, obs: h}
+}
+
+func (t timedLimiter) Allow(ctx context.Context, id string, lim ratelimit.Limit) (ratelimit.Decision, error) {
+	start := time.Now()
+	d, err := t.Resilient.Allow(ctx, id, lim)
+	t.obs.Observe(time.Since(start).Seconds())
+	return d, err
 }

@@ -40,6 +40,7 @@ import (
 	"github.com/keygate/keygate/redact"
 	"github.com/keygate/keygate/redisconn"
 	"github.com/keygate/keygate/tlsconf"
+	"github.com/keygate/keygate/tracing"
 )
 
 // The pieces fit the interfaces their users declare.
@@ -77,6 +78,9 @@ type Deps struct {
 	// PortalHTTPClient reaches the portal's identity provider and
 	// webhook; nil means the default (tests trust their own provider).
 	PortalHTTPClient *http.Client
+	// Version is the build's version for keygate_build_info and the
+	// traces' service.version; empty means the module's version.
+	Version string
 }
 
 // Server is a running keygate. Build it with New, run it with Serve, stop
@@ -86,6 +90,7 @@ type Server struct {
 	log      *zap.Logger
 	registry *prometheus.Registry
 	metrics  *gateway.Metrics
+	obs      *observer
 	redis    redis.UniversalClient
 	store    readyStore
 	limiter  gateway.Limiter
@@ -152,6 +157,22 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (s *Server, err erro
 	}()
 	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s.metrics = gateway.NewMetrics(s.registry)
+	getenv := deps.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	tp, err := tracing.New(ctx, cfg.Tracing, tracing.Deps{Getenv: getenv, Version: version(deps.Version)})
+	if err != nil {
+		return nil, fieldpath.Within("tracing", err)
+	}
+	s.obs = newObserver(s.registry, deps.Version, tp)
+	// Closed last (closers run backwards): the drained requests' spans
+	// are exported before Shutdown returns.
+	s.closers = append(s.closers, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return tp.Shutdown(ctx)
+	})
 
 	if cfg.Keystore.Backend == "redis" || cfg.RateLimit.Backend == "redis" || cfg.TLS.Storage == "redis" {
 		s.redis, err = redisconn.New(cfg.Redis, deps.Getenv)
@@ -201,6 +222,7 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (s *Server, err erro
 		return nil, fieldpath.Within("tls", err)
 	}
 	s.closers = append(s.closers, s.tls.Close)
+	registerCertExpiry(s.registry, s.tls.NotAfter)
 
 	trusted, err := clientip.ParseTrustedProxies("server.trusted_proxies", sc.TrustedProxies)
 	if err != nil {
@@ -219,7 +241,7 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (s *Server, err erro
 		MinBodyRate:      cfg.Server.MinBodyRate,
 		MaxConcurrent:    cfg.RateLimit.MaxConcurrent,
 		TrustedProxies:   trusted,
-	}, gateway.Deps{Auth: authn, Limiter: s.limiter, Logger: s.log.Named("access"), Metrics: s.metrics, Failures: failures, Usage: s.openUsage()})
+	}, gateway.Deps{Auth: authn, Limiter: s.limiter, Logger: s.log.Named("access"), Metrics: s.metrics, Failures: failures, Usage: s.openUsage(), Tracer: tp.Tracer()})
 	if err != nil {
 		return nil, err
 	}
@@ -228,7 +250,7 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (s *Server, err erro
 	s.errLog = errLog
 	refused := gateway.NewFramingCounter(s.registry)
 	s.api = &http.Server{
-		Handler:     framing.Guard(gw, gateway.RefuseFraming(s.log.Named("access"), "api", refused)),
+		Handler:     s.obs.listener(listenerAPI, framing.Guard(gw, gateway.RefuseFraming(s.log.Named("access"), "api", refused))),
 		ConnContext: framing.ConnContext,
 		// framing.Guard must see every request of a connection.
 		DisableGeneralOptionsHandler: true,
@@ -242,9 +264,13 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (s *Server, err erro
 	}
 	s.admin = &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: sc.IdleTimeout, ErrorLog: errLog}
 	if s.plainLn != nil {
-		plain := &gateway.PlainHTTP{HTTPSPort: strconv.Itoa(port(s.apiLn)), Auth: authn, Logger: s.log.Named("plain_http"), Exposed: gateway.NewExposedCounter(s.registry)}
+		exposed := gateway.NewExposedCounter(s.registry)
+		for _, kind := range []string{"api_key", "authorization", "url"} {
+			exposed.WithLabelValues(kind) // at 0, so the first exposure is an increase
+		}
+		plain := &gateway.PlainHTTP{HTTPSPort: strconv.Itoa(port(s.apiLn)), Auth: authn, Logger: s.log.Named("plain_http"), Exposed: exposed}
 		s.plain = &http.Server{
-			Handler:                      framing.Guard(s.tls.HTTPChallengeHandler(plain), gateway.RefuseFraming(s.log.Named("plain_http"), "plain_http", refused)),
+			Handler:                      s.obs.listener(listenerPlainHTTP, framing.Guard(s.tls.HTTPChallengeHandler(plain), gateway.RefuseFraming(s.log.Named("plain_http"), "plain_http", refused))),
 			ConnContext:                  framing.ConnContext,
 			DisableGeneralOptionsHandler: true,
 			ReadHeaderTimeout:            sc.ReadHeaderTimeout,
@@ -316,7 +342,7 @@ func (s *Server) openLimiter() error {
 	if err != nil {
 		return fieldpath.Within("ratelimit", err)
 	}
-	s.limiter = l
+	s.limiter = newTimedLimiter(s.registry, l)
 	registerLimiterMetrics(s.registry, l)
 	return nil
 }

@@ -68,6 +68,8 @@ func (s *Server) openUsage() *usage.Counters {
 		Name: "keygate_usage_flushes_total",
 		Help: "Flushes of the per-key usage counts to the usage store (one Redis pipeline each), by outcome (ok, error).",
 	}, []string{"outcome"})
+	flushes.WithLabelValues("ok") // at 0, so the first error is an increase
+	flushes.WithLabelValues("error")
 	s.registry.MustRegister(flushes, prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "keygate_usage_dropped_total",
 		Help: "Requests not counted in per-key usage because usage.max_keys keys were already tracked in the flush interval.",

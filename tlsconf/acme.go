@@ -89,6 +89,7 @@ func (m *Manager) startACME(ctx, bg context.Context, cfg Config, deps Deps) erro
 	})
 	magic.Issuers = []certmagic.Issuer{m.issuer}
 	m.magic = magic
+	m.domains = slices.Clone(cfg.Domains)
 
 	m.base.GetCertificate = magic.GetCertificate
 	if alpnEnabled {

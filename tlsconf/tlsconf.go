@@ -54,6 +54,7 @@ type Manager struct {
 	cert atomic.Pointer[tls.Certificate] // self_signed and files
 
 	magic       *certmagic.Config // acme
+	domains     []string          // acme: tls.domains
 	cache       *certmagic.Cache
 	issuer      *certmagic.ACMEIssuer
 	httpEnabled bool
@@ -123,6 +124,28 @@ func (m *Manager) HTTPChallengeHandler(next http.Handler) http.Handler {
 		return next
 	}
 	return m.issuer.HTTPChallengeHandler(next)
+}
+
+// NotAfter is when the served certificate expires: the one certificate
+// of self_signed and files modes, the earliest of tls.domains' in acme
+// mode (names obtained on demand are not counted). It is the zero time
+// while none is served. Safe for concurrent use.
+func (m *Manager) NotAfter() time.Time {
+	if c := m.cert.Load(); c != nil && c.Leaf != nil {
+		return c.Leaf.NotAfter
+	}
+	var t time.Time
+	if m.cache == nil {
+		return t
+	}
+	for _, d := range m.domains {
+		for _, c := range m.cache.AllMatchingCertificates(d) {
+			if c.Leaf != nil && (t.IsZero() || c.Leaf.NotAfter.Before(t)) {
+				t = c.Leaf.NotAfter
+			}
+		}
+	}
+	return t
 }
 
 // HSTSHeader returns the Strict-Transport-Security value to send on HTTPS
