@@ -6,34 +6,77 @@ package keystore
 import (
 	"encoding/json"
 	"fmt"
+	"hash/crc32"
 )
 
-// Redis key layout. Both hashes share one Cluster hash tag, so every
-// transaction touches a single slot:
+// redisBuckets is the number of hashes the records (and the id index)
+// are spread over. It is part of the layout: changing it moves every
+// record.
+const redisBuckets = 256
+
+// Redis key layout. Records are spread over 256 buckets, each its own
+// Cluster hash tag, so that the key set spreads over a Cluster's slots
+// and every bucket stays small enough to page with HSCAN:
 //
-//	<prefix>keystore:{ks}:records  field "sha256:<hex>" -> record JSON
-//	<prefix>keystore:{ks}:ids      field "<key id>"     -> "sha256:<hex>"
+//	<prefix>keystore:{ks:<bb>}:records  field "sha256:<hex>" -> record JSON
+//	    (bb: the hash's first byte in hex)
+//	<prefix>keystore:{ks:<bb>}:ids      field "<key id>"     -> "sha256:<hex>"
+//	    (bb: CRC-32 of the id, low byte, in hex)
+//	<prefix>keystore:{ks}:consumers     field "<consumer id>" -> consumer JSON
+//	<prefix>keystore:{ks}:log           stream of changes, field "c"
 //
-//	<prefix>keystore:{ks}:consumers field "<consumer id>" -> consumer JSON
+// Each change is appended to the log (XADD, trimmed to about
+// redisLogLen entries) and published on <prefix>keystore:changes, both
+// with the changed hashes and "con:<consumer id>" items
+// (comma-separated), or "*" for "re-read everything". A replica catches
+// up from the log; the message only wakes it.
 //
-// Changes are announced on <prefix>keystore:changes with the changed hashes
-// and "con:<consumer id>" items (comma-separated), or "*" for "re-read
-// everything".
+// The layout before this one kept every record in one hash
+// (<prefix>keystore:{ks}:records, ids in <prefix>keystore:{ks}:ids). A
+// store written that way still loads: replicas read that hash too, and
+// the first write of a RedisAdmin (any `keygate keys` command) moves its
+// records into the buckets (see RedisAdmin.migrate).
 type redisKeys struct {
-	records, ids, channel string
-	consumers             string // field "<consumer id>" -> consumer JSON
+	channel, log, consumers string
+	// legacyRecords and legacyIDs are the previous layout's hashes.
+	legacyRecords, legacyIDs string
+	// tokenBase starts the admin token hashes.
+	tokenBase string
+	records   [redisBuckets]string
+	ids       [redisBuckets]string
 }
 
-func newRedisKeys(prefix string) redisKeys {
+// redisLogLen is about how many changes the log keeps. A replica that
+// falls further behind (away for longer) re-reads everything.
+const redisLogLen = 100_000
+
+func newRedisKeys(prefix string) *redisKeys {
 	if prefix == "" {
 		prefix = "keygate:"
 	}
-	return redisKeys{
-		records:   prefix + "keystore:{ks}:records",
-		ids:       prefix + "keystore:{ks}:ids",
-		channel:   prefix + "keystore:changes",
-		consumers: prefix + "keystore:{ks}:consumers",
+	base := prefix + "keystore:"
+	k := &redisKeys{
+		channel:       base + "changes",
+		log:           base + "{ks}:log",
+		consumers:     base + "{ks}:consumers",
+		legacyRecords: base + "{ks}:records",
+		legacyIDs:     base + "{ks}:ids",
+		tokenBase:     base + "{ks}:",
 	}
+	for b := range redisBuckets {
+		tag := fmt.Sprintf("{ks:%02x}:", b)
+		k.records[b] = base + tag + "records"
+		k.ids[b] = base + tag + "ids"
+	}
+	return k
+}
+
+// recordsOf is the bucket of the record with hash h.
+func (k *redisKeys) recordsOf(h Hash) string { return k.records[h[0]] }
+
+// idsOf is the bucket of the id index that holds id.
+func (k *redisKeys) idsOf(id string) string {
+	return k.ids[crc32.ChecksumIEEE([]byte(id))%redisBuckets]
 }
 
 // storedRecord is a record as kept in Redis: the JSON form plus the hash,

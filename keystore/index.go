@@ -1,0 +1,223 @@
+package keystore
+
+// The in-memory index both stores serve lookups from: a sharded map of
+// compact records. See index for the memory budget.
+
+import (
+	"sync"
+	"time"
+
+	"github.com/keygate/keygate/ratelimit"
+)
+
+// indexShards is the number of shards of an index. A shard is picked by
+// the first byte of the key hash, which is uniform (SHA-256).
+const indexShards = 256
+
+// index maps key hashes to compact records. Lookups take one shard's read
+// lock and allocate nothing; a change takes one shard's write lock and
+// costs O(1) whatever the number of keys. The zero value is not usable;
+// use newIndex. It is safe for concurrent use.
+//
+// Memory per key (measured by BenchmarkIndexLoad and the RSS figures in
+// README.md): the 32-byte hash and the 104-byte entry in the map's slot
+// (plus the map's control bytes and spare capacity), and the id string
+// (24 bytes) and name. Contexts, consumer ids and plan names are
+// interned: keys that share one share its bytes. CreatedAt, RevokedAt and ReplacedBy
+// are read only by the admin side, which reads them from the store, so
+// the index does not hold them.
+type index struct {
+	shards [indexShards]indexShard
+	strs   interner
+}
+
+type indexShard struct {
+	mu sync.RWMutex
+	m  map[Hash]entry
+	_  [40]byte // keep shards' locks on separate cache lines
+}
+
+// entry is the compact form of a Record: what the request path reads.
+type entry struct {
+	id, name, context, consumer, plan string
+	// expires is ExpiresAt in Unix nanoseconds; 0 means never. (An
+	// unknown status is 0 too, which Record.StateAt counts as revoked.)
+	expires  int64
+	override *ratelimit.Override
+	limits   *ratelimit.Effective
+	product  uint8
+	env      uint8
+	status   uint8
+	// gen is the full pass that last saw the entry (see RedisStore).
+	gen uint32
+}
+
+// The small enums of entry.
+var (
+	products = [...]Product{"", Extraction, Registry}
+	envs     = [...]Env{"", Live, Test}
+	statuses = [...]Status{"", Active, Revoked, Rotated, Expired}
+)
+
+func enumOf[T comparable](all []T, v T) uint8 {
+	for i, x := range all {
+		if x == v {
+			return uint8(i)
+		}
+	}
+	return 0
+}
+
+func newIndex() *index {
+	x := &index{strs: interner{m: make(map[string]string)}}
+	for i := range x.shards {
+		x.shards[i].m = make(map[Hash]entry)
+	}
+	return x
+}
+
+func (x *index) shard(h Hash) *indexShard { return &x.shards[h[0]] }
+
+// compact turns r into an entry, interning its repeated strings.
+func (x *index) compact(r Record, gen uint32) entry {
+	e := entry{
+		id:       r.ID,
+		name:     r.Name,
+		context:  x.strs.get(r.Context),
+		consumer: x.strs.get(r.Consumer),
+		plan:     x.strs.get(r.Plan),
+		override: r.Override,
+		limits:   r.Limits,
+		product:  enumOf(products[:], r.Product),
+		env:      enumOf(envs[:], r.Env),
+		status:   enumOf(statuses[:], r.Status),
+		gen:      gen,
+	}
+	if !r.ExpiresAt.IsZero() {
+		e.expires = r.ExpiresAt.UnixNano()
+	}
+	return e
+}
+
+// record expands e; it allocates nothing.
+func (e *entry) record(h Hash) Record {
+	r := Record{
+		ID:       e.id,
+		Name:     e.name,
+		Hash:     h,
+		Product:  products[e.product],
+		Env:      envs[e.env],
+		Context:  e.context,
+		Status:   statuses[e.status],
+		Consumer: e.consumer,
+		Plan:     e.plan,
+		Override: e.override,
+		Limits:   e.limits,
+	}
+	if e.expires != 0 {
+		r.ExpiresAt = time.Unix(0, e.expires).UTC()
+	}
+	return r
+}
+
+// get returns the record of h. The record carries what the request path
+// reads: CreatedAt, RevokedAt and ReplacedBy are left zero.
+func (x *index) get(h Hash) (Record, bool) {
+	s := x.shard(h)
+	s.mu.RLock()
+	e, ok := s.m[h]
+	s.mu.RUnlock()
+	if !ok {
+		return Record{}, false
+	}
+	return e.record(h), true
+}
+
+// put stores r under its hash, marked as seen by pass gen.
+func (x *index) put(r Record, gen uint32) {
+	e := x.compact(r, gen)
+	s := x.shard(r.Hash)
+	s.mu.Lock()
+	s.m[r.Hash] = e
+	s.mu.Unlock()
+}
+
+// del removes h.
+func (x *index) del(h Hash) {
+	s := x.shard(h)
+	s.mu.Lock()
+	delete(s.m, h)
+	s.mu.Unlock()
+}
+
+// sweep removes every entry that pass gen did not see, and returns how
+// many it removed. It holds one shard's lock at a time.
+func (x *index) sweep(gen uint32) int {
+	n := 0
+	for i := range x.shards {
+		s := &x.shards[i]
+		s.mu.Lock()
+		for h, e := range s.m {
+			if e.gen != gen {
+				delete(s.m, h)
+				n++
+			}
+		}
+		s.mu.Unlock()
+	}
+	return n
+}
+
+// len is the number of records.
+func (x *index) len() int {
+	n := 0
+	for i := range x.shards {
+		s := &x.shards[i]
+		s.mu.RLock()
+		n += len(s.m)
+		s.mu.RUnlock()
+	}
+	return n
+}
+
+// update applies f to every entry whose consumer is id (a consumer
+// changed), one shard at a time.
+func (x *index) update(consumer string, f func(Record) Record) {
+	for i := range x.shards {
+		s := &x.shards[i]
+		s.mu.Lock()
+		for h, e := range s.m {
+			if e.consumer == consumer {
+				s.m[h] = x.compact(f(e.record(h)), e.gen)
+			}
+		}
+		s.mu.Unlock()
+	}
+}
+
+// internMax bounds an interner: past it, new strings are kept as they
+// are, unshared.
+const internMax = 1 << 16
+
+// interner shares one copy of each repeated string (contexts, consumer
+// ids, plan names: far fewer than keys). It only grows, up to internMax
+// strings.
+type interner struct {
+	mu sync.Mutex
+	m  map[string]string
+}
+
+func (in *interner) get(s string) string {
+	if s == "" {
+		return ""
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if v, ok := in.m[s]; ok {
+		return v
+	}
+	if len(in.m) < internMax {
+		in.m[s] = s
+	}
+	return s
+}
