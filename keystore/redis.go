@@ -62,6 +62,10 @@ type RedisConfig struct {
 	// consumer's plan and override) whenever a record or a consumer is
 	// loaded or changes, into Record.Limits.
 	Limits *ratelimit.Resolver
+
+	// beforePage, when set (by tests), runs before each page of a full
+	// pass is read.
+	beforePage func()
 }
 
 // RedisStore serves key lookups from an in-process index of the Redis
@@ -479,6 +483,9 @@ func (s *RedisStore) loadBucket(ctx context.Context, key string) error {
 		var kv []string
 		var next uint64
 		var err error
+		if s.cfg.beforePage != nil {
+			s.cfg.beforePage()
+		}
 		for attempt := 0; attempt < 4; attempt++ {
 			pctx, cancel := context.WithTimeout(ctx, s.pageTimeout())
 			kv, next, err = s.cfg.Client.HScan(pctx, key, cursor, "", int64(s.cfg.PageSize)).Result()
