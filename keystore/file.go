@@ -73,13 +73,9 @@ type FileStore struct {
 	onReload func(int, error)
 	limits   limitResolver
 
-	snap atomic.Pointer[snapshot]
+	snap atomic.Pointer[index] // see index; replaced whole at each reload
 
 	watch *filewatch.Watcher
-}
-
-type snapshot struct {
-	byHash map[Hash]Record
 }
 
 // OpenFile loads the keystore at cfg.Path and starts watching it. A file
@@ -144,55 +140,53 @@ func (s *FileStore) reload() error {
 		}
 		return err
 	}
-	m := make(map[Hash]Record, len(recs))
+	cons := consumerMap(doc.Consumers)
+	now := time.Now()
+	x := newIndex()
+	x.reserve(len(recs))
 	for _, r := range recs {
-		m[r.Hash] = r
+		x.put(s.limits.resolve(r, cons, now), 0)
 	}
+	doc = fileDoc{}
 	if old := s.snap.Load(); old != nil {
-		removed := 0
-		for h := range old.byHash {
-			if _, ok := m[h]; !ok {
-				removed++
-			}
-		}
+		removed := old.len() - x.len() + x.added(old)
 		if removed > 0 {
 			s.log.Warn("keystore: reload removed keys; revoke keys instead of deleting them (a file truncated between two records looks like this too)",
-				zap.String("path", s.path), zap.Int("removed", removed), zap.Int("keys", len(m)))
+				zap.String("path", s.path), zap.Int("removed", removed), zap.Int("keys", x.len()))
 		}
 	}
-	s.limits.resolveAll(m, consumerMap(doc.Consumers), time.Now())
-	prev := s.snap.Swap(&snapshot{byHash: m})
+	n := x.len()
+	prev := s.snap.Swap(x)
 	if prev == nil {
-		s.log.Info("keystore: loaded", zap.String("path", s.path), zap.Int("keys", len(m)), zap.Bool("exists", exists))
+		s.log.Info("keystore: loaded", zap.String("path", s.path), zap.Int("keys", n), zap.Bool("exists", exists))
 	} else {
-		s.log.Info("keystore: reloaded", zap.String("path", s.path), zap.Int("keys", len(m)), zap.Bool("exists", exists))
+		s.log.Info("keystore: reloaded", zap.String("path", s.path), zap.Int("keys", n), zap.Bool("exists", exists))
 	}
 	if s.onReload != nil {
-		s.onReload(len(m), nil)
+		s.onReload(n, nil)
 	}
 	return nil
 }
 
 // Lookup returns the record whose key hashes to h. It reports found for
 // revoked, rotated and expired keys too: the caller decides with
-// Record.StateAt. It never returns an error; the error is there for stores
+// Record.StateAt. The record carries what the request path reads;
+// CreatedAt, RevokedAt and ReplacedBy are left zero (FileAdmin reads
+// them). It never returns an error; the error is there for stores
 // that can fail.
 func (s *FileStore) Lookup(_ context.Context, h Hash) (Record, bool, error) {
-	snap := s.snap.Load()
-	if snap == nil {
+	x := s.snap.Load()
+	if x == nil {
 		return Record{}, false, nil
 	}
-	r, ok := snap.byHash[h]
-	if !ok || !r.Hash.Equal(h) {
-		return Record{}, false, nil
-	}
-	return r, true, nil
+	r, ok := x.get(h)
+	return r, ok, nil
 }
 
 // Len returns the number of records being served.
 func (s *FileStore) Len() int {
-	if snap := s.snap.Load(); snap != nil {
-		return len(snap.byHash)
+	if x := s.snap.Load(); x != nil {
+		return x.len()
 	}
 	return 0
 }

@@ -20,9 +20,10 @@ const indexShards = 256
 // use newIndex. It is safe for concurrent use.
 //
 // Memory per key (measured by BenchmarkIndexLoad and the RSS figures in
-// README.md): the 32-byte hash and the 104-byte entry in the map's slot
-// (plus the map's control bytes and spare capacity), and the id string
-// (24 bytes) and name. Contexts, consumer ids and plan names are
+// README.md): the 32-byte hash and a pointer in the map's slot (plus the
+// map's control bytes and spare capacity: a slot is 40 bytes, and a map
+// is half to 7/8 full), the immutable 112-byte entry, and the id string
+// (24 bytes) and name. An entry is replaced whole on a change. Contexts, consumer ids and plan names are
 // interned: keys that share one share its bytes. CreatedAt, RevokedAt and ReplacedBy
 // are read only by the admin side, which reads them from the store, so
 // the index does not hold them.
@@ -33,7 +34,7 @@ type index struct {
 
 type indexShard struct {
 	mu sync.RWMutex
-	m  map[Hash]entry
+	m  map[Hash]*entry
 	_  [40]byte // keep shards' locks on separate cache lines
 }
 
@@ -71,16 +72,31 @@ func enumOf[T comparable](all []T, v T) uint8 {
 func newIndex() *index {
 	x := &index{strs: interner{m: make(map[string]string)}}
 	for i := range x.shards {
-		x.shards[i].m = make(map[Hash]entry)
+		x.shards[i].m = make(map[Hash]*entry)
 	}
 	return x
+}
+
+// reserve sizes the shards that are still empty for total records in
+// all, so that a first load does not grow (and copy) each map
+// step by step.
+func (x *index) reserve(total int) {
+	per := total/indexShards + total/(8*indexShards) + 1
+	for i := range x.shards {
+		s := &x.shards[i]
+		s.mu.Lock()
+		if len(s.m) == 0 {
+			s.m = make(map[Hash]*entry, per)
+		}
+		s.mu.Unlock()
+	}
 }
 
 func (x *index) shard(h Hash) *indexShard { return &x.shards[h[0]] }
 
 // compact turns r into an entry, interning its repeated strings.
-func (x *index) compact(r Record, gen uint32) entry {
-	e := entry{
+func (x *index) compact(r Record, gen uint32) *entry {
+	e := &entry{
 		id:       r.ID,
 		name:     r.Name,
 		context:  x.strs.get(r.Context),
@@ -175,6 +191,24 @@ func (x *index) len() int {
 		s := &x.shards[i]
 		s.mu.RLock()
 		n += len(s.m)
+		s.mu.RUnlock()
+	}
+	return n
+}
+
+// added counts the hashes of x that old does not hold.
+func (x *index) added(old *index) int {
+	n := 0
+	for i := range x.shards {
+		s, o := &x.shards[i], &old.shards[i]
+		s.mu.RLock()
+		o.mu.RLock()
+		for h := range s.m {
+			if _, ok := o.m[h]; !ok {
+				n++
+			}
+		}
+		o.mu.RUnlock()
 		s.mu.RUnlock()
 	}
 	return n

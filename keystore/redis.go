@@ -412,6 +412,9 @@ func (s *RedisStore) fullPass(poll <-chan time.Time) error {
 	s.cons.Store(&cm)
 	s.consMu.Unlock()
 
+	if !s.loaded.Load() {
+		s.reserve(ctx)
+	}
 	gen := s.gen.Add(1)
 	buckets := make(chan string, redisBuckets+1)
 	for _, b := range s.keys.records {
@@ -472,6 +475,28 @@ func (s *RedisStore) fullPass(poll <-chan time.Time) error {
 		s.cfg.OnReload(n, nil)
 	}
 	return nil
+}
+
+// reserve sizes the index for the records in Redis (HLEN of each
+// bucket, one pipelined round trip), before the first load.
+func (s *RedisStore) reserve(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, s.pageTimeout())
+	defer cancel()
+	lens := make([]*redis.IntCmd, redisBuckets)
+	_, err := s.cfg.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, b := range s.keys.records {
+			lens[i] = p.HLen(ctx, b)
+		}
+		return nil
+	})
+	if err != nil {
+		return // the index grows as it loads
+	}
+	total := 0
+	for _, l := range lens {
+		total += int(l.Val())
+	}
+	s.idx.reserve(total)
 }
 
 // loadBucket reads one hash of records, a page at a time, into the index
