@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -120,9 +121,8 @@ func OpenFile(cfg FileConfig) (*FileStore, error) {
 func (s *FileStore) reload() error {
 	_, statErr := os.Stat(s.path)
 	exists := statErr == nil
-	doc, err := readDoc(s.path)
-	recs := doc.Keys
-	if err == nil && len(recs) == 0 && s.Len() > 0 {
+	x, err := s.read()
+	if err == nil && x.len() == 0 && s.Len() > 0 {
 		what := "is empty or lists no keys"
 		if !exists {
 			what = "is missing"
@@ -140,14 +140,6 @@ func (s *FileStore) reload() error {
 		}
 		return err
 	}
-	cons := consumerMap(doc.Consumers)
-	now := time.Now()
-	x := newIndex()
-	x.reserve(len(recs))
-	for _, r := range recs {
-		x.put(s.limits.resolve(r, cons, now), 0)
-	}
-	doc = fileDoc{}
 	if old := s.snap.Load(); old != nil {
 		removed := old.len() - x.len() + x.added(old)
 		if removed > 0 {
@@ -166,6 +158,79 @@ func (s *FileStore) reload() error {
 		s.onReload(n, nil)
 	}
 	return nil
+}
+
+// read reads the file into a new index, streaming it through the fast
+// reader (file_scan.go): no copy of the file or list of its records is
+// held, only the index and the ids seen (to refuse a duplicate). A file
+// the fast reader does not know is read by yaml.v3.
+func (s *FileStore) read() (*index, error) {
+	f, err := os.Open(s.path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return newIndex(), nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("keystore file: %w", err)
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil {
+		// About 300 bytes a record as FileAdmin writes them.
+		hint := int(st.Size() / 300)
+		x := newIndex()
+		x.reserve(hint)
+		if x, err := s.scan(f, x); !errors.Is(err, errNotCanonical) {
+			return x, err
+		}
+	}
+	doc, err := readDoc(s.path)
+	if err != nil {
+		return nil, err
+	}
+	cons := consumerMap(doc.Consumers)
+	now := time.Now()
+	x := newIndex()
+	x.reserve(len(doc.Keys))
+	for _, r := range doc.Keys {
+		x.put(s.limits.resolve(r, cons, now), 0)
+	}
+	return x, nil
+}
+
+// scan streams f through the fast reader into x. The consumers come
+// after the keys in the file, so limits are resolved once all is read.
+func (s *FileStore) scan(f *os.File, x *index) (*index, error) {
+	ids := make(map[string]int)
+	i := 0
+	doc, err := scanDoc(f, func(r Record) error {
+		if err := ValidateRecord(r); err != nil {
+			return fmt.Errorf("keystore file: keys[%d]: %w", i, err)
+		}
+		if j, dup := ids[r.ID]; dup {
+			return fmt.Errorf("keystore file: keys[%d]: duplicate id %s (also keys[%d])", i, r.ID, j)
+		}
+		if _, dup := x.get(r.Hash); dup {
+			return fmt.Errorf("keystore file: keys[%d]: duplicate hash", i)
+		}
+		ids[r.ID] = i
+		i++
+		x.put(r, 0)
+		return nil
+	})
+	if errors.Is(err, errNotCanonical) {
+		return nil, err
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", s.path, err)
+	}
+	if _, err := validateDoc(fileDoc{Consumers: doc.Consumers, AdminTokens: doc.AdminTokens}); err != nil {
+		return nil, fmt.Errorf("%s: %w", s.path, err)
+	}
+	if s.limits.res != nil {
+		cons := consumerMap(doc.Consumers)
+		now := time.Now()
+		x.each(func(r Record) Record { return s.limits.resolve(r, cons, now) })
+	}
+	return x, nil
 }
 
 // Lookup returns the record whose key hashes to h. It reports found for

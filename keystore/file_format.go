@@ -44,6 +44,23 @@ func parseDoc(data []byte) (fileDoc, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return fileDoc{}, nil
 	}
+	var keys []Record
+	doc, err := scanDoc(bytes.NewReader(data), func(r Record) error {
+		keys = append(keys, r)
+		return nil
+	})
+	switch {
+	case errors.Is(err, errNotCanonical):
+		return parseDocYAML(data)
+	case err != nil:
+		return fileDoc{}, err
+	}
+	doc.Keys = keys
+	return validateDoc(doc)
+}
+
+// parseDocYAML is parseDoc by yaml.v3 alone.
+func parseDocYAML(data []byte) (fileDoc, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	var doc fileDoc
@@ -56,6 +73,11 @@ func parseDoc(data []byte) (fileDoc, error) {
 	for i := range doc.Keys {
 		doc.Keys[i].Context = strings.ToLower(doc.Keys[i].Context)
 	}
+	return validateDoc(doc)
+}
+
+// validateDoc checks the records, consumers and admin tokens of doc.
+func validateDoc(doc fileDoc) (fileDoc, error) {
 	if err := ValidateRecords(doc.Keys); err != nil {
 		return fileDoc{}, fmt.Errorf("keystore file: %w", err)
 	}

@@ -196,6 +196,18 @@ func (x *index) len() int {
 	return n
 }
 
+// each replaces every record r by f(r), one shard at a time.
+func (x *index) each(f func(Record) Record) {
+	for i := range x.shards {
+		s := &x.shards[i]
+		s.mu.Lock()
+		for h, e := range s.m {
+			s.m[h] = x.compact(f(e.record(h)), e.gen)
+		}
+		s.mu.Unlock()
+	}
+}
+
 // added counts the hashes of x that old does not hold.
 func (x *index) added(old *index) int {
 	n := 0
