@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -199,19 +200,23 @@ func (s *FileStore) read() (*index, error) {
 // scan streams f through the fast reader into x. The consumers come
 // after the keys in the file, so limits are resolved once all is read.
 func (s *FileStore) scan(f *os.File, x *index) (*index, error) {
-	ids := make(map[string]int)
+	// Ids seen, by a 64-bit hash of the id (no copy of the ids): two
+	// ids with one hash are told apart by the slow path.
+	seed := maphash.MakeSeed()
+	ids := make(map[uint64]int32, x.cap())
 	i := 0
 	doc, err := scanDoc(f, func(r Record) error {
 		if err := ValidateRecord(r); err != nil {
 			return fmt.Errorf("keystore file: keys[%d]: %w", i, err)
 		}
-		if j, dup := ids[r.ID]; dup {
-			return fmt.Errorf("keystore file: keys[%d]: duplicate id %s (also keys[%d])", i, r.ID, j)
+		id := maphash.String(seed, r.ID)
+		if _, dup := ids[id]; dup {
+			return errNotCanonical // a duplicate id, or two ids with one hash: yaml.v3 path
 		}
 		if _, dup := x.get(r.Hash); dup {
-			return fmt.Errorf("keystore file: keys[%d]: duplicate hash", i)
+			return errNotCanonical // the yaml.v3 path names both entries
 		}
-		ids[r.ID] = i
+		ids[id] = int32(i)
 		i++
 		x.put(r, 0)
 		return nil

@@ -49,7 +49,9 @@ func scanDoc(r io.Reader, key func(Record) error) (fileDoc, error) {
 		if err != nil {
 			return err
 		}
-		rec.Context = strings.ToLower(rec.Context)
+		if hasUpper(rec.Context) {
+			rec.Context = strings.ToLower(rec.Context)
+		}
 		return key(rec)
 	}
 	for {
@@ -140,7 +142,7 @@ func scanDoc(r io.Reader, key func(Record) error) (fileDoc, error) {
 // "    field: value" lines. A record with other lines, or values that are
 // not plain, is decoded by yaml.v3.
 func scanRecord(lines []string) (Record, error) {
-	if name, _, ok := strings.Cut(lines[0][4:], ":"); !ok || recordFields[name] == 0 {
+	if name, _, ok := strings.Cut(lines[0][4:], ":"); !ok || fieldBit(name) == 0 {
 		return Record{}, errNotCanonical // not a mapping that starts with a field
 	}
 	var r Record
@@ -162,8 +164,8 @@ func scanRecord(lines []string) (Record, error) {
 			return yamlRecord(lines)
 		}
 		value = strings.TrimRight(value, " ")
-		bit, ok := recordFields[name]
-		if !ok || seen&bit != 0 {
+		bit := fieldBit(name)
+		if bit == 0 || seen&bit != 0 {
 			return yamlRecord(lines) // unknown or repeated: yaml.v3 says which
 		}
 		seen |= bit
@@ -174,10 +176,38 @@ func scanRecord(lines []string) (Record, error) {
 	return r, nil
 }
 
-var recordFields = map[string]uint16{
-	"id": 1 << 0, "name": 1 << 1, "hash": 1 << 2, "product": 1 << 3, "env": 1 << 4,
-	"context": 1 << 5, "created_at": 1 << 6, "expires_at": 1 << 7, "status": 1 << 8,
-	"revoked_at": 1 << 9, "replaced_by": 1 << 10, "consumer": 1 << 11, "plan": 1 << 12,
+// fieldBit is the bit of a record field in scanRecord's set of fields
+// seen; 0 for a name that is not a field.
+func fieldBit(name string) uint16 {
+	switch name {
+	case "id":
+		return 1 << 0
+	case "name":
+		return 1 << 1
+	case "hash":
+		return 1 << 2
+	case "product":
+		return 1 << 3
+	case "env":
+		return 1 << 4
+	case "context":
+		return 1 << 5
+	case "created_at":
+		return 1 << 6
+	case "expires_at":
+		return 1 << 7
+	case "status":
+		return 1 << 8
+	case "revoked_at":
+		return 1 << 9
+	case "replaced_by":
+		return 1 << 10
+	case "consumer":
+		return 1 << 11
+	case "plan":
+		return 1 << 12
+	}
+	return 0
 }
 
 func setField(r *Record, name, v string) error {
@@ -218,12 +248,22 @@ func setField(r *Record, name, v string) error {
 // comment, not null.
 func plainValue(v string) bool {
 	v = strings.TrimRight(v, " ")
-	if v == "" || strings.ContainsAny(v, "\t\"'#") || strings.Contains(v, ": ") {
+	if v == "" {
 		return false
 	}
 	switch v[0] {
 	case '[', ']', '{', '}', '>', '|', '*', '&', '!', '%', '@', '`', ',', '?', '-', ' ':
 		return false
+	}
+	for i := 0; i < len(v); i++ {
+		switch v[i] {
+		case '\t', '"', '\'', '#':
+			return false
+		case ':':
+			if i+1 < len(v) && v[i+1] == ' ' {
+				return false
+			}
+		}
 	}
 	switch v {
 	case "~", "null", "Null", "NULL":
@@ -276,4 +316,13 @@ func printableRunes(s string) bool {
 		}
 	}
 	return true
+}
+
+func hasUpper(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if 'A' <= s[i] && s[i] <= 'Z' {
+			return true
+		}
+	}
+	return false
 }

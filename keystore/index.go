@@ -28,8 +28,9 @@ const indexShards = 256
 // are read only by the admin side, which reads them from the store, so
 // the index does not hold them.
 type index struct {
-	shards [indexShards]indexShard
-	strs   interner
+	shards   [indexShards]indexShard
+	strs     interner
+	reserved int // see reserve
 }
 
 type indexShard struct {
@@ -81,6 +82,7 @@ func newIndex() *index {
 // all, so that a first load does not grow (and copy) each map
 // step by step.
 func (x *index) reserve(total int) {
+	x.reserved = total
 	per := total/indexShards + total/(8*indexShards) + 1
 	for i := range x.shards {
 		s := &x.shards[i]
@@ -91,6 +93,9 @@ func (x *index) reserve(total int) {
 		s.mu.Unlock()
 	}
 }
+
+// cap is about how many records x was reserved for.
+func (x *index) cap() int { return x.reserved }
 
 func (x *index) shard(h Hash) *indexShard { return &x.shards[h[0]] }
 
