@@ -5,6 +5,7 @@ package keystore
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/keygate/keygate/ratelimit"
@@ -22,14 +23,14 @@ const indexShards = 256
 // Memory per key (measured by BenchmarkIndexLoad and the RSS figures in
 // README.md): the 32-byte hash and a pointer in the map's slot (plus the
 // map's control bytes and spare capacity: a slot is 40 bytes, and a map
-// is half to 7/8 full), the immutable 112-byte entry, and the id string
+// is half to 7/8 full), the immutable 80-byte entry, and the id string
 // (24 bytes) and name. An entry is replaced whole on a change. Contexts, consumer ids and plan names are
 // interned: keys that share one share its bytes. CreatedAt, RevokedAt and ReplacedBy
 // are read only by the admin side, which reads them from the store, so
 // the index does not hold them.
 type index struct {
 	shards   [indexShards]indexShard
-	strs     interner
+	strs     *strtab
 	reserved int // see reserve
 }
 
@@ -40,18 +41,21 @@ type indexShard struct {
 }
 
 // entry is the compact form of a Record: what the request path reads.
+// Contexts, consumer ids and plan names, which many keys share, are
+// numbers in the index's string table.
 type entry struct {
-	id, name, context, consumer, plan string
+	id, name string
 	// expires is ExpiresAt in Unix nanoseconds; 0 means never. (An
 	// unknown status is 0 too, which Record.StateAt counts as revoked.)
-	expires  int64
-	override *ratelimit.Override
-	limits   *ratelimit.Effective
-	product  uint8
-	env      uint8
-	status   uint8
+	expires                 int64
+	override                *ratelimit.Override
+	limits                  *ratelimit.Effective
+	context, consumer, plan uint32
 	// gen is the full pass that last saw the entry (see RedisStore).
-	gen uint32
+	gen     uint32
+	product uint8
+	env     uint8
+	status  uint8
 }
 
 // The small enums of entry.
@@ -71,7 +75,7 @@ func enumOf[T comparable](all []T, v T) uint8 {
 }
 
 func newIndex() *index {
-	x := &index{strs: interner{m: make(map[string]string)}}
+	x := &index{strs: newStrtab()}
 	for i := range x.shards {
 		x.shards[i].m = make(map[Hash]*entry)
 	}
@@ -104,9 +108,9 @@ func (x *index) compact(r Record, gen uint32) *entry {
 	e := &entry{
 		id:       r.ID,
 		name:     r.Name,
-		context:  x.strs.get(r.Context),
-		consumer: x.strs.get(r.Consumer),
-		plan:     x.strs.get(r.Plan),
+		context:  x.strs.number(r.Context),
+		consumer: x.strs.number(r.Consumer),
+		plan:     x.strs.number(r.Plan),
 		override: r.Override,
 		limits:   r.Limits,
 		product:  enumOf(products[:], r.Product),
@@ -121,17 +125,18 @@ func (x *index) compact(r Record, gen uint32) *entry {
 }
 
 // record expands e; it allocates nothing.
-func (e *entry) record(h Hash) Record {
+func (x *index) record(h Hash, e *entry) Record {
+	strs := x.strs.load()
 	r := Record{
 		ID:       e.id,
 		Name:     e.name,
 		Hash:     h,
 		Product:  products[e.product],
 		Env:      envs[e.env],
-		Context:  e.context,
+		Context:  strs[e.context],
 		Status:   statuses[e.status],
-		Consumer: e.consumer,
-		Plan:     e.plan,
+		Consumer: strs[e.consumer],
+		Plan:     strs[e.plan],
 		Override: e.override,
 		Limits:   e.limits,
 	}
@@ -151,7 +156,7 @@ func (x *index) get(h Hash) (Record, bool) {
 	if !ok {
 		return Record{}, false
 	}
-	return e.record(h), true
+	return x.record(h, e), true
 }
 
 // put stores r under its hash, marked as seen by pass gen.
@@ -207,7 +212,7 @@ func (x *index) each(f func(Record) Record) {
 		s := &x.shards[i]
 		s.mu.Lock()
 		for h, e := range s.m {
-			s.m[h] = x.compact(f(e.record(h)), e.gen)
+			s.m[h] = x.compact(f(x.record(h, e)), e.gen)
 		}
 		s.mu.Unlock()
 	}
@@ -234,41 +239,66 @@ func (x *index) added(old *index) int {
 // update applies f to every entry whose consumer is id (a consumer
 // changed), one shard at a time.
 func (x *index) update(consumer string, f func(Record) Record) {
+	n, ok := x.strs.lookup(consumer)
+	if !ok || consumer == "" {
+		return // no key names it
+	}
 	for i := range x.shards {
 		s := &x.shards[i]
 		s.mu.Lock()
 		for h, e := range s.m {
-			if e.consumer == consumer {
-				s.m[h] = x.compact(f(e.record(h)), e.gen)
+			if e.consumer == n {
+				s.m[h] = x.compact(f(x.record(h, e)), e.gen)
 			}
 		}
 		s.mu.Unlock()
 	}
 }
 
-// internMax bounds an interner: past it, new strings are kept as they
-// are, unshared.
-const internMax = 1 << 16
-
-// interner shares one copy of each repeated string (contexts, consumer
-// ids, plan names: far fewer than keys). It only grows, up to internMax
-// strings.
-type interner struct {
-	mu sync.Mutex
-	m  map[string]string
+// strtab numbers strings, so that an entry holds a 4-byte number for a
+// string many keys share. Number 0 is "". Reads are lock-free (an
+// append-only slice behind an atomic pointer); it only grows, by the
+// distinct strings ever numbered, far fewer than keys.
+type strtab struct {
+	mu  sync.Mutex
+	ids map[string]uint32
+	tab atomic.Pointer[[]string]
 }
 
-func (in *interner) get(s string) string {
+func newStrtab() *strtab {
+	t := &strtab{ids: map[string]uint32{"": 0}}
+	tab := make([]string, 1, 64)
+	t.tab.Store(&tab)
+	return t
+}
+
+// load returns the table: index it with an entry's numbers.
+func (t *strtab) load() []string { return *t.tab.Load() }
+
+// lookup returns the number of s, if it has one.
+func (t *strtab) lookup(s string) (uint32, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n, ok := t.ids[s]
+	return n, ok
+}
+
+// number returns the number of s, giving it one if it has none.
+func (t *strtab) number(s string) uint32 {
 	if s == "" {
-		return ""
+		return 0
 	}
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	if v, ok := in.m[s]; ok {
-		return v
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if n, ok := t.ids[s]; ok {
+		return n
 	}
-	if len(in.m) < internMax {
-		in.m[s] = s
-	}
-	return s
+	tab := *t.tab.Load()
+	n := uint32(len(tab))
+	// Readers hold slices no longer than before: appending in place
+	// writes past their end.
+	tab = append(tab, s)
+	t.tab.Store(&tab)
+	t.ids[s] = n
+	return n
 }

@@ -121,7 +121,8 @@ func (a *RedisAdmin) Import(ctx context.Context, recs []Record) (added, skipped 
 }
 
 // ImportBatch stores the records of one batch that Redis does not hold
-// yet (by id or by hash) in two pipelined round trips, and reports how
+// yet (by id or by hash) in two pipelined round trips (the second only
+// writes, and may be retried), and reports how
 // many it added and skipped. It does not announce them: call AnnounceAll
 // after the last batch. Each record must be valid (ValidateRecord); ids
 // and hashes must be unique within the batch.
@@ -139,32 +140,32 @@ func (a *RedisAdmin) ImportBatch(ctx context.Context, recs []Record) (added, ski
 			return 0, 0, err
 		}
 	}
-	// The id first, with HSETNX: it claims the id, so that of two
-	// concurrent imports of one record only one writes it.
-	claims := make([]*redis.BoolCmd, len(recs))
+	// Which ids and hashes are there already. Every write below is
+	// idempotent, so that a client that retries a pipeline after a
+	// timeout (its first try may have run) writes the same thing twice.
+	ids := make([]*redis.StringCmd, len(recs))
 	there := make([]*redis.BoolCmd, len(recs))
 	_, err = a.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, r := range recs {
+			ids[i] = p.HGet(ctx, k.idsOf(r.ID), r.ID)
 			there[i] = p.HExists(ctx, k.recordsOf(r.Hash), r.Hash.String())
-			claims[i] = p.HSetNX(ctx, k.idsOf(r.ID), r.ID, r.Hash.String())
 		}
 		return nil
 	})
-	if err != nil {
+	if err != nil && !errors.Is(err, redis.Nil) {
 		return 0, 0, fmt.Errorf("keystore: import: %w", err)
 	}
 	_, err = a.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, r := range recs {
-			switch {
-			case claims[i].Val() && !there[i].Val():
-				p.HSet(ctx, k.recordsOf(r.Hash), r.Hash.String(), vals[i])
-				added++
-			case claims[i].Val(): // the hash is another id's: give the id back
-				p.HDel(ctx, k.idsOf(r.ID), r.ID)
+			hs := r.Hash.String()
+			idFree := errors.Is(ids[i].Err(), redis.Nil)
+			if there[i].Val() || !idFree && ids[i].Val() != hs {
 				skipped++
-			default:
-				skipped++
+				continue
 			}
+			p.HSet(ctx, k.recordsOf(r.Hash), hs, vals[i])
+			p.HSet(ctx, k.idsOf(r.ID), r.ID, hs)
+			added++
 		}
 		return nil
 	})
@@ -267,7 +268,10 @@ func (a *RedisAdmin) writeNew(ctx context.Context, r Record) error {
 		return fmt.Errorf("keystore: %w", err)
 	}
 	if !ok {
-		return fmt.Errorf("keystore: id %s already in use", r.ID)
+		// Ours after all when a retry of HSETNX found its own first try.
+		if hs, err := a.Client.HGet(ctx, k.idsOf(r.ID), r.ID).Result(); err != nil || hs != r.Hash.String() {
+			return fmt.Errorf("keystore: id %s already in use", r.ID)
+		}
 	}
 	if err := a.Client.HSet(ctx, k.recordsOf(r.Hash), r.Hash.String(), v).Err(); err != nil {
 		_ = a.Client.HDel(context.WithoutCancel(ctx), k.idsOf(r.ID), r.ID).Err()
