@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/crc32"
+	"time"
 )
 
 // redisBuckets is the number of hashes the records (and the id index)
@@ -92,14 +93,97 @@ func encodeRecord(r Record) (string, error) {
 }
 
 func decodeRecord(field, value string) (Record, error) {
-	var s storedRecord
-	if err := json.Unmarshal([]byte(value), &s); err != nil {
-		return Record{}, fmt.Errorf("keystore: record %s: %w", field, err)
+	r, ok := decodeRecordFast(value)
+	if !ok {
+		var s storedRecord
+		if err := json.Unmarshal([]byte(value), &s); err != nil {
+			return Record{}, fmt.Errorf("keystore: record %s: %w", field, err)
+		}
+		r = s.Record
+		r.Hash = s.Hash
 	}
-	r := s.Record
-	r.Hash = s.Hash
 	if h, err := ParseHash(field); err != nil || h != r.Hash {
 		return Record{}, fmt.Errorf("keystore: record under %q does not match its hash", field)
 	}
 	return r, ValidateRecord(r)
+}
+
+// decodeRecordFast decodes the JSON that encodeRecord writes, about four
+// times faster than encoding/json for a load of a million records. It
+// reads an object of string members only, without escapes; for anything
+// else (an override, an escaped string, a member it does not know) it
+// reports false and the caller uses encoding/json.
+func decodeRecordFast(v string) (Record, bool) {
+	var r Record
+	if len(v) < 2 || v[0] != '{' || v[len(v)-1] != '}' {
+		return r, false
+	}
+	i := 1
+	for {
+		if i >= len(v)-1 {
+			return r, i == 1 // "{}" only
+		}
+		name, next, ok := jsonString(v, i)
+		if !ok || next >= len(v) || v[next] != ':' {
+			return r, false
+		}
+		val, next, ok := jsonString(v, next+1)
+		if !ok {
+			return r, false
+		}
+		if !setJSONField(&r, name, val) {
+			return r, false
+		}
+		switch {
+		case next == len(v)-1:
+			return r, true
+		case v[next] == ',':
+			i = next + 1
+		default:
+			return r, false
+		}
+	}
+}
+
+// jsonString reads the string that starts at v[i]: ASCII, no escapes
+// (encoding/json replaces invalid UTF-8, which this does not).
+func jsonString(v string, i int) (s string, next int, ok bool) {
+	if i >= len(v) || v[i] != '"' {
+		return "", i, false
+	}
+	for j := i + 1; j < len(v); j++ {
+		switch c := v[j]; {
+		case c == '"':
+			return v[i+1 : j], j + 1, true
+		case c == '\\' || c < 0x20 || c >= 0x80:
+			return "", j, false
+		}
+	}
+	return "", len(v), false
+}
+
+func setJSONField(r *Record, name, v string) bool {
+	var err error
+	switch name {
+	case "hash":
+		r.Hash, err = ParseHash(v)
+	case "created_at", "expires_at", "revoked_at":
+		var t time.Time
+		if t, err = time.Parse(time.RFC3339Nano, v); err == nil {
+			switch name {
+			case "created_at":
+				r.CreatedAt = t
+			case "expires_at":
+				r.ExpiresAt = t
+			default:
+				r.RevokedAt = t
+			}
+		}
+	default:
+		if fieldBit(name) == 0 {
+			return false // unknown (encoding/json matches names case-insensitively)
+		}
+		err = setField(r, name, v)
+	}
+	return err == nil
 }

@@ -23,6 +23,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -38,7 +39,19 @@ func main() {
 	n := flag.Int("keys", 1_000_000, "number of keys (gen-file, fill-redis)")
 	file := flag.String("file", "/tmp/keyload.yaml", "keystore file")
 	addr := flag.String("redis", "127.0.0.1:6379", "redis-server address")
+	prof := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	flag.Parse()
+	if *prof != "" {
+		f, err := os.Create(*prof)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "keyload:", err)
+			os.Exit(1)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	var err error
 	switch *mode {
 	case "gen-file":
@@ -53,6 +66,7 @@ func main() {
 		err = fmt.Errorf("-mode: want gen-file, load-file, fill-redis or load-redis, got %q", *mode)
 	}
 	if err != nil {
+		pprof.StopCPUProfile()
 		fmt.Fprintln(os.Stderr, "keyload:", err)
 		os.Exit(1)
 	}
