@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/crc32"
+	"strings"
 	"time"
 )
 
@@ -183,7 +184,9 @@ func setJSONField(r *Record, name, v string) bool {
 		if fieldBit(name) == 0 {
 			return false // unknown (encoding/json matches names case-insensitively)
 		}
-		err = setField(r, name, v)
+		// A copy: a slice of v would keep the whole stored value alive
+		// as long as the record.
+		err = setField(r, name, strings.Clone(v))
 	}
 	return err == nil
 }
