@@ -8,6 +8,11 @@
 //	keyload -mode load-file -file /tmp/keys.yaml
 //	keyload -mode fill-redis -keys 1000000 -redis 127.0.0.1:6379
 //	keyload -mode load-redis -redis 127.0.0.1:6379
+//	keyload -mode churn -redis 127.0.0.1:6379 -rate 100 -duration 30s
+//
+// churn issues and revokes keys through the admin at -rate changes a
+// second (half each) while two replicas' stores run, and reports how long
+// each revocation took to be refused on both.
 //
 // Records are random (random hashes, ids, one of 1000 consumers'
 // contexts), in keygate's own formats.
@@ -22,6 +27,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"runtime/debug"
 	"runtime/pprof"
 	"strconv"
@@ -39,6 +45,8 @@ func main() {
 	n := flag.Int("keys", 1_000_000, "number of keys (gen-file, fill-redis)")
 	file := flag.String("file", "/tmp/keyload.yaml", "keystore file")
 	addr := flag.String("redis", "127.0.0.1:6379", "redis-server address")
+	rate := flag.Int("rate", 100, "changes per second (churn)")
+	dur := flag.Duration("duration", 30*time.Second, "how long to churn (churn)")
 	prof := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	flag.Parse()
 	if *prof != "" {
@@ -62,6 +70,8 @@ func main() {
 		err = fillRedis(*addr, *n)
 	case "load-redis":
 		err = loadRedis(*addr)
+	case "churn":
+		err = churn(*addr, *rate, *dur)
 	default:
 		err = fmt.Errorf("-mode: want gen-file, load-file, fill-redis or load-redis, got %q", *mode)
 	}
@@ -232,4 +242,83 @@ func loadRedis(addr string) error {
 	fmt.Printf("redis load: %d commands logged, longest %s: %v\n", len(logs), longest.Duration, longest.Args[:min(len(longest.Args), 5)])
 	_ = c.Do(ctx, "CONFIG", "SET", "slowlog-log-slower-than", "10000").Err()
 	return s.Close()
+}
+
+func churn(addr string, rate int, dur time.Duration) error {
+	ctx := context.Background()
+	admin := &keystore.RedisAdmin{Client: client(addr)}
+	var stores []*keystore.RedisStore
+	for range 2 {
+		s, err := keystore.OpenRedis(keystore.RedisConfig{Client: client(addr)})
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		stores = append(stores, s)
+	}
+	for _, s := range stores {
+		for !s.Ready() {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	type pending struct {
+		hash keystore.Hash
+		at   time.Time
+	}
+	var (
+		issued  []keystore.Record
+		waiting []pending
+		lat     []time.Duration
+	)
+	tick := time.NewTicker(time.Second / time.Duration(rate))
+	defer tick.Stop()
+	start := time.Now()
+	end := start.Add(dur)
+	changes := 0
+	for i := 0; time.Now().Before(end) || len(waiting) > 0; i++ {
+		if time.Now().Before(end) {
+			<-tick.C
+			if i%2 == 0 || len(issued) == 0 {
+				_, rec, err := admin.Issue(ctx, keystore.IssueRequest{Product: keystore.Registry, Env: keystore.Test})
+				if err != nil {
+					return err
+				}
+				issued = append(issued, rec)
+				changes++
+			} else {
+				rec := issued[len(issued)-1]
+				issued = issued[:len(issued)-1]
+				if _, err := admin.Revoke(ctx, rec.ID); err != nil {
+					return err
+				}
+				waiting = append(waiting, pending{rec.Hash, time.Now()})
+				changes++
+			}
+		} else {
+			time.Sleep(time.Millisecond)
+		}
+		// Which revocations both replicas refuse by now.
+		kept := waiting[:0]
+		for _, w := range waiting {
+			seen := true
+			for _, s := range stores {
+				if r, ok, _ := s.Lookup(ctx, w.hash); !ok || r.StateAt(time.Now()) != keystore.Revoked {
+					seen = false
+				}
+			}
+			if seen {
+				lat = append(lat, time.Since(w.at))
+			} else if time.Since(w.at) > 10*time.Second {
+				return fmt.Errorf("a revocation not seen on both replicas within 10 s")
+			} else {
+				kept = append(kept, w)
+			}
+		}
+		waiting = kept
+	}
+	slices.Sort(lat)
+	q := func(p float64) time.Duration { return lat[min(len(lat)-1, int(p*float64(len(lat))))] }
+	fmt.Printf("churn: %.0f changes/s (asked %d) for %s over %d keys; %d revocations refused on both replicas after p50 %s, p99 %s, max %s\n",
+		float64(changes)/dur.Seconds(), rate, dur, stores[0].Len(), len(lat), q(0.5).Round(time.Microsecond), q(0.99).Round(time.Microsecond), lat[len(lat)-1].Round(time.Microsecond))
+	return nil
 }
