@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -75,7 +76,8 @@ type FileStore struct {
 	onReload func(int, error)
 	limits   limitResolver
 
-	snap atomic.Pointer[index] // see index; replaced whole at each reload
+	snap atomic.Pointer[index] // see index; set by the first load
+	gen  uint32                // the current reload (see update)
 
 	watch *filewatch.Watcher
 }
@@ -122,6 +124,9 @@ func OpenFile(cfg FileConfig) (*FileStore, error) {
 func (s *FileStore) reload() error {
 	_, statErr := os.Stat(s.path)
 	exists := statErr == nil
+	if s.snap.Load() != nil {
+		return s.update(exists)
+	}
 	x, err := s.read()
 	if err == nil && x.len() == 0 && s.Len() > 0 {
 		what := "is empty or lists no keys"
@@ -155,6 +160,75 @@ func (s *FileStore) reload() error {
 	} else {
 		s.log.Info("keystore: reloaded", zap.String("path", s.path), zap.Int("keys", n), zap.Bool("exists", exists))
 	}
+	if s.onReload != nil {
+		s.onReload(n, nil)
+	}
+	return nil
+}
+
+// update reloads the file into the index in place, so that a reload
+// needs no second index: it checks the whole file first (a bad file
+// changes nothing), then reads it again from the same open file (a file
+// renamed over it meanwhile is the next reload's) and stores each record,
+// and then removes the records that the file no longer has.
+func (s *FileStore) update(exists bool) error {
+	x := s.snap.Load()
+	fail := func(err error) error {
+		n := s.Len()
+		s.log.Error("keystore: reload failed; serving the last good keystore",
+			zap.String("path", s.path), zap.Int("keys", n), zap.Error(err))
+		if s.onReload != nil {
+			s.onReload(n, err)
+		}
+		return err
+	}
+	f, err := os.Open(s.path)
+	n := 0
+	var doc fileDoc
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return fail(fmt.Errorf("keystore file: %w", err))
+	default:
+		defer f.Close()
+		if n, doc, err = checkFile(f, s.path); err != nil {
+			return fail(err)
+		}
+	}
+	if n == 0 && s.Len() > 0 {
+		what := "is empty or lists no keys"
+		if !exists {
+			what = "is missing"
+		}
+		return fail(fmt.Errorf("keystore file %s: %s after %d keys were served; a keystore never shrinks to nothing (revoke keys, do not delete them), so it is taken for a truncated, emptied or deleted file: %w", s.path, what, s.Len(), ErrKeystoreVanished))
+	}
+	s.gen++
+	cons := consumerMap(doc.Consumers)
+	now := time.Now()
+	put := func(r Record) error {
+		x.put(s.limits.resolve(r, cons, now), s.gen)
+		return nil
+	}
+	if doc.Keys != nil {
+		for _, r := range doc.Keys {
+			_ = put(r)
+		}
+	} else if f != nil {
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return fail(fmt.Errorf("keystore file: %w", err))
+		}
+		if _, err := scanDoc(f, put); err != nil {
+			// The same bytes passed the check: only a read error gets
+			// here. What was stored stays; the next reload completes it.
+			return fail(err)
+		}
+	}
+	if removed := x.sweep(s.gen); removed > 0 {
+		s.log.Warn("keystore: reload removed keys; revoke keys instead of deleting them (a file truncated between two records looks like this too)",
+			zap.String("path", s.path), zap.Int("removed", removed), zap.Int("keys", x.len()))
+	}
+	n = x.len()
+	s.log.Info("keystore: reloaded", zap.String("path", s.path), zap.Int("keys", n), zap.Bool("exists", exists))
 	if s.onReload != nil {
 		s.onReload(n, nil)
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"io"
 	"os"
 )
 
@@ -18,13 +19,21 @@ func CheckFile(path string) (keys int, cons []Consumer, err error) {
 		return 0, nil, fmt.Errorf("keystore file: %w", err)
 	}
 	defer f.Close()
+	keys, doc, err := checkFile(f, path)
+	return keys, doc.Consumers, err
+}
+
+// checkFile is CheckFile on an open file, read from its start. When the
+// fast reader does not know the file, it returns the document yaml.v3
+// read, with its Keys; otherwise Keys is nil.
+func checkFile(f *os.File, path string) (keys int, doc fileDoc, err error) {
 	// Ids and hashes seen, by a 64-bit hash of each: a repeat (or two
 	// values with one hash) sends the file to the yaml.v3 path, which
 	// names both entries.
 	seed := maphash.MakeSeed()
 	ids := make(map[uint64]struct{})
 	hashes := make(map[uint64]struct{})
-	doc, err := scanDoc(f, func(r Record) error {
+	doc, err = scanDoc(f, func(r Record) error {
 		if err := ValidateRecord(r); err != nil {
 			return fmt.Errorf("keystore file: keys[%d]: %w", keys, err)
 		}
@@ -40,16 +49,29 @@ func CheckFile(path string) (keys int, cons []Consumer, err error) {
 		return nil
 	})
 	if errors.Is(err, errNotCanonical) {
-		doc, err := readDoc(path)
-		return len(doc.Keys), doc.Consumers, err
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return 0, fileDoc{}, fmt.Errorf("keystore file: %w", err)
+		}
+		data, err := io.ReadAll(f)
+		if err != nil {
+			return 0, fileDoc{}, fmt.Errorf("keystore file: %w", err)
+		}
+		doc, err := parseDoc(data)
+		if err != nil {
+			return 0, fileDoc{}, fmt.Errorf("%s: %w", path, err)
+		}
+		if doc.Keys == nil {
+			doc.Keys = []Record{}
+		}
+		return len(doc.Keys), doc, nil
 	}
 	if err != nil {
-		return 0, nil, fmt.Errorf("%s: %w", path, err)
+		return 0, fileDoc{}, fmt.Errorf("%s: %w", path, err)
 	}
 	if _, err := validateDoc(fileDoc{Consumers: doc.Consumers, AdminTokens: doc.AdminTokens}); err != nil {
-		return 0, nil, fmt.Errorf("%s: %w", path, err)
+		return 0, fileDoc{}, fmt.Errorf("%s: %w", path, err)
 	}
-	return keys, doc.Consumers, nil
+	return keys, doc, nil
 }
 
 // StreamFile reads the records of the keystore file at path and passes
