@@ -16,6 +16,9 @@ import (
 	"github.com/keygate/keygate/keyops"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/redisconn"
+
+	"github.com/schollz/progressbar/v3"
+	"golang.org/x/term"
 )
 
 // openAdmin returns the admin of the configured keystore backend, and a
@@ -235,11 +238,9 @@ func keysImport(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error
 	if cfg.Keystore.Backend != "redis" {
 		return usageError{"keys import: keystore.backend must be redis in --config; import moves a file keystore into Redis"}
 	}
-	data, err := os.ReadFile(*from)
-	if err != nil {
-		return err
-	}
-	recs, err := keystore.ParseFile(data)
+	// Check the whole file before writing anything, then stream it into
+	// Redis a batch at a time: one batch of records in memory.
+	total, cons, err := keystore.CheckFile(*from)
 	if err != nil {
 		return fmt.Errorf("keys import: %s: %w", *from, err)
 	}
@@ -248,20 +249,27 @@ func keysImport(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer done()
-	cons, err := keystore.ParseFileConsumers(data)
-	if err != nil {
-		return fmt.Errorf("keys import: %s: %w", *from, err)
-	}
 	ra := admin.(*keystore.RedisAdmin)
 	log, err := openAudit(cfg, ra)
 	if err != nil {
 		return err
 	}
 	defer log.Close()
-	cAdded, cSkipped, err := ra.ImportConsumers(context.Background(), cons)
+	ctx := context.Background()
+	cAdded, cSkipped, err := ra.ImportConsumers(ctx, cons)
 	var added, skipped int
 	if err == nil {
-		added, skipped, err = ra.Import(context.Background(), recs)
+		p := newImportProgress(stderr, total)
+		err = keystore.StreamFile(*from, importBatch, func(batch []keystore.Record) error {
+			a, s, err := ra.ImportBatch(ctx, batch)
+			added, skipped = added+a, skipped+s
+			p.add(len(batch))
+			return err
+		})
+		p.finish()
+		if err == nil {
+			err = ra.AnnounceAll(ctx)
+		}
 	}
 	if err := auditImport(log, *from, added, skipped, cAdded, cSkipped, err); err != nil {
 		return err
@@ -271,4 +279,51 @@ func keysImport(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error
 		fmt.Fprintf(stdout, "imported %d consumers, skipped %d already in Redis\n", cAdded, cSkipped)
 	}
 	return nil
+}
+
+// importBatch is how many records `keys import` writes per pipelined
+// batch.
+const importBatch = 1000
+
+// importProgress shows how far an import is: a progress bar on a
+// terminal, a plain count every 100,000 keys otherwise.
+type importProgress struct {
+	bar   *progressbar.ProgressBar
+	w     io.Writer
+	total int
+	done  int
+}
+
+func newImportProgress(w io.Writer, total int) *importProgress {
+	p := &importProgress{w: w, total: total}
+	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		p.bar = progressbar.NewOptions(total,
+			progressbar.OptionSetWriter(w),
+			progressbar.OptionSetDescription("importing keys"),
+			progressbar.OptionShowCount(),
+			progressbar.OptionShowIts(),
+			progressbar.OptionSetItsString("keys"),
+			progressbar.OptionThrottle(100*time.Millisecond),
+			progressbar.OptionOnCompletion(func() { fmt.Fprintln(w) }),
+		)
+	}
+	return p
+}
+
+func (p *importProgress) add(n int) {
+	before := p.done
+	p.done += n
+	if p.bar != nil {
+		_ = p.bar.Add(n)
+		return
+	}
+	if p.done/100_000 != before/100_000 {
+		fmt.Fprintf(p.w, "imported %d of %d keys\n", p.done, p.total)
+	}
+}
+
+func (p *importProgress) finish() {
+	if p.bar != nil {
+		_ = p.bar.Finish()
+	}
 }

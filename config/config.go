@@ -114,8 +114,9 @@ type KeystoreConfig struct {
 	Backend string `yaml:"backend"`
 	// File is the YAML keystore of the file backend.
 	File string `yaml:"file"`
-	// ResyncInterval is how often the redis backend re-reads every record,
-	// covering a missed change notification.
+	// ResyncInterval is how often the redis backend re-reads every record
+	// (in pages), covering a change that was stored but never logged;
+	// changes themselves arrive from the change log.
 	ResyncInterval time.Duration `yaml:"resync_interval"`
 }
 
@@ -168,7 +169,7 @@ func Default() Config {
 			Extraction: gateway.UpstreamConfig{Targets: []string{"http://127.0.0.1:9001"}, Timeout: 60 * time.Second, DialTimeout: 2 * time.Second, MaxIdleConnsPerHost: 64},
 			Registry:   gateway.UpstreamConfig{Targets: []string{"http://127.0.0.1:9002"}, Timeout: 60 * time.Second, DialTimeout: 2 * time.Second, MaxIdleConnsPerHost: 64},
 		},
-		Keystore:  KeystoreConfig{Backend: "file", File: "./data/keys.yaml", ResyncInterval: 30 * time.Second},
+		Keystore:  KeystoreConfig{Backend: "file", File: "./data/keys.yaml", ResyncInterval: 10 * time.Minute},
 		Redis:     redisconn.DefaultConfig(),
 		RateLimit: ratelimit.DefaultConfig(),
 		Auth: AuthConfig{

@@ -115,8 +115,7 @@ func revokeAdminToken(t AdminToken, now time.Time) (AdminToken, error) {
 // Replicas read them from Redis at each authentication (no copy to keep
 // current), so a new or revoked token counts on every replica at once.
 func adminTokenKeys(prefix string) (tokens, ids string) {
-	k := newRedisKeys(prefix)
-	base := k.records[:len(k.records)-len("records")]
+	base := newRedisKeys(prefix).tokenBase
 	return base + "admin_tokens", base + "admin_token_ids"
 }
 
@@ -190,7 +189,7 @@ func (a *RedisAdmin) watchTokens(ctx context.Context, f func(tx *redis.Tx) error
 // ListAdminTokens returns every admin token, oldest first.
 func (a *RedisAdmin) ListAdminTokens(ctx context.Context) ([]AdminToken, error) {
 	tokens, _ := adminTokenKeys(a.Prefix)
-	out, err := hashAll(ctx, a.Client, tokens, decodeAdminToken)
+	out, err := hashAll(ctx, a.Client, tokens, 1000, decodeAdminToken)
 	if err != nil {
 		return nil, err
 	}

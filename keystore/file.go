@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
+	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -73,13 +76,10 @@ type FileStore struct {
 	onReload func(int, error)
 	limits   limitResolver
 
-	snap atomic.Pointer[snapshot]
+	snap atomic.Pointer[index] // see index; set by the first load
+	gen  uint32                // the current reload (see update)
 
 	watch *filewatch.Watcher
-}
-
-type snapshot struct {
-	byHash map[Hash]Record
 }
 
 // OpenFile loads the keystore at cfg.Path and starts watching it. A file
@@ -124,9 +124,11 @@ func OpenFile(cfg FileConfig) (*FileStore, error) {
 func (s *FileStore) reload() error {
 	_, statErr := os.Stat(s.path)
 	exists := statErr == nil
-	doc, err := readDoc(s.path)
-	recs := doc.Keys
-	if err == nil && len(recs) == 0 && s.Len() > 0 {
+	if s.snap.Load() != nil {
+		return s.update(exists)
+	}
+	x, err := s.read()
+	if err == nil && x.len() == 0 && s.Len() > 0 {
 		what := "is empty or lists no keys"
 		if !exists {
 			what = "is missing"
@@ -144,55 +146,191 @@ func (s *FileStore) reload() error {
 		}
 		return err
 	}
-	m := make(map[Hash]Record, len(recs))
-	for _, r := range recs {
-		m[r.Hash] = r
-	}
 	if old := s.snap.Load(); old != nil {
-		removed := 0
-		for h := range old.byHash {
-			if _, ok := m[h]; !ok {
-				removed++
-			}
-		}
+		removed := old.len() - x.len() + x.added(old)
 		if removed > 0 {
 			s.log.Warn("keystore: reload removed keys; revoke keys instead of deleting them (a file truncated between two records looks like this too)",
-				zap.String("path", s.path), zap.Int("removed", removed), zap.Int("keys", len(m)))
+				zap.String("path", s.path), zap.Int("removed", removed), zap.Int("keys", x.len()))
 		}
 	}
-	s.limits.resolveAll(m, consumerMap(doc.Consumers), time.Now())
-	prev := s.snap.Swap(&snapshot{byHash: m})
+	n := x.len()
+	prev := s.snap.Swap(x)
 	if prev == nil {
-		s.log.Info("keystore: loaded", zap.String("path", s.path), zap.Int("keys", len(m)), zap.Bool("exists", exists))
+		s.log.Info("keystore: loaded", zap.String("path", s.path), zap.Int("keys", n), zap.Bool("exists", exists))
 	} else {
-		s.log.Info("keystore: reloaded", zap.String("path", s.path), zap.Int("keys", len(m)), zap.Bool("exists", exists))
+		s.log.Info("keystore: reloaded", zap.String("path", s.path), zap.Int("keys", n), zap.Bool("exists", exists))
 	}
 	if s.onReload != nil {
-		s.onReload(len(m), nil)
+		s.onReload(n, nil)
 	}
 	return nil
 }
 
+// update reloads the file into the index in place, so that a reload
+// needs no second index: it checks the whole file first (a bad file
+// changes nothing), then reads it again from the same open file (a file
+// renamed over it meanwhile is the next reload's) and stores each record,
+// and then removes the records that the file no longer has.
+func (s *FileStore) update(exists bool) error {
+	x := s.snap.Load()
+	fail := func(err error) error {
+		n := s.Len()
+		s.log.Error("keystore: reload failed; serving the last good keystore",
+			zap.String("path", s.path), zap.Int("keys", n), zap.Error(err))
+		if s.onReload != nil {
+			s.onReload(n, err)
+		}
+		return err
+	}
+	f, err := os.Open(s.path)
+	n := 0
+	var doc fileDoc
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return fail(fmt.Errorf("keystore file: %w", err))
+	default:
+		defer f.Close()
+		if n, doc, err = checkFile(f, s.path); err != nil {
+			return fail(err)
+		}
+	}
+	if n == 0 && s.Len() > 0 {
+		what := "is empty or lists no keys"
+		if !exists {
+			what = "is missing"
+		}
+		return fail(fmt.Errorf("keystore file %s: %s after %d keys were served; a keystore never shrinks to nothing (revoke keys, do not delete them), so it is taken for a truncated, emptied or deleted file: %w", s.path, what, s.Len(), ErrKeystoreVanished))
+	}
+	s.gen++
+	cons := consumerMap(doc.Consumers)
+	now := time.Now()
+	put := func(r Record) error {
+		x.put(s.limits.resolve(r, cons, now), s.gen)
+		return nil
+	}
+	if doc.Keys != nil {
+		for _, r := range doc.Keys {
+			_ = put(r)
+		}
+	} else if f != nil {
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return fail(fmt.Errorf("keystore file: %w", err))
+		}
+		if _, err := scanDoc(f, put); err != nil {
+			// The same bytes passed the check: only a read error gets
+			// here. What was stored stays; the next reload completes it.
+			return fail(err)
+		}
+	}
+	if removed := x.sweep(s.gen); removed > 0 {
+		s.log.Warn("keystore: reload removed keys; revoke keys instead of deleting them (a file truncated between two records looks like this too)",
+			zap.String("path", s.path), zap.Int("removed", removed), zap.Int("keys", x.len()))
+	}
+	n = x.len()
+	s.log.Info("keystore: reloaded", zap.String("path", s.path), zap.Int("keys", n), zap.Bool("exists", exists))
+	if s.onReload != nil {
+		s.onReload(n, nil)
+	}
+	return nil
+}
+
+// read reads the file into a new index, streaming it through the fast
+// reader (file_scan.go): no copy of the file or list of its records is
+// held, only the index and the ids seen (to refuse a duplicate). A file
+// the fast reader does not know is read by yaml.v3.
+func (s *FileStore) read() (*index, error) {
+	f, err := os.Open(s.path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return newIndex(), nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("keystore file: %w", err)
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil {
+		// About 300 bytes a record as FileAdmin writes them.
+		hint := int(st.Size() / 300)
+		x := newIndex()
+		x.reserve(hint)
+		if x, err := s.scan(f, x); !errors.Is(err, errNotCanonical) {
+			return x, err
+		}
+	}
+	doc, err := readDoc(s.path)
+	if err != nil {
+		return nil, err
+	}
+	cons := consumerMap(doc.Consumers)
+	now := time.Now()
+	x := newIndex()
+	x.reserve(len(doc.Keys))
+	for _, r := range doc.Keys {
+		x.put(s.limits.resolve(r, cons, now), 0)
+	}
+	return x, nil
+}
+
+// scan streams f through the fast reader into x. The consumers come
+// after the keys in the file, so limits are resolved once all is read.
+func (s *FileStore) scan(f *os.File, x *index) (*index, error) {
+	// Ids seen, by a 64-bit hash of the id (no copy of the ids): two
+	// ids with one hash are told apart by the slow path.
+	seed := maphash.MakeSeed()
+	ids := make(map[uint64]int32, x.cap())
+	i := 0
+	doc, err := scanDoc(f, func(r Record) error {
+		if err := ValidateRecord(r); err != nil {
+			return fmt.Errorf("keystore file: keys[%d]: %w", i, err)
+		}
+		id := maphash.String(seed, r.ID)
+		if _, dup := ids[id]; dup {
+			return errNotCanonical // a duplicate id, or two ids with one hash: yaml.v3 path
+		}
+		if _, dup := x.get(r.Hash); dup {
+			return errNotCanonical // the yaml.v3 path names both entries
+		}
+		ids[id] = int32(i)
+		i++
+		x.put(r, 0)
+		return nil
+	})
+	if errors.Is(err, errNotCanonical) {
+		return nil, err
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", s.path, err)
+	}
+	if _, err := validateDoc(fileDoc{Consumers: doc.Consumers, AdminTokens: doc.AdminTokens}); err != nil {
+		return nil, fmt.Errorf("%s: %w", s.path, err)
+	}
+	if s.limits.res != nil {
+		cons := consumerMap(doc.Consumers)
+		now := time.Now()
+		x.each(func(r Record) Record { return s.limits.resolve(r, cons, now) })
+	}
+	return x, nil
+}
+
 // Lookup returns the record whose key hashes to h. It reports found for
 // revoked, rotated and expired keys too: the caller decides with
-// Record.StateAt. It never returns an error; the error is there for stores
+// Record.StateAt. The record carries what the request path reads;
+// CreatedAt, RevokedAt and ReplacedBy are left zero (FileAdmin reads
+// them). It never returns an error; the error is there for stores
 // that can fail.
 func (s *FileStore) Lookup(_ context.Context, h Hash) (Record, bool, error) {
-	snap := s.snap.Load()
-	if snap == nil {
+	x := s.snap.Load()
+	if x == nil {
 		return Record{}, false, nil
 	}
-	r, ok := snap.byHash[h]
-	if !ok || !r.Hash.Equal(h) {
-		return Record{}, false, nil
-	}
-	return r, true, nil
+	r, ok := x.get(h)
+	return r, ok, nil
 }
 
 // Len returns the number of records being served.
 func (s *FileStore) Len() int {
-	if snap := s.snap.Load(); snap != nil {
-		return len(snap.byHash)
+	if x := s.snap.Load(); x != nil {
+		return x.len()
 	}
 	return 0
 }

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -44,6 +45,23 @@ func parseDoc(data []byte) (fileDoc, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return fileDoc{}, nil
 	}
+	var keys []Record
+	doc, err := scanDoc(bytes.NewReader(data), func(r Record) error {
+		keys = append(keys, r)
+		return nil
+	})
+	switch {
+	case errors.Is(err, errNotCanonical):
+		return parseDocYAML(data)
+	case err != nil:
+		return fileDoc{}, err
+	}
+	doc.Keys = keys
+	return validateDoc(doc)
+}
+
+// parseDocYAML is parseDoc by yaml.v3 alone.
+func parseDocYAML(data []byte) (fileDoc, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	var doc fileDoc
@@ -56,6 +74,11 @@ func parseDoc(data []byte) (fileDoc, error) {
 	for i := range doc.Keys {
 		doc.Keys[i].Context = strings.ToLower(doc.Keys[i].Context)
 	}
+	return validateDoc(doc)
+}
+
+// validateDoc checks the records, consumers and admin tokens of doc.
+func validateDoc(doc fileDoc) (fileDoc, error) {
 	if err := ValidateRecords(doc.Keys); err != nil {
 		return fileDoc{}, fmt.Errorf("keystore file: %w", err)
 	}
@@ -73,27 +96,100 @@ func MarshalFile(recs []Record) ([]byte, error) {
 	return marshalDoc(fileDoc{Keys: recs})
 }
 
-// marshalDoc returns the bytes of a keystore file holding doc.
+// marshalDoc returns the bytes of a keystore file holding doc. Records
+// whose values are all plain are written line by line (yaml.v3 needs
+// gigabytes to encode a million records as one document); any other
+// record, and the consumers and admin tokens, are encoded by yaml.v3.
+// file_scan.go reads the same layout back.
 func marshalDoc(doc fileDoc) ([]byte, error) {
-	doc.Version = FileVersion
-	if doc.Keys == nil {
-		doc.Keys = []Record{}
+	var buf bytes.Buffer
+	for _, l := range strings.Split(fileComment, "\n") {
+		buf.WriteString("# " + l + "\n")
 	}
-	var node yaml.Node
-	if err := node.Encode(doc); err != nil {
-		return nil, fmt.Errorf("keystore file: %w", err)
+	fmt.Fprintf(&buf, "version: %d\n", FileVersion)
+	if len(doc.Keys) == 0 {
+		buf.WriteString("keys: []\n")
+	} else {
+		buf.WriteString("keys:\n")
 	}
-	node.HeadComment = fileComment
+	for _, r := range doc.Keys {
+		if !writeRecord(&buf, r) {
+			b, err := encodeYAML(r)
+			if err != nil {
+				return nil, err
+			}
+			for i, l := range strings.Split(strings.TrimSuffix(string(b), "\n"), "\n") {
+				if i == 0 {
+					buf.WriteString("  - " + l + "\n")
+				} else {
+					buf.WriteString("    " + l + "\n")
+				}
+			}
+		}
+	}
+	if len(doc.Consumers) > 0 || len(doc.AdminTokens) > 0 {
+		b, err := encodeYAML(struct {
+			Consumers   []Consumer   `yaml:"consumers,omitempty"`
+			AdminTokens []AdminToken `yaml:"admin_tokens,omitempty"`
+		}{doc.Consumers, doc.AdminTokens})
+		if err != nil {
+			return nil, err
+		}
+		buf.Write(b)
+	}
+	return buf.Bytes(), nil
+}
+
+func encodeYAML(v any) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := yaml.NewEncoder(&buf)
 	enc.SetIndent(2)
-	if err := enc.Encode(&node); err != nil {
+	if err := enc.Encode(v); err != nil {
 		return nil, fmt.Errorf("keystore file: %w", err)
 	}
 	if err := enc.Close(); err != nil {
 		return nil, fmt.Errorf("keystore file: %w", err)
 	}
 	return buf.Bytes(), nil
+}
+
+// writeRecord writes r line by line if every value is a plain scalar
+// that reads back as written, and reports whether it did.
+func writeRecord(buf *bytes.Buffer, r Record) bool {
+	if r.Override != nil {
+		return false
+	}
+	type field struct{ name, value string }
+	fs := []field{{"id", r.ID}, {"name", r.Name}, {"hash", r.Hash.String()}, {"product", string(r.Product)},
+		{"env", string(r.Env)}, {"context", r.Context}, {"created_at", r.CreatedAt.Format(time.RFC3339Nano)}}
+	if !r.ExpiresAt.IsZero() {
+		fs = append(fs, field{"expires_at", r.ExpiresAt.Format(time.RFC3339Nano)})
+	}
+	fs = append(fs, field{"status", string(r.Status)})
+	if !r.RevokedAt.IsZero() {
+		fs = append(fs, field{"revoked_at", r.RevokedAt.Format(time.RFC3339Nano)})
+	}
+	fs = append(fs, field{"replaced_by", r.ReplacedBy}, field{"consumer", r.Consumer}, field{"plan", r.Plan})
+	for _, f := range fs {
+		omit := f.value == "" && (f.name == "name" || f.name == "context" || f.name == "replaced_by" || f.name == "consumer" || f.name == "plan")
+		if !omit && (!plainValue(f.value) || strings.TrimSpace(f.value) != f.value || !yamlPrintable(f.value)) {
+			return false
+		}
+	}
+	first := true
+	for _, f := range fs {
+		if f.value == "" {
+			continue
+		}
+		if first {
+			buf.WriteString("  - ")
+			first = false
+		} else {
+			buf.WriteString("    ")
+		}
+		buf.WriteString(f.name + ": " + f.value + "\n")
+	}
+	return true
 }
 
 // ErrKeystoreVanished is wrapped by the reload error of a keystore file

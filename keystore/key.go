@@ -11,9 +11,10 @@
 //   - file: FileStore (file.go) serves lookups from a YAML keystore file
 //     that it reloads when the file changes (package filewatch);
 //     FileAdmin (file_admin.go) changes that file atomically; the format
-//     is in file_format.go;
+//     is in file_format.go, and file_scan.go reads it fast;
 //   - Redis: RedisStore (redis.go) serves lookups from an in-process copy
-//     kept current by pub/sub and resync, behind a redisconn.Breaker;
+//     loaded in pages and kept current from a change log (a stream that
+//     pub/sub wakes it to read), behind a redisconn.Breaker;
 //     RedisAdmin (redis_admin.go) changes records in transactions and
 //     announces each change; the key layout is in redis_layout.go.
 //
@@ -26,6 +27,10 @@
 // effective limit whenever records or consumers load or change, so the
 // request path finds it in Record.Limits without a lookup. Package keyops
 // holds the operations on top of the admins.
+//
+// Both stores serve lookups from an index (index.go): a sharded map of
+// compact records that a lookup reads without allocating and a change
+// updates in O(1).
 package keystore
 
 import (

@@ -1,7 +1,7 @@
 package keystore
 
-// The Redis keystore's read side: the in-process copy that serves
-// lookups, kept current by pub/sub and periodic resync.
+// The Redis keystore's read side: the in-process index that serves
+// lookups, loaded in pages and kept current from the change log.
 
 import (
 	"context"
@@ -34,11 +34,21 @@ type RedisConfig struct {
 	Prefix string
 	// Logger receives reloads and outages; nil means none.
 	Logger *zap.Logger
-	// ResyncInterval is how often every record is re-read, covering a
-	// missed change message. Default 30s.
+	// ResyncInterval is how often every record is re-read (a full pass,
+	// in pages), covering a change that was stored but never logged (an
+	// admin that died between the two). Changes themselves arrive from
+	// the change log. Default 10m.
 	ResyncInterval time.Duration
+	// PollInterval is how often the change log is read when no message
+	// wakes the store, covering a lost pub/sub message. Default 500ms.
+	PollInterval time.Duration
 	// Timeout bounds each Redis call on the request path. Default 100ms.
 	Timeout time.Duration
+	// PageSize is the COUNT of each HSCAN of a full pass, of each XRANGE
+	// of the change log and the size of each pipelined batch of lookups.
+	// Default 200: an HSCAN page of 200 records (about 60 KB) takes
+	// redis-server about half a millisecond (see README.md).
+	PageSize int
 	// BreakerFailures consecutive failures stop calls to Redis for
 	// BreakerBackoff, after which one call probes it. Defaults 3 and 1s.
 	BreakerFailures int
@@ -47,38 +57,57 @@ type RedisConfig struct {
 	// a flood of made-up keys costs Redis one lookup each per TTL. A change
 	// message for the key clears it at once. Default 1s.
 	NegativeTTL time.Duration
-	// OnReload is called after each full (re)load with the number of
+	// OnReload is called after each full pass with the number of
 	// records, or the error; nil ok.
 	OnReload func(keys int, err error)
 	// Limits, when set, resolves each key's effective limit (its and its
 	// consumer's plan and override) whenever a record or a consumer is
 	// loaded or changes, into Record.Limits.
 	Limits *ratelimit.Resolver
+
+	// beforePage, when set (by tests), runs before each page of a full
+	// pass is read.
+	beforePage func()
 }
 
-// RedisStore serves key lookups from an in-process copy of the Redis
-// keystore, kept current by change messages (pub/sub) and a periodic
-// resync. A lookup of a known key never touches Redis; an unknown key is
-// looked up once (identical concurrent misses share one lookup). While
-// Redis is unreachable, known keys keep working from the copy and unknown
-// keys get ErrUnavailable. It is safe for concurrent use.
+// RedisStore serves key lookups from an in-process index of the Redis
+// keystore (see index). It loads the key set in pages (HSCAN with a
+// COUNT, several buckets at once), so no command keeps Redis busy for
+// long, and then follows the change log: each change costs the records
+// it names, never the key set. A pub/sub message wakes it at once; a
+// poll covers a lost message; a log trimmed past its position, or an
+// import, makes it re-read everything, in pages, while it keeps serving.
+//
+// A lookup of a known key never touches Redis; an unknown key is looked
+// up once (identical concurrent misses share one lookup), including
+// while the first load runs, so a starting replica serves every key
+// before it is Ready. While Redis is unreachable, known keys keep working
+// and unknown keys get ErrUnavailable. It is safe for concurrent use.
 type RedisStore struct {
 	cfg     RedisConfig
-	keys    redisKeys
+	keys    *redisKeys
 	log     *zap.Logger
-	snap    atomic.Pointer[map[Hash]Record]
-	cons    atomic.Pointer[map[string]Consumer] // written with snap, under writeMu
+	idx     *index
+	cons    atomic.Pointer[map[string]Consumer]
+	consMu  sync.Mutex // serializes writers of cons
 	limits  limitResolver
-	writeMu sync.Mutex // serializes snapshot writers
 	neg     *expirable.LRU[Hash, struct{}]
 	sf      singleflight.Group
 	breaker *redisconn.Breaker[string]
-	synced  atomic.Bool // subscribed and loaded since the last error
+	synced  atomic.Bool   // subscribed since the last error
+	loaded  atomic.Bool   // a full pass has completed
+	legacy  atomic.Bool   // the previous layout's hash existed at the last pass
+	gen     atomic.Uint32 // the current full pass
 	ctx     context.Context
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
-	resync  chan struct{}
-	pubsub  atomic.Pointer[redis.PubSub] // the live subscription, closed by Close
+	wake    chan struct{} // catch up with the log now
+	full    chan struct{} // re-read everything
+	pubsub  atomic.Pointer[redis.PubSub]
+
+	// cursor is the id of the last log entry applied; "" before the
+	// first pass, "0-0" when the log was empty. Owned by syncLoop.
+	cursor string
 }
 
 // OpenRedis starts a RedisStore. It does not fail when Redis is down at
@@ -89,10 +118,16 @@ func OpenRedis(cfg RedisConfig) (*RedisStore, error) {
 		return nil, errors.New("keystore: redis backend needs a Redis client")
 	}
 	if cfg.ResyncInterval <= 0 {
-		cfg.ResyncInterval = 30 * time.Second
+		cfg.ResyncInterval = 10 * time.Minute
+	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = 500 * time.Millisecond
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 100 * time.Millisecond
+	}
+	if cfg.PageSize <= 0 {
+		cfg.PageSize = 200
 	}
 	if cfg.BreakerFailures <= 0 {
 		cfg.BreakerFailures = 3
@@ -103,7 +138,10 @@ func OpenRedis(cfg RedisConfig) (*RedisStore, error) {
 	if cfg.NegativeTTL <= 0 {
 		cfg.NegativeTTL = time.Second
 	}
-	s := &RedisStore{cfg: cfg, keys: newRedisKeys(cfg.Prefix), log: cfg.Logger, resync: make(chan struct{}, 1), limits: limitResolver{cfg.Limits}}
+	s := &RedisStore{
+		cfg: cfg, keys: newRedisKeys(cfg.Prefix), log: cfg.Logger, idx: newIndex(),
+		wake: make(chan struct{}, 1), full: make(chan struct{}, 1), limits: limitResolver{cfg.Limits},
+	}
 	if s.log == nil {
 		s.log = zap.NewNop()
 	}
@@ -118,28 +156,23 @@ func OpenRedis(cfg RedisConfig) (*RedisStore, error) {
 				s.log.Warn("keystore: Redis unavailable; serving cached keys, unknown keys get 503", zap.String("from", from))
 			case "closed":
 				s.log.Info("keystore: Redis available again")
-				s.requestResync()
+				s.signal(s.wake)
 			}
 		},
 	})
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	if err := s.reload(); err != nil {
-		s.log.Warn("keystore: initial load from Redis failed; retrying", zap.Error(err))
-	}
 	s.wg.Add(2)
 	go s.subscribeLoop()
-	go s.resyncLoop()
+	go s.syncLoop()
 	return s, nil
 }
 
-// Lookup finds a record by key hash.
+// Lookup finds a record by key hash. The record carries what the request
+// path reads; CreatedAt, RevokedAt and ReplacedBy are left zero (the
+// admin side reads them from Redis).
 func (s *RedisStore) Lookup(ctx context.Context, h Hash) (Record, bool, error) {
-	if m := s.snap.Load(); m != nil {
-		if r, ok := (*m)[h]; ok {
-			return r, true, nil
-		}
-	} else {
-		return Record{}, false, ErrUnavailable
+	if r, ok := s.idx.get(h); ok {
+		return r, true, nil
 	}
 	if s.neg.Contains(h) {
 		return Record{}, false, nil
@@ -153,7 +186,7 @@ func (s *RedisStore) Lookup(ctx context.Context, h Hash) (Record, bool, error) {
 			s.neg.Add(h, struct{}{})
 			return nil, nil
 		}
-		s.upsert(rec)
+		rec = s.put(rec)
 		return rec, nil
 	})
 	if err != nil {
@@ -165,12 +198,41 @@ func (s *RedisStore) Lookup(ctx context.Context, h Hash) (Record, bool, error) {
 	return v.(Record), true, nil
 }
 
+// put resolves rec's limits and stores it in the index, marked as seen
+// by the current pass; it returns rec as stored.
+func (s *RedisStore) put(rec Record) Record {
+	cons := s.consumers()
+	if rec.Consumer != "" && !s.loaded.Load() {
+		// The first pass has not read the consumers yet: read this one.
+		if _, ok := cons[rec.Consumer]; !ok {
+			ctx, cancel := context.WithTimeout(s.ctx, s.cfg.Timeout)
+			c, err := getConsumer(ctx, s.cfg.Client, s.keys, rec.Consumer)
+			cancel()
+			if err == nil {
+				cons = map[string]Consumer{c.ID: c}
+			}
+		}
+	}
+	rec = s.limits.resolve(rec, cons, time.Now())
+	s.idx.put(rec, s.gen.Load())
+	return rec
+}
+
 // fetch reads one record from Redis through the breaker.
 func (s *RedisStore) fetch(h Hash) (Record, bool, error) {
+	field := h.String()
 	v, err := s.breaker.Do(s.ctx, func(ctx context.Context) (string, error) {
 		ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 		defer cancel()
-		return s.cfg.Client.HGet(ctx, s.keys.records, h.String()).Result()
+		if s.legacy.Load() {
+			// Moved records are written to their bucket before they
+			// leave the old hash: read the old hash first.
+			v, err := s.cfg.Client.HGet(ctx, s.keys.legacyRecords, field).Result()
+			if !errors.Is(err, redis.Nil) {
+				return v, err
+			}
+		}
+		return s.cfg.Client.HGet(ctx, s.keys.recordsOf(h), field).Result()
 	})
 	if errors.Is(err, redis.Nil) {
 		return Record{}, false, nil
@@ -178,7 +240,7 @@ func (s *RedisStore) fetch(h Hash) (Record, bool, error) {
 	if err != nil {
 		return Record{}, false, err
 	}
-	rec, err := decodeRecord(h.String(), v)
+	rec, err := decodeRecord(field, v)
 	if err != nil {
 		s.log.Error("keystore: bad record in Redis", zap.Error(err))
 		return Record{}, false, nil
@@ -186,111 +248,353 @@ func (s *RedisStore) fetch(h Hash) (Record, bool, error) {
 	return rec, true, nil
 }
 
-// upsert puts rec in the snapshot (copy on write).
-func (s *RedisStore) upsert(rec Record) {
-	s.writeMu.Lock()
-	defer s.writeMu.Unlock()
-	old := s.snap.Load()
-	if old == nil {
-		return
-	}
-	m := make(map[Hash]Record, len(*old)+1)
-	for k, v := range *old {
-		m[k] = v
-	}
-	m[rec.Hash] = s.limits.resolve(rec, s.consumers(), time.Now())
-	s.snap.Store(&m)
-}
-
-func (s *RedisStore) remove(h Hash) {
-	s.writeMu.Lock()
-	defer s.writeMu.Unlock()
-	old := s.snap.Load()
-	if old == nil {
-		return
-	}
-	if _, ok := (*old)[h]; !ok {
-		return
-	}
-	m := make(map[Hash]Record, len(*old))
-	for k, v := range *old {
-		if k != h {
-			m[k] = v
-		}
-	}
-	s.snap.Store(&m)
-}
-
-// reload replaces the snapshot with every record in Redis.
-func (s *RedisStore) reload() error {
-	ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
-	defer cancel()
-	all, cons, err := s.loadAll(ctx)
-	if err != nil {
-		if s.cfg.OnReload != nil {
-			s.cfg.OnReload(0, err)
-		}
-		return err
-	}
-	m := make(map[Hash]Record, len(all))
-	for field, value := range all {
-		rec, err := decodeRecord(field, value)
+// fetchMany reads the records of hs in pipelined round trips through the
+// breaker, and applies each: stores it, or removes it when it is gone.
+func (s *RedisStore) fetchMany(hs []Hash) error {
+	for start := 0; start < len(hs); start += s.cfg.PageSize {
+		page := hs[start:min(start+s.cfg.PageSize, len(hs))]
+		cmds := make([]*redis.StringCmd, len(page))
+		_, err := s.breaker.Do(s.ctx, func(ctx context.Context) (string, error) {
+			ctx, cancel := context.WithTimeout(ctx, s.pageTimeout())
+			defer cancel()
+			_, err := s.cfg.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+				for i, h := range page {
+					cmds[i] = p.HGet(ctx, s.keys.recordsOf(h), h.String())
+				}
+				return nil
+			})
+			if errors.Is(err, redis.Nil) {
+				err = nil
+			}
+			return "", err
+		})
 		if err != nil {
-			s.log.Error("keystore: skipping a bad record in Redis", zap.Error(err))
-			continue
+			return err
 		}
-		m[rec.Hash] = rec
-	}
-	s.limits.resolveAll(m, cons, time.Now())
-	s.writeMu.Lock()
-	s.cons.Store(&cons)
-	s.snap.Store(&m)
-	s.writeMu.Unlock()
-	s.neg.Purge()
-	if s.cfg.OnReload != nil {
-		s.cfg.OnReload(len(m), nil)
+		for i, h := range page {
+			s.neg.Remove(h)
+			v, err := cmds[i].Result()
+			if errors.Is(err, redis.Nil) && s.legacy.Load() {
+				rec, ok, err := s.fetch(h)
+				if err != nil {
+					return err
+				}
+				if ok {
+					s.put(rec)
+				} else {
+					s.idx.del(h)
+				}
+				continue
+			}
+			switch {
+			case errors.Is(err, redis.Nil):
+				s.idx.del(h)
+			case err != nil:
+				return err
+			default:
+				rec, err := decodeRecord(h.String(), v)
+				if err != nil {
+					s.log.Error("keystore: bad record in Redis", zap.Error(err))
+					s.idx.del(h)
+					continue
+				}
+				s.put(rec)
+			}
+		}
 	}
 	return nil
 }
 
-// apply handles one change message.
-func (s *RedisStore) apply(payload string) {
-	if payload == "*" {
-		s.requestResync()
-		return
-	}
-	for _, f := range strings.Split(payload, ",") {
-		if id, ok := strings.CutPrefix(f, consumerChange); ok {
-			s.applyConsumer(id)
-			continue
-		}
-		h, err := ParseHash(f)
-		if err != nil {
-			continue
-		}
-		s.neg.Remove(h)
-		rec, ok, err := s.fetch(h)
-		switch {
-		case err != nil:
-			s.requestResync()
-		case ok:
-			s.upsert(rec)
-		default:
-			s.remove(h)
-		}
-	}
-}
+func (s *RedisStore) pageTimeout() time.Duration { return max(10*s.cfg.Timeout, time.Second) }
 
-func (s *RedisStore) requestResync() {
+func (s *RedisStore) signal(c chan struct{}) {
 	select {
-	case s.resync <- struct{}{}:
+	case c <- struct{}{}:
 	default:
 	}
 }
 
-// subscribeLoop listens for change messages. Each (re)subscription is
-// followed by a full reload, since messages may have been missed while the
-// connection was down.
+// errLogGap means the change log no longer holds the store's position:
+// it was trimmed past it, or Redis lost it.
+var errLogGap = errors.New("keystore: the change log no longer holds this replica's position")
+
+// syncLoop runs the full passes and the catch-ups with the change log,
+// one at a time, except that catch-ups keep running while a full pass
+// does.
+func (s *RedisStore) syncLoop() {
+	defer s.wg.Done()
+	poll := time.NewTicker(s.cfg.PollInterval)
+	defer poll.Stop()
+	resync := time.NewTicker(s.cfg.ResyncInterval)
+	defer resync.Stop()
+	needFull := true
+	backoff := 100 * time.Millisecond
+	for s.ctx.Err() == nil {
+		if needFull {
+			if err := s.fullPass(poll.C); err != nil {
+				if s.ctx.Err() != nil {
+					return
+				}
+				s.log.Warn("keystore: full read of Redis failed; retrying", zap.Error(err))
+				if s.cfg.OnReload != nil {
+					s.cfg.OnReload(0, err)
+				}
+				s.sleep(backoff)
+				backoff = min(2*backoff, 2*time.Second)
+				continue
+			}
+			needFull = false
+			backoff = 100 * time.Millisecond
+		}
+		switch err := s.catchUp(); {
+		case errors.Is(err, errLogGap):
+			s.log.Info("keystore: re-reading every record", zap.Error(err))
+			needFull = true
+			continue
+		case err != nil && s.ctx.Err() == nil:
+			s.log.Warn("keystore: reading the change log failed; retrying", zap.Error(err))
+			s.sleep(backoff)
+			backoff = min(2*backoff, 2*time.Second)
+			continue
+		}
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-s.wake:
+		case <-poll.C:
+		case <-s.full:
+			needFull = true
+		case <-resync.C:
+			needFull = true
+		}
+	}
+}
+
+func (s *RedisStore) sleep(d time.Duration) {
+	select {
+	case <-s.ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+// fullPass reads every consumer and record, in pages, into the index,
+// then removes what it did not see, and then catches up with the log
+// from where it stood when the pass began (a change made during the
+// pass may have been overwritten by the pass's older copy). It keeps
+// catching up with the log while the pages load.
+func (s *RedisStore) fullPass(poll <-chan time.Time) error {
+	started := time.Now()
+	ctx := s.ctx
+	pctx, cancel := context.WithTimeout(ctx, s.pageTimeout())
+	last, err := s.cfg.Client.XRevRangeN(pctx, s.keys.log, "+", "-", 1).Result()
+	if err == nil && len(last) == 0 {
+		// An empty log has no entry to hold the position: start one.
+		var id string
+		id, err = s.cfg.Client.XAdd(pctx, &redis.XAddArgs{Stream: s.keys.log, MaxLen: redisLogLen, Approx: true, Values: []string{"c", ""}}).Result()
+		last = []redis.XMessage{{ID: id}}
+	}
+	var legacy int64
+	if err == nil {
+		legacy, err = s.cfg.Client.Exists(pctx, s.keys.legacyRecords).Result()
+	}
+	cancel()
+	if err != nil {
+		return fmt.Errorf("keystore: %w", err)
+	}
+	from := last[0].ID
+	if legacy > 0 {
+		s.legacy.Store(true)
+	}
+	cons, err := hashAll(ctx, s.cfg.Client, s.keys.consumers, s.cfg.PageSize, decodeConsumer)
+	if err != nil {
+		return err
+	}
+	s.consMu.Lock()
+	cm := consumerMap(cons)
+	s.cons.Store(&cm)
+	s.consMu.Unlock()
+
+	if !s.loaded.Load() {
+		s.reserve(ctx)
+	}
+	gen := s.gen.Add(1)
+	buckets := make(chan string, redisBuckets+1)
+	for _, b := range s.keys.records {
+		buckets <- b
+	}
+	if legacy > 0 {
+		buckets <- s.keys.legacyRecords
+	}
+	close(buckets)
+	const workers = 8 // pages are round-trip bound: keep several in flight
+	errs := make(chan error, workers)
+	pctx, stop := context.WithCancel(ctx)
+	defer stop()
+	for range workers {
+		go func() {
+			var err error
+			for b := range buckets {
+				if err = s.loadBucket(pctx, b); err != nil {
+					stop()
+					break
+				}
+			}
+			errs <- err
+		}()
+	}
+	var firstErr error
+	for done := 0; done < workers; {
+		select {
+		case err := <-errs:
+			done++
+			if err != nil && firstErr == nil {
+				firstErr = err
+			}
+		case <-s.wake:
+			if s.cursor != "" {
+				_ = s.catchUp() // errors show at the catch-up after the pass
+			}
+		case <-poll:
+			if s.cursor != "" {
+				_ = s.catchUp()
+			}
+		}
+	}
+	if firstErr != nil {
+		return firstErr
+	}
+	removed := s.idx.sweep(gen)
+	s.cursor = from
+	if legacy == 0 {
+		s.legacy.Store(false)
+	}
+	n := s.idx.len()
+	first := !s.loaded.Swap(true)
+	s.neg.Purge()
+	s.log.Info("keystore: read every record from Redis", zap.Int("keys", n), zap.Int("removed", removed),
+		zap.Duration("took", time.Since(started)), zap.Bool("first", first))
+	if s.cfg.OnReload != nil {
+		s.cfg.OnReload(n, nil)
+	}
+	return nil
+}
+
+// reserve sizes the index for the records in Redis (HLEN of each
+// bucket, one pipelined round trip), before the first load.
+func (s *RedisStore) reserve(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, s.pageTimeout())
+	defer cancel()
+	lens := make([]*redis.IntCmd, redisBuckets)
+	_, err := s.cfg.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, b := range s.keys.records {
+			lens[i] = p.HLen(ctx, b)
+		}
+		return nil
+	})
+	if err != nil {
+		return // the index grows as it loads
+	}
+	total := 0
+	for _, l := range lens {
+		total += int(l.Val())
+	}
+	s.idx.reserve(total)
+}
+
+// loadBucket reads one hash of records, a page at a time, into the index
+// as seen by the current pass. A page that fails is tried again a few
+// times, from the same cursor.
+func (s *RedisStore) loadBucket(ctx context.Context, key string) error {
+	var cursor uint64
+	for {
+		var kv []string
+		var next uint64
+		var err error
+		if s.cfg.beforePage != nil {
+			s.cfg.beforePage()
+		}
+		for attempt := 0; attempt < 4; attempt++ {
+			pctx, cancel := context.WithTimeout(ctx, s.pageTimeout())
+			kv, next, err = s.cfg.Client.HScan(pctx, key, cursor, "", int64(s.cfg.PageSize)).Result()
+			cancel()
+			if err == nil || ctx.Err() != nil {
+				break
+			}
+			time.Sleep(time.Duration(attempt+1) * 100 * time.Millisecond)
+		}
+		if err != nil {
+			return fmt.Errorf("keystore: reading %s: %w", key, err)
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			rec, err := decodeRecord(kv[i], kv[i+1])
+			if err != nil {
+				s.log.Error("keystore: skipping a bad record in Redis", zap.Error(err))
+				continue
+			}
+			s.put(rec)
+		}
+		if next == 0 {
+			return nil
+		}
+		cursor = next
+	}
+}
+
+// catchUp applies the change log from the store's position on, a page
+// at a time.
+func (s *RedisStore) catchUp() error {
+	for s.cursor != "" {
+		ctx, cancel := context.WithTimeout(s.ctx, s.pageTimeout())
+		// The range starts at the position itself: finding it proves
+		// that nothing after it was trimmed.
+		msgs, err := s.cfg.Client.XRangeN(ctx, s.keys.log, s.cursor, "+", int64(s.cfg.PageSize)+1).Result()
+		cancel()
+		if err != nil {
+			return fmt.Errorf("keystore: %w", err)
+		}
+		if len(msgs) == 0 || msgs[0].ID != s.cursor {
+			return errLogGap
+		}
+		msgs = msgs[1:]
+		if len(msgs) == 0 {
+			return nil
+		}
+		var hs []Hash
+		var cons []string
+		all := false
+		for _, m := range msgs {
+			items, _ := m.Values["c"].(string)
+			for _, f := range strings.Split(items, ",") {
+				if id, ok := strings.CutPrefix(f, consumerChange); ok {
+					cons = append(cons, id)
+				} else if f == "*" {
+					all = true
+				} else if h, err := ParseHash(f); err == nil {
+					hs = append(hs, h)
+				}
+			}
+		}
+		for _, id := range cons {
+			if err := s.applyConsumer(id); err != nil {
+				return err
+			}
+		}
+		if err := s.fetchMany(hs); err != nil {
+			return err
+		}
+		s.cursor = msgs[len(msgs)-1].ID
+		if all {
+			s.signal(s.full)
+		}
+		if len(msgs) < s.cfg.PageSize {
+			return nil
+		}
+	}
+	return nil
+}
+
+// subscribeLoop listens for change messages, each of which wakes the
+// catch-up with the log.
 func (s *RedisStore) subscribeLoop() {
 	defer s.wg.Done()
 	backoff := 100 * time.Millisecond
@@ -316,47 +620,23 @@ func (s *RedisStore) subscribeLoop() {
 				if m.Kind == "subscribe" {
 					s.synced.Store(true)
 					backoff = 100 * time.Millisecond
-					s.requestResync()
+					s.signal(s.wake)
 				}
 			case *redis.Message:
-				s.apply(m.Payload)
+				s.signal(s.wake)
 			}
 		}
 		_ = ps.Close()
-		select {
-		case <-s.ctx.Done():
-		case <-time.After(backoff):
-		}
+		s.sleep(backoff)
 		if backoff < 2*time.Second {
 			backoff *= 2
 		}
 	}
 }
 
-// resyncLoop re-reads everything periodically and on request.
-func (s *RedisStore) resyncLoop() {
-	defer s.wg.Done()
-	t := time.NewTicker(s.cfg.ResyncInterval)
-	defer t.Stop()
-	retry := time.NewTimer(time.Hour)
-	defer retry.Stop()
-	for {
-		select {
-		case <-s.ctx.Done():
-			return
-		case <-t.C:
-		case <-s.resync:
-		case <-retry.C:
-		}
-		if err := s.reload(); err != nil {
-			s.log.Warn("keystore: resync from Redis failed", zap.Error(err))
-			retry.Reset(500 * time.Millisecond)
-		}
-	}
-}
-
-// Ready reports whether a keystore has been loaded.
-func (s *RedisStore) Ready() bool { return s.snap.Load() != nil }
+// Ready reports whether the first full pass has completed. Before it,
+// lookups already answer (a miss asks Redis).
+func (s *RedisStore) Ready() bool { return s.loaded.Load() }
 
 // Degraded reports whether Redis is unavailable to the store: lookups of
 // unknown keys fail and changes may not arrive.
@@ -365,12 +645,7 @@ func (s *RedisStore) Degraded() bool {
 }
 
 // Len is the number of cached records.
-func (s *RedisStore) Len() int {
-	if m := s.snap.Load(); m != nil {
-		return len(*m)
-	}
-	return 0
-}
+func (s *RedisStore) Len() int { return s.idx.len() }
 
 // Close stops the background work.
 func (s *RedisStore) Close() error {

@@ -8,21 +8,34 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
 // RedisAdmin changes the Redis keystore for the `keygate keys` command and
-// announces every change, so running gateways see it within a second. Each
-// change is an optimistic transaction (WATCH/MULTI) on the keystore's two
-// hashes, which share one Cluster slot. It is safe for concurrent use.
+// announces every change, so running gateways see it within a second.
+// A change to a record is an optimistic transaction (WATCH/MULTI) on the
+// record's bucket, a single Cluster slot. A rotation first stores the
+// replacement (it is not announced, and nobody holds its key yet) and
+// then rotates the old record; if that fails, it deletes the
+// replacement again. It is safe for concurrent use; its fields must not
+// change after its first use.
 type RedisAdmin struct {
 	Client redis.UniversalClient
 	// Prefix starts every Redis key; default "keygate:".
 	Prefix string
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// PageSize is the COUNT of each HSCAN and the size of each pipelined
+	// batch of an import; default 1000.
+	PageSize int
+
+	keysOnce sync.Once
+	keysV    *redisKeys
+	migrated atomic.Bool
 }
 
 func (a *RedisAdmin) now() time.Time {
@@ -30,6 +43,18 @@ func (a *RedisAdmin) now() time.Time {
 		return a.Now()
 	}
 	return time.Now()
+}
+
+func (a *RedisAdmin) keys() *redisKeys {
+	a.keysOnce.Do(func() { a.keysV = newRedisKeys(a.Prefix) })
+	return a.keysV
+}
+
+func (a *RedisAdmin) pageSize() int {
+	if a.PageSize > 0 {
+		return a.PageSize
+	}
+	return 1000
 }
 
 // Issue creates a key and stores its record.
@@ -46,7 +71,7 @@ func (a *RedisAdmin) Issue(ctx context.Context, req IssueRequest) (string, Recor
 
 // List returns every record, oldest first.
 func (a *RedisAdmin) List(ctx context.Context) ([]Record, error) {
-	recs, err := allRecords(ctx, a.Client, newRedisKeys(a.Prefix))
+	recs, err := allRecords(ctx, a.Client, a.keys(), a.pageSize())
 	if err != nil {
 		return nil, err
 	}
@@ -78,103 +103,194 @@ func (a *RedisAdmin) Rotate(ctx context.Context, id string, grace time.Duration)
 }
 
 // Import stores records (from a file keystore) that Redis does not hold
-// yet, and reports how many it added and skipped.
+// yet, and reports how many it added and skipped. It writes them in
+// pipelined batches of PageSize and announces one "re-read everything"
+// at the end; ImportBatch does one batch without announcing.
 func (a *RedisAdmin) Import(ctx context.Context, recs []Record) (added, skipped int, err error) {
 	if err := ValidateRecords(recs); err != nil {
 		return 0, 0, err
 	}
-	k := newRedisKeys(a.Prefix)
-	for _, r := range recs {
-		v, err := encodeRecord(r)
+	for start := 0; start < len(recs); start += a.pageSize() {
+		ad, sk, err := a.ImportBatch(ctx, recs[start:min(start+a.pageSize(), len(recs))])
+		added, skipped = added+ad, skipped+sk
 		if err != nil {
 			return added, skipped, err
 		}
-		var ok bool
-		err = a.Client.Watch(ctx, func(tx *redis.Tx) error {
-			exists, err := tx.HExists(ctx, k.ids, r.ID).Result()
-			if err != nil {
-				return err
-			}
-			hexists, err := tx.HExists(ctx, k.records, r.Hash.String()).Result()
-			if err != nil {
-				return err
-			}
-			if exists || hexists {
-				return nil
-			}
-			_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
-				p.HSet(ctx, k.records, r.Hash.String(), v)
-				p.HSet(ctx, k.ids, r.ID, r.Hash.String())
-				return nil
-			})
-			ok = err == nil
-			return err
-		}, k.records, k.ids)
-		if err != nil {
-			return added, skipped, fmt.Errorf("keystore: import %s: %w", r.ID, err)
-		}
-		if ok {
-			added++
-		} else {
-			skipped++
-		}
 	}
-	return added, skipped, a.Client.Publish(ctx, k.channel, "*").Err()
+	return added, skipped, a.AnnounceAll(ctx)
 }
 
-// change applies f to the record with id inside a transaction and
-// announces the records it returns.
+// ImportBatch stores the records of one batch that Redis does not hold
+// yet (by id or by hash) in two pipelined round trips (the second only
+// writes, and may be retried), and reports how
+// many it added and skipped. It does not announce them: call AnnounceAll
+// after the last batch. Each record must be valid (ValidateRecord); ids
+// and hashes must be unique within the batch.
+func (a *RedisAdmin) ImportBatch(ctx context.Context, recs []Record) (added, skipped int, err error) {
+	if err := a.migrate(ctx); err != nil {
+		return 0, 0, err
+	}
+	k := a.keys()
+	vals := make([]string, len(recs))
+	for i, r := range recs {
+		if err := ValidateRecord(r); err != nil {
+			return 0, 0, fmt.Errorf("keystore: import %s: %w", r.ID, err)
+		}
+		if vals[i], err = encodeRecord(r); err != nil {
+			return 0, 0, err
+		}
+	}
+	// Which ids and hashes are there already. Every write below is
+	// idempotent, so that a client that retries a pipeline after a
+	// timeout (its first try may have run) writes the same thing twice.
+	ids := make([]*redis.StringCmd, len(recs))
+	there := make([]*redis.BoolCmd, len(recs))
+	_, err = a.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, r := range recs {
+			ids[i] = p.HGet(ctx, k.idsOf(r.ID), r.ID)
+			there[i] = p.HExists(ctx, k.recordsOf(r.Hash), r.Hash.String())
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return 0, 0, fmt.Errorf("keystore: import: %w", err)
+	}
+	_, err = a.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, r := range recs {
+			hs := r.Hash.String()
+			idFree := errors.Is(ids[i].Err(), redis.Nil)
+			if there[i].Val() || !idFree && ids[i].Val() != hs {
+				skipped++
+				continue
+			}
+			p.HSet(ctx, k.recordsOf(r.Hash), hs, vals[i])
+			p.HSet(ctx, k.idsOf(r.ID), r.ID, hs)
+			added++
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, 0, fmt.Errorf("keystore: import: %w", err)
+	}
+	return added, skipped, nil
+}
+
+// AnnounceAll tells every replica to re-read the whole keystore (after
+// an import).
+func (a *RedisAdmin) AnnounceAll(ctx context.Context) error {
+	return a.announceItems(ctx, "*")
+}
+
+// change applies f to the record with id inside a transaction on its
+// bucket and announces the records it returns. f returns the record
+// itself, changed, first; any further records are new (a replacement)
+// and are stored before the transaction, and deleted again if it fails.
 func (a *RedisAdmin) change(ctx context.Context, id string, f func(Record) ([]Record, error)) error {
-	k := newRedisKeys(a.Prefix)
+	if err := a.migrate(ctx); err != nil {
+		return err
+	}
+	k := a.keys()
+	hs, err := a.Client.HGet(ctx, k.idsOf(id), id).Result()
+	if errors.Is(err, redis.Nil) {
+		return fmt.Errorf("%s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("keystore: %w", err)
+	}
+	h, err := ParseHash(hs)
+	if err != nil {
+		return fmt.Errorf("keystore: id index of %s: %w", id, err)
+	}
+	bucket := k.recordsOf(h)
 	var changed []Record
-	err := a.Client.Watch(ctx, func(tx *redis.Tx) error {
-		hs, err := tx.HGet(ctx, k.ids, id).Result()
-		if errors.Is(err, redis.Nil) {
-			return fmt.Errorf("%s: %w", id, ErrNotFound)
-		}
-		if err != nil {
+	for attempt := 0; attempt < 20; attempt++ {
+		var created []Record
+		err = a.Client.Watch(ctx, func(tx *redis.Tx) error {
+			v, err := tx.HGet(ctx, bucket, hs).Result()
+			if err != nil {
+				return fmt.Errorf("keystore: record of %s: %w", id, err)
+			}
+			old, err := decodeRecord(hs, v)
+			if err != nil {
+				return err
+			}
+			if changed, err = f(old); err != nil {
+				return err
+			}
+			if changed[0].Hash != h {
+				return fmt.Errorf("keystore: change of %s changed its hash", id)
+			}
+			if err := ValidateRecord(changed[0]); err != nil {
+				return err
+			}
+			nv, err := encodeRecord(changed[0])
+			if err != nil {
+				return err
+			}
+			for _, r := range changed[1:] {
+				if err := a.writeNew(ctx, r); err != nil {
+					return err
+				}
+				created = append(created, r)
+			}
+			_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+				p.HSet(ctx, bucket, hs, nv)
+				return nil
+			})
 			return err
+		}, bucket)
+		if err != nil && len(created) > 0 {
+			a.deleteNew(context.WithoutCancel(ctx), created)
 		}
-		v, err := tx.HGet(ctx, k.records, hs).Result()
-		if err != nil {
-			return fmt.Errorf("keystore: record of %s: %w", id, err)
+		if !errors.Is(err, redis.TxFailedErr) {
+			break
 		}
-		old, err := decodeRecord(hs, v)
-		if err != nil {
-			return err
-		}
-		if changed, err = f(old); err != nil {
-			return err
-		}
-		return a.put(ctx, tx, changed...)
-	}, k.records, k.ids)
+	}
 	if err != nil {
 		return err
 	}
 	return a.announce(ctx, changed...)
 }
 
-func (a *RedisAdmin) put(ctx context.Context, tx *redis.Tx, recs ...Record) error {
-	k := newRedisKeys(a.Prefix)
-	vals := make([]string, len(recs))
-	for i, r := range recs {
-		if err := ValidateRecord(r); err != nil {
-			return err
-		}
-		v, err := encodeRecord(r)
-		if err != nil {
-			return err
-		}
-		vals[i] = v
+// writeNew stores a new record whose id must be unused: it claims the id
+// in the id index, then stores the record.
+func (a *RedisAdmin) writeNew(ctx context.Context, r Record) error {
+	if err := ValidateRecord(r); err != nil {
+		return err
 	}
-	_, err := tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		for i, r := range recs {
-			p.HSet(ctx, k.records, r.Hash.String(), vals[i])
-			p.HSet(ctx, k.ids, r.ID, r.Hash.String())
+	v, err := encodeRecord(r)
+	if err != nil {
+		return err
+	}
+	k := a.keys()
+	ok, err := a.Client.HSetNX(ctx, k.idsOf(r.ID), r.ID, r.Hash.String()).Result()
+	if err != nil {
+		return fmt.Errorf("keystore: %w", err)
+	}
+	if !ok {
+		// Ours after all when a retry of HSETNX found its own first try.
+		if hs, err := a.Client.HGet(ctx, k.idsOf(r.ID), r.ID).Result(); err != nil || hs != r.Hash.String() {
+			return fmt.Errorf("keystore: id %s already in use", r.ID)
+		}
+	}
+	if err := a.Client.HSet(ctx, k.recordsOf(r.Hash), r.Hash.String(), v).Err(); err != nil {
+		_ = a.Client.HDel(context.WithoutCancel(ctx), k.idsOf(r.ID), r.ID).Err()
+		return fmt.Errorf("keystore: %w", err)
+	}
+	return nil
+}
+
+// deleteNew removes records that writeNew stored, when the change they
+// belong to failed. Nobody was given their keys.
+func (a *RedisAdmin) deleteNew(ctx context.Context, recs []Record) {
+	k := a.keys()
+	_, _ = a.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, r := range recs {
+			p.HDel(ctx, k.recordsOf(r.Hash), r.Hash.String())
+			p.HDel(ctx, k.idsOf(r.ID), r.ID)
 		}
 		return nil
 	})
-	return err
 }
 
 func (a *RedisAdmin) announce(ctx context.Context, recs ...Record) error {
@@ -182,8 +298,91 @@ func (a *RedisAdmin) announce(ctx context.Context, recs ...Record) error {
 	for i, r := range recs {
 		hs[i] = r.Hash.String()
 	}
-	if err := a.Client.Publish(ctx, newRedisKeys(a.Prefix).channel, strings.Join(hs, ",")).Err(); err != nil {
-		return fmt.Errorf("keystore: change stored but not announced (replicas pick it up at their next resync): %w", err)
+	return a.announceItems(ctx, strings.Join(hs, ","))
+}
+
+// announceItems appends a change to the log, where replicas catch up
+// from, and publishes it, which wakes them at once.
+func (a *RedisAdmin) announceItems(ctx context.Context, items string) error {
+	k := a.keys()
+	err := a.Client.XAdd(ctx, &redis.XAddArgs{Stream: k.log, MaxLen: redisLogLen, Approx: true, Values: []string{"c", items}}).Err()
+	if err == nil {
+		err = a.Client.Publish(ctx, k.channel, items).Err()
+	}
+	if err != nil {
+		return fmt.Errorf("keystore: change stored but not announced (replicas pick it up at their next full resync): %w", err)
 	}
 	return nil
+}
+
+// migrate moves the records of the previous layout (one hash) into the
+// buckets, a page at a time, and then announces "re-read everything".
+// Each record is copied with HSETNX, so that a copy never overwrites a
+// record that another admin already moved and changed, and then deleted
+// from the old hash. Replicas read both layouts meanwhile. It runs once
+// per RedisAdmin, before its first write.
+func (a *RedisAdmin) migrate(ctx context.Context) error {
+	if a.migrated.Load() {
+		return nil
+	}
+	k := a.keys()
+	n, err := a.Client.Exists(ctx, k.legacyRecords, k.legacyIDs).Result()
+	if err != nil {
+		return fmt.Errorf("keystore: %w", err)
+	}
+	if n > 0 {
+		err := scanHash(ctx, a.Client, k.legacyRecords, a.pageSize(), func(kv []string) error {
+			_, err := a.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+				for i := 0; i+1 < len(kv); i += 2 {
+					r, err := decodeRecord(kv[i], kv[i+1])
+					if err != nil {
+						return fmt.Errorf("keystore: moving to the bucketed layout: %w", err)
+					}
+					p.HSetNX(ctx, k.recordsOf(r.Hash), kv[i], kv[i+1])
+					p.HSetNX(ctx, k.idsOf(r.ID), r.ID, kv[i])
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			fields := make([]string, 0, len(kv)/2)
+			for i := 0; i < len(kv); i += 2 {
+				fields = append(fields, kv[i])
+			}
+			return a.Client.HDel(ctx, k.legacyRecords, fields...).Err()
+		})
+		if err != nil {
+			return err
+		}
+		if err := a.Client.Del(ctx, k.legacyIDs).Err(); err != nil {
+			return fmt.Errorf("keystore: %w", err)
+		}
+		if err := a.AnnounceAll(ctx); err != nil {
+			return err
+		}
+	}
+	a.migrated.Store(true)
+	return nil
+}
+
+// scanHash pages through the hash key with HSCAN COUNT count, calling f
+// with each page's fields and values (field, value, field, …).
+func scanHash(ctx context.Context, c redis.Cmdable, key string, count int, f func(kv []string) error) error {
+	var cursor uint64
+	for {
+		kv, next, err := c.HScan(ctx, key, cursor, "", int64(count)).Result()
+		if err != nil {
+			return fmt.Errorf("keystore: %w", err)
+		}
+		if len(kv) > 0 {
+			if err := f(kv); err != nil {
+				return err
+			}
+		}
+		if next == 0 {
+			return nil
+		}
+		cursor = next
+	}
 }

@@ -32,7 +32,7 @@ func decodeConsumer(field, value string) (Consumer, error) {
 	return c, ValidateConsumer(c)
 }
 
-// consumers is the store's copy of the consumers; never nil.
+// consumers is the store's copy of the consumers.
 func (s *RedisStore) consumers() map[string]Consumer {
 	if m := s.cons.Load(); m != nil {
 		return *m
@@ -40,32 +40,9 @@ func (s *RedisStore) consumers() map[string]Consumer {
 	return nil
 }
 
-// loadAll reads every record and consumer in one round trip.
-func (s *RedisStore) loadAll(ctx context.Context) (map[string]string, map[string]Consumer, error) {
-	var recs, cons *redis.MapStringStringCmd
-	_, err := s.cfg.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		recs = p.HGetAll(ctx, s.keys.records)
-		cons = p.HGetAll(ctx, s.keys.consumers)
-		return nil
-	})
-	if err != nil {
-		return nil, nil, err
-	}
-	m := make(map[string]Consumer, len(cons.Val()))
-	for f, v := range cons.Val() {
-		c, err := decodeConsumer(f, v)
-		if err != nil {
-			s.log.Error("keystore: skipping a bad consumer in Redis", zap.Error(err))
-			continue
-		}
-		m[c.ID] = c
-	}
-	return recs.Val(), m, nil
-}
-
 // applyConsumer re-reads the consumer with id and re-resolves the limits
 // of its keys.
-func (s *RedisStore) applyConsumer(id string) {
+func (s *RedisStore) applyConsumer(id string) error {
 	v, err := s.breaker.Do(s.ctx, func(ctx context.Context) (string, error) {
 		ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 		defer cancel()
@@ -75,22 +52,17 @@ func (s *RedisStore) applyConsumer(id string) {
 	switch {
 	case errors.Is(err, redis.Nil): // deleted
 	case err != nil:
-		s.requestResync()
-		return
+		return err
 	default:
 		c, err := decodeConsumer(id, v)
 		if err != nil {
 			s.log.Error("keystore: bad consumer in Redis", zap.Error(err))
-			return
+			return nil
 		}
 		con = &c
 	}
-	s.writeMu.Lock()
-	defer s.writeMu.Unlock()
-	old := s.snap.Load()
-	if old == nil {
-		return
-	}
+	s.consMu.Lock()
+	defer s.consMu.Unlock()
 	cons := make(map[string]Consumer, len(s.consumers())+1)
 	for k, c := range s.consumers() {
 		cons[k] = c
@@ -100,25 +72,19 @@ func (s *RedisStore) applyConsumer(id string) {
 	} else {
 		delete(cons, id)
 	}
-	m := make(map[Hash]Record, len(*old))
-	now := time.Now()
-	for h, r := range *old {
-		if r.Consumer == id {
-			r = s.limits.resolve(r, cons, now)
-		}
-		m[h] = r
-	}
 	s.cons.Store(&cons)
-	s.snap.Store(&m)
+	now := time.Now()
+	s.idx.update(id, func(r Record) Record { return s.limits.resolve(r, cons, now) })
+	return nil
 }
 
 // watch runs an optimistic transaction on the keystore's hashes, retrying
 // when another admin changed them meanwhile.
 func (a *RedisAdmin) watch(ctx context.Context, f func(tx *redis.Tx) error) error {
-	k := newRedisKeys(a.Prefix)
+	k := a.keys()
 	var err error
 	for attempt := 0; attempt < 20; attempt++ {
-		err = a.Client.Watch(ctx, f, k.records, k.ids, k.consumers)
+		err = a.Client.Watch(ctx, f, k.consumers)
 		if !errors.Is(err, redis.TxFailedErr) {
 			return err
 		}
@@ -128,32 +94,30 @@ func (a *RedisAdmin) watch(ctx context.Context, f func(tx *redis.Tx) error) erro
 
 // writeKey stores a new key record whose id must be unused; a key of a
 // consumer needs the consumer to exist and to allow the key's context.
+// The record and the consumer live in different Cluster slots, so the
+// check and the write are not one transaction: a consumer deleted at the
+// very moment a key is issued to it leaves a key whose consumer counts as
+// none (its limits fall back to the key's own).
 func (a *RedisAdmin) writeKey(ctx context.Context, rec Record) error {
-	k := newRedisKeys(a.Prefix)
-	err := a.watch(ctx, func(tx *redis.Tx) error {
-		if exists, err := tx.HExists(ctx, k.ids, rec.ID).Result(); err != nil {
+	if err := a.migrate(ctx); err != nil {
+		return err
+	}
+	if rec.Consumer != "" {
+		c, err := getConsumer(ctx, a.Client, a.keys(), rec.Consumer)
+		if err != nil {
 			return err
-		} else if exists {
-			return fmt.Errorf("keystore: id %s already in use", rec.ID)
 		}
-		if rec.Consumer != "" {
-			c, err := getConsumer(ctx, tx, k, rec.Consumer)
-			if err != nil {
-				return err
-			}
-			if err := CheckKeyForConsumer(c, rec.Context); err != nil {
-				return err
-			}
+		if err := CheckKeyForConsumer(c, rec.Context); err != nil {
+			return err
 		}
-		return a.put(ctx, tx, rec)
-	})
-	if err != nil {
+	}
+	if err := a.writeNew(ctx, rec); err != nil {
 		return err
 	}
 	return a.announce(ctx, rec)
 }
 
-func getConsumer(ctx context.Context, c redis.Cmdable, k redisKeys, id string) (Consumer, error) {
+func getConsumer(ctx context.Context, c redis.Cmdable, k *redisKeys, id string) (Consumer, error) {
 	v, err := c.HGet(ctx, k.consumers, id).Result()
 	if errors.Is(err, redis.Nil) {
 		return Consumer{}, fmt.Errorf("consumer %q: %w", id, ErrConsumerNotFound)
@@ -162,11 +126,6 @@ func getConsumer(ctx context.Context, c redis.Cmdable, k redisKeys, id string) (
 		return Consumer{}, fmt.Errorf("keystore: %w", err)
 	}
 	return decodeConsumer(id, v)
-}
-
-// allRecords reads and decodes every key record.
-func allRecords(ctx context.Context, c redis.Cmdable, k redisKeys) ([]Record, error) {
-	return hashAll(ctx, c, k.records, decodeRecord)
 }
 
 // UpdateKey applies f to the record of the key with id and stores and
@@ -194,7 +153,7 @@ func (a *RedisAdmin) CreateConsumer(ctx context.Context, c Consumer) error {
 	if err != nil {
 		return err
 	}
-	k := newRedisKeys(a.Prefix)
+	k := a.keys()
 	ok, err := a.Client.HSetNX(ctx, k.consumers, c.ID, v).Result()
 	if err != nil {
 		return fmt.Errorf("keystore: %w", err)
@@ -207,7 +166,7 @@ func (a *RedisAdmin) CreateConsumer(ctx context.Context, c Consumer) error {
 
 // ListConsumers returns every consumer, oldest first.
 func (a *RedisAdmin) ListConsumers(ctx context.Context) ([]Consumer, error) {
-	cons, err := hashAll(ctx, a.Client, newRedisKeys(a.Prefix).consumers, decodeConsumer)
+	cons, err := hashAll(ctx, a.Client, a.keys().consumers, a.pageSize(), decodeConsumer)
 	if err != nil {
 		return nil, err
 	}
@@ -217,13 +176,13 @@ func (a *RedisAdmin) ListConsumers(ctx context.Context) ([]Consumer, error) {
 
 // GetConsumer returns the consumer with id, or ErrConsumerNotFound.
 func (a *RedisAdmin) GetConsumer(ctx context.Context, id string) (Consumer, error) {
-	return getConsumer(ctx, a.Client, newRedisKeys(a.Prefix), id)
+	return getConsumer(ctx, a.Client, a.keys(), id)
 }
 
 // UpdateConsumer applies f to the consumer with id and stores and
 // announces the result; see FileAdmin.UpdateConsumer.
 func (a *RedisAdmin) UpdateConsumer(ctx context.Context, id string, f func(Consumer) (Consumer, error)) (Consumer, error) {
-	return a.changeConsumer(ctx, id, func(tx *redis.Tx, k redisKeys, old Consumer) (Consumer, func(redis.Pipeliner), error) {
+	return a.changeConsumer(ctx, id, func(tx *redis.Tx, k *redisKeys, old Consumer) (Consumer, func(redis.Pipeliner), error) {
 		c, err := updateConsumer(old, f, a.now())
 		if err != nil {
 			return Consumer{}, nil, err
@@ -244,7 +203,7 @@ func (a *RedisAdmin) UpdateConsumer(ctx context.Context, id string, f func(Consu
 // DeleteConsumer removes the consumer with id; see
 // FileAdmin.DeleteConsumer.
 func (a *RedisAdmin) DeleteConsumer(ctx context.Context, id string) (Consumer, error) {
-	return a.changeConsumer(ctx, id, func(tx *redis.Tx, k redisKeys, c Consumer) (Consumer, func(redis.Pipeliner), error) {
+	return a.changeConsumer(ctx, id, func(tx *redis.Tx, k *redisKeys, c Consumer) (Consumer, func(redis.Pipeliner), error) {
 		if err := a.checkConsumerKeys(ctx, tx, k, c, true); err != nil {
 			return Consumer{}, nil, err
 		}
@@ -256,8 +215,8 @@ func (a *RedisAdmin) DeleteConsumer(ctx context.Context, id string) (Consumer, e
 // passes it to change, which returns the consumer to report and the write
 // that stores the change; the write runs in the transaction, and the
 // consumer is then announced.
-func (a *RedisAdmin) changeConsumer(ctx context.Context, id string, change func(*redis.Tx, redisKeys, Consumer) (Consumer, func(redis.Pipeliner), error)) (Consumer, error) {
-	k := newRedisKeys(a.Prefix)
+func (a *RedisAdmin) changeConsumer(ctx context.Context, id string, change func(*redis.Tx, *redisKeys, Consumer) (Consumer, func(redis.Pipeliner), error)) (Consumer, error) {
+	k := a.keys()
 	var out Consumer
 	err := a.watch(ctx, func(tx *redis.Tx) error {
 		old, err := getConsumer(ctx, tx, k, id)
@@ -283,8 +242,8 @@ func (a *RedisAdmin) changeConsumer(ctx context.Context, id string, change func(
 
 // checkConsumerKeys is CheckConsumerKeys over every key record in the
 // transaction's view.
-func (a *RedisAdmin) checkConsumerKeys(ctx context.Context, tx *redis.Tx, k redisKeys, c Consumer, deleting bool) error {
-	recs, err := allRecords(ctx, tx, k)
+func (a *RedisAdmin) checkConsumerKeys(ctx context.Context, tx *redis.Tx, k *redisKeys, c Consumer, deleting bool) error {
+	recs, err := allRecords(ctx, a.Client, k, a.pageSize())
 	if err != nil {
 		return err
 	}
@@ -292,10 +251,7 @@ func (a *RedisAdmin) checkConsumerKeys(ctx context.Context, tx *redis.Tx, k redi
 }
 
 func (a *RedisAdmin) announceConsumer(ctx context.Context, id string) error {
-	if err := a.Client.Publish(ctx, newRedisKeys(a.Prefix).channel, consumerChange+id).Err(); err != nil {
-		return fmt.Errorf("keystore: change stored but not announced (replicas pick it up at their next resync): %w", err)
-	}
-	return nil
+	return a.announceItems(ctx, consumerChange+id)
 }
 
 // ImportConsumers stores consumers (from a file keystore) that Redis does
@@ -304,7 +260,7 @@ func (a *RedisAdmin) ImportConsumers(ctx context.Context, cons []Consumer) (adde
 	if err := ValidateConsumers(cons); err != nil {
 		return 0, 0, err
 	}
-	k := newRedisKeys(a.Prefix)
+	k := a.keys()
 	for _, c := range cons {
 		v, err := encodeConsumer(c)
 		if err != nil {
@@ -321,7 +277,7 @@ func (a *RedisAdmin) ImportConsumers(ctx context.Context, cons []Consumer) (adde
 		}
 	}
 	if added > 0 {
-		err = a.Client.Publish(ctx, k.channel, "*").Err()
+		err = a.AnnounceAll(ctx)
 	}
 	return added, skipped, err
 }

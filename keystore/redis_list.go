@@ -2,27 +2,46 @@ package keystore
 
 import (
 	"context"
-	"fmt"
 	"sort"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// hashAll reads every field of the Redis hash key and decodes each with
-// decode (field, value).
-func hashAll[T any](ctx context.Context, c redis.Cmdable, key string, decode func(f, v string) (T, error)) ([]T, error) {
-	all, err := c.HGetAll(ctx, key).Result()
-	if err != nil {
-		return nil, fmt.Errorf("keystore: %w", err)
-	}
-	out := make([]T, 0, len(all))
-	for f, v := range all {
-		x, err := decode(f, v)
+// hashAll reads every field of the Redis hash key, a page (HSCAN COUNT
+// page) at a time, and decodes each with decode (field, value).
+func hashAll[T any](ctx context.Context, c redis.Cmdable, key string, page int, decode func(f, v string) (T, error)) ([]T, error) {
+	var out []T
+	err := scanHash(ctx, c, key, page, func(kv []string) error {
+		for i := 0; i+1 < len(kv); i += 2 {
+			x, err := decode(kv[i], kv[i+1])
+			if err != nil {
+				return err
+			}
+			out = append(out, x)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// allRecords reads and decodes every key record: every bucket, and the
+// previous layout's hash while it exists. A record seen twice (moved
+// while the scan ran) is kept once.
+func allRecords(ctx context.Context, c redis.Cmdable, k *redisKeys, page int) ([]Record, error) {
+	var out []Record
+	seen := make(map[Hash]bool)
+	for _, key := range append(k.records[:], k.legacyRecords) {
+		recs, err := hashAll(ctx, c, key, page, decodeRecord)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, x)
+		for _, r := range recs {
+			if !seen[r.Hash] {
+				seen[r.Hash] = true
+				out = append(out, r)
+			}
+		}
 	}
 	return out, nil
 }

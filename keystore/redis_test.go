@@ -3,6 +3,7 @@ package keystore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -110,8 +111,9 @@ func TestRedisMissedMessageIsResynced(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, _ := c.HGet(context.Background(), "other:keystore:{ks}:records", rec.Hash.String()).Result()
-	c.HSet(context.Background(), "keygate:keystore:{ks}:records", rec.Hash.String(), v)
+	bucket := fmt.Sprintf("keystore:{ks:%02x}:records", rec.Hash[0])
+	v, _ := c.HGet(context.Background(), "other:"+bucket, rec.Hash.String()).Result()
+	c.HSet(context.Background(), "keygate:"+bucket, rec.Hash.String(), v)
 	// A lookup before the resync may already find it (a miss asks Redis);
 	// what matters is that the copy holds it without any lookup.
 	testkit.Eventually(t, 2*time.Second, "resync", func() error { return testkit.Equal(s.Len(), 1) })

@@ -2,11 +2,13 @@ package ratelimit
 
 import (
 	"context"
+	"hash/maphash"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/hashicorp/golang-lru/v2/simplelru"
 	"golang.org/x/time/rate"
 )
 
@@ -29,15 +31,43 @@ type LocalConfig struct {
 // Local is a rate limiter that keeps its state in process memory: a token
 // bucket (golang.org/x/time/rate) and a fixed-window quota counter per id.
 // Each replica of the gateway has its own, so it limits per replica.
-// The zero value is not usable: build one with NewLocal. It is safe for
-// concurrent use.
+//
+// Ids are spread over shards (localShards, or one for a MaxKeys below
+// localShardMin), each an LRU behind its own mutex, held for the whole
+// decision: there is no global lock, and an id has one bucket at a time
+// (a decision can never run on a bucket that the LRU has just evicted
+// while another starts afresh). A shard may hold a quarter more than
+// its share of MaxKeys, since ids do not hash evenly, while a count of
+// all ids (an atomic, touched only when an id is added or forgotten)
+// keeps the total within MaxKeys: a new id past it makes its shard
+// forget its least recently used id. The zero value is not usable: build one with NewLocal. It is
+// safe for concurrent use.
 type Local struct {
-	now     func() time.Time
-	entries *lru.Cache[string, *localEntry]
+	now    func() time.Time
+	seed   maphash.Seed
+	shards []localShard
+	max    int64
+	count  atomic.Int64 // ids kept, over all shards
+
+	// inUse, when set (by tests), is told when a decision starts and
+	// ends using the bucket of an id.
+	inUse func(id string, e *localEntry, start bool)
+}
+
+// localShards is the number of shards of a Local; one shard below
+// localShardMin ids, so that a small MaxKeys is kept exactly.
+const (
+	localShards   = 64
+	localShardMin = 64 * 1024
+)
+
+type localShard struct {
+	mu      sync.Mutex
+	entries *simplelru.LRU[string, *localEntry]
+	_       [40]byte // keep shards on separate cache lines
 }
 
 type localEntry struct {
-	mu     sync.Mutex
 	lim    Limit
 	bucket *rate.Limiter
 	qStart time.Time // start of the current quota window; zero when none
@@ -52,16 +82,37 @@ func NewLocal(cfg LocalConfig) *Local {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	c, err := lru.New[string, *localEntry](cfg.MaxKeys)
-	if err != nil { // only for a non-positive size, excluded above
-		panic(err)
+	n := 1
+	if cfg.MaxKeys >= localShardMin {
+		n = localShards
 	}
-	return &Local{now: cfg.Now, entries: c}
+	l := &Local{now: cfg.Now, seed: maphash.MakeSeed(), shards: make([]localShard, n), max: int64(cfg.MaxKeys)}
+	per := cfg.MaxKeys
+	if n > 1 {
+		per = cfg.MaxKeys/n + cfg.MaxKeys/(4*n)
+	}
+	for i := range l.shards {
+		c, err := simplelru.NewLRU[string, *localEntry](per, func(string, *localEntry) { l.count.Add(-1) })
+		if err != nil { // only for a non-positive size, excluded above
+			panic(err)
+		}
+		l.shards[i].entries = c
+	}
+	return l
 }
 
 // Len returns the number of ids whose state is kept; it never exceeds
 // MaxKeys.
-func (l *Local) Len() int { return l.entries.Len() }
+func (l *Local) Len() int {
+	n := 0
+	for i := range l.shards {
+		s := &l.shards[i]
+		s.mu.Lock()
+		n += s.entries.Len()
+		s.mu.Unlock()
+	}
+	return n
+}
 
 // Allow decides whether the request of id may proceed under lim, and
 // counts it when it may. A request refused by the bucket consumes no quota
@@ -71,11 +122,16 @@ func (l *Local) Allow(_ context.Context, id string, lim Limit) (Decision, error)
 	if err := check(id, lim); err != nil {
 		return Decision{}, err
 	}
-	e := l.entry(id)
+	s := l.shard(id)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := l.entry(s, id)
+	if l.inUse != nil {
+		l.inUse(id, e, true)
+		defer l.inUse(id, e, false)
+	}
 	now := l.now()
 
-	e.mu.Lock()
-	defer e.mu.Unlock()
 	if e.bucket == nil || e.lim.Rate != lim.Rate || e.lim.Per != lim.Per || e.lim.Burst != lim.Burst {
 		e.bucket = rate.NewLimiter(perSecond(lim), lim.Burst)
 	}
@@ -129,15 +185,25 @@ func (l *Local) Allow(_ context.Context, id string, lim Limit) (Decision, error)
 	return combine(lim, int64(math.Floor(tokens+1e-9)), fill(tokens), lim.Quota.Requests-qUsed, qReset), nil
 }
 
-// entry returns the state of id, creating it when needed.
-func (l *Local) entry(id string) *localEntry {
-	if e, ok := l.entries.Get(id); ok {
+func (l *Local) shard(id string) *localShard {
+	if len(l.shards) == 1 {
+		return &l.shards[0]
+	}
+	return &l.shards[maphash.String(l.seed, id)%uint64(len(l.shards))]
+}
+
+// entry returns the state of id in its shard s, creating it when
+// needed. The shard's lock is held.
+func (l *Local) entry(s *localShard, id string) *localEntry {
+	if e, ok := s.entries.Get(id); ok {
 		return e
 	}
-	e := &localEntry{}
-	if prev, ok, _ := l.entries.PeekOrAdd(id, e); ok {
-		return prev
+	if l.count.Load() >= l.max {
+		s.entries.RemoveOldest()
 	}
+	e := &localEntry{}
+	l.count.Add(1)
+	s.entries.Add(id, e)
 	return e
 }
 

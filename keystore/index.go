@@ -1,0 +1,304 @@
+package keystore
+
+// The in-memory index both stores serve lookups from: a sharded map of
+// compact records. See index for the memory budget.
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/keygate/keygate/ratelimit"
+)
+
+// indexShards is the number of shards of an index. A shard is picked by
+// the first byte of the key hash, which is uniform (SHA-256).
+const indexShards = 256
+
+// index maps key hashes to compact records. Lookups take one shard's read
+// lock and allocate nothing; a change takes one shard's write lock and
+// costs O(1) whatever the number of keys. The zero value is not usable;
+// use newIndex. It is safe for concurrent use.
+//
+// Memory per key (measured by BenchmarkIndexLoad and the RSS figures in
+// README.md): the 32-byte hash and a pointer in the map's slot (plus the
+// map's control bytes and spare capacity: a slot is 40 bytes, and a map
+// is half to 7/8 full), the immutable 80-byte entry, and the id string
+// (24 bytes) and name. An entry is replaced whole on a change. Contexts, consumer ids and plan names are
+// interned: keys that share one share its bytes. CreatedAt, RevokedAt and ReplacedBy
+// are read only by the admin side, which reads them from the store, so
+// the index does not hold them.
+type index struct {
+	shards   [indexShards]indexShard
+	strs     *strtab
+	reserved int // see reserve
+}
+
+type indexShard struct {
+	mu sync.RWMutex
+	m  map[Hash]*entry
+	_  [40]byte // keep shards' locks on separate cache lines
+}
+
+// entry is the compact form of a Record: what the request path reads.
+// Contexts, consumer ids and plan names, which many keys share, are
+// numbers in the index's string table.
+type entry struct {
+	id, name string
+	// expires is ExpiresAt in Unix nanoseconds; 0 means never. (An
+	// unknown status is 0 too, which Record.StateAt counts as revoked.)
+	expires                 int64
+	override                *ratelimit.Override
+	limits                  *ratelimit.Effective
+	context, consumer, plan uint32
+	// gen is the full pass that last saw the entry (see RedisStore).
+	gen     uint32
+	product uint8
+	env     uint8
+	status  uint8
+}
+
+// The small enums of entry.
+var (
+	products = [...]Product{"", Extraction, Registry}
+	envs     = [...]Env{"", Live, Test}
+	statuses = [...]Status{"", Active, Revoked, Rotated, Expired}
+)
+
+func enumOf[T comparable](all []T, v T) uint8 {
+	for i, x := range all {
+		if x == v {
+			return uint8(i)
+		}
+	}
+	return 0
+}
+
+func newIndex() *index {
+	x := &index{strs: newStrtab()}
+	for i := range x.shards {
+		x.shards[i].m = make(map[Hash]*entry)
+	}
+	return x
+}
+
+// reserve sizes the shards that are still empty for total records in
+// all, so that a first load does not grow (and copy) each map
+// step by step.
+func (x *index) reserve(total int) {
+	x.reserved = total
+	per := total/indexShards + total/(8*indexShards) + 1
+	for i := range x.shards {
+		s := &x.shards[i]
+		s.mu.Lock()
+		if len(s.m) == 0 {
+			s.m = make(map[Hash]*entry, per)
+		}
+		s.mu.Unlock()
+	}
+}
+
+// cap is about how many records x was reserved for.
+func (x *index) cap() int { return x.reserved }
+
+func (x *index) shard(h Hash) *indexShard { return &x.shards[h[0]] }
+
+// compact turns r into an entry, interning its repeated strings.
+func (x *index) compact(r Record, gen uint32) *entry {
+	e := &entry{
+		id:       r.ID,
+		name:     r.Name,
+		context:  x.strs.number(r.Context),
+		consumer: x.strs.number(r.Consumer),
+		plan:     x.strs.number(r.Plan),
+		override: r.Override,
+		limits:   r.Limits,
+		product:  enumOf(products[:], r.Product),
+		env:      enumOf(envs[:], r.Env),
+		status:   enumOf(statuses[:], r.Status),
+		gen:      gen,
+	}
+	if !r.ExpiresAt.IsZero() {
+		e.expires = r.ExpiresAt.UnixNano()
+	}
+	return e
+}
+
+// record expands e; it allocates nothing.
+func (x *index) record(h Hash, e *entry) Record {
+	strs := x.strs.load()
+	r := Record{
+		ID:       e.id,
+		Name:     e.name,
+		Hash:     h,
+		Product:  products[e.product],
+		Env:      envs[e.env],
+		Context:  strs[e.context],
+		Status:   statuses[e.status],
+		Consumer: strs[e.consumer],
+		Plan:     strs[e.plan],
+		Override: e.override,
+		Limits:   e.limits,
+	}
+	if e.expires != 0 {
+		r.ExpiresAt = time.Unix(0, e.expires).UTC()
+	}
+	return r
+}
+
+// get returns the record of h. The record carries what the request path
+// reads: CreatedAt, RevokedAt and ReplacedBy are left zero.
+func (x *index) get(h Hash) (Record, bool) {
+	s := x.shard(h)
+	s.mu.RLock()
+	e, ok := s.m[h]
+	s.mu.RUnlock()
+	if !ok {
+		return Record{}, false
+	}
+	return x.record(h, e), true
+}
+
+// put stores r under its hash, marked as seen by pass gen.
+func (x *index) put(r Record, gen uint32) {
+	e := x.compact(r, gen)
+	s := x.shard(r.Hash)
+	s.mu.Lock()
+	s.m[r.Hash] = e
+	s.mu.Unlock()
+}
+
+// del removes h.
+func (x *index) del(h Hash) {
+	s := x.shard(h)
+	s.mu.Lock()
+	delete(s.m, h)
+	s.mu.Unlock()
+}
+
+// sweep removes every entry that pass gen did not see, and returns how
+// many it removed. It holds one shard's lock at a time.
+func (x *index) sweep(gen uint32) int {
+	n := 0
+	for i := range x.shards {
+		s := &x.shards[i]
+		s.mu.Lock()
+		for h, e := range s.m {
+			if e.gen != gen {
+				delete(s.m, h)
+				n++
+			}
+		}
+		s.mu.Unlock()
+	}
+	return n
+}
+
+// len is the number of records.
+func (x *index) len() int {
+	n := 0
+	for i := range x.shards {
+		s := &x.shards[i]
+		s.mu.RLock()
+		n += len(s.m)
+		s.mu.RUnlock()
+	}
+	return n
+}
+
+// each replaces every record r by f(r), one shard at a time.
+func (x *index) each(f func(Record) Record) {
+	for i := range x.shards {
+		s := &x.shards[i]
+		s.mu.Lock()
+		for h, e := range s.m {
+			s.m[h] = x.compact(f(x.record(h, e)), e.gen)
+		}
+		s.mu.Unlock()
+	}
+}
+
+// added counts the hashes of x that old does not hold.
+func (x *index) added(old *index) int {
+	n := 0
+	for i := range x.shards {
+		s, o := &x.shards[i], &old.shards[i]
+		s.mu.RLock()
+		o.mu.RLock()
+		for h := range s.m {
+			if _, ok := o.m[h]; !ok {
+				n++
+			}
+		}
+		o.mu.RUnlock()
+		s.mu.RUnlock()
+	}
+	return n
+}
+
+// update applies f to every entry whose consumer is id (a consumer
+// changed), one shard at a time.
+func (x *index) update(consumer string, f func(Record) Record) {
+	n, ok := x.strs.lookup(consumer)
+	if !ok || consumer == "" {
+		return // no key names it
+	}
+	for i := range x.shards {
+		s := &x.shards[i]
+		s.mu.Lock()
+		for h, e := range s.m {
+			if e.consumer == n {
+				s.m[h] = x.compact(f(x.record(h, e)), e.gen)
+			}
+		}
+		s.mu.Unlock()
+	}
+}
+
+// strtab numbers strings, so that an entry holds a 4-byte number for a
+// string many keys share. Number 0 is "". Reads are lock-free (an
+// append-only slice behind an atomic pointer); it only grows, by the
+// distinct strings ever numbered, far fewer than keys.
+type strtab struct {
+	mu  sync.Mutex
+	ids map[string]uint32
+	tab atomic.Pointer[[]string]
+}
+
+func newStrtab() *strtab {
+	t := &strtab{ids: map[string]uint32{"": 0}}
+	tab := make([]string, 1, 64)
+	t.tab.Store(&tab)
+	return t
+}
+
+// load returns the table: index it with an entry's numbers.
+func (t *strtab) load() []string { return *t.tab.Load() }
+
+// lookup returns the number of s, if it has one.
+func (t *strtab) lookup(s string) (uint32, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n, ok := t.ids[s]
+	return n, ok
+}
+
+// number returns the number of s, giving it one if it has none.
+func (t *strtab) number(s string) uint32 {
+	if s == "" {
+		return 0
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if n, ok := t.ids[s]; ok {
+		return n
+	}
+	tab := *t.tab.Load()
+	n := uint32(len(tab))
+	// Readers hold slices no longer than before: appending in place
+	// writes past their end.
+	tab = append(tab, s)
+	t.tab.Store(&tab)
+	t.ids[s] = n
+	return n
+}

@@ -1,0 +1,150 @@
+package keystore
+
+import (
+	"crypto/rand"
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/keygate/keygate/ratelimit"
+)
+
+func randomRecord(tb testing.TB, i int) Record {
+	var h Hash
+	_, _ = rand.Read(h[:])
+	return Record{
+		ID: fmt.Sprintf("key_%016x", i), Name: "team", Hash: h, Product: Extraction, Env: Live,
+		Context: "6f1c2d3e-4a5b-4c6d-8e7f-90a1b2c3d4e5", CreatedAt: time.Unix(1700000000, 0).UTC(), Status: Active,
+		Consumer: "con_0123456789abcdef", Plan: "pro",
+	}
+}
+
+// TestIndexKeepsWhatTheRequestPathReads: a record put in the index comes
+// back with every field the request path reads, for each product, env
+// and status, and the index follows changes, deletions and sweeps.
+func TestIndexKeepsWhatTheRequestPathReads(t *testing.T) {
+	t.Parallel()
+	exp := time.Date(2027, 1, 2, 3, 4, 5, 600, time.UTC)
+	ov := &ratelimit.Override{}
+	cases := []struct {
+		name string
+		edit func(*Record)
+	}{
+		{"active extraction live", func(r *Record) {}},
+		{"revoked registry test", func(r *Record) { r.Product, r.Env, r.Status, r.Context = Registry, Test, Revoked, "" }},
+		{"rotated with expiry", func(r *Record) { r.Status, r.ExpiresAt = Rotated, exp }},
+		{"override and no consumer", func(r *Record) { r.Override, r.Consumer, r.Plan, r.Name = ov, "", "", "" }},
+	}
+	x := newIndex()
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := randomRecord(t, i)
+			tc.edit(&r)
+			x.put(r, 1)
+			got, ok := x.get(r.Hash)
+			want := r
+			want.CreatedAt = time.Time{} // admin-only
+			if !ok || got != want {
+				t.Errorf("get = %+v, %v\nwant %+v", got, ok, want)
+			}
+			if got.StateAt(time.Now()) != r.StateAt(time.Now()) {
+				t.Errorf("state %s, want %s", got.StateAt(time.Now()), r.StateAt(time.Now()))
+			}
+		})
+	}
+	r := randomRecord(t, 99)
+	x.put(r, 2)
+	if n := x.sweep(2); n != len(cases) || x.len() != 1 {
+		t.Errorf("sweep removed %d, left %d; want %d and 1", n, x.len(), len(cases))
+	}
+	x.update(r.Consumer, func(r Record) Record { r.Plan = "team"; return r })
+	if got, _ := x.get(r.Hash); got.Plan != "team" {
+		t.Errorf("update: plan %q", got.Plan)
+	}
+	x.del(r.Hash)
+	if _, ok := x.get(r.Hash); ok || x.len() != 0 {
+		t.Error("deleted record still there")
+	}
+}
+
+// BenchmarkIndexLookup: a lookup allocates nothing.
+func BenchmarkIndexLookup(b *testing.B) {
+	x := newIndex()
+	recs := make([]Record, 10_000)
+	for i := range recs {
+		recs[i] = randomRecord(b, i)
+		recs[i].ExpiresAt = time.Now().Add(time.Hour)
+		x.put(recs[i], 0)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			if _, ok := x.get(recs[i%len(recs)].Hash); !ok {
+				b.Fatal("missing")
+			}
+			i++
+		}
+	})
+}
+
+var benchSizes = []int{10_000, 1_000_000}
+
+// BenchmarkIndexChange: one change costs the same at 10k and at 1M keys.
+func BenchmarkIndexChange(b *testing.B) {
+	for _, n := range benchSizes {
+		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
+			x := newIndex()
+			recs := make([]Record, 1024)
+			for i := range n {
+				r := randomRecord(b, i)
+				x.put(r, 0)
+				if i < len(recs) {
+					recs[i] = r
+				}
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				r := recs[i%len(recs)]
+				r.Status = Revoked
+				x.put(r, 0)
+			}
+		})
+	}
+}
+
+// BenchmarkIndexLoad fills an index with 10k and 1M records and reports
+// the heap it holds per key (bytes/key), which is the in-memory record's
+// cost; RSS per key of a whole gateway is measured by bench/keyload.
+func BenchmarkIndexLoad(b *testing.B) {
+	for _, n := range benchSizes {
+		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
+			recs := make([]Record, n)
+			for i := range recs {
+				recs[i] = randomRecord(b, i)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			var perKey float64
+			for i := 0; i < b.N; i++ {
+				var before, after runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				x := newIndex()
+				x.reserve(n)
+				for _, r := range recs {
+					r.ID = string([]byte(r.ID)) // as decoded: its own copy
+					x.put(r, 0)
+				}
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				perKey = float64(after.HeapAlloc-before.HeapAlloc) / float64(n)
+				runtime.KeepAlive(x)
+			}
+			b.ReportMetric(perKey, "bytes/key")
+		})
+	}
+}

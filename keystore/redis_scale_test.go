@@ -1,0 +1,216 @@
+package keystore_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/keygate/keygate/internal/redistest"
+	"github.com/keygate/keygate/internal/testkit"
+	"github.com/keygate/keygate/keystore"
+)
+
+// issueMany issues n keys through admin and returns them.
+func issueMany(t *testing.T, admin keystore.Admin, n int) []string {
+	t.Helper()
+	keys := make([]string, n)
+	for i := range keys {
+		k, _, err := admin.Issue(context.Background(), keystore.IssueRequest{Product: keystore.Extraction, Env: keystore.Live, Context: ctxUUID, Name: fmt.Sprint("k", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys[i] = k
+	}
+	return keys
+}
+
+func openPaged(t *testing.T, c redis.UniversalClient, page int) *keystore.RedisStore {
+	t.Helper()
+	s, err := keystore.OpenRedis(keystore.RedisConfig{Client: c, PageSize: page, PollInterval: 200 * time.Millisecond, ResyncInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// TestRedisLoadsInPagesOnEveryLayout: a store loads every key in pages
+// of two, from a single Redis and from a 3-node Cluster, where the keys
+// spread over every node, and no command of the load reads the whole
+// key set (no HGETALL reaches the server).
+func TestRedisLoadsInPagesOnEveryLayout(t *testing.T) {
+	t.Parallel()
+	setups := []struct {
+		name  string
+		addrs func(t *testing.T) ([]string, []*redistest.Server)
+	}{
+		{"single", func(t *testing.T) ([]string, []*redistest.Server) {
+			rs := redistest.Start(t)
+			return []string{rs.Addr}, []*redistest.Server{rs}
+		}},
+		{"cluster", func(t *testing.T) ([]string, []*redistest.Server) {
+			cl := redistest.StartCluster(t, 3)
+			return cl.Addrs, cl.Nodes
+		}},
+	}
+	for _, tc := range setups {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			addrs, nodes := tc.addrs(t)
+			admin := &keystore.RedisAdmin{Client: redisClient(t, addrs...)}
+			keys := issueMany(t, admin, 60)
+			for _, n := range nodes {
+				if _, err := n.Do("CONFIG", "RESETSTAT"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s := openPaged(t, redisClient(t, addrs...), 2)
+			testkit.Eventually(t, 5*time.Second, "ready", func() error { return testkit.True(s.Ready(), "not ready") })
+			if s.Len() != len(keys) {
+				t.Errorf("loaded %d keys, want %d", s.Len(), len(keys))
+			}
+			for _, k := range keys {
+				if state(t, s, k) != keystore.Active {
+					t.Fatalf("key not active after the load")
+				}
+			}
+			for _, n := range nodes {
+				stats, err := n.Do("INFO", "commandstats")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if strings.Contains(stats, "cmdstat_hgetall") {
+					t.Errorf("%s: the load sent HGETALL:\n%s", n.Addr, stats)
+				}
+				if len(nodes) > 1 {
+					if size, _ := n.Do("DBSIZE"); size == "0" {
+						t.Errorf("%s holds no keystore key: the key set is not spread over the cluster", n.Addr)
+					}
+				}
+			}
+			// A change reaches the loaded store.
+			recs, err := admin.List(context.Background())
+			if err != nil || len(recs) != len(keys) {
+				t.Fatalf("list: %d, %v", len(recs), err)
+			}
+			if _, err := admin.Revoke(context.Background(), recs[0].ID); err != nil {
+				t.Fatal(err)
+			}
+			testkit.Eventually(t, time.Second, "revocation", func() error {
+				n := 0
+				for _, k := range keys {
+					if state(t, s, k) == keystore.Revoked {
+						n++
+					}
+				}
+				return testkit.Equal(n, 1)
+			})
+		})
+	}
+}
+
+// TestRedisLostMessageCostsTheChange: a change that is logged but whose
+// message is lost reaches the store by its poll of the change log, and
+// a log trimmed past the store's position makes it re-read everything,
+// changes that were never logged included.
+func TestRedisLostMessageCostsTheChange(t *testing.T) {
+	t.Parallel()
+	rs := redistest.Start(t)
+	c := redisClient(t, rs.Addr)
+	s := openPaged(t, c, 2)
+	testkit.Eventually(t, time.Second, "ready", func() error { return testkit.True(s.Ready(), "not ready") })
+	ctx := context.Background()
+	// Issue on another prefix, copy the record over and log it by hand,
+	// with no message.
+	other := &keystore.RedisAdmin{Client: c, Prefix: "other:"}
+	copyOver := func() (string, keystore.Record) {
+		key, rec, err := other.Issue(ctx, keystore.IssueRequest{Product: keystore.Registry, Env: keystore.Test})
+		if err != nil {
+			t.Fatal(err)
+		}
+		bucket := fmt.Sprintf("keystore:{ks:%02x}:records", rec.Hash[0])
+		v, err := c.HGet(ctx, "other:"+bucket, rec.Hash.String()).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.HSet(ctx, "keygate:"+bucket, rec.Hash.String(), v)
+		return key, rec
+	}
+	key, rec := copyOver()
+	c.XAdd(ctx, &redis.XAddArgs{Stream: "keygate:keystore:{ks}:log", Values: []string{"c", rec.Hash.String()}})
+	testkit.Eventually(t, time.Second, "logged change without a message", func() error { return testkit.Equal(s.Len(), 1) })
+	if state(t, s, key) != keystore.Active {
+		t.Error("key not active")
+	}
+
+	// Trim the log entirely, store a record without logging it, then log
+	// another change: the store finds its position gone and re-reads.
+	c.Del(ctx, "keygate:keystore:{ks}:log")
+	unlogged, _ := copyOver()
+	admin := &keystore.RedisAdmin{Client: c}
+	logged := issueMany(t, admin, 1)[0]
+	testkit.Eventually(t, 2*time.Second, "full re-read after the gap", func() error { return testkit.Equal(s.Len(), 3) })
+	for _, k := range []string{unlogged, logged} {
+		if state(t, s, k) != keystore.Active {
+			t.Error("key not active after the re-read")
+		}
+	}
+}
+
+// TestRedisPreviousLayoutLoadsAndMoves: a store written by the one-hash
+// layout loads as it is; the first admin write moves every record into
+// the buckets, and the store keeps serving every key, with the change.
+func TestRedisPreviousLayoutLoadsAndMoves(t *testing.T) {
+	t.Parallel()
+	rs := redistest.Start(t)
+	c := redisClient(t, rs.Addr)
+	ctx := context.Background()
+	var keys []string
+	var ids []string
+	for i := 0; i < 7; i++ {
+		key, rec, err := keystore.NewRecord(keystore.IssueRequest{Product: keystore.Extraction, Env: keystore.Live, Context: ctxUUID}, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := json.Marshal(struct {
+			keystore.Record
+			Hash keystore.Hash `json:"hash"`
+		}{rec, rec.Hash})
+		c.HSet(ctx, "keygate:keystore:{ks}:records", rec.Hash.String(), string(b))
+		c.HSet(ctx, "keygate:keystore:{ks}:ids", rec.ID, rec.Hash.String())
+		keys, ids = append(keys, key), append(ids, rec.ID)
+	}
+	s := openPaged(t, redisClient(t, rs.Addr), 3)
+	testkit.Eventually(t, 2*time.Second, "ready", func() error { return testkit.True(s.Ready(), "not ready") })
+	if s.Len() != len(keys) {
+		t.Fatalf("loaded %d keys of the previous layout, want %d", s.Len(), len(keys))
+	}
+	admin := &keystore.RedisAdmin{Client: c, PageSize: 2}
+	if _, err := admin.Revoke(ctx, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := c.Exists(ctx, "keygate:keystore:{ks}:records", "keygate:keystore:{ks}:ids").Result(); n != 0 {
+		t.Errorf("previous layout's hashes still there after the first write (%d)", n)
+	}
+	recs, err := admin.List(ctx)
+	if err != nil || len(recs) != len(keys) {
+		t.Fatalf("list after the move: %d, %v", len(recs), err)
+	}
+	testkit.Eventually(t, 2*time.Second, "revocation after the move", func() error { return testkit.Equal(state(t, s, keys[0]), keystore.Revoked) })
+	for _, k := range keys[1:] {
+		if state(t, s, k) != keystore.Active {
+			t.Error("a moved key is not active")
+		}
+	}
+	// A fresh replica loads the new layout.
+	s2 := openPaged(t, redisClient(t, rs.Addr), 3)
+	testkit.Eventually(t, 2*time.Second, "fresh replica ready", func() error { return testkit.True(s2.Ready(), "not ready") })
+	if s2.Len() != len(keys) {
+		t.Errorf("fresh replica loaded %d keys, want %d", s2.Len(), len(keys))
+	}
+}
