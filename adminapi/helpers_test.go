@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keygate/keygate/internal/keystoretest"
+	"github.com/keygate/keygate/internal/testsupport/keystoretest"
 
-	"github.com/keygate/keygate/internal/audittest"
+	"github.com/keygate/keygate/internal/testsupport/audittest"
 
 	"github.com/keygate/keygate/adminapi"
 	"github.com/keygate/keygate/keyops"

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/keygate/keygate/adminapi"
-	"github.com/keygate/keygate/internal/redistest"
+	"github.com/keygate/keygate/internal/testsupport/redistest"
 	"github.com/keygate/keygate/keystore"
 )
 

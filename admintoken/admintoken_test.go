@@ -8,12 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keygate/keygate/internal/audittest"
+	"github.com/keygate/keygate/internal/testsupport/audittest"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/keygate/keygate/admintoken"
-	"github.com/keygate/keygate/internal/redistest"
+	"github.com/keygate/keygate/internal/testsupport/redistest"
 	"github.com/keygate/keygate/keyops"
 	"github.com/keygate/keygate/keystore"
 )

@@ -13,7 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/keygate/keygate/audit"
-	"github.com/keygate/keygate/internal/redistest"
+	"github.com/keygate/keygate/internal/testsupport/redistest"
 	"github.com/keygate/keygate/keyops"
 )
 

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/keygate/keygate/auth"
-	"github.com/keygate/keygate/internal/keystoretest"
+	"github.com/keygate/keygate/internal/testsupport/keystoretest"
 	"github.com/keygate/keygate/keystore"
 )
 

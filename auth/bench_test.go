@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/keygate/keygate/auth"
-	"github.com/keygate/keygate/internal/keystoretest"
+	"github.com/keygate/keygate/internal/testsupport/keystoretest"
 	"github.com/keygate/keygate/keystore"
 )
 

@@ -15,7 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/keygate/keygate/certstore"
-	"github.com/keygate/keygate/internal/redistest"
+	"github.com/keygate/keygate/internal/testsupport/redistest"
 )
 
 func newClient(t testing.TB, srv *redistest.Server) *redis.Client {

@@ -14,7 +14,7 @@ import (
 
 	"github.com/keygate/keygate/audit"
 	"github.com/keygate/keygate/cli"
-	"github.com/keygate/keygate/internal/redistest"
+	"github.com/keygate/keygate/internal/testsupport/redistest"
 	"github.com/keygate/keygate/keystore"
 )
 

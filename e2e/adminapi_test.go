@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keygate/keygate/internal/testkit"
+	"github.com/keygate/keygate/internal/testsupport/testkit"
 )
 
 // adminAPI is the admin API of a running binary, with a client that

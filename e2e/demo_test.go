@@ -16,8 +16,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/keygate/keygate/internal/browsertest"
-	"github.com/keygate/keygate/internal/testkit"
+	"github.com/keygate/keygate/internal/testsupport/browsertest"
+	"github.com/keygate/keygate/internal/testsupport/testkit"
 )
 
 // TestMakeRunDemo does what the README tells a newcomer: start keygate on

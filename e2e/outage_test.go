@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keygate/keygate/internal/testkit"
+	"github.com/keygate/keygate/internal/testsupport/testkit"
 
-	"github.com/keygate/keygate/internal/redistest"
+	"github.com/keygate/keygate/internal/testsupport/redistest"
 	"github.com/keygate/keygate/keystore"
 )
 

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keygate/keygate/internal/redistest"
-	"github.com/keygate/keygate/internal/testkit"
+	"github.com/keygate/keygate/internal/testsupport/redistest"
+	"github.com/keygate/keygate/internal/testsupport/testkit"
 )
 
 // rateLimitHeader posts a small /sync upload and returns the status and

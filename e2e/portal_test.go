@@ -14,9 +14,9 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/keygate/keygate/internal/browsertest"
-	"github.com/keygate/keygate/internal/oidctest"
-	"github.com/keygate/keygate/internal/testkit"
+	"github.com/keygate/keygate/internal/testsupport/browsertest"
+	"github.com/keygate/keygate/internal/testsupport/oidctest"
+	"github.com/keygate/keygate/internal/testsupport/testkit"
 )
 
 // TestPortalInABrowser drives the self-service portal of the real binary

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keygate/keygate/internal/testkit"
+	"github.com/keygate/keygate/internal/testsupport/testkit"
 )
 
 // TestRedactKeysInLogs: finding 8. A key in the path, in the method

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keygate/keygate/internal/redistest"
-	"github.com/keygate/keygate/internal/testkit"
+	"github.com/keygate/keygate/internal/testsupport/redistest"
+	"github.com/keygate/keygate/internal/testsupport/testkit"
 )
 
 // replicas starts n gateway processes that share one keystore and one

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keygate/keygate/internal/testkit"
+	"github.com/keygate/keygate/internal/testsupport/testkit"
 )
 
 // The findings of issue 7 that concern what reaches the upstream, each

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/keygate/keygate/filewatch"
-	"github.com/keygate/keygate/internal/testkit"
+	"github.com/keygate/keygate/internal/testsupport/testkit"
 )
 
 // A file replaced by rename, written in place, created in a directory

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keygate/keygate/internal/testkit"
+	"github.com/keygate/keygate/internal/testsupport/testkit"
 	"github.com/keygate/keygate/ratelimit"
 	"github.com/keygate/keygate/standin"
 )

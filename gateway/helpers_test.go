@@ -17,8 +17,8 @@ import (
 
 	"github.com/keygate/keygate/auth"
 	"github.com/keygate/keygate/gateway"
-	"github.com/keygate/keygate/internal/keystoretest"
-	"github.com/keygate/keygate/internal/testkit"
+	"github.com/keygate/keygate/internal/testsupport/keystoretest"
+	"github.com/keygate/keygate/internal/testsupport/testkit"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/ratelimit"
 	"github.com/keygate/keygate/standin"

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keygate/keygate/internal/audittest"
+	"github.com/keygate/keygate/internal/testsupport/audittest"
 
 	"github.com/keygate/keygate/keyops"
 	"github.com/keygate/keygate/keystore"

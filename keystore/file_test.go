@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keygate/keygate/internal/testkit"
+	"github.com/keygate/keygate/internal/testsupport/testkit"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"

@@ -5,7 +5,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/keygate/keygate/internal/oauth2test"
+	"github.com/keygate/keygate/internal/testsupport/oauth2test"
 )
 
 func BenchmarkAuthenticate(b *testing.B) {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/lestrrat-go/jwx/v3/jwt"
 
-	"github.com/keygate/keygate/internal/oauth2test"
+	"github.com/keygate/keygate/internal/testsupport/oauth2test"
 	"github.com/keygate/keygate/oauth2"
 )
 

@@ -21,7 +21,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keygate/keygate/internal/testkit"
+	"github.com/keygate/keygate/internal/testsupport/testkit"
 
 	"github.com/lestrrat-go/jwx/v3/jwa"
 	"github.com/lestrrat-go/jwx/v3/jwk"
@@ -32,7 +32,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/keygate/keygate/auth"
-	"github.com/keygate/keygate/internal/oauth2test"
+	"github.com/keygate/keygate/internal/testsupport/oauth2test"
 	"github.com/keygate/keygate/oauth2"
 )
 

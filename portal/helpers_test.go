@@ -13,14 +13,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keygate/keygate/internal/keystoretest"
+	"github.com/keygate/keygate/internal/testsupport/keystoretest"
 
-	"github.com/keygate/keygate/internal/audittest"
+	"github.com/keygate/keygate/internal/testsupport/audittest"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
-	"github.com/keygate/keygate/internal/testkit"
+	"github.com/keygate/keygate/internal/testsupport/testkit"
 	"github.com/keygate/keygate/keyops"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/portal"

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/keygate/keygate/internal/oidctest"
+	"github.com/keygate/keygate/internal/testsupport/oidctest"
 	"github.com/keygate/keygate/portal"
 )
 

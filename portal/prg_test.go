@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keygate/keygate/internal/keystoretest"
+	"github.com/keygate/keygate/internal/testsupport/keystoretest"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/portal"
 )

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/keygate/keygate/internal/redistest"
+	"github.com/keygate/keygate/internal/testsupport/redistest"
 	"github.com/keygate/keygate/keyops"
 	"github.com/keygate/keygate/portal"
 )

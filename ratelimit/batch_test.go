@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keygate/keygate/internal/redistest"
+	"github.com/keygate/keygate/internal/testsupport/redistest"
 	"github.com/keygate/keygate/ratelimit"
 )
 

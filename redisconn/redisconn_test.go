@@ -8,7 +8,7 @@ import (
 
 	"github.com/keygate/keygate/internal/fieldpath"
 
-	"github.com/keygate/keygate/internal/redistest"
+	"github.com/keygate/keygate/internal/testsupport/redistest"
 	"github.com/keygate/keygate/redisconn"
 	"github.com/redis/go-redis/v9"
 	"go.yaml.in/yaml/v3"

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/keygate/keygate/config"
-	"github.com/keygate/keygate/internal/pebbletest"
-	"github.com/keygate/keygate/internal/testkit"
+	"github.com/keygate/keygate/internal/testsupport/pebbletest"
+	"github.com/keygate/keygate/internal/testsupport/testkit"
 )
 
 // TestACMEThroughTheGateway runs keygate in acme mode against Pebble, a

@@ -22,8 +22,8 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/keygate/keygate/config"
-	"github.com/keygate/keygate/internal/oauth2test"
-	"github.com/keygate/keygate/internal/testkit"
+	"github.com/keygate/keygate/internal/testsupport/oauth2test"
+	"github.com/keygate/keygate/internal/testsupport/testkit"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/ratelimit"
 	"github.com/keygate/keygate/server"

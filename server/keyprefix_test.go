@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/keygate/keygate/config"
-	"github.com/keygate/keygate/internal/pebbletest"
-	"github.com/keygate/keygate/internal/redistest"
-	"github.com/keygate/keygate/internal/testkit"
+	"github.com/keygate/keygate/internal/testsupport/pebbletest"
+	"github.com/keygate/keygate/internal/testsupport/redistest"
+	"github.com/keygate/keygate/internal/testsupport/testkit"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/ratelimit"
 )

@@ -9,7 +9,7 @@ import (
 
 	"github.com/keygate/keygate/config"
 	"github.com/keygate/keygate/gateway"
-	"github.com/keygate/keygate/internal/oauth2test"
+	"github.com/keygate/keygate/internal/testsupport/oauth2test"
 	"github.com/keygate/keygate/ratelimit"
 )
 

@@ -14,7 +14,7 @@ import (
 
 	"github.com/keygate/keygate/adminapi"
 	"github.com/keygate/keygate/config"
-	"github.com/keygate/keygate/internal/testkit"
+	"github.com/keygate/keygate/internal/testsupport/testkit"
 	"github.com/keygate/keygate/keyops"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/server"

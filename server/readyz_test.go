@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/keygate/keygate/config"
-	"github.com/keygate/keygate/internal/redistest"
-	"github.com/keygate/keygate/internal/testkit"
+	"github.com/keygate/keygate/internal/testsupport/redistest"
+	"github.com/keygate/keygate/internal/testsupport/testkit"
 	"github.com/keygate/keygate/keystore"
 )
 

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keygate/keygate/internal/testkit"
+	"github.com/keygate/keygate/internal/testsupport/testkit"
 )
 
 // podmanFlags are what this machine needs to run a container, found by

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/keygate/keygate/internal/capool"
-	"github.com/keygate/keygate/internal/testkit"
+	"github.com/keygate/keygate/internal/testsupport/testkit"
 )
 
 func TestLoad(t *testing.T) {

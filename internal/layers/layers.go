@@ -5,7 +5,7 @@
 package layers
 
 // Layers lists keygate's packages (by path within the module) from the
-// bottom up. Test-support packages (internal/testkit and the like), the
+// bottom up. Test-support packages (under internal/testsupport), the
 // end-to-end and benchmark programs are outside the layering.
 var Layers = [][]string{
 	{"product", "redact", "filewatch", "formctx", "framing", "certstore", "usage", "standin",

@@ -16,8 +16,7 @@ const module = "github.com/keygate/keygate/"
 // outside are the directories not in the layering: test support, the
 // end-to-end tests, the benchmark and the deployment files.
 var outside = []string{"e2e", "differential", "bench", "deploy", "artifacts", "docs", "scripts",
-	"internal/testkit", "internal/redistest", "internal/oidctest", "internal/browsertest",
-	"internal/pebbletest", "internal/oauth2test", "internal/audittest", "internal/keystoretest"}
+	"internal/testsupport"}
 
 // TestImportsPointDown: every package of the module has a layer, and its
 // (non-test) imports within the module are all of lower layers.

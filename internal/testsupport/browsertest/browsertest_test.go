@@ -9,7 +9,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/keygate/keygate/internal/browsertest"
+	"github.com/keygate/keygate/internal/testsupport/browsertest"
 )
 
 // The browser trusts the test certificate it is given, fills and submits

@@ -32,7 +32,7 @@ import (
 
 	"github.com/keygate/keygate/internal/statuswriter"
 
-	"github.com/keygate/keygate/internal/testkit"
+	"github.com/keygate/keygate/internal/testsupport/testkit"
 	"github.com/letsencrypt/challtestsrv"
 	"github.com/letsencrypt/pebble/v2/ca"
 	"github.com/letsencrypt/pebble/v2/db"
