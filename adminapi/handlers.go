@@ -14,7 +14,7 @@ import (
 	"github.com/keygate/keygate/internal/strictjson"
 	"github.com/keygate/keygate/keyops"
 	"github.com/keygate/keygate/keystore"
-	"github.com/keygate/keygate/ratelimit"
+	"github.com/keygate/keygate/policy"
 )
 
 // Page sizes of the list endpoints.
@@ -112,7 +112,7 @@ type quotaBody struct {
 	Per      *string `json:"per"`
 }
 
-// limitUpdate checks the fields against ratelimit.CheckFields (the
+// limitUpdate checks the fields against policy.CheckFields (the
 // bounds every way in shares) and sets them in u; the error names the
 // field.
 func (o *overrideBody) limitUpdate(u *keyops.LimitUpdate) error {
@@ -127,16 +127,16 @@ func (o *overrideBody) limitUpdate(u *keyops.LimitUpdate) error {
 		}
 		u.Per = &d
 	}
-	if err := ratelimit.CheckFields(ratelimit.Fields{Rate: u.Rate, Per: u.Per, Burst: u.Burst}); err != nil {
+	if err := policy.CheckFields(policy.Fields{Rate: u.Rate, Per: u.Per, Burst: u.Burst}); err != nil {
 		return badRequest("override." + err.Error())
 	}
 	if len(o.Quota) > 0 && string(o.Quota) != "null" {
 		var s string
-		var q ratelimit.Quota
+		var q policy.Quota
 		if strictjson.Unmarshal(o.Quota, &s) == nil {
 			var err error
-			if q, err = ratelimit.ParseQuota(s); err != nil {
-				if errors.Is(err, ratelimit.ErrOutOfBounds) {
+			if q, err = policy.ParseQuota(s); err != nil {
+				if errors.Is(err, policy.ErrOutOfBounds) {
 					return badRequest("override." + err.Error()) // names quota.requests or quota.per
 				}
 				return badRequest("override.quota: " + err.Error())
@@ -150,8 +150,8 @@ func (o *overrideBody) limitUpdate(u *keyops.LimitUpdate) error {
 			if err != nil {
 				return badRequest("override.quota.per: want a duration such as 24h")
 			}
-			q = ratelimit.Quota{Requests: *qb.Requests, Per: d}
-			if err := ratelimit.CheckFields(ratelimit.Fields{Quota: &q}); err != nil {
+			q = policy.Quota{Requests: *qb.Requests, Per: d}
+			if err := policy.CheckFields(policy.Fields{Quota: &q}); err != nil {
 				return badRequest("override." + err.Error())
 			}
 		}

@@ -19,7 +19,7 @@ import (
 	"github.com/keygate/keygate/config"
 	"github.com/keygate/keygate/keyops"
 	"github.com/keygate/keygate/keystore"
-	"github.com/keygate/keygate/ratelimit"
+	"github.com/keygate/keygate/policy"
 )
 
 // openOps returns the key and consumer operations on the configured
@@ -168,8 +168,8 @@ func (l *limitFlags) update(fs *flag.FlagSet) (keyops.LimitUpdate, error) {
 	})
 	if err == nil {
 		// The same bounds as config, the admin API and the portal.
-		var fe *ratelimit.FieldError
-		if errors.As(ratelimit.CheckFields(ratelimit.Fields{Rate: u.Rate, Per: u.Per, Burst: u.Burst, Quota: u.Quota, NoQuotaOK: true}), &fe) {
+		var fe *policy.FieldError
+		if errors.As(policy.CheckFields(policy.Fields{Rate: u.Rate, Per: u.Per, Burst: u.Burst, Quota: u.Quota, NoQuotaOK: true}), &fe) {
 			flagName, _, _ := strings.Cut(fe.Field, ".")
 			err = fmt.Errorf("--%s: %s", flagName, fe)
 		}
@@ -459,4 +459,4 @@ func printConsumer(w io.Writer, d keyops.ConsumerDetail) {
 }
 
 // parseQuota parses --quota: REQUESTS/PERIOD or none.
-func parseQuota(s string) (ratelimit.Quota, error) { return ratelimit.ParseQuota(s) }
+func parseQuota(s string) (policy.Quota, error) { return policy.ParseQuota(s) }

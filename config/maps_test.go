@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/keygate/keygate/config"
-	"github.com/keygate/keygate/ratelimit"
+	"github.com/keygate/keygate/policy"
 )
 
 // mapOptions is every map-valued option of the configuration file, by YAML
@@ -34,7 +34,7 @@ ratelimit:
 		got: func(c config.Config) any { return c.RateLimit.Limits },
 		// The default test limit has a quota; an entry written without
 		// one has none.
-		want: map[string]ratelimit.Limit{
+		want: map[string]policy.Limit{
 			"live": {Rate: 10, Per: time.Second, Burst: 20},
 			"test": {Rate: 1, Per: time.Second, Burst: 1},
 		},
@@ -58,9 +58,9 @@ ratelimit:
     team: { rate: 20, per: 1s, burst: 20, scope: consumer }
 `,
 		got: func(c config.Config) any { return c.RateLimit.Plans },
-		want: map[string]ratelimit.Plan{
-			"pro":  {Limit: ratelimit.Limit{Rate: 200, Per: time.Second, Burst: 400, Quota: ratelimit.Quota{Requests: 50000, Per: 24 * time.Hour}}},
-			"team": {Limit: ratelimit.Limit{Rate: 20, Per: time.Second, Burst: 20}, Scope: ratelimit.ScopeConsumer},
+		want: map[string]policy.Plan{
+			"pro":  {Limit: policy.Limit{Rate: 200, Per: time.Second, Burst: 400, Quota: policy.Quota{Requests: 50000, Per: 24 * time.Hour}}},
+			"team": {Limit: policy.Limit{Rate: 20, Per: time.Second, Burst: 20}, Scope: policy.ScopeConsumer},
 		},
 	},
 	{

@@ -27,6 +27,7 @@ import (
 	"github.com/keygate/keygate/auth"
 	"github.com/keygate/keygate/formctx"
 	"github.com/keygate/keygate/internal/clientip"
+	"github.com/keygate/keygate/policy"
 	"github.com/keygate/keygate/ratelimit"
 	"github.com/keygate/keygate/redact"
 )
@@ -41,7 +42,7 @@ type Authenticator interface {
 // Limiter decides whether the principal id may make a request now under
 // lim. An error means it cannot decide (503).
 type Limiter interface {
-	Allow(ctx context.Context, id string, lim ratelimit.Limit) (ratelimit.Decision, error)
+	Allow(ctx context.Context, id string, lim policy.Limit) (ratelimit.Decision, error)
 }
 
 // Deprecation announces the end of API keys on key-authenticated responses
@@ -67,7 +68,7 @@ type Config struct {
 	SpoolMemoryBytes int
 	SpoolDir         string
 	// Limits by env ("live", "test").
-	Limits map[string]ratelimit.Limit
+	Limits map[string]policy.Limit
 	// RateLimitStatus is sent when a limit refuses a request: 429 or 403.
 	RateLimitStatus int
 	// HSTS is the Strict-Transport-Security value for requests that came

@@ -20,6 +20,7 @@ import (
 	"github.com/keygate/keygate/internal/keystoretest"
 	"github.com/keygate/keygate/internal/testkit"
 	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/policy"
 	"github.com/keygate/keygate/ratelimit"
 	"github.com/keygate/keygate/standin"
 	"go.uber.org/zap"
@@ -47,7 +48,7 @@ type env struct {
 }
 
 type envOpts struct {
-	limits      map[string]ratelimit.Limit
+	limits      map[string]policy.Limit
 	maxBody     int64
 	extraction  []string // override targets
 	registry    []string
@@ -119,9 +120,9 @@ func newEnv(t *testing.T, o envOpts) *env {
 	}
 	limits := o.limits
 	if limits == nil {
-		limits = map[string]ratelimit.Limit{
+		limits = map[string]policy.Limit{
 			"live": {Rate: 1000, Per: time.Second, Burst: 1000},
-			"test": {Rate: 1000, Per: time.Second, Burst: 1000, Quota: ratelimit.Quota{Requests: 1000, Per: 24 * time.Hour}},
+			"test": {Rate: 1000, Per: time.Second, Burst: 1000, Quota: policy.Quota{Requests: 1000, Per: 24 * time.Hour}},
 		}
 	}
 	if o.maxBody == 0 {

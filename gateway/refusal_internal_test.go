@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/keygate/keygate/auth"
+	"github.com/keygate/keygate/policy"
 	"github.com/keygate/keygate/ratelimit"
 	"github.com/keygate/keygate/usage"
 )
@@ -60,7 +61,7 @@ func TestEveryRefusalKindReachesItsOutcomeAndLabel(t *testing.T) {
 			Registry:   UpstreamConfig{Targets: []string{"http://127.0.0.1:1"}},
 		},
 		MaxBodyBytes:    1 << 20,
-		Limits:          map[string]ratelimit.Limit{"live": {Rate: 1, Per: time.Second, Burst: 1}, "test": {Rate: 1, Per: time.Second, Burst: 1}},
+		Limits:          map[string]policy.Limit{"live": {Rate: 1, Per: time.Second, Burst: 1}, "test": {Rate: 1, Per: time.Second, Burst: 1}},
 		RateLimitStatus: http.StatusForbidden, // the configured limit status, not 429
 	}, Deps{Auth: noAuth{}, Limiter: ratelimit.NewLocal(ratelimit.LocalConfig{}), Metrics: m, Usage: counters, Logger: zap.New(core)})
 	if err != nil {

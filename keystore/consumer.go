@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/keygate/keygate/ratelimit"
+	"github.com/keygate/keygate/policy"
 )
 
 // Errors of the consumer operations, for errors.Is.
@@ -27,7 +27,7 @@ var (
 
 // Consumer is a customer team or application that owns keys. Keys name
 // it by ID (Record.Consumer); its plan and override set the limits of
-// its keys that set none of their own (see ratelimit.Resolver). A
+// its keys that set none of their own (see policy.Resolver). A
 // Consumer is a plain value; its map and slices are not to be changed
 // once it is shared.
 type Consumer struct {
@@ -48,7 +48,7 @@ type Consumer struct {
 	// Plan names an entry of ratelimit.plans; "" means the env default.
 	Plan string `yaml:"plan,omitempty" json:"plan,omitempty"`
 	// Override replaces some of the plan's fields, possibly until a time.
-	Override *ratelimit.Override `yaml:"override,omitempty" json:"override,omitempty"`
+	Override *policy.Override `yaml:"override,omitempty" json:"override,omitempty"`
 	// CreatedAt and UpdatedAt are when it was created and last changed.
 	CreatedAt time.Time `yaml:"created_at" json:"created_at"`
 	UpdatedAt time.Time `yaml:"updated_at,omitempty" json:"updated_at,omitzero"`
@@ -110,8 +110,8 @@ func ValidateConsumer(c Consumer) error {
 // checkPlanOverride checks the shape of a plan name and an override. That
 // the plan is configured is checked where the configuration is known
 // (package keyops): a store outlives config changes.
-func checkPlanOverride(plan string, o *ratelimit.Override) error {
-	if plan != "" && !ratelimit.ValidPlanName(plan) {
+func checkPlanOverride(plan string, o *policy.Override) error {
+	if plan != "" && !policy.ValidPlanName(plan) {
 		return fmt.Errorf("plan: must be 1 to 63 characters of [a-z0-9_-], got %q", plan)
 	}
 	if o != nil {

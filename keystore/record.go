@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/keygate/keygate/ratelimit"
+	"github.com/keygate/keygate/policy"
 )
 
 // Status is the state of a key. Active, Revoked and Rotated are stored;
@@ -77,13 +77,13 @@ type Record struct {
 	Plan string `yaml:"plan,omitempty" json:"plan,omitempty"`
 	// Override replaces some fields of the key's limit, possibly until a
 	// time; nil for none.
-	Override *ratelimit.Override `yaml:"override,omitempty" json:"override,omitempty"`
+	Override *policy.Override `yaml:"override,omitempty" json:"override,omitempty"`
 
 	// Limits is the key's effective limit, resolved by the store that
-	// serves the record (when it was given a ratelimit.Resolver) from the
+	// serves the record (when it was given a policy.Resolver) from the
 	// key's and its consumer's plan and override. It is never stored; nil
 	// means the env default.
-	Limits *ratelimit.Effective `yaml:"-" json:"-"`
+	Limits *policy.Effective `yaml:"-" json:"-"`
 }
 
 // StateAt is the effective status of the key at now: Active, Revoked or
@@ -127,9 +127,9 @@ type RecordView struct {
 	// ReplacedBy is left out unless the key was rotated.
 	ReplacedBy string `json:"replaced_by,omitempty"`
 	// Consumer, Plan and Override are left out when not set.
-	Consumer string              `json:"consumer,omitempty"`
-	Plan     string              `json:"plan,omitempty"`
-	Override *ratelimit.Override `json:"override,omitempty"`
+	Consumer string           `json:"consumer,omitempty"`
+	Plan     string           `json:"plan,omitempty"`
+	Override *policy.Override `json:"override,omitempty"`
 }
 
 // View returns the record as list output shows it at now.

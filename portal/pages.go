@@ -19,7 +19,7 @@ import (
 
 	"github.com/keygate/keygate/keyops"
 	"github.com/keygate/keygate/keystore"
-	"github.com/keygate/keygate/ratelimit"
+	"github.com/keygate/keygate/policy"
 )
 
 // keyRow is a key as the keys page lists it.
@@ -394,7 +394,7 @@ type LimitRequest struct {
 	Subject string `json:"subject"`
 	// Rate is "REQUESTS/PERIOD" such as "50/1s"; Quota such as
 	// "100000/24h0m0s". Each is within the bounds of any limit
-	// (ratelimit.CheckFields), or left out.
+	// (policy.CheckFields), or left out.
 	Rate   string `json:"requested_rate,omitempty"`
 	Quota  string `json:"requested_quota,omitempty"`
 	Reason string `json:"reason"`
@@ -412,7 +412,7 @@ func parseLimitRequest(form map[string]string) (rate, quota, problem string) {
 		}
 		return 0, false
 	}
-	var f ratelimit.Fields
+	var f policy.Fields
 	if form["rate"] != "" {
 		n, err := strconv.ParseFloat(form["rate"], 64)
 		per, ok := pick(form["per"], ratePers)
@@ -428,12 +428,12 @@ func parseLimitRequest(form map[string]string) (rate, quota, problem string) {
 		if err != nil || !ok {
 			return "", "", "Give the quota as a whole number of requests, and choose per hour, day or 30 days."
 		}
-		q := ratelimit.Quota{Requests: n, Per: per}
+		q := policy.Quota{Requests: n, Per: per}
 		f.Quota = &q
 		quota = q.String()
 	}
-	var fe *ratelimit.FieldError
-	if errors.As(ratelimit.CheckFields(f), &fe) {
+	var fe *policy.FieldError
+	if errors.As(policy.CheckFields(f), &fe) {
 		return "", "", "The " + strings.ReplaceAll(fe.Field, ".", " ") + " asked for is out of bounds: it " + fe.Msg + "."
 	}
 	return rate, quota, ""

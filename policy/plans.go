@@ -1,4 +1,4 @@
-package ratelimit
+package policy
 
 import (
 	"encoding/json"
@@ -40,8 +40,8 @@ var planName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 // ValidPlanName reports whether name may name a plan.
 func ValidPlanName(name string) bool { return planName.MatchString(name) }
 
-// validatePlans reports the first problem in plans through bad.
-func validatePlans(plans map[string]Plan, bad func(path, format string, args ...any)) {
+// ValidatePlans reports the first problem in plans through bad.
+func ValidatePlans(plans map[string]Plan, bad func(path, format string, args ...any)) {
 	names := make([]string, 0, len(plans))
 	for name := range plans {
 		names = append(names, name)
@@ -52,16 +52,16 @@ func validatePlans(plans map[string]Plan, bad func(path, format string, args ...
 		if !ValidPlanName(name) {
 			bad(path, "plan names are 1 to 63 characters of [a-z0-9_-], starting with a letter or digit")
 		}
-		validateLimit(p.Limit, path, bad)
+		ValidateLimit(p.Limit, path, bad)
 		if p.Scope != "" && p.Scope != ScopeKey && p.Scope != ScopeConsumer {
 			bad(path+".scope", "must be %q or %q, got %q", ScopeKey, ScopeConsumer, p.Scope)
 		}
 	}
 }
 
-// validateLimit checks one whole limit (an env default or a plan)
+// ValidateLimit checks one whole limit (an env default or a plan)
 // against the bounds of CheckFields.
-func validateLimit(l Limit, p string, bad func(path, format string, args ...any)) {
+func ValidateLimit(l Limit, p string, bad func(path, format string, args ...any)) {
 	var fe *FieldError
 	if errors.As(CheckFields(WholeLimit(l)), &fe) {
 		bad(p+"."+fe.Field, "%s", fe.Msg)
@@ -182,9 +182,6 @@ func NewResolver(envs map[string]Limit, plans map[string]Plan) (*Resolver, error
 	return r, nil
 }
 
-// Resolver returns the resolver of c's env defaults and plans.
-func (c Config) Resolver() (*Resolver, error) { return NewResolver(c.Limits, c.Plans) }
-
 // Plan returns the plan named name.
 func (r *Resolver) Plan(name string) (Plan, bool) {
 	p, ok := r.plans[name]
@@ -202,7 +199,7 @@ func (r *Resolver) PlanNames() []string {
 }
 
 // ErrUnknownPlan means a plan name is not in ratelimit.plans.
-var ErrUnknownPlan = errors.New("ratelimit: unknown plan")
+var ErrUnknownPlan = errors.New("policy: unknown plan")
 
 // CheckPlan returns nil for "" (no plan) or a configured plan, and an
 // error wrapping ErrUnknownPlan that lists the plans otherwise.
