@@ -31,6 +31,10 @@ type Plan struct {
 	Limit `yaml:",inline"`
 	// Scope is "key" (default, also for "") or "consumer".
 	Scope Scope `yaml:"scope,omitempty"`
+	// Features are the operations the plan includes (see Operations); a
+	// key on the plan gets 403 for any other. Absent means every
+	// operation.
+	Features []string `yaml:"features,omitempty"`
 }
 
 // planName is what a plan may be called: it is stored in key records and
@@ -117,6 +121,16 @@ type Subject struct {
 	ConsumerID       string // "" when the key belongs to no consumer
 	ConsumerPlan     string
 	ConsumerOverride *Override
+	// Products are the key's products; with KeyPermissions nil, the key
+	// may perform every operation of them.
+	Products []string
+	// KeyPermissions and ConsumerPermissions are the operations the key
+	// and its consumer allow; nil means no restriction of their own.
+	KeyPermissions      []string
+	ConsumerPermissions []string
+	// KeyCIDRs and ConsumerCIDRs are allowed_cidrs; empty means any.
+	KeyCIDRs      []string
+	ConsumerCIDRs []string
 }
 
 // Effective is a key's limit as resolved from its plan and overrides,
@@ -141,6 +155,9 @@ type Effective struct {
 	Plan    string
 	// Scope is the scope of the limit's plan.
 	Scope Scope
+	// Access is what the key may do and where from; the same for every
+	// successor in Next.
+	Access *Access
 }
 
 // FieldSources say where each field of an effective limit came from.
@@ -162,6 +179,7 @@ func (e *Effective) At(now time.Time) *Effective {
 type Resolver struct {
 	envs  map[string]Limit
 	plans map[string]Plan
+	ops   *Operations
 }
 
 // NewResolver builds a resolver; envs must hold "live" and "test" (as a
@@ -179,8 +197,23 @@ func NewResolver(envs map[string]Limit, plans map[string]Plan) (*Resolver, error
 	for k, v := range plans {
 		r.plans[k] = v
 	}
+	r.ops = BuiltinOperations()
 	return r, nil
 }
+
+// WithOperations returns a resolver like r that resolves permissions
+// against ops (the built-in and configured operations) instead of the
+// built-in ones alone.
+func (r *Resolver) WithOperations(ops *Operations) *Resolver {
+	c := *r
+	if ops != nil {
+		c.ops = ops
+	}
+	return &c
+}
+
+// Operations is the table of operations r resolves permissions against.
+func (r *Resolver) Operations() *Operations { return r.ops }
 
 // Plan returns the plan named name.
 func (r *Resolver) Plan(name string) (Plan, bool) {
@@ -228,6 +261,8 @@ func (r *Resolver) CheckPlan(name string) error {
 func (r *Resolver) Resolve(s Subject, now time.Time) *Effective {
 	e := r.resolveAt(s, now)
 	head := e
+	acc := r.access(s, e.Plan)
+	e.Access = acc
 	// An override that expires later makes a successor; at most two.
 	for i := 0; i < 2; i++ {
 		t := nextExpiry(s, now)
@@ -238,6 +273,7 @@ func (r *Resolver) Resolve(s Subject, now time.Time) *Effective {
 		now = t
 		e.Next = r.resolveAt(s, now)
 		e = e.Next
+		e.Access = acc
 	}
 	return head
 }
