@@ -37,6 +37,10 @@ type Principal struct {
 	// means the env default (ratelimit.limits[Env]), as for OAuth 2.0
 	// principals.
 	Limits *policy.Effective
+	// Access is what the principal may do and where from (operations,
+	// allowed_cidrs), resolved when its key loaded or its token was
+	// checked; nil means every operation of Products, from anywhere.
+	Access *policy.Access
 }
 
 // Allows reports whether the principal may call product.

@@ -14,7 +14,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/keygate/keygate/internal/fieldpath"
 
 	"github.com/keygate/keygate/config"
 	"github.com/keygate/keygate/keyops"
@@ -59,10 +58,10 @@ func openOps(cfg config.Config) (*keyops.Service, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	limits, err := cfg.RateLimit.Resolver()
+	limits, err := cfg.Resolver()
 	if err != nil {
 		done()
-		return nil, nil, fieldpath.Within("ratelimit", err)
+		return nil, nil, err
 	}
 	log, err := openAudit(cfg, store)
 	if err != nil {

@@ -89,6 +89,9 @@ type Config struct {
 	// MaxConcurrent caps one credential's requests in flight (per
 	// replica); past it the answer is RateLimitStatus. 0 means no cap.
 	MaxConcurrent int
+	// Operations matches a request to its operation for the permission
+	// check (see policy.Access); nil means the built-in operations.
+	Operations *policy.Operations
 }
 
 // Deps are the collaborators of a Gateway.
@@ -127,6 +130,7 @@ type Gateway struct {
 	concurrencyMsg string
 	smallHeld      atomic.Int64 // bytes of /sync bodies held by readSmall
 	bodyLimits     bodyLimits
+	ops            *policy.Operations
 }
 
 // New checks cfg and builds the handler chain once. Its errors name
@@ -156,6 +160,9 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 		return nil, errors.New("gateway: Config.BodyIdleTimeout, Config.MinBodyRate and Config.MaxConcurrent must not be negative")
 	}
 	g.concurrency = ratelimit.NewConcurrency(cfg.MaxConcurrent)
+	if g.ops = cfg.Operations; g.ops == nil {
+		g.ops = policy.BuiltinOperations()
+	}
 	g.bodyLimits = bodyLimits{timeout: cfg.BodyIdleTimeout, rate: cfg.MinBodyRate}
 	g.idleMsg, g.slowMsg, g.concurrencyMsg = idleMessage(cfg.BodyIdleTimeout), slowMessage(cfg.MinBodyRate), concurrencyMessage(cfg.MaxConcurrent)
 	if g.log == nil {
@@ -293,6 +300,9 @@ func (g *Gateway) serve(w *recorder, r *http.Request, st *state) refusal {
 		w.Header().Set("Allow", http.MethodPost)
 		return refusal{kind: refSyncMethod}
 	}
+	if f := g.permitted(r, st, &p); f.refused() {
+		return f
+	}
 
 	if f := g.acquire(w, p); f.refused() {
 		return f
@@ -363,6 +373,26 @@ func (g *Gateway) serve(w *recorder, r *http.Request, st *state) refusal {
 		r.Body = &watchedBody{rc: http.MaxBytesReader(w.ResponseWriter, r.Body, g.cfg.MaxBodyBytes), st: st}
 	}
 	g.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), stateKey{}, st)))
+	return refusal{}
+}
+
+// permitted is the policy check: the client address against the key's
+// and its consumer's allowed_cidrs, then the request's operation against
+// the key's permissions, its consumer's and its plan's features, all
+// resolved when the key loaded (policy.Access). It reads no body and
+// comes before the limiter, so a refused request spends no token.
+func (g *Gateway) permitted(r *http.Request, st *state, p *auth.Principal) refusal {
+	if p.Access == nil {
+		return refusal{}
+	}
+	switch p.Access.Decide(g.ops.Match(r.Method, r.URL.EscapedPath()), st.client) {
+	case policy.DenyAddress:
+		return refusal{kind: refForbiddenAddress}
+	case policy.DenyOperation:
+		return refusal{kind: refForbiddenOperation}
+	case policy.DenyPlan:
+		return refusal{kind: refForbiddenPlan}
+	}
 	return refusal{}
 }
 

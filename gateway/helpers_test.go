@@ -17,6 +17,7 @@ import (
 
 	"github.com/keygate/keygate/auth"
 	"github.com/keygate/keygate/gateway"
+	"github.com/keygate/keygate/internal/clientip"
 	"github.com/keygate/keygate/internal/keystoretest"
 	"github.com/keygate/keygate/internal/testkit"
 	"github.com/keygate/keygate/keystore"
@@ -67,6 +68,10 @@ type envOpts struct {
 	limiter     gateway.Limiter // nil: a Local limiter
 	store       auth.KeyLookup  // nil: the file keystore holding the keys below
 	logger      *zap.Logger
+	registryH   http.Handler            // nil: the registry stand-in
+	resolver    *policy.Resolver        // resolves keys' limits and permissions; nil: none
+	trusted     clientip.TrustedProxies // server.trusted_proxies
+	setup       func(e *env)            // changes the keystore file before the store opens
 }
 
 func newEnv(t *testing.T, o envOpts) *env {
@@ -78,7 +83,11 @@ func newEnv(t *testing.T, o envOpts) *env {
 	}
 	e.Extraction = httptest.NewServer(eh)
 	t.Cleanup(e.Extraction.Close)
-	e.Registry = httptest.NewServer(standin.Handler{Name: "registry"})
+	var rh http.Handler = standin.Handler{Name: "registry"}
+	if o.registryH != nil {
+		rh = o.registryH
+	}
+	e.Registry = httptest.NewServer(rh)
 	t.Cleanup(e.Registry.Close)
 
 	path := filepath.Join(t.TempDir(), "keys.yaml")
@@ -92,6 +101,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 		return k, rec
 	}
 	var rec keystore.Record
+	var err error
 	e.LiveKey, rec = issue(keystore.Extraction, keystore.Live, ctxA, 0)
 	e.LiveID = rec.ID
 	e.TestKey, _ = issue(keystore.Extraction, keystore.Test, ctxA, 0)
@@ -108,7 +118,18 @@ func newEnv(t *testing.T, o envOpts) *env {
 		t.Fatal(err)
 	}
 
-	store := keystoretest.OpenFile(t, path)
+	if o.setup != nil {
+		o.setup(e)
+	}
+	var store *keystore.FileStore
+	if o.resolver != nil {
+		if store, err = keystore.OpenFile(keystore.FileConfig{Path: path, Limits: o.resolver}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = store.Close() })
+	} else {
+		store = keystoretest.OpenFile(t, path)
+	}
 	e.Store = store
 	var lookup auth.KeyLookup = store
 	if o.store != nil {
@@ -155,6 +176,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 		BodyIdleTimeout:  o.bodyIdle,
 		MaxConcurrent:    o.concurrent,
 		MinBodyRate:      o.minRate,
+		TrustedProxies:   o.trusted,
 	}, gateway.Deps{Auth: keys, Limiter: limiter, Failures: o.failures, Usage: o.usage, Logger: o.logger})
 	if err != nil {
 		t.Fatal(err)

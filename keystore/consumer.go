@@ -49,6 +49,12 @@ type Consumer struct {
 	Plan string `yaml:"plan,omitempty" json:"plan,omitempty"`
 	// Override replaces some of the plan's fields, possibly until a time.
 	Override *policy.Override `yaml:"override,omitempty" json:"override,omitempty"`
+	// Permissions, when not nil, narrow the operations its keys may
+	// perform (never widen them).
+	Permissions []string `yaml:"permissions,omitempty" json:"permissions,omitempty"`
+	// AllowedCIDRs are the client addresses its keys may be used from, in
+	// canonical form; empty means any.
+	AllowedCIDRs []string `yaml:"allowed_cidrs,omitempty" json:"allowed_cidrs,omitempty"`
 	// CreatedAt and UpdatedAt are when it was created and last changed.
 	CreatedAt time.Time `yaml:"created_at" json:"created_at"`
 	UpdatedAt time.Time `yaml:"updated_at,omitempty" json:"updated_at,omitzero"`
@@ -104,7 +110,29 @@ func ValidateConsumer(c Consumer) error {
 	if err := checkPlanOverride(c.Plan, c.Override); err != nil {
 		return err
 	}
-	return nil
+	return checkAccess(c.Permissions, c.AllowedCIDRs)
+}
+
+// maxAccessEntries bounds permissions and allowed_cidrs, so that a record
+// stays small.
+const maxAccessEntries = 64
+
+// checkAccess checks the shape of permissions (product:name, no repeat)
+// and allowed_cidrs (each a CIDR or address). That the operations are
+// configured is checked where the configuration is known (keyops).
+func checkAccess(perms, cidrs []string) error {
+	if len(perms) > maxAccessEntries || len(cidrs) > maxAccessEntries {
+		return fmt.Errorf("permissions, allowed_cidrs: at most %d entries each", maxAccessEntries)
+	}
+	seen := make(map[string]bool, len(perms))
+	for i, p := range perms {
+		if !policy.ValidOperationName(p) || seen[p] {
+			return fmt.Errorf("permissions[%d]: must be an operation such as registry:read, each once, got %q", i, p)
+		}
+		seen[p] = true
+	}
+	_, err := policy.ParseCIDRs("allowed_cidrs", cidrs)
+	return err
 }
 
 // checkPlanOverride checks the shape of a plan name and an override. That

@@ -9,9 +9,11 @@ import (
 // Subject is what rec's limit is resolved from: the key's plan and
 // override and, when con is not nil, its consumer's.
 func Subject(rec Record, con *Consumer) policy.Subject {
-	s := policy.Subject{KeyID: rec.ID, Env: string(rec.Env), KeyPlan: rec.Plan, KeyOverride: rec.Override}
+	s := policy.Subject{KeyID: rec.ID, Env: string(rec.Env), KeyPlan: rec.Plan, KeyOverride: rec.Override,
+		Products: []string{string(rec.Product)}, KeyPermissions: rec.Permissions, KeyCIDRs: rec.AllowedCIDRs}
 	if con != nil {
 		s.ConsumerID, s.ConsumerPlan, s.ConsumerOverride = con.ID, con.Plan, con.Override
+		s.ConsumerPermissions, s.ConsumerCIDRs = con.Permissions, con.AllowedCIDRs
 	}
 	return s
 }

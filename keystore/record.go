@@ -78,6 +78,12 @@ type Record struct {
 	// Override replaces some fields of the key's limit, possibly until a
 	// time; nil for none.
 	Override *policy.Override `yaml:"override,omitempty" json:"override,omitempty"`
+	// Permissions are the operations the key may perform (see
+	// policy.Operations); nil means every operation of its product.
+	Permissions []string `yaml:"permissions,omitempty" json:"permissions,omitempty"`
+	// AllowedCIDRs are the client addresses the key may be used from, in
+	// canonical form (policy.NormalizeCIDRs); empty means any.
+	AllowedCIDRs []string `yaml:"allowed_cidrs,omitempty" json:"allowed_cidrs,omitempty"`
 
 	// Limits is the key's effective limit, resolved by the store that
 	// serves the record (when it was given a policy.Resolver) from the
@@ -294,6 +300,9 @@ func ValidateRecord(r Record) error {
 	}
 	if r.Consumer != "" && !ValidConsumerID(r.Consumer) {
 		return fmt.Errorf("consumer: must be a consumer id (con_...), got %q", r.Consumer)
+	}
+	if err := checkAccess(r.Permissions, r.AllowedCIDRs); err != nil {
+		return err
 	}
 	return checkPlanOverride(r.Plan, r.Override)
 }

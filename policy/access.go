@@ -141,6 +141,13 @@ func (a *Access) Permissions(products ...string) []Permission {
 	return out
 }
 
+// Grant is the Access of a credential that may perform exactly the
+// operations of set, from any address (an OAuth 2.0 token, whose scopes
+// grant them).
+func Grant(ops *Operations, set OpSet) *Access {
+	return &Access{ops: ops, Allowed: set, Key: set, Consumer: ops.All(), Plan: ops.All()}
+}
+
 // AllowedNames is the names of the operations the key may perform.
 func (a *Access) AllowedNames() []string {
 	if a == nil || a.ops == nil {

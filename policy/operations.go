@@ -76,6 +76,13 @@ type Operations struct {
 // opName is what an operation may be called: product:word.
 var opName = regexp.MustCompile(`^([a-z]+):[a-z0-9][a-z0-9_.-]{0,62}$`)
 
+// ValidOperationName reports whether name has the shape of an operation's
+// name (product:word); whether it is configured is Operations.Check's.
+func ValidOperationName(name string) bool {
+	m := opName.FindStringSubmatch(name)
+	return m != nil && product.Valid(m[1])
+}
+
 // builtin are the built-in operations.
 var builtin = []struct {
 	name string
