@@ -92,6 +92,35 @@ auth:
 		want: map[string]string{"registry": "r:read"},
 	},
 	{
+		path: "operations", name: "custom operations as written, plan features checked against them",
+		yaml: `
+operations:
+  registry:delete: { methods: [DELETE], path: /registry/ }
+ratelimit:
+  plans:
+    readonly: { rate: 20, per: 1s, burst: 20, features: [registry:read, registry:delete] }
+`,
+		got:  func(c config.Config) any { return c.Operations },
+		want: policy.OperationsConfig{"registry:delete": {Methods: []string{"DELETE"}, Path: "/registry/"}},
+	},
+	{
+		path: "operations", name: "a plan feature that is no operation",
+		yaml: `
+ratelimit:
+  plans:
+    readonly: { rate: 20, per: 1s, burst: 20, features: [registry:delete] }
+`,
+		err: "ratelimit.plans.readonly.features[0]: unknown operation \"registry:delete\"",
+	},
+	{
+		path: "operations", name: "overlapping operations refused at start",
+		yaml: `
+operations:
+  registry:get: { methods: [GET], path: /registry/ }
+`,
+		err: "operations.registry:get: overlaps registry:read",
+	},
+	{
 		path: "admin_api.client_cert_scopes", name: "scopes as written",
 		yaml: `
 admin_api:

@@ -38,6 +38,12 @@ func outcomeCount(c usage.Counts, o usage.Outcome) int64 {
 		return c.Product
 	case usage.RefusedConcurrency:
 		return c.Concurrency
+	case usage.ForbiddenOperation:
+		return c.ForbiddenOperation
+	case usage.ForbiddenPlan:
+		return c.ForbiddenPlan
+	case usage.ForbiddenAddress:
+		return c.ForbiddenAddress
 	}
 	panic(fmt.Sprintf("outcome %d", o))
 }
@@ -127,7 +133,7 @@ func TestEveryRefusalKindReachesItsOutcomeAndLabel(t *testing.T) {
 			c := got[0].Counts
 			c.BytesIn = 0
 			var total int64
-			for o := usage.Admitted; o <= usage.RefusedConcurrency; o++ {
+			for o := usage.Admitted; o <= usage.ForbiddenAddress; o++ {
 				total += outcomeCount(c, o)
 			}
 			if outcomeCount(c, spec.outcome) != 1 || total != 1 {

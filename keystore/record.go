@@ -136,6 +136,10 @@ type RecordView struct {
 	Consumer string           `json:"consumer,omitempty"`
 	Plan     string           `json:"plan,omitempty"`
 	Override *policy.Override `json:"override,omitempty"`
+	// Permissions and AllowedCIDRs are the key's own (nil: every
+	// operation of its product, any address).
+	Permissions  []string `json:"permissions,omitempty"`
+	AllowedCIDRs []string `json:"allowed_cidrs,omitempty"`
 }
 
 // View returns the record as list output shows it at now.
@@ -153,6 +157,8 @@ func (r Record) View(now time.Time) RecordView {
 		Consumer:     r.Consumer,
 		Plan:         r.Plan,
 		Override:     r.Override,
+		Permissions:  r.Permissions,
+		AllowedCIDRs: r.AllowedCIDRs,
 	}
 	if !r.ExpiresAt.IsZero() {
 		t := r.ExpiresAt
@@ -191,6 +197,11 @@ type IssueRequest struct {
 	// Consumer is the id of the consumer that owns the key; optional. The
 	// store checks that it exists and allows the context.
 	Consumer string
+	// Permissions and AllowedCIDRs are the record's; nil means every
+	// operation of the product, from any address. They are set at issue,
+	// so a restricted key is never briefly unrestricted.
+	Permissions  []string
+	AllowedCIDRs []string
 }
 
 // maxNameLen bounds Record.Name.
@@ -216,7 +227,7 @@ func (r IssueRequest) Validate() error {
 	if r.Consumer != "" && !ValidConsumerID(r.Consumer) {
 		return fmt.Errorf("consumer: must be a consumer id (con_...), got %q", r.Consumer)
 	}
-	return nil
+	return checkAccess(r.Permissions, r.AllowedCIDRs)
 }
 
 func checkContext(p Product, ctx string) error {
@@ -366,6 +377,9 @@ func NewRecord(req IssueRequest, now time.Time) (key string, rec Record, err err
 		CreatedAt: now,
 		Status:    Active,
 		Consumer:  req.Consumer,
+
+		Permissions:  req.Permissions,
+		AllowedCIDRs: req.AllowedCIDRs,
 	}
 	if req.ExpiresIn > 0 {
 		rec.ExpiresAt = now.Add(req.ExpiresIn)
@@ -389,7 +403,7 @@ func RevokeRecord(r Record, now time.Time) (Record, error) {
 }
 
 // RotateRecord replaces old by a new key with the same product, env,
-// context, name, consumer, plan and override. It returns the new key, old as it is after rotation, and
+// context, name, consumer, plan, override, permissions and allowed_cidrs. It returns the new key, old as it is after rotation, and
 // the replacement's record.
 //
 // With grace > 0 old becomes Rotated and expires at now+grace, rounded up
@@ -411,7 +425,8 @@ func RotateRecord(old Record, now time.Time, grace time.Duration) (key string, o
 	case old.StateAt(now) != Active:
 		return "", old, Record{}, fmt.Errorf("rotate %s: %w", old.ID, ErrExpired)
 	}
-	req := IssueRequest{Product: old.Product, Env: old.Env, Context: old.Context, Name: old.Name, Consumer: old.Consumer}
+	req := IssueRequest{Product: old.Product, Env: old.Env, Context: old.Context, Name: old.Name, Consumer: old.Consumer,
+		Permissions: old.Permissions, AllowedCIDRs: old.AllowedCIDRs}
 	if !old.ExpiresAt.IsZero() && old.ExpiresAt.After(old.CreatedAt) {
 		req.ExpiresIn = old.ExpiresAt.Sub(old.CreatedAt)
 	}

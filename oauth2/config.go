@@ -144,7 +144,7 @@ func (c Config) Validate() error {
 	for _, prod := range products {
 		scope := c.ProductScopes[prod]
 		if !product.Valid(prod) && !policy.ValidOperationName(prod) {
-			add(p+"product_scopes.%s: neither a product (extraction, registry) nor an operation (such as registry:read)", prod)
+			add(p+"product_scopes.%s: unknown product (use extraction or registry) or operation (such as registry:read)", prod)
 		}
 		if scope == "" || strings.ContainsAny(scope, " \t\r\n\"\\") {
 			add(p+"product_scopes.%s: must be a single scope token, got %q", prod, scope)
