@@ -1,9 +1,11 @@
 package keyops
 
 import (
+	"context"
 	"strings"
 
 	"github.com/keygate/keygate/policy"
+	"github.com/keygate/keygate/product"
 )
 
 // AccessUpdate changes the permissions and allowed_cidrs of a key or a
@@ -108,4 +110,20 @@ func permissionsOf(e *policy.Effective, product string) ([]Permission, []string)
 		return nil, nil
 	}
 	return e.Access.Permissions(product), e.Access.AllowedNames()
+}
+
+// Offered returns the operations a key of the consumer with id may be
+// given at most: those its own permissions and its plan's features allow
+// (every operation when neither narrows), of every product. The portal
+// offers only these and refuses anything else.
+func (s *Service) Offered(ctx context.Context, consumerID string) ([]string, error) {
+	con, err := s.store.GetConsumer(ctx, consumerID)
+	if err != nil {
+		return nil, err
+	}
+	e := s.limits.Resolve(policy.Subject{
+		KeyID: "offer", Env: "live", ConsumerID: con.ID, ConsumerPlan: con.Plan,
+		ConsumerPermissions: con.Permissions, ConsumerCIDRs: con.AllowedCIDRs, Products: product.All(),
+	}, s.now())
+	return e.Access.AllowedNames(), nil
 }

@@ -59,8 +59,9 @@ func (p *Portal) keysPage(w http.ResponseWriter, r *http.Request, sess *Session)
 		rows[i], rows[j] = rows[j], rows[i]
 	}
 	done := map[string]string{
-		"revoked": "The key was revoked. It stopped working at once.",
-		"shown":   "A new key is shown only once, and it was: keygate keeps only its hash. If you did not copy it, rotate the key to get a new one.",
+		"revoked":  "The key was revoked. It stopped working at once.",
+		"narrowed": "The key was narrowed. Every gateway applies it within a second.",
+		"shown":    "A new key is shown only once, and it was: keygate keeps only its hash. If you did not copy it, rotate the key to get a new one.",
 	}[r.URL.Query().Get("done")]
 	p.render(w, r, http.StatusOK, "keys", sess, map[string]any{"Keys": rows, "Done": done})
 }
@@ -88,8 +89,13 @@ func (p *Portal) newKeyForm(w http.ResponseWriter, r *http.Request, sess *Sessio
 	if noContext {
 		form["product"] = product.Registry // the one it may choose
 	}
+	offered, err := p.ops.Offered(r.Context(), sess.Consumer)
+	if err != nil {
+		p.storeError(w, r, sess, err)
+		return
+	}
 	p.render(w, r, status, "newkey", sess, map[string]any{"Contexts": c.Contexts, "AnyContext": c.AnyContext, "NoContext": noContext,
-		"Problem": problem, "Form": form})
+		"Problem": problem, "Form": form, "Operations": offered})
 }
 
 // contextAllowed applies the portal's rule for the context of a new key:
@@ -136,6 +142,13 @@ func (p *Portal) createKey(w http.ResponseWriter, r *http.Request, sess *Session
 	if err := req.Validate(); err != nil {
 		p.newKeyForm(w, r, sess, http.StatusBadRequest, userMessage(err), form)
 		return
+	}
+	if perms := f["permissions"]; len(perms) > 0 {
+		if problem := p.beyondOffer(r, sess, string(req.Product), perms); problem != "" {
+			p.newKeyForm(w, r, sess, http.StatusForbidden, problem, form)
+			return
+		}
+		req.Permissions = perms
 	}
 	key, rec, err := p.ops.IssueKey(r.Context(), p.actor(r, sess), req)
 	if err != nil {
