@@ -151,3 +151,28 @@ func FuzzParseCIDRs(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkDecide is the request path's share of the policy check: the
+// operation match and the decision, for a key with permissions, a plan
+// with features and an address rule. It must not allocate.
+func BenchmarkDecide(b *testing.B) {
+	r, err := policy.NewResolver(map[string]policy.Limit{"live": {Rate: 1, Per: 1e9, Burst: 1}, "test": {Rate: 1, Per: 1e9, Burst: 1}},
+		map[string]policy.Plan{"p": {Limit: policy.Limit{Rate: 1, Per: 1e9, Burst: 1}, Features: []string{"registry:read", "registry:write"}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ops, err := policy.NewOperations(policy.OperationsConfig{"registry:delete": {Methods: []string{"DELETE"}, Path: "/registry/"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	r = r.WithOperations(ops)
+	a := r.Resolve(policy.Subject{KeyPlan: "p", Products: []string{"registry"}, KeyPermissions: []string{"registry:read"},
+		KeyCIDRs: []string{"10.0.0.0/8", "192.0.2.0/24"}}, testNow).Access
+	client := netip.MustParseAddr("10.1.2.3")
+	b.ReportAllocs()
+	for b.Loop() {
+		if a.Decide(ops.Match("GET", "/registry/schemas/x"), client) != policy.DenyNone {
+			b.Fatal("refused")
+		}
+	}
+}
