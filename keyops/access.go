@@ -127,3 +127,10 @@ func (s *Service) Offered(ctx context.Context, consumerID string) ([]string, err
 	}, s.now())
 	return e.Access.AllowedNames(), nil
 }
+
+// CheckOperations checks that every name is a configured operation of
+// product, each once; the error is ErrInvalid and names the entry (for
+// the portal's 400).
+func (s *Service) CheckOperations(product string, names []string) error {
+	return s.checkPermissions(product, names)
+}

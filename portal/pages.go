@@ -144,6 +144,10 @@ func (p *Portal) createKey(w http.ResponseWriter, r *http.Request, sess *Session
 		return
 	}
 	if perms := f["permissions"]; len(perms) > 0 {
+		if err := p.ops.CheckOperations(string(req.Product), perms); err != nil {
+			p.newKeyForm(w, r, sess, http.StatusBadRequest, userMessage(err), form)
+			return
+		}
 		if problem := p.beyondOffer(r, sess, string(req.Product), perms); problem != "" {
 			p.newKeyForm(w, r, sess, http.StatusForbidden, problem, form)
 			return

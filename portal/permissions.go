@@ -77,6 +77,10 @@ func (p *Portal) narrowKey(w http.ResponseWriter, r *http.Request, sess *Session
 		p.permissionsForm(w, r, sess, rec, http.StatusBadRequest, "Keep at least one operation; to stop a key altogether, revoke it.")
 		return
 	}
+	if err := p.ops.CheckOperations(string(rec.Product), perms); err != nil {
+		p.permissionsForm(w, r, sess, rec, http.StatusBadRequest, userMessage(err))
+		return
+	}
 	for _, op := range perms {
 		if !slices.Contains(d.Allowed, op) {
 			p.permissionsForm(w, r, sess, rec, http.StatusForbidden, "This key cannot be given "+op+": a key can only be narrowed here, within what your account and plan allow.")
