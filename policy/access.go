@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+
+	"github.com/keygate/keygate/product"
 )
 
 // Access is what a key may do and where from, resolved once when the key
@@ -208,8 +210,30 @@ func NormalizeCIDRs(field string, cidrs []string) ([]string, error) {
 	return out, nil
 }
 
-// access resolves s's Access with plan in effect ("" for none).
+// access resolves s's Access with plan in effect ("" for none). A key
+// that no rule narrows (the common case) shares its product's default
+// Access, so that it costs no memory of its own.
 func (r *Resolver) access(s Subject, plan string) *Access {
+	if len(s.Products) == 1 && s.KeyPermissions == nil && len(s.KeyCIDRs) == 0 &&
+		(s.ConsumerID == "" || s.ConsumerPermissions == nil && len(s.ConsumerCIDRs) == 0) &&
+		(plan == "" || r.plans[plan].Features == nil) {
+		if a, ok := r.defaults[s.Products[0]]; ok {
+			return a
+		}
+	}
+	return r.newAccess(s, plan)
+}
+
+// defaultAccess builds the shared default Access of each product.
+func (r *Resolver) defaultAccess() {
+	r.defaults = map[string]*Access{}
+	for _, p := range product.All() {
+		r.defaults[p] = r.newAccess(Subject{Products: []string{p}}, "")
+	}
+}
+
+// newAccess builds s's Access with plan in effect.
+func (r *Resolver) newAccess(s Subject, plan string) *Access {
 	ops := r.ops
 	a := &Access{ops: ops, Consumer: ops.All(), Plan: ops.All()}
 	products := s.Products

@@ -176,3 +176,24 @@ func BenchmarkDecide(b *testing.B) {
 		}
 	}
 }
+
+// TestDefaultAccessShared: keys that no rule narrows share one Access per
+// product, so the common key costs no memory for its permissions; a
+// narrowed key gets its own.
+func TestDefaultAccessShared(t *testing.T) {
+	t.Parallel()
+	r, err := policy.NewResolver(map[string]policy.Limit{"live": {Rate: 1, Per: 1e9, Burst: 1}, "test": {Rate: 1, Per: 1e9, Burst: 1}},
+		map[string]policy.Plan{"all": {Limit: policy.Limit{Rate: 1, Per: 1e9, Burst: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := r.Resolve(policy.Subject{KeyID: "a", Products: []string{"registry"}}, testNow).Access
+	b := r.Resolve(policy.Subject{KeyID: "b", KeyPlan: "all", ConsumerID: "con_1", Products: []string{"registry"}}, testNow).Access
+	c := r.Resolve(policy.Subject{KeyID: "c", Products: []string{"registry"}, KeyPermissions: []string{"registry:read"}}, testNow).Access
+	if a != b {
+		t.Error("two default registry keys do not share their Access")
+	}
+	if a == c || c.Allowed == a.Allowed {
+		t.Error("a narrowed key shares the default Access")
+	}
+}

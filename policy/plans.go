@@ -180,6 +180,9 @@ type Resolver struct {
 	envs  map[string]Limit
 	plans map[string]Plan
 	ops   *Operations
+	// defaults are the shared Access of a key of each product that no
+	// rule narrows.
+	defaults map[string]*Access
 }
 
 // NewResolver builds a resolver; envs must hold "live" and "test" (as a
@@ -198,6 +201,7 @@ func NewResolver(envs map[string]Limit, plans map[string]Plan) (*Resolver, error
 		r.plans[k] = v
 	}
 	r.ops = BuiltinOperations()
+	r.defaultAccess()
 	return r, nil
 }
 
@@ -209,6 +213,7 @@ func (r *Resolver) WithOperations(ops *Operations) *Resolver {
 	if ops != nil {
 		c.ops = ops
 	}
+	c.defaultAccess()
 	return &c
 }
 
