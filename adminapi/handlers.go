@@ -14,7 +14,7 @@ import (
 	"github.com/keygate/keygate/internal/strictjson"
 	"github.com/keygate/keygate/keyops"
 	"github.com/keygate/keygate/keystore"
-	"github.com/keygate/keygate/ratelimit"
+	"github.com/keygate/keygate/policy"
 )
 
 // Page sizes of the list endpoints.
@@ -112,7 +112,7 @@ type quotaBody struct {
 	Per      *string `json:"per"`
 }
 
-// limitUpdate checks the fields against ratelimit.CheckFields (the
+// limitUpdate checks the fields against policy.CheckFields (the
 // bounds every way in shares) and sets them in u; the error names the
 // field.
 func (o *overrideBody) limitUpdate(u *keyops.LimitUpdate) error {
@@ -127,16 +127,16 @@ func (o *overrideBody) limitUpdate(u *keyops.LimitUpdate) error {
 		}
 		u.Per = &d
 	}
-	if err := ratelimit.CheckFields(ratelimit.Fields{Rate: u.Rate, Per: u.Per, Burst: u.Burst}); err != nil {
+	if err := policy.CheckFields(policy.Fields{Rate: u.Rate, Per: u.Per, Burst: u.Burst}); err != nil {
 		return badRequest("override." + err.Error())
 	}
 	if len(o.Quota) > 0 && string(o.Quota) != "null" {
 		var s string
-		var q ratelimit.Quota
+		var q policy.Quota
 		if strictjson.Unmarshal(o.Quota, &s) == nil {
 			var err error
-			if q, err = ratelimit.ParseQuota(s); err != nil {
-				if errors.Is(err, ratelimit.ErrOutOfBounds) {
+			if q, err = policy.ParseQuota(s); err != nil {
+				if errors.Is(err, policy.ErrOutOfBounds) {
 					return badRequest("override." + err.Error()) // names quota.requests or quota.per
 				}
 				return badRequest("override.quota: " + err.Error())
@@ -150,8 +150,8 @@ func (o *overrideBody) limitUpdate(u *keyops.LimitUpdate) error {
 			if err != nil {
 				return badRequest("override.quota.per: want a duration such as 24h")
 			}
-			q = ratelimit.Quota{Requests: *qb.Requests, Per: d}
-			if err := ratelimit.CheckFields(ratelimit.Fields{Quota: &q}); err != nil {
+			q = policy.Quota{Requests: *qb.Requests, Per: d}
+			if err := policy.CheckFields(policy.Fields{Quota: &q}); err != nil {
 				return badRequest("override." + err.Error())
 			}
 		}
@@ -178,6 +178,10 @@ type consumerCreateBody struct {
 	AnyContext bool          `json:"any_context"`
 	Plan       string        `json:"plan"`
 	Override   *overrideBody `json:"override"`
+	// Permissions narrow its keys' operations; AllowedCIDRs the client
+	// addresses they may be used from. Absent: no narrowing, any address.
+	Permissions  []string `json:"permissions"`
+	AllowedCIDRs []string `json:"allowed_cidrs"`
 }
 
 func (a *API) createConsumer(r *request) (response, error) {
@@ -185,7 +189,11 @@ func (a *API) createConsumer(r *request) (response, error) {
 	if err := r.decode(&b); err != nil {
 		return response{}, err
 	}
-	spec := keyops.ConsumerSpec{Name: b.Name, Metadata: b.Metadata, Contexts: b.Contexts, AnyContext: b.AnyContext, Plan: b.Plan}
+	spec := keyops.ConsumerSpec{Name: b.Name, Metadata: b.Metadata, Contexts: b.Contexts, AnyContext: b.AnyContext, Plan: b.Plan,
+		Access: keyops.AccessUpdate{AllowedCIDRs: b.AllowedCIDRs}}
+	if b.Permissions != nil {
+		spec.Access.Permissions = &b.Permissions
+	}
 	if err := b.Override.limitUpdate(&spec.Limits); err != nil {
 		return response{}, err
 	}
@@ -252,6 +260,35 @@ func field[T any](m map[string]json.RawMessage, name string, into *T) error {
 	return nil
 }
 
+// accessPatch reads "permissions" (a list of operations; [] or null goes
+// back to the default) and "allowed_cidrs" (a list; [] or null allows any
+// address).
+func accessPatch(m map[string]json.RawMessage, u *keyops.AccessUpdate) error {
+	if raw, ok := m["permissions"]; ok {
+		perms := []string{}
+		if !isNull(raw) {
+			if err := field(m, "permissions", &perms); err != nil {
+				return err
+			}
+		}
+		u.Permissions = &perms
+	}
+	if raw, ok := m["allowed_cidrs"]; ok {
+		var cidrs []string
+		if !isNull(raw) {
+			if err := field(m, "allowed_cidrs", &cidrs); err != nil {
+				return err
+			}
+		}
+		if len(cidrs) == 0 {
+			u.ClearAllowedCIDRs = true
+		} else {
+			u.AllowedCIDRs = cidrs
+		}
+	}
+	return nil
+}
+
 // limitPatch reads "plan" (a name, or "" or null for none) and
 // "override" (null drops it; an object sets the fields it holds).
 func limitPatch(m map[string]json.RawMessage, u *keyops.LimitUpdate) error {
@@ -279,7 +316,7 @@ func limitPatch(m map[string]json.RawMessage, u *keyops.LimitUpdate) error {
 }
 
 func (a *API) updateConsumer(r *request) (response, error) {
-	m, err := r.patchFields("name", "metadata", "contexts", "any_context", "plan", "override")
+	m, err := r.patchFields("name", "metadata", "contexts", "any_context", "plan", "override", "permissions", "allowed_cidrs")
 	if err != nil {
 		return response{}, err
 	}
@@ -324,6 +361,9 @@ func (a *API) updateConsumer(r *request) (response, error) {
 	if err := limitPatch(m, &u.Limits); err != nil {
 		return response{}, err
 	}
+	if err := accessPatch(m, &u.Access); err != nil {
+		return response{}, err
+	}
 	c, err := a.deps.Ops.UpdateConsumer(r.Context(), r.actor(), r.PathValue("id"), u)
 	if err != nil {
 		return response{}, err
@@ -352,6 +392,11 @@ type keyCreateBody struct {
 	Consumer string           `json:"consumer"`
 	// ExpiresIn is a duration such as 720h; "" for never.
 	ExpiresIn string `json:"expires_in"`
+	// Permissions are the operations the key may perform; absent: every
+	// operation of its product. AllowedCIDRs are the client addresses it
+	// may be used from; absent: any.
+	Permissions  []string `json:"permissions"`
+	AllowedCIDRs []string `json:"allowed_cidrs"`
 }
 
 // issued is a key as create and rotate answer: the key, once, and its
@@ -391,7 +436,8 @@ func (a *API) issueKey(r *request) (response, error) {
 	if err := r.decode(&b); err != nil {
 		return response{}, err
 	}
-	req := keystore.IssueRequest{Product: b.Product, Env: b.Env, Context: b.Context, Name: b.Name, Consumer: b.Consumer}
+	req := keystore.IssueRequest{Product: b.Product, Env: b.Env, Context: b.Context, Name: b.Name, Consumer: b.Consumer,
+		Permissions: b.Permissions, AllowedCIDRs: b.AllowedCIDRs}
 	if b.ExpiresIn != "" {
 		d, err := time.ParseDuration(b.ExpiresIn)
 		if err != nil || d <= 0 {
@@ -445,7 +491,7 @@ func (a *API) getKey(r *request) (response, error) {
 }
 
 func (a *API) updateKey(r *request) (response, error) {
-	m, err := r.patchFields("name", "expires_at", "plan", "override")
+	m, err := r.patchFields("name", "expires_at", "plan", "override", "permissions", "allowed_cidrs")
 	if err != nil {
 		return response{}, err
 	}
@@ -465,6 +511,9 @@ func (a *API) updateKey(r *request) (response, error) {
 		}
 	}
 	if err := limitPatch(m, &u.Limits); err != nil {
+		return response{}, err
+	}
+	if err := accessPatch(m, &u.Access); err != nil {
 		return response{}, err
 	}
 	rec, err := a.deps.Ops.UpdateKey(r.Context(), r.actor(), r.PathValue("id"), u)

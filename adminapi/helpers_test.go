@@ -21,6 +21,7 @@ import (
 	"github.com/keygate/keygate/adminapi"
 	"github.com/keygate/keygate/keyops"
 	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/policy"
 	"github.com/keygate/keygate/ratelimit"
 )
 
@@ -99,8 +100,8 @@ func writeKeystore(t testing.TB, path string) {
 func newOps(t testing.TB, path string, auditor keyops.Auditor) *keyops.Service {
 	t.Helper()
 	cfg := ratelimit.DefaultConfig()
-	cfg.Plans = map[string]ratelimit.Plan{
-		"pro": {Limit: ratelimit.Limit{Rate: 200, Per: time.Second, Burst: 400, Quota: ratelimit.Quota{Requests: 50000, Per: 24 * time.Hour}}},
+	cfg.Plans = map[string]policy.Plan{
+		"pro": {Limit: policy.Limit{Rate: 200, Per: time.Second, Burst: 400, Quota: policy.Quota{Requests: 50000, Per: 24 * time.Hour}}},
 	}
 	res, err := cfg.Resolver()
 	if err != nil {

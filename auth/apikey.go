@@ -105,6 +105,9 @@ func (a *APIKeys) Authenticate(r *http.Request) (Verdict, error) {
 		return Refuse(ReasonExpired, msgExpired), nil
 	}
 	p := Principal{ID: rec.ID, Name: rec.Name, Env: string(rec.Env), Context: rec.Context, Method: MethodAPIKey, Limits: rec.Limits}
+	if rec.Limits != nil {
+		p.Access = rec.Limits.Access
+	}
 	switch rec.Product {
 	case keystore.Extraction:
 		p.Products = productsExtraction

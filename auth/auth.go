@@ -4,7 +4,7 @@
 // the gateway consumes them.
 package auth
 
-import "github.com/keygate/keygate/ratelimit"
+import "github.com/keygate/keygate/policy"
 
 // Method names how a principal authenticated.
 type Method string
@@ -36,7 +36,11 @@ type Principal struct {
 	// key store when the record loaded (plans, overrides, consumer); nil
 	// means the env default (ratelimit.limits[Env]), as for OAuth 2.0
 	// principals.
-	Limits *ratelimit.Effective
+	Limits *policy.Effective
+	// Access is what the principal may do and where from (operations,
+	// allowed_cidrs), resolved when its key loaded or its token was
+	// checked; nil means every operation of Products, from anywhere.
+	Access *policy.Access
 }
 
 // Allows reports whether the principal may call product.

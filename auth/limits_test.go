@@ -7,7 +7,7 @@ import (
 
 	"github.com/keygate/keygate/auth"
 	"github.com/keygate/keygate/keystore"
-	"github.com/keygate/keygate/ratelimit"
+	"github.com/keygate/keygate/policy"
 )
 
 // oneRecord is a store that knows one record, with its resolved limit.
@@ -22,7 +22,7 @@ func (s oneRecord) Lookup(_ context.Context, h keystore.Hash) (keystore.Record, 
 func TestPrincipalCarriesTheResolvedLimit(t *testing.T) {
 	t.Parallel()
 	key, _ := keystore.Generate(keystore.Live)
-	eff := &ratelimit.Effective{Limit: ratelimit.Limit{Rate: 1, Per: 1, Burst: 1}, ID: "con_c"}
+	eff := &policy.Effective{Limit: policy.Limit{Rate: 1, Per: 1, Burst: 1}, ID: "con_c"}
 	rec := keystore.Record{ID: "key_a", Hash: keystore.HashKey(key), Product: keystore.Registry, Env: keystore.Live, Status: keystore.Active, Limits: eff}
 	k, err := auth.NewAPIKeys(auth.APIKeysConfig{Store: oneRecord{rec}})
 	if err != nil {

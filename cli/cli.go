@@ -35,18 +35,22 @@ Usage:
   keygate serve [--config FILE]              run the gateway (embedded defaults without --config)
   keygate keys issue --config FILE --product extraction|registry --env live|test
                      [--context UUID] [--name TEXT] [--expires-in DURATION] [--consumer ID]
+                     [--permissions OP,...] [--allow-cidr CIDR]...
   keygate keys list --config FILE [--json] [--consumer ID]
   keygate keys show --config FILE ID [--json]          the key and its effective limit, explained
   keygate keys update --config FILE ID [--name TEXT] [--plan NAME] [--rate N] [--per DURATION]
                      [--burst N] [--quota N/DURATION|none] [--until RFC3339|never] [--clear-override]
+                     [--permissions OP,...|default] [--allow-cidr CIDR]... [--clear-allow-cidr]
   keygate keys revoke --config FILE ID
   keygate keys rotate --config FILE ID [--grace DURATION]
   keygate keys import --config FILE --from KEYS.yaml   (into the redis keystore)
   keygate consumers create --config FILE --name TEXT [--meta K=V]... [--context UUID]...
                      [--plan NAME] [--rate N] [--per DURATION] [--burst N] [--quota N/DURATION|none] [--until RFC3339]
+                     [--permissions OP,...] [--allow-cidr CIDR]...
   keygate consumers list|show --config FILE [ID] [--json]
   keygate consumers update --config FILE ID [--name TEXT] [--meta K=V]... [--context UUID]... [--any-context]
                      [--plan NAME] [--rate N] [--per DURATION] [--burst N] [--quota ...] [--until ...] [--clear-override]
+                     [--permissions OP,...|default] [--allow-cidr CIDR]... [--clear-allow-cidr]
   keygate consumers delete --config FILE ID           (refused while it has active keys)
   keygate admin-tokens create --config FILE --name TEXT --scopes SCOPE,... [--expires-in 90d]
                      scopes: keys:read keys:write consumers:read consumers:write usage:read audit:read

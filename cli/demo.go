@@ -19,7 +19,7 @@ import (
 	"github.com/keygate/keygate/admintoken"
 	"github.com/keygate/keygate/config"
 	"github.com/keygate/keygate/keystore"
-	"github.com/keygate/keygate/ratelimit"
+	"github.com/keygate/keygate/policy"
 	"github.com/keygate/keygate/server"
 	"github.com/keygate/keygate/standin"
 )
@@ -152,11 +152,11 @@ Health and metrics: http://%s/healthz /readyz /metrics. Stop with Ctrl-C.
 // demoPlans are the plans the demo adds when its config has none of the
 // name, so that the README's examples (`"plan":"pro"`, `--plan team`) work
 // on `make run` as written.
-var demoPlans = map[string]ratelimit.Plan{
-	"pro": {Limit: ratelimit.Limit{Rate: 200, Per: time.Second, Burst: 400,
-		Quota: ratelimit.Quota{Requests: 50000, Per: 24 * time.Hour}}},
-	"team": {Limit: ratelimit.Limit{Rate: 50, Per: time.Second, Burst: 100,
-		Quota: ratelimit.Quota{Requests: 100000, Per: 24 * time.Hour}}, Scope: ratelimit.ScopeConsumer},
+var demoPlans = map[string]policy.Plan{
+	"pro": {Limit: policy.Limit{Rate: 200, Per: time.Second, Burst: 400,
+		Quota: policy.Quota{Requests: 50000, Per: 24 * time.Hour}}},
+	"team": {Limit: policy.Limit{Rate: 50, Per: time.Second, Burst: 100,
+		Quota: policy.Quota{Requests: 100000, Per: 24 * time.Hour}}, Scope: policy.ScopeConsumer},
 }
 
 // demoConfig is what the demo adds to its config: the README's plans,
@@ -164,7 +164,7 @@ var demoPlans = map[string]ratelimit.Plan{
 // it already.
 func demoConfig(cfg *config.Config) {
 	if cfg.RateLimit.Plans == nil {
-		cfg.RateLimit.Plans = map[string]ratelimit.Plan{}
+		cfg.RateLimit.Plans = map[string]policy.Plan{}
 	}
 	for name, p := range demoPlans {
 		if _, ok := cfg.RateLimit.Plans[name]; !ok {

@@ -53,6 +53,7 @@ func keys(args []string, stdout, stderr io.Writer) error {
 		consumer                      *string
 		expiresIn, grace              *time.Duration
 		asJSON                        *bool
+		af                            *accessFlags
 	)
 	switch sub {
 	case "issue":
@@ -62,6 +63,7 @@ func keys(args []string, stdout, stderr io.Writer) error {
 		name = fs.String("name", "", "a name for the key, such as the application or team member")
 		expiresIn = fs.Duration("expires-in", 0, "expire the key after this long (0: never)")
 		consumer = fs.String("consumer", "", "the consumer (con_...) that owns the key")
+		af = addAccessFlags(fs, false)
 	case "list":
 		asJSON = fs.Bool("json", false, "print a JSON array")
 		consumer = fs.String("consumer", "", "only the keys of this consumer")
@@ -80,10 +82,21 @@ func keys(args []string, stdout, stderr io.Writer) error {
 	if err := fs.Parse(interleave(args)); err != nil {
 		return err
 	}
+	var access keyops.AccessUpdate
+	if af != nil {
+		var err error
+		if access, err = af.update(fs); err != nil {
+			return err
+		}
+	}
 	return withOps(*cfgPath, func(ctx context.Context, ops *keyops.Service, actor keyops.Actor) error {
 		switch sub {
 		case "issue":
 			req := keystore.IssueRequest{Product: keystore.Product(*product), Env: keystore.Env(*env), Context: *contextID, Name: *name, ExpiresIn: *expiresIn, Consumer: *consumer}
+			if access.Permissions != nil {
+				req.Permissions = *access.Permissions
+			}
+			req.AllowedCIDRs = access.AllowedCIDRs
 			if err := req.Validate(); err != nil {
 				return usageError{err.Error()}
 			}

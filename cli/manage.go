@@ -14,12 +14,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/keygate/keygate/internal/fieldpath"
-
 	"github.com/keygate/keygate/config"
 	"github.com/keygate/keygate/keyops"
 	"github.com/keygate/keygate/keystore"
-	"github.com/keygate/keygate/ratelimit"
+	"github.com/keygate/keygate/policy"
 )
 
 // openOps returns the key and consumer operations on the configured
@@ -59,10 +57,10 @@ func openOps(cfg config.Config) (*keyops.Service, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	limits, err := cfg.RateLimit.Resolver()
+	limits, err := cfg.Resolver()
 	if err != nil {
 		done()
-		return nil, nil, fieldpath.Within("ratelimit", err)
+		return nil, nil, err
 	}
 	log, err := openAudit(cfg, store)
 	if err != nil {
@@ -168,8 +166,8 @@ func (l *limitFlags) update(fs *flag.FlagSet) (keyops.LimitUpdate, error) {
 	})
 	if err == nil {
 		// The same bounds as config, the admin API and the portal.
-		var fe *ratelimit.FieldError
-		if errors.As(ratelimit.CheckFields(ratelimit.Fields{Rate: u.Rate, Per: u.Per, Burst: u.Burst, Quota: u.Quota, NoQuotaOK: true}), &fe) {
+		var fe *policy.FieldError
+		if errors.As(policy.CheckFields(policy.Fields{Rate: u.Rate, Per: u.Per, Burst: u.Burst, Quota: u.Quota, NoQuotaOK: true}), &fe) {
 			flagName, _, _ := strings.Cut(fe.Field, ".")
 			err = fmt.Errorf("--%s: %s", flagName, fe)
 		}
@@ -185,6 +183,7 @@ func keysManage(sub string, fs *flag.FlagSet, args []string, stdout, stderr io.W
 	var (
 		asJSON *bool
 		lf     *limitFlags
+		af     *accessFlags
 		name   *string
 	)
 	if sub == "show" {
@@ -192,6 +191,7 @@ func keysManage(sub string, fs *flag.FlagSet, args []string, stdout, stderr io.W
 	} else {
 		name = fs.String("name", "", "a new name for the key")
 		lf = addLimitFlags(fs, true)
+		af = addAccessFlags(fs, true)
 	}
 	if err := fs.Parse(interleave(args)); err != nil {
 		return err
@@ -204,6 +204,9 @@ func keysManage(sub string, fs *flag.FlagSet, args []string, stdout, stderr io.W
 	if sub == "update" {
 		var err error
 		if u.Limits, err = lf.update(fs); err != nil {
+			return err
+		}
+		if u.Access, err = af.update(fs); err != nil {
 			return err
 		}
 		fs.Visit(func(f *flag.Flag) {
@@ -261,6 +264,7 @@ func printKey(w io.Writer, d keyops.KeyDetail) {
 	}
 	_ = tw.flush()
 	printLimit(w, d.Limit, "effective limit")
+	printPermissions(w, d)
 	for _, warn := range d.Warnings {
 		fmt.Fprintln(w, "note:", escapeCell(warn))
 	}
@@ -299,6 +303,7 @@ func consumers(args []string, stdout, stderr io.Writer) error {
 		meta, ctxs stringList
 		anyContext *bool
 		lf         *limitFlags
+		af         *accessFlags
 		asJSON     *bool
 	)
 	switch sub {
@@ -307,6 +312,7 @@ func consumers(args []string, stdout, stderr io.Writer) error {
 		fs.Var(&meta, "meta", "metadata KEY=VALUE (repeatable; KEY= removes it on update)")
 		fs.Var(&ctxs, "context", "a context UUID its keys may be bound to (repeatable; on update, replaces the list)")
 		lf = addLimitFlags(fs, sub == "update")
+		af = addAccessFlags(fs, sub == "update")
 		anyContext = fs.Bool("any-context", false, "allow its keys any context, in the self-service portal too (on update, drops its contexts; =false unsets it)")
 	case "list", "show":
 		asJSON = fs.Bool("json", false, "print JSON")
@@ -341,10 +347,17 @@ func consumers(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
+	var au keyops.AccessUpdate
+	if af != nil {
+		var err error
+		if au, err = af.update(fs); err != nil {
+			return err
+		}
+	}
 	return withOps(*cfgPath, func(ctx context.Context, ops *keyops.Service, actor keyops.Actor) error {
 		switch sub {
 		case "create":
-			spec := keyops.ConsumerSpec{Name: *name, Metadata: metadata, Contexts: ctxs, AnyContext: *anyContext, Limits: lu}
+			spec := keyops.ConsumerSpec{Name: *name, Metadata: metadata, Contexts: ctxs, AnyContext: *anyContext, Limits: lu, Access: au}
 			if lu.Plan != nil {
 				spec.Plan = *lu.Plan
 			}
@@ -393,7 +406,7 @@ func consumers(args []string, stdout, stderr io.Writer) error {
 			}
 			printConsumer(stdout, d)
 		case "update":
-			u := keyops.ConsumerUpdate{Limits: lu}
+			u := keyops.ConsumerUpdate{Limits: lu, Access: au}
 			fs.Visit(func(f *flag.Flag) {
 				switch f.Name {
 				case "name":
@@ -443,6 +456,8 @@ func printConsumer(w io.Writer, d keyops.ConsumerDetail) {
 		tw.row("override", string(b))
 	}
 	tw.row("contexts", orDash(strings.Join(d.Contexts, ", ")))
+	tw.row("permissions", orDefault(strings.Join(d.Permissions, ", "), "any (no narrowing)"))
+	tw.row("allowed addresses", orDefault(strings.Join(d.AllowedCIDRs, ", "), "any"))
 	keys := make([]string, 0, len(d.Metadata))
 	for k := range d.Metadata {
 		keys = append(keys, k)
@@ -459,4 +474,11 @@ func printConsumer(w io.Writer, d keyops.ConsumerDetail) {
 }
 
 // parseQuota parses --quota: REQUESTS/PERIOD or none.
-func parseQuota(s string) (ratelimit.Quota, error) { return ratelimit.ParseQuota(s) }
+func parseQuota(s string) (policy.Quota, error) { return policy.ParseQuota(s) }
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}

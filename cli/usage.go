@@ -77,6 +77,7 @@ func showUsage(what string, fs *flag.FlagSet, args []string, stdout io.Writer) e
 	tw.row("last used at:", last)
 	tw.rowf("admitted:", u.Admitted)
 	tw.row("refused:", fmt.Sprintf("rate %d, quota %d, context %d, product %d, concurrency %d", u.Rate, u.Quota, u.Context, u.Product, u.Concurrency))
+	tw.row("forbidden:", fmt.Sprintf("operation %d, plan %d, address %d", u.ForbiddenOperation, u.ForbiddenPlan, u.ForbiddenAddress))
 	tw.rowf("bytes in:", u.BytesIn)
 	if q := u.QuotaNow; q != nil {
 		line := q.Limit

@@ -24,6 +24,7 @@ import (
 	"github.com/keygate/keygate/gateway"
 	"github.com/keygate/keygate/internal/clientip"
 	"github.com/keygate/keygate/oauth2"
+	"github.com/keygate/keygate/policy"
 	"github.com/keygate/keygate/portal"
 	"github.com/keygate/keygate/ratelimit"
 	"github.com/keygate/keygate/redisconn"
@@ -54,6 +55,11 @@ type Config struct {
 	Portal portal.Config `yaml:"portal"`
 	// Tracing exports OpenTelemetry spans over OTLP; see package tracing.
 	Tracing tracing.Config `yaml:"tracing"`
+	// Operations are custom operations (such as registry:delete, DELETE
+	// under /registry/) besides the built-in extraction:sync,
+	// registry:read and registry:write; keys' and consumers' permissions
+	// and plans' features name them. See policy.OperationsConfig.
+	Operations policy.OperationsConfig `yaml:"operations"`
 }
 
 // ServerConfig is the listeners and their protections.
@@ -273,6 +279,9 @@ func (c Config) Validate() error {
 	if err := c.Auth.Validate(); err != nil {
 		return err
 	}
+	if err := c.validateOperations(); err != nil {
+		return err
+	}
 	if err := within("audit", c.Audit.Validate()); err != nil {
 		return err
 	}
@@ -414,6 +423,63 @@ func (l LogConfig) Validate() error {
 	}
 	if l.Format != "json" && l.Format != "console" {
 		return fmt.Errorf("log.format: must be json or console, got %q", l.Format)
+	}
+	return nil
+}
+
+// OperationTable compiles the operations section with the built-in
+// operations; the error names the field (operations.NAME...).
+func (c Config) OperationTable() (*policy.Operations, error) {
+	return policy.NewOperations(c.Operations)
+}
+
+// Resolver is the resolver of keys' limits and permissions: the
+// ratelimit section's env defaults and plans, and the operations.
+func (c Config) Resolver() (*policy.Resolver, error) {
+	ops, err := c.OperationTable()
+	if err != nil {
+		return nil, err
+	}
+	r, err := c.RateLimit.Resolver()
+	if err != nil {
+		return nil, within("ratelimit", err)
+	}
+	return r.WithOperations(ops), nil
+}
+
+// validateOperations checks the operations section, and that every
+// plan's features and every operation scope of auth.oauth2.product_scopes
+// name an operation.
+func (c Config) validateOperations() error {
+	ops, err := c.OperationTable()
+	if err != nil {
+		return err
+	}
+	plans := make([]string, 0, len(c.RateLimit.Plans))
+	for n := range c.RateLimit.Plans {
+		plans = append(plans, n)
+	}
+	slices.Sort(plans)
+	for _, n := range plans {
+		for i, f := range c.RateLimit.Plans[n].Features {
+			if err := ops.Check([]string{f}); err != nil {
+				return fmt.Errorf("ratelimit.plans.%s.features[%d]: %w", n, i, err)
+			}
+		}
+	}
+	if c.Auth.OAuth2.Enabled {
+		names := make([]string, 0, len(c.Auth.OAuth2.ProductScopes))
+		for n := range c.Auth.OAuth2.ProductScopes {
+			names = append(names, n)
+		}
+		slices.Sort(names)
+		for _, n := range names {
+			if policy.ValidOperationName(n) {
+				if err := ops.Check([]string{n}); err != nil {
+					return fmt.Errorf("auth.oauth2.product_scopes.%s: %w", n, err)
+				}
+			}
+		}
 	}
 	return nil
 }

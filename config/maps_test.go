@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/keygate/keygate/config"
-	"github.com/keygate/keygate/ratelimit"
+	"github.com/keygate/keygate/policy"
 )
 
 // mapOptions is every map-valued option of the configuration file, by YAML
@@ -34,7 +34,7 @@ ratelimit:
 		got: func(c config.Config) any { return c.RateLimit.Limits },
 		// The default test limit has a quota; an entry written without
 		// one has none.
-		want: map[string]ratelimit.Limit{
+		want: map[string]policy.Limit{
 			"live": {Rate: 10, Per: time.Second, Burst: 20},
 			"test": {Rate: 1, Per: time.Second, Burst: 1},
 		},
@@ -58,9 +58,9 @@ ratelimit:
     team: { rate: 20, per: 1s, burst: 20, scope: consumer }
 `,
 		got: func(c config.Config) any { return c.RateLimit.Plans },
-		want: map[string]ratelimit.Plan{
-			"pro":  {Limit: ratelimit.Limit{Rate: 200, Per: time.Second, Burst: 400, Quota: ratelimit.Quota{Requests: 50000, Per: 24 * time.Hour}}},
-			"team": {Limit: ratelimit.Limit{Rate: 20, Per: time.Second, Burst: 20}, Scope: ratelimit.ScopeConsumer},
+		want: map[string]policy.Plan{
+			"pro":  {Limit: policy.Limit{Rate: 200, Per: time.Second, Burst: 400, Quota: policy.Quota{Requests: 50000, Per: 24 * time.Hour}}},
+			"team": {Limit: policy.Limit{Rate: 20, Per: time.Second, Burst: 20}, Scope: policy.ScopeConsumer},
 		},
 	},
 	{
@@ -90,6 +90,35 @@ auth:
 `,
 		got:  func(c config.Config) any { return c.Auth.OAuth2.ProductScopes },
 		want: map[string]string{"registry": "r:read"},
+	},
+	{
+		path: "operations", name: "custom operations as written, plan features checked against them",
+		yaml: `
+operations:
+  registry:delete: { methods: [DELETE], path: /registry/ }
+ratelimit:
+  plans:
+    readonly: { rate: 20, per: 1s, burst: 20, features: [registry:read, registry:delete] }
+`,
+		got:  func(c config.Config) any { return c.Operations },
+		want: policy.OperationsConfig{"registry:delete": {Methods: []string{"DELETE"}, Path: "/registry/"}},
+	},
+	{
+		path: "operations", name: "a plan feature that is no operation",
+		yaml: `
+ratelimit:
+  plans:
+    readonly: { rate: 20, per: 1s, burst: 20, features: [registry:delete] }
+`,
+		err: "ratelimit.plans.readonly.features[0]: unknown operation \"registry:delete\"",
+	},
+	{
+		path: "operations", name: "overlapping operations refused at start",
+		yaml: `
+operations:
+  registry:get: { methods: [GET], path: /registry/ }
+`,
+		err: "operations.registry:get: overlaps registry:read",
 	},
 	{
 		path: "admin_api.client_cert_scopes", name: "scopes as written",

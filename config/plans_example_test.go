@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/keygate/keygate/config"
-	"github.com/keygate/keygate/ratelimit"
+	"github.com/keygate/keygate/policy"
 )
 
 // TestExamplePlansParse un-comments the plans example of
@@ -38,7 +38,7 @@ func TestExamplePlansParse(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, strings.Join(doc, "\n"))
 	}
-	if len(c.RateLimit.Plans) != len(doc)-1 || c.RateLimit.Plans["team"].Scope != ratelimit.ScopeConsumer {
+	if len(c.RateLimit.Plans) != len(doc)-1 || c.RateLimit.Plans["team"].Scope != policy.ScopeConsumer {
 		t.Errorf("plans = %+v", c.RateLimit.Plans)
 	}
 }

@@ -6,7 +6,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/keygate/keygate/ratelimit"
+	"github.com/keygate/keygate/policy"
 )
 
 // quotaProbe reads only whether each env default and plan writes a
@@ -31,7 +31,7 @@ func checkWrittenQuotas(doc []byte, c Config) error {
 	if err := yaml.Unmarshal(doc, &p); err != nil {
 		return nil // the decoder has reported it
 	}
-	check := func(section string, written map[string]bool, quota func(string) (ratelimit.Quota, bool)) error {
+	check := func(section string, written map[string]bool, quota func(string) (policy.Quota, bool)) error {
 		names := make([]string, 0, len(written))
 		for n := range written {
 			names = append(names, n)
@@ -42,8 +42,8 @@ func checkWrittenQuotas(doc []byte, c Config) error {
 			if !ok {
 				continue
 			}
-			var fe *ratelimit.FieldError
-			if errors.As(ratelimit.CheckFields(ratelimit.Fields{Quota: &q}), &fe) {
+			var fe *policy.FieldError
+			if errors.As(policy.CheckFields(policy.Fields{Quota: &q}), &fe) {
 				return fmtField("ratelimit."+section+"."+n+"."+fe.Field, fe.Msg+"; leave quota out for no quota")
 			}
 		}
@@ -61,13 +61,13 @@ func checkWrittenQuotas(doc []byte, c Config) error {
 	for n, pl := range p.RateLimit.Plans {
 		written(plans, n, pl.Quota)
 	}
-	if err := check("limits", limits, func(n string) (ratelimit.Quota, bool) {
+	if err := check("limits", limits, func(n string) (policy.Quota, bool) {
 		l, ok := c.RateLimit.Limits[n]
 		return l.Quota, ok
 	}); err != nil {
 		return err
 	}
-	return check("plans", plans, func(n string) (ratelimit.Quota, bool) {
+	return check("plans", plans, func(n string) (policy.Quota, bool) {
 		pl, ok := c.RateLimit.Plans[n]
 		return pl.Quota, ok
 	})

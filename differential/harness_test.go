@@ -22,6 +22,7 @@ import (
 	"github.com/keygate/keygate/auth"
 	"github.com/keygate/keygate/formctx"
 	"github.com/keygate/keygate/gateway"
+	"github.com/keygate/keygate/policy"
 	"github.com/keygate/keygate/ratelimit"
 )
 
@@ -122,7 +123,7 @@ func start() error {
 		},
 		MaxBodyBytes: 8 << 20,
 		SpoolDir:     os.TempDir(),
-		Limits: map[string]ratelimit.Limit{
+		Limits: map[string]policy.Limit{
 			"live": {Rate: 1e6, Per: time.Second, Burst: 1e9}, // the largest allowed
 			"test": {Rate: 1e6, Per: time.Second, Burst: 1e9},
 		},

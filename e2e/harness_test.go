@@ -84,6 +84,8 @@ type gwOpts struct {
 	// upstreamConnState, when set, watches the extraction stand-in's
 	// connections.
 	upstreamConnState func(net.Conn, http.ConnState)
+	// registry, when set, is the registry upstream; nil means a stand-in.
+	registry http.Handler
 }
 
 // startGateway writes a config for a fresh keystore and stand-in upstreams,
@@ -99,7 +101,11 @@ func startGateway(t *testing.T, o gwOpts) *gateway {
 	g.Upstream.Config.ConnState = o.upstreamConnState
 	g.Upstream.Start()
 	t.Cleanup(g.Upstream.Close)
-	reg := httptest.NewServer(standin.Handler{Name: "registry"})
+	var rh http.Handler = standin.Handler{Name: "registry"}
+	if o.registry != nil {
+		rh = o.registry
+	}
+	reg := httptest.NewServer(rh)
 	t.Cleanup(reg.Close)
 	if o.maxBody == 0 {
 		o.maxBody = 100 << 20

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/keygate/keygate/internal/testsupport/testkit"
+	"github.com/keygate/keygate/policy"
 	"github.com/keygate/keygate/ratelimit"
 	"github.com/keygate/keygate/standin"
 )
@@ -127,9 +128,9 @@ func TestLimitRefusalIsAnsweredAtOnce(t *testing.T) {
 	t.Parallel()
 	t.Run("past its rate", func(t *testing.T) {
 		t.Parallel()
-		e := newEnv(t, envOpts{limits: map[string]ratelimit.Limit{
+		e := newEnv(t, envOpts{limits: map[string]policy.Limit{
 			"live": {Rate: 1, Per: time.Hour, Burst: 1},
-			"test": {Rate: 1, Per: time.Hour, Burst: 10, Quota: ratelimit.Quota{Requests: 1, Per: time.Hour}},
+			"test": {Rate: 1, Per: time.Hour, Burst: 10, Quota: policy.Quota{Requests: 1, Per: time.Hour}},
 		}})
 		for _, key := range []string{e.LiveKey, e.TestKey} {
 			if r := e.sync(key, ctxA); r.Status != 200 {

@@ -14,6 +14,7 @@ import (
 	"github.com/keygate/keygate/gateway"
 	"github.com/keygate/keygate/internal/testsupport/keystoretest"
 	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/policy"
 	"github.com/keygate/keygate/ratelimit"
 	"github.com/keygate/keygate/usage"
 )
@@ -47,7 +48,7 @@ func benchGatewayWith(b *testing.B, mod func(*gateway.Config, *gateway.Deps)) (*
 	cfg := gateway.Config{
 		Upstreams:    gateway.UpstreamsConfig{Extraction: gateway.UpstreamConfig{Targets: []string{up.URL}}, Registry: gateway.UpstreamConfig{Targets: []string{up.URL}}},
 		MaxBodyBytes: 100 << 20,
-		Limits: map[string]ratelimit.Limit{
+		Limits: map[string]policy.Limit{
 			"live": {Rate: 1e6, Per: time.Second, Burst: 1e9}, // the largest allowed
 			"test": {Rate: 1e6, Per: time.Second, Burst: 1e9},
 		},

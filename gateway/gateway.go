@@ -28,6 +28,7 @@ import (
 	"github.com/keygate/keygate/auth"
 	"github.com/keygate/keygate/formctx"
 	"github.com/keygate/keygate/internal/clientip"
+	"github.com/keygate/keygate/policy"
 	"github.com/keygate/keygate/ratelimit"
 	"github.com/keygate/keygate/redact"
 )
@@ -42,7 +43,7 @@ type Authenticator interface {
 // Limiter decides whether the principal id may make a request now under
 // lim. An error means it cannot decide (503).
 type Limiter interface {
-	Allow(ctx context.Context, id string, lim ratelimit.Limit) (ratelimit.Decision, error)
+	Allow(ctx context.Context, id string, lim policy.Limit) (ratelimit.Decision, error)
 }
 
 // Deprecation announces the end of API keys on key-authenticated responses
@@ -68,7 +69,7 @@ type Config struct {
 	SpoolMemoryBytes int
 	SpoolDir         string
 	// Limits by env ("live", "test").
-	Limits map[string]ratelimit.Limit
+	Limits map[string]policy.Limit
 	// RateLimitStatus is sent when a limit refuses a request: 429 or 403.
 	RateLimitStatus int
 	// HSTS is the Strict-Transport-Security value for requests that came
@@ -89,6 +90,9 @@ type Config struct {
 	// MaxConcurrent caps one credential's requests in flight (per
 	// replica); past it the answer is RateLimitStatus. 0 means no cap.
 	MaxConcurrent int
+	// Operations matches a request to its operation for the permission
+	// check (see policy.Access); nil means the built-in operations.
+	Operations *policy.Operations
 }
 
 // Deps are the collaborators of a Gateway.
@@ -133,6 +137,7 @@ type Gateway struct {
 	concurrencyMsg string
 	smallHeld      atomic.Int64 // bytes of /sync bodies held by readSmall
 	bodyLimits     bodyLimits
+	ops            *policy.Operations
 }
 
 // New checks cfg and builds the handler chain once. Its errors name
@@ -162,6 +167,9 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 		return nil, errors.New("gateway: Config.BodyIdleTimeout, Config.MinBodyRate and Config.MaxConcurrent must not be negative")
 	}
 	g.concurrency = ratelimit.NewConcurrency(cfg.MaxConcurrent)
+	if g.ops = cfg.Operations; g.ops == nil {
+		g.ops = policy.BuiltinOperations()
+	}
 	g.bodyLimits = bodyLimits{timeout: cfg.BodyIdleTimeout, rate: cfg.MinBodyRate}
 	g.idleMsg, g.slowMsg, g.concurrencyMsg = idleMessage(cfg.BodyIdleTimeout), slowMessage(cfg.MinBodyRate), concurrencyMessage(cfg.MaxConcurrent)
 	if g.log == nil {
@@ -301,6 +309,9 @@ func (g *Gateway) serve(w *recorder, r *http.Request, st *state) refusal {
 		w.Header().Set("Allow", http.MethodPost)
 		return refusal{kind: refSyncMethod}
 	}
+	if f := g.permitted(r, st, &p); f.refused() {
+		return f
+	}
 
 	if f := g.acquire(w, p); f.refused() {
 		return f
@@ -377,6 +388,26 @@ func (g *Gateway) serve(w *recorder, r *http.Request, st *state) refusal {
 		r.Body = &watchedBody{rc: http.MaxBytesReader(w.ResponseWriter, r.Body, g.cfg.MaxBodyBytes), st: st}
 	}
 	g.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), stateKey{}, st)))
+	return refusal{}
+}
+
+// permitted is the policy check: the client address against the key's
+// and its consumer's allowed_cidrs, then the request's operation against
+// the key's permissions, its consumer's and its plan's features, all
+// resolved when the key loaded (policy.Access). It reads no body and
+// comes before the limiter, so a refused request spends no token.
+func (g *Gateway) permitted(r *http.Request, st *state, p *auth.Principal) refusal {
+	if p.Access == nil {
+		return refusal{}
+	}
+	switch p.Access.Decide(g.ops.Match(r.Method, r.URL.EscapedPath()), st.client) {
+	case policy.DenyAddress:
+		return refusal{kind: refForbiddenAddress}
+	case policy.DenyOperation:
+		return refusal{kind: refForbiddenOperation}
+	case policy.DenyPlan:
+		return refusal{kind: refForbiddenPlan}
+	}
 	return refusal{}
 }
 

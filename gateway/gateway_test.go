@@ -20,6 +20,7 @@ import (
 	"github.com/keygate/keygate/auth"
 	"github.com/keygate/keygate/gateway"
 	"github.com/keygate/keygate/internal/testsupport/keystoretest"
+	"github.com/keygate/keygate/policy"
 	"github.com/keygate/keygate/ratelimit"
 	"github.com/keygate/keygate/standin"
 )
@@ -300,9 +301,9 @@ func TestRateLimitAndQuota(t *testing.T) {
 	for _, status := range []int{429, 403} {
 		t.Run(fmt.Sprint("status ", status), func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, envOpts{rlStatus: status, limits: map[string]ratelimit.Limit{
+			e := newEnv(t, envOpts{rlStatus: status, limits: map[string]policy.Limit{
 				"live": {Rate: 1, Per: time.Hour, Burst: 2},
-				"test": {Rate: 1000, Per: time.Second, Burst: 1000, Quota: ratelimit.Quota{Requests: 3, Per: time.Hour}},
+				"test": {Rate: 1000, Per: time.Second, Burst: 1000, Quota: policy.Quota{Requests: 3, Per: time.Hour}},
 			}})
 			for i := 0; i < 2; i++ {
 				r := e.sync(e.LiveKey, ctxA)
@@ -424,7 +425,7 @@ func (okAuth) Authenticate(*http.Request) (auth.Verdict, error) {
 
 type brokenLimiter struct{}
 
-func (brokenLimiter) Allow(context.Context, string, ratelimit.Limit) (ratelimit.Decision, error) {
+func (brokenLimiter) Allow(context.Context, string, policy.Limit) (ratelimit.Decision, error) {
 	return ratelimit.Decision{}, ratelimit.ErrUnavailable
 }
 
@@ -436,7 +437,7 @@ func TestBackendFailuresAre503(t *testing.T) {
 	var hits atomic.Int64
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
 	defer up.Close()
-	limits := map[string]ratelimit.Limit{"live": {Rate: 1, Per: time.Second, Burst: 1}, "test": {Rate: 1, Per: time.Second, Burst: 1}}
+	limits := map[string]policy.Limit{"live": {Rate: 1, Per: time.Second, Burst: 1}, "test": {Rate: 1, Per: time.Second, Burst: 1}}
 	for _, c := range []struct {
 		name    string
 		auth    gateway.Authenticator

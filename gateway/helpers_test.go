@@ -17,9 +17,11 @@ import (
 
 	"github.com/keygate/keygate/auth"
 	"github.com/keygate/keygate/gateway"
+	"github.com/keygate/keygate/internal/clientip"
 	"github.com/keygate/keygate/internal/testsupport/keystoretest"
 	"github.com/keygate/keygate/internal/testsupport/testkit"
 	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/policy"
 	"github.com/keygate/keygate/ratelimit"
 	"github.com/keygate/keygate/standin"
 	"go.uber.org/zap"
@@ -47,7 +49,7 @@ type env struct {
 }
 
 type envOpts struct {
-	limits      map[string]ratelimit.Limit
+	limits      map[string]policy.Limit
 	maxBody     int64
 	extraction  []string // override targets
 	registry    []string
@@ -66,6 +68,10 @@ type envOpts struct {
 	limiter     gateway.Limiter // nil: a Local limiter
 	store       auth.KeyLookup  // nil: the file keystore holding the keys below
 	logger      *zap.Logger
+	registryH   http.Handler            // nil: the registry stand-in
+	resolver    *policy.Resolver        // resolves keys' limits and permissions; nil: none
+	trusted     clientip.TrustedProxies // server.trusted_proxies
+	setup       func(e *env)            // changes the keystore file before the store opens
 }
 
 func newEnv(t *testing.T, o envOpts) *env {
@@ -77,7 +83,11 @@ func newEnv(t *testing.T, o envOpts) *env {
 	}
 	e.Extraction = httptest.NewServer(eh)
 	t.Cleanup(e.Extraction.Close)
-	e.Registry = httptest.NewServer(standin.Handler{Name: "registry"})
+	var rh http.Handler = standin.Handler{Name: "registry"}
+	if o.registryH != nil {
+		rh = o.registryH
+	}
+	e.Registry = httptest.NewServer(rh)
 	t.Cleanup(e.Registry.Close)
 
 	path := filepath.Join(t.TempDir(), "keys.yaml")
@@ -91,6 +101,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 		return k, rec
 	}
 	var rec keystore.Record
+	var err error
 	e.LiveKey, rec = issue(keystore.Extraction, keystore.Live, ctxA, 0)
 	e.LiveID = rec.ID
 	e.TestKey, _ = issue(keystore.Extraction, keystore.Test, ctxA, 0)
@@ -107,7 +118,18 @@ func newEnv(t *testing.T, o envOpts) *env {
 		t.Fatal(err)
 	}
 
-	store := keystoretest.OpenFile(t, path)
+	if o.setup != nil {
+		o.setup(e)
+	}
+	var store *keystore.FileStore
+	if o.resolver != nil {
+		if store, err = keystore.OpenFile(keystore.FileConfig{Path: path, Limits: o.resolver}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = store.Close() })
+	} else {
+		store = keystoretest.OpenFile(t, path)
+	}
 	e.Store = store
 	var lookup auth.KeyLookup = store
 	if o.store != nil {
@@ -119,9 +141,9 @@ func newEnv(t *testing.T, o envOpts) *env {
 	}
 	limits := o.limits
 	if limits == nil {
-		limits = map[string]ratelimit.Limit{
+		limits = map[string]policy.Limit{
 			"live": {Rate: 1000, Per: time.Second, Burst: 1000},
-			"test": {Rate: 1000, Per: time.Second, Burst: 1000, Quota: ratelimit.Quota{Requests: 1000, Per: 24 * time.Hour}},
+			"test": {Rate: 1000, Per: time.Second, Burst: 1000, Quota: policy.Quota{Requests: 1000, Per: 24 * time.Hour}},
 		}
 	}
 	if o.maxBody == 0 {
@@ -154,6 +176,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 		BodyIdleTimeout:  o.bodyIdle,
 		MaxConcurrent:    o.concurrent,
 		MinBodyRate:      o.minRate,
+		TrustedProxies:   o.trusted,
 	}, gateway.Deps{Auth: keys, Limiter: limiter, Failures: o.failures, Usage: o.usage, Logger: o.logger})
 	if err != nil {
 		t.Fatal(err)

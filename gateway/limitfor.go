@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"github.com/keygate/keygate/auth"
-	"github.com/keygate/keygate/ratelimit"
+	"github.com/keygate/keygate/policy"
 )
 
 // limitFor is the limit and the limiter id (bucket) of p: the effective
@@ -12,7 +12,7 @@ import (
 // consumer), past any override that has expired, or else the env default
 // under the principal's own id. It looks nothing up; the clock is read
 // only when an override is due to expire.
-func (g *Gateway) limitFor(p *auth.Principal) (ratelimit.Limit, string) {
+func (g *Gateway) limitFor(p *auth.Principal) (policy.Limit, string) {
 	if e := p.Limits; e != nil {
 		if e.Next != nil {
 			e = e.At(time.Now())

@@ -9,6 +9,7 @@ import (
 
 	"github.com/keygate/keygate/auth"
 	"github.com/keygate/keygate/gateway"
+	"github.com/keygate/keygate/policy"
 	"github.com/keygate/keygate/ratelimit"
 )
 
@@ -21,10 +22,10 @@ func (a fixedAuth) Authenticate(*http.Request) (auth.Verdict, error) {
 // refuser refuses every request and remembers what it was asked.
 type refuser struct {
 	id  string
-	lim ratelimit.Limit
+	lim policy.Limit
 }
 
-func (r *refuser) Allow(_ context.Context, id string, lim ratelimit.Limit) (ratelimit.Decision, error) {
+func (r *refuser) Allow(_ context.Context, id string, lim policy.Limit) (ratelimit.Decision, error) {
 	r.id, r.lim = id, lim
 	return ratelimit.Decision{Reason: ratelimit.ReasonRate, Limit: int64(lim.Burst), RetryAfter: time.Second}, nil
 }
@@ -35,20 +36,20 @@ func (r *refuser) Allow(_ context.Context, id string, lim ratelimit.Limit) (rate
 // principal's own id when nothing was resolved (OAuth 2.0).
 func TestLimitComesFromThePrincipal(t *testing.T) {
 	t.Parallel()
-	envs := map[string]ratelimit.Limit{
+	envs := map[string]policy.Limit{
 		"live": {Rate: 50, Per: time.Second, Burst: 100},
 		"test": {Rate: 5, Per: time.Second, Burst: 10},
 	}
-	granted := &ratelimit.Effective{Limit: ratelimit.Limit{Rate: 500, Per: time.Second, Burst: 900}, ID: "con_c"}
-	expired := &ratelimit.Effective{
-		Limit: ratelimit.Limit{Rate: 999, Per: time.Second, Burst: 999}, ID: "key_a", Until: time.Now().Add(-time.Second),
-		Next: &ratelimit.Effective{Limit: ratelimit.Limit{Rate: 200, Per: time.Second, Burst: 400}, ID: "key_a"},
+	granted := &policy.Effective{Limit: policy.Limit{Rate: 500, Per: time.Second, Burst: 900}, ID: "con_c"}
+	expired := &policy.Effective{
+		Limit: policy.Limit{Rate: 999, Per: time.Second, Burst: 999}, ID: "key_a", Until: time.Now().Add(-time.Second),
+		Next: &policy.Effective{Limit: policy.Limit{Rate: 200, Per: time.Second, Burst: 400}, ID: "key_a"},
 	}
 	for _, c := range []struct {
 		name   string
 		p      auth.Principal
 		wantID string
-		want   ratelimit.Limit
+		want   policy.Limit
 	}{
 		{"resolved, consumer bucket", auth.Principal{ID: "key_a", Env: "live", Limits: granted}, "con_c", granted.Limit},
 		{"expired grant falls back", auth.Principal{ID: "key_a", Env: "live", Limits: expired}, "key_a", expired.Next.Limit},

@@ -12,6 +12,7 @@ import (
 	"github.com/keygate/keygate/auth"
 	"github.com/keygate/keygate/gateway"
 	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/policy"
 	"github.com/keygate/keygate/ratelimit"
 	"github.com/keygate/keygate/usage"
 )
@@ -26,9 +27,9 @@ func BenchmarkRequestPathResolvedLimit(b *testing.B) {
 		w.WriteHeader(200)
 	}))
 	b.Cleanup(up.Close)
-	// The largest limits ratelimit.CheckFields allows: nothing is refused.
-	envs := map[string]ratelimit.Limit{"live": {Rate: 1e6, Per: time.Second, Burst: 5e8}, "test": {Rate: 1e6, Per: time.Second, Burst: 5e8}}
-	res, err := ratelimit.NewResolver(envs, map[string]ratelimit.Plan{"big": {Limit: ratelimit.Limit{Rate: 1e6, Per: time.Second, Burst: 5e8}}})
+	// The largest limits policy.CheckFields allows: nothing is refused.
+	envs := map[string]policy.Limit{"live": {Rate: 1e6, Per: time.Second, Burst: 5e8}, "test": {Rate: 1e6, Per: time.Second, Burst: 5e8}}
+	res, err := policy.NewResolver(envs, map[string]policy.Plan{"big": {Limit: policy.Limit{Rate: 1e6, Per: time.Second, Burst: 5e8}}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -44,7 +45,7 @@ func BenchmarkRequestPathResolvedLimit(b *testing.B) {
 		b.Fatal(err)
 	}
 	if _, err := admin.UpdateKey(ctx, rec.ID, func(r keystore.Record) (keystore.Record, error) {
-		r.Override = &ratelimit.Override{Burst: 1e9, Until: time.Now().Add(time.Hour)}
+		r.Override = &policy.Override{Burst: 1e9, Until: time.Now().Add(time.Hour)}
 		return r, nil
 	}); err != nil {
 		b.Fatal(err)

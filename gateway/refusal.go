@@ -24,6 +24,9 @@ const (
 	refClientGone // the client left during the key or limiter check
 	refNotFound
 	refWrongProduct
+	refForbiddenAddress
+	refForbiddenOperation
+	refForbiddenPlan
 	refConcurrency
 	refRate
 	refQuota
@@ -78,6 +81,9 @@ var refusals = [numRefusalKinds]refusalSpec{
 	refClientGone:         {status: StatusClientClosedRequest, message: "client closed request", label: "client_gone", reason: "client_gone"},
 	refNotFound:           {status: http.StatusNotFound, message: "no such endpoint", label: "not_found", reason: "not_found"},
 	refWrongProduct:       {status: http.StatusForbidden, message: "Forbidden: this credential is not valid for this product", counted: true, outcome: usage.RefusedProduct, label: "wrong_product", reason: "wrong_product"},
+	refForbiddenAddress:   {status: http.StatusForbidden, message: "Forbidden: requests from this address are not allowed for this key", counted: true, outcome: usage.ForbiddenAddress, label: "forbidden_address", reason: "forbidden_address"},
+	refForbiddenOperation: {status: http.StatusForbidden, message: "Forbidden: this key lacks permission for this operation", counted: true, outcome: usage.ForbiddenOperation, label: "forbidden_operation", reason: "forbidden_operation"},
+	refForbiddenPlan:      {status: http.StatusForbidden, message: "Forbidden: your plan does not include this operation", counted: true, outcome: usage.ForbiddenPlan, label: "forbidden_plan", reason: "forbidden_plan"},
 	refConcurrency:        {status: statusRateLimit, limited: true, message: "Rate Limited: too many concurrent requests for this credential; retry when one finishes", counted: true, outcome: usage.RefusedConcurrency, label: "concurrency", reason: "concurrency"},
 	refRate:               {status: statusRateLimit, limited: true, message: "Rate Limited: too many requests, back off and retry", counted: true, outcome: usage.RefusedRate, label: "rate", reason: "rate"},
 	refQuota:              {status: statusRateLimit, limited: true, message: "Rate Limited: usage quota exhausted", counted: true, outcome: usage.RefusedQuota, label: "quota", reason: "quota"},

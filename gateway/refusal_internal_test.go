@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/keygate/keygate/auth"
+	"github.com/keygate/keygate/policy"
 	"github.com/keygate/keygate/ratelimit"
 	"github.com/keygate/keygate/usage"
 )
@@ -37,6 +38,12 @@ func outcomeCount(c usage.Counts, o usage.Outcome) int64 {
 		return c.Product
 	case usage.RefusedConcurrency:
 		return c.Concurrency
+	case usage.ForbiddenOperation:
+		return c.ForbiddenOperation
+	case usage.ForbiddenPlan:
+		return c.ForbiddenPlan
+	case usage.ForbiddenAddress:
+		return c.ForbiddenAddress
 	}
 	panic(fmt.Sprintf("outcome %d", o))
 }
@@ -60,7 +67,7 @@ func TestEveryRefusalKindReachesItsOutcomeAndLabel(t *testing.T) {
 			Registry:   UpstreamConfig{Targets: []string{"http://127.0.0.1:1"}},
 		},
 		MaxBodyBytes:    1 << 20,
-		Limits:          map[string]ratelimit.Limit{"live": {Rate: 1, Per: time.Second, Burst: 1}, "test": {Rate: 1, Per: time.Second, Burst: 1}},
+		Limits:          map[string]policy.Limit{"live": {Rate: 1, Per: time.Second, Burst: 1}, "test": {Rate: 1, Per: time.Second, Burst: 1}},
 		RateLimitStatus: http.StatusForbidden, // the configured limit status, not 429
 	}, Deps{Auth: noAuth{}, Limiter: ratelimit.NewLocal(ratelimit.LocalConfig{}), Metrics: m, Usage: counters, Logger: zap.New(core)})
 	if err != nil {
@@ -126,7 +133,7 @@ func TestEveryRefusalKindReachesItsOutcomeAndLabel(t *testing.T) {
 			c := got[0].Counts
 			c.BytesIn = 0
 			var total int64
-			for o := usage.Admitted; o <= usage.RefusedConcurrency; o++ {
+			for o := usage.Admitted; o <= usage.ForbiddenAddress; o++ {
 				total += outcomeCount(c, o)
 			}
 			if outcomeCount(c, spec.outcome) != 1 || total != 1 {

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keygate/keygate/ratelimit"
+	"github.com/keygate/keygate/policy"
 	"github.com/keygate/keygate/usage"
 )
 
@@ -14,9 +14,9 @@ import (
 func TestUsageOutcomes(t *testing.T) {
 	t.Parallel()
 	c := usage.NewCounters(0)
-	e := newEnv(t, envOpts{usage: c, limits: map[string]ratelimit.Limit{
+	e := newEnv(t, envOpts{usage: c, limits: map[string]policy.Limit{
 		"live": {Rate: 1, Per: time.Hour, Burst: 2},
-		"test": {Rate: 1000, Per: time.Second, Burst: 1000, Quota: ratelimit.Quota{Requests: 1, Per: time.Hour}},
+		"test": {Rate: 1000, Per: time.Second, Burst: 1000, Quota: policy.Quota{Requests: 1, Per: time.Hour}},
 	}})
 	before := time.Now()
 	if r := e.sync(e.LiveKey, ctxA); r.Status != 200 {

@@ -22,6 +22,9 @@ type ConsumerSpec struct {
 	// Plan names an entry of ratelimit.plans; "" for none.
 	Plan   string
 	Limits LimitUpdate // an override to start with; its Plan is ignored
+	// Access narrows its keys' permissions and addresses; its
+	// ClearAllowedCIDRs is ignored.
+	Access AccessUpdate
 }
 
 // CreateConsumer creates a consumer with a new id.
@@ -67,7 +70,13 @@ func (s *Service) newConsumer(spec ConsumerSpec, lu LimitUpdate, changes map[str
 	if err := s.checkLimits(lu); err != nil {
 		return keystore.Consumer{}, err
 	}
+	acc := spec.Access
+	acc.ClearAllowedCIDRs = false
+	if err := s.prepareAccess("", &acc); err != nil {
+		return keystore.Consumer{}, err
+	}
 	c := keystore.Consumer{Name: spec.Name, Metadata: spec.Metadata, Contexts: spec.Contexts, AnyContext: spec.AnyContext}
+	c.Permissions, c.AllowedCIDRs = acc.apply(nil, nil, changes)
 	var err error
 	if c.Plan, c.Override, err = lu.apply("", nil, s.now(), changes); err != nil {
 		return keystore.Consumer{}, err
@@ -124,6 +133,8 @@ type ConsumerUpdate struct {
 	// with it to drop them).
 	AnyContext *bool
 	Limits     LimitUpdate
+	// Access narrows its keys' permissions and addresses.
+	Access AccessUpdate
 }
 
 // UpdateConsumer changes the consumer with id. A change of its plan or
@@ -133,11 +144,14 @@ func (s *Service) UpdateConsumer(ctx context.Context, a Actor, id string, u Cons
 	if err := checkActor(a); err != nil {
 		return keystore.Consumer{}, err
 	}
-	if u.Name == nil && len(u.Metadata) == 0 && u.Contexts == nil && u.AnyContext == nil && u.Limits.IsZero() {
+	if u.Name == nil && len(u.Metadata) == 0 && u.Contexts == nil && u.AnyContext == nil && u.Limits.IsZero() && u.Access.IsZero() {
 		return keystore.Consumer{}, invalid("nothing to update")
 	}
 	changes := map[string]string{}
 	err := s.checkLimits(u.Limits)
+	if err == nil {
+		err = s.prepareAccess("", &u.Access)
+	}
 	if err == nil && u.Name != nil {
 		err = CheckText("name", *u.Name)
 	}
@@ -190,6 +204,7 @@ func (s *Service) UpdateConsumer(ctx context.Context, a Actor, id string, u Cons
 			}
 			var err error
 			c.Plan, c.Override, err = u.Limits.apply(c.Plan, c.Override, now, changes)
+			c.Permissions, c.AllowedCIDRs = u.Access.apply(c.Permissions, c.AllowedCIDRs, changes)
 			return c, err
 		})
 	}

@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/keygate/keygate/keystore"
-	"github.com/keygate/keygate/ratelimit"
+	"github.com/keygate/keygate/policy"
 )
 
 // Store is what keyops needs from a keystore backend: its admin
@@ -81,7 +81,7 @@ type Config struct {
 	Store Store
 	// Limits resolves and explains limits; plan names are checked
 	// against it. Required.
-	Limits *ratelimit.Resolver
+	Limits *policy.Resolver
 	// Auditor receives every change; nil means NopAuditor.
 	Auditor Auditor
 	// Now is the clock; nil means time.Now.
@@ -99,7 +99,7 @@ type Config struct {
 // far as its Store is (both keystore admins are, also across processes).
 type Service struct {
 	store   Store
-	limits  *ratelimit.Resolver
+	limits  *policy.Resolver
 	auditor Auditor
 	now     func() time.Time
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/keygate/keygate/keyops"
 	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/policy"
 	"github.com/keygate/keygate/ratelimit"
 )
 
@@ -20,9 +21,9 @@ const ctxA = "6f1c2d3e-4a5b-4c6d-8e7f-90a1b2c3d4e5"
 func newService(t *testing.T) (*keyops.Service, *audittest.Recorder) {
 	t.Helper()
 	cfg := ratelimit.DefaultConfig()
-	cfg.Plans = map[string]ratelimit.Plan{
-		"pro":  {Limit: ratelimit.Limit{Rate: 200, Per: time.Second, Burst: 400, Quota: ratelimit.Quota{Requests: 50000, Per: 24 * time.Hour}}},
-		"team": {Limit: ratelimit.Limit{Rate: 20, Per: time.Second, Burst: 20}, Scope: ratelimit.ScopeConsumer},
+	cfg.Plans = map[string]policy.Plan{
+		"pro":  {Limit: policy.Limit{Rate: 200, Per: time.Second, Burst: 400, Quota: policy.Quota{Requests: 50000, Per: 24 * time.Hour}}},
+		"team": {Limit: policy.Limit{Rate: 20, Per: time.Second, Burst: 20}, Scope: policy.ScopeConsumer},
 	}
 	res, err := cfg.Resolver()
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/keygate/keygate/keystore"
@@ -23,8 +24,25 @@ func (s *Service) IssueKey(ctx context.Context, a Actor, req keystore.IssueReque
 	if req.ExpiresIn > 0 {
 		changes["expires_in"] = req.ExpiresIn.String()
 	}
+	if req.Permissions != nil {
+		changes["permissions"] = strings.Join(req.Permissions, ",")
+	}
 	if err := CheckText("name", req.Name); err != nil {
 		return "", keystore.Record{}, s.audit(ctx, a, "key.issue", "", changes, err)
+	}
+	if req.Permissions != nil && len(req.Permissions) == 0 {
+		req.Permissions = nil // the default: every operation of the product
+	}
+	if err := s.checkPermissions(string(req.Product), req.Permissions); err != nil {
+		return "", keystore.Record{}, s.audit(ctx, a, "key.issue", "", changes, err)
+	}
+	if req.AllowedCIDRs != nil {
+		cidrs, err := normalizeCIDRs(req.AllowedCIDRs)
+		if err != nil {
+			return "", keystore.Record{}, s.audit(ctx, a, "key.issue", "", changes, err)
+		}
+		req.AllowedCIDRs = cidrs
+		changes["allowed_cidrs"] = strings.Join(cidrs, ",")
 	}
 	if err := req.Validate(); err != nil {
 		return "", keystore.Record{}, s.audit(ctx, a, "key.issue", "", changes, asInvalid(err))
@@ -86,6 +104,11 @@ type KeyDetail struct {
 	keystore.RecordView
 	// Limit is the effective limit now and where each field came from.
 	Limit *Limit `json:"effective_limit"`
+	// Permissions are the operations of the key's product, each with
+	// whether the key may perform it and the sources that grant or
+	// withhold it (key, consumer, plan); Allowed lists the permitted ones.
+	Permissions []Permission `json:"effective_permissions"`
+	Allowed     []string     `json:"allowed_operations"`
 	// Warnings name what the limit ignores: a plan no longer configured,
 	// a consumer that was deleted, an override that has expired.
 	Warnings []string `json:"warnings,omitempty"`
@@ -109,6 +132,7 @@ func (s *Service) ShowKey(ctx context.Context, id string) (KeyDetail, error) {
 	}
 	now := s.now()
 	d := KeyDetail{RecordView: rec.View(now), Limit: s.explain(rec, con, now)}
+	d.Permissions, d.Allowed = permissionsOf(s.limits.Resolve(keystore.Subject(rec, con), now), string(rec.Product))
 	if rec.Consumer != "" && con == nil {
 		d.Warnings = append(d.Warnings, "consumer "+rec.Consumer+" no longer exists; its plan and override do not apply")
 	}
@@ -134,6 +158,7 @@ type KeyUpdate struct {
 	// never.
 	ExpiresAt *time.Time
 	Limits    LimitUpdate
+	Access    AccessUpdate
 }
 
 // UpdateKey changes the name, expiry, plan or override of the key with
@@ -143,10 +168,16 @@ func (s *Service) UpdateKey(ctx context.Context, a Actor, id string, u KeyUpdate
 		return keystore.Record{}, err
 	}
 	changes := map[string]string{}
-	if u.Name == nil && u.ExpiresAt == nil && u.Limits.IsZero() {
+	if u.Name == nil && u.ExpiresAt == nil && u.Limits.IsZero() && u.Access.IsZero() {
 		return keystore.Record{}, invalid("nothing to update")
 	}
 	err := s.checkLimits(u.Limits)
+	if err == nil && !u.Access.IsZero() {
+		var rec keystore.Record
+		if rec, err = s.GetKey(ctx, id); err == nil {
+			err = s.prepareAccess(string(rec.Product), &u.Access)
+		}
+	}
 	if err == nil && u.Name != nil {
 		err = CheckText("name", *u.Name)
 	}
@@ -173,6 +204,7 @@ func (s *Service) UpdateKey(ctx context.Context, a Actor, id string, u KeyUpdate
 			}
 			var err error
 			r.Plan, r.Override, err = u.Limits.apply(r.Plan, r.Override, now, changes)
+			r.Permissions, r.AllowedCIDRs = u.Access.apply(r.Permissions, r.AllowedCIDRs, changes)
 			return r, err
 		})
 	}

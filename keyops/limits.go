@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/keygate/keygate/keystore"
-	"github.com/keygate/keygate/ratelimit"
+	"github.com/keygate/keygate/policy"
 )
 
 // LimitUpdate changes the plan and override of a key or a consumer. Nil
@@ -22,7 +22,7 @@ type LimitUpdate struct {
 	Rate  *float64
 	Per   *time.Duration
 	Burst *int
-	Quota *ratelimit.Quota
+	Quota *policy.Quota
 	// Until sets when the whole override stops applying (a temporary
 	// grant); the zero time makes it permanent. Without it, an update
 	// keeps the override's expiry, unless that has passed: setting a
@@ -46,7 +46,7 @@ func (s *Service) checkLimits(u LimitUpdate) error {
 			return invalid("plan: %v", err)
 		}
 	}
-	if err := ratelimit.CheckFields(ratelimit.Fields{Rate: u.Rate, Per: u.Per, Burst: u.Burst, Quota: u.Quota, NoQuotaOK: true}); err != nil {
+	if err := policy.CheckFields(policy.Fields{Rate: u.Rate, Per: u.Per, Burst: u.Burst, Quota: u.Quota, NoQuotaOK: true}); err != nil {
 		return asInvalid(err)
 	}
 	if u.Until != nil && !u.Until.IsZero() && !u.Until.After(s.now()) {
@@ -56,12 +56,12 @@ func (s *Service) checkLimits(u LimitUpdate) error {
 }
 
 // apply returns plan and override after u, and the changes for the audit.
-func (u LimitUpdate) apply(plan string, o *ratelimit.Override, now time.Time, changes map[string]string) (string, *ratelimit.Override, error) {
+func (u LimitUpdate) apply(plan string, o *policy.Override, now time.Time, changes map[string]string) (string, *policy.Override, error) {
 	if u.Plan != nil {
 		plan = *u.Plan
 		changes["plan"] = plan
 	}
-	var next ratelimit.Override
+	var next policy.Override
 	if o != nil && !u.ClearOverride && (o.Until.IsZero() || now.Before(o.Until) || !u.setsOverride()) {
 		next = *o
 	}
@@ -135,14 +135,14 @@ func (s *Service) explain(rec keystore.Record, con *keystore.Consumer, now time.
 	return describe(s.limits.Resolve(sub, now), sub)
 }
 
-func describe(e *ratelimit.Effective, sub ratelimit.Subject) *Limit {
-	name := func(src ratelimit.Source) string {
+func describe(e *policy.Effective, sub policy.Subject) *Limit {
+	name := func(src policy.Source) string {
 		switch src {
-		case ratelimit.FromKeyPlan:
+		case policy.FromKeyPlan:
 			return string(src) + " " + sub.KeyPlan
-		case ratelimit.FromConsumerPlan:
+		case policy.FromConsumerPlan:
 			return string(src) + " " + sub.ConsumerPlan
-		case ratelimit.FromEnvDefault:
+		case policy.FromEnvDefault:
 			return string(src) + " (" + sub.Env + ")"
 		}
 		return string(src)
@@ -163,13 +163,13 @@ func describe(e *ratelimit.Effective, sub ratelimit.Subject) *Limit {
 }
 
 // checkEffective holds the limits keys end up with, every source
-// combined, to the bounds of ratelimit.CheckFields: fields from different
+// combined, to the bounds of policy.CheckFields: fields from different
 // sources (a key's rate, its consumer's per) may each be in bounds and
 // not together. It checks rec (as it would be after the change) with con,
 // and its successors while overrides expire.
 func (s *Service) checkEffective(rec keystore.Record, con *keystore.Consumer, now time.Time) error {
 	for e := s.limits.Resolve(keystore.Subject(rec, con), now); e != nil; e = e.Next {
-		if err := ratelimit.CheckFields(ratelimit.WholeLimit(e.Limit)); err != nil {
+		if err := policy.CheckFields(policy.WholeLimit(e.Limit)); err != nil {
 			return invalid("key %s would get a limit out of bounds, its plan, overrides and defaults combined: %v", rec.ID, err)
 		}
 	}

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/keygate/keygate/keystore"
-	"github.com/keygate/keygate/ratelimit"
+	"github.com/keygate/keygate/policy"
 	"github.com/keygate/keygate/usage"
 )
 
@@ -195,7 +195,7 @@ func (s *Service) readUsage(ctx context.Context, id string, ids []string, since 
 	return u, nil
 }
 
-func (s *Service) quota(ctx context.Context, sub ratelimit.Subject) (*QuotaStatus, error) {
+func (s *Service) quota(ctx context.Context, sub policy.Subject) (*QuotaStatus, error) {
 	e := s.limits.Resolve(sub, s.now())
 	q := &QuotaStatus{Limit: e.Limit.Quota.String(), Bucket: e.ID}
 	if !e.Limit.Quota.Enabled() {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/keygate/keygate/keyops"
 	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/policy"
 	"github.com/keygate/keygate/ratelimit"
 	"github.com/keygate/keygate/usage"
 )
@@ -21,8 +22,8 @@ func TestUsageOfKeysAndConsumers(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	cfg := ratelimit.DefaultConfig()
-	cfg.Plans = map[string]ratelimit.Plan{
-		"team": {Limit: ratelimit.Limit{Rate: 20, Per: time.Second, Burst: 20, Quota: ratelimit.Quota{Requests: 100, Per: 24 * time.Hour}}, Scope: ratelimit.ScopeConsumer},
+	cfg.Plans = map[string]policy.Plan{
+		"team": {Limit: policy.Limit{Rate: 20, Per: time.Second, Burst: 20, Quota: policy.Quota{Requests: 100, Per: 24 * time.Hour}}, Scope: policy.ScopeConsumer},
 	}
 	res, err := cfg.Resolver()
 	if err != nil {

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/keygate/keygate/ratelimit"
+	"github.com/keygate/keygate/policy"
 )
 
 // Errors of the consumer operations, for errors.Is.
@@ -27,7 +27,7 @@ var (
 
 // Consumer is a customer team or application that owns keys. Keys name
 // it by ID (Record.Consumer); its plan and override set the limits of
-// its keys that set none of their own (see ratelimit.Resolver). A
+// its keys that set none of their own (see policy.Resolver). A
 // Consumer is a plain value; its map and slices are not to be changed
 // once it is shared.
 type Consumer struct {
@@ -48,7 +48,13 @@ type Consumer struct {
 	// Plan names an entry of ratelimit.plans; "" means the env default.
 	Plan string `yaml:"plan,omitempty" json:"plan,omitempty"`
 	// Override replaces some of the plan's fields, possibly until a time.
-	Override *ratelimit.Override `yaml:"override,omitempty" json:"override,omitempty"`
+	Override *policy.Override `yaml:"override,omitempty" json:"override,omitempty"`
+	// Permissions, when not nil, narrow the operations its keys may
+	// perform (never widen them).
+	Permissions []string `yaml:"permissions,omitempty" json:"permissions,omitempty"`
+	// AllowedCIDRs are the client addresses its keys may be used from, in
+	// canonical form; empty means any.
+	AllowedCIDRs []string `yaml:"allowed_cidrs,omitempty" json:"allowed_cidrs,omitempty"`
 	// CreatedAt and UpdatedAt are when it was created and last changed.
 	CreatedAt time.Time `yaml:"created_at" json:"created_at"`
 	UpdatedAt time.Time `yaml:"updated_at,omitempty" json:"updated_at,omitzero"`
@@ -104,14 +110,36 @@ func ValidateConsumer(c Consumer) error {
 	if err := checkPlanOverride(c.Plan, c.Override); err != nil {
 		return err
 	}
-	return nil
+	return checkAccess(c.Permissions, c.AllowedCIDRs)
+}
+
+// maxAccessEntries bounds permissions and allowed_cidrs, so that a record
+// stays small.
+const maxAccessEntries = 64
+
+// checkAccess checks the shape of permissions (product:name, no repeat)
+// and allowed_cidrs (each a CIDR or address). That the operations are
+// configured is checked where the configuration is known (keyops).
+func checkAccess(perms, cidrs []string) error {
+	if len(perms) > maxAccessEntries || len(cidrs) > maxAccessEntries {
+		return fmt.Errorf("permissions, allowed_cidrs: at most %d entries each", maxAccessEntries)
+	}
+	seen := make(map[string]bool, len(perms))
+	for i, p := range perms {
+		if !policy.ValidOperationName(p) || seen[p] {
+			return fmt.Errorf("permissions[%d]: must be an operation such as registry:read, each once, got %q", i, p)
+		}
+		seen[p] = true
+	}
+	_, err := policy.ParseCIDRs("allowed_cidrs", cidrs)
+	return err
 }
 
 // checkPlanOverride checks the shape of a plan name and an override. That
 // the plan is configured is checked where the configuration is known
 // (package keyops): a store outlives config changes.
-func checkPlanOverride(plan string, o *ratelimit.Override) error {
-	if plan != "" && !ratelimit.ValidPlanName(plan) {
+func checkPlanOverride(plan string, o *policy.Override) error {
+	if plan != "" && !policy.ValidPlanName(plan) {
 		return fmt.Errorf("plan: must be 1 to 63 characters of [a-z0-9_-], got %q", plan)
 	}
 	if o != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/keygate/keygate/internal/testsupport/redistest"
 	"github.com/keygate/keygate/internal/testsupport/testkit"
 	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/policy"
 	"github.com/keygate/keygate/ratelimit"
 )
 
@@ -21,12 +22,12 @@ type lookupStore interface {
 	Lookup(ctx context.Context, h keystore.Hash) (keystore.Record, bool, error)
 }
 
-func testLimits(t *testing.T) *ratelimit.Resolver {
+func testLimits(t *testing.T) *policy.Resolver {
 	t.Helper()
 	cfg := ratelimit.DefaultConfig()
-	cfg.Plans = map[string]ratelimit.Plan{
-		"team": {Limit: ratelimit.Limit{Rate: 20, Per: time.Second, Burst: 20, Quota: ratelimit.Quota{Requests: 30, Per: time.Hour}}, Scope: ratelimit.ScopeConsumer},
-		"pro":  {Limit: ratelimit.Limit{Rate: 200, Per: time.Second, Burst: 400}},
+	cfg.Plans = map[string]policy.Plan{
+		"team": {Limit: policy.Limit{Rate: 20, Per: time.Second, Burst: 20, Quota: policy.Quota{Requests: 30, Per: time.Hour}}, Scope: policy.ScopeConsumer},
+		"pro":  {Limit: policy.Limit{Rate: 200, Per: time.Second, Burst: 400}},
 	}
 	r, err := cfg.Resolver()
 	if err != nil {
@@ -95,39 +96,39 @@ func TestConsumersOnEveryBackend(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			limit := func(s lookupStore) *ratelimit.Effective {
+			limit := func(s lookupStore) *policy.Effective {
 				r, ok, err := s.Lookup(ctx, keystore.HashKey(key))
 				if err != nil || !ok || r.Limits == nil {
 					return nil
 				}
 				return r.Limits
 			}
-			waitAll := func(what string, cond func(e *ratelimit.Effective) bool) {
+			waitAll := func(what string, cond func(e *policy.Effective) bool) {
 				t.Helper()
 				for _, s := range stores {
 					testkit.Eventually(t, time.Second, what, func() error { e := limit(s); return testkit.True(e != nil && cond(e), "limit now %+v", e) })
 				}
 			}
-			waitAll("the consumer's scope-consumer plan", func(e *ratelimit.Effective) bool {
-				return e.ID == con.ID && e.Limit.Quota.Requests == 30 && e.Sources.Rate == ratelimit.FromConsumerPlan
+			waitAll("the consumer's scope-consumer plan", func(e *policy.Effective) bool {
+				return e.ID == con.ID && e.Limit.Quota.Requests == 30 && e.Sources.Rate == policy.FromConsumerPlan
 			})
 			if _, err := admin.UpdateConsumer(ctx, con.ID, func(c keystore.Consumer) (keystore.Consumer, error) {
-				c.Override = &ratelimit.Override{Quota: &ratelimit.Quota{Requests: 60, Per: time.Hour}}
+				c.Override = &policy.Override{Quota: &policy.Quota{Requests: 60, Per: time.Hour}}
 				return c, nil
 			}); err != nil {
 				t.Fatal(err)
 			}
-			waitAll("the consumer's override", func(e *ratelimit.Effective) bool {
-				return e.ID == con.ID && e.Limit.Quota.Requests == 60 && e.Sources.Quota == ratelimit.FromConsumerOverride
+			waitAll("the consumer's override", func(e *policy.Effective) bool {
+				return e.ID == con.ID && e.Limit.Quota.Requests == 60 && e.Sources.Quota == policy.FromConsumerOverride
 			})
 			until := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
 			if _, err := admin.UpdateKey(ctx, rec.ID, func(r keystore.Record) (keystore.Record, error) {
-				r.Plan, r.Override = "pro", &ratelimit.Override{Rate: 500, Until: until}
+				r.Plan, r.Override = "pro", &policy.Override{Rate: 500, Until: until}
 				return r, nil
 			}); err != nil {
 				t.Fatal(err)
 			}
-			waitAll("the key's plan and temporary override", func(e *ratelimit.Effective) bool {
+			waitAll("the key's plan and temporary override", func(e *policy.Effective) bool {
 				return e.ID == rec.ID && e.Limit.Rate == 500 && e.Limit.Burst == 400 && e.Until.Equal(until) && e.Next != nil && e.Next.Limit.Rate == 200
 			})
 			if _, err := admin.UpdateKey(ctx, rec.ID, func(r keystore.Record) (keystore.Record, error) {
@@ -163,8 +164,8 @@ func TestConsumersOnEveryBackend(t *testing.T) {
 			}); err != nil {
 				t.Fatal(err)
 			}
-			waitAll("a deleted consumer counts as none", func(e *ratelimit.Effective) bool {
-				return e.ID == rec.ID && e.Limit.Rate == 50 && e.Sources.Rate == ratelimit.FromEnvDefault
+			waitAll("a deleted consumer counts as none", func(e *policy.Effective) bool {
+				return e.ID == rec.ID && e.Limit.Rate == 50 && e.Sources.Rate == policy.FromEnvDefault
 			})
 		})
 	}
@@ -182,7 +183,7 @@ func TestConsumerValidation(t *testing.T) {
 		{func(c *keystore.Consumer) { c.Name = "a\x01" }, "name:"},
 		{func(c *keystore.Consumer) { c.Contexts = []string{"nope"} }, "contexts[0]:"},
 		{func(c *keystore.Consumer) { c.Plan = "Pro Plan" }, "plan:"},
-		{func(c *keystore.Consumer) { c.Override = &ratelimit.Override{Rate: -1} }, "override.rate:"},
+		{func(c *keystore.Consumer) { c.Override = &policy.Override{Rate: -1} }, "override.rate:"},
 		{func(c *keystore.Consumer) { c.Metadata = map[string]string{"a=b": "x"} }, "metadata:"},
 	} {
 		x := ok
@@ -205,7 +206,7 @@ func TestRedisImportConsumers(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "keys.yaml")
 	fa := &keystore.FileAdmin{Path: path}
 	ctx := context.Background()
-	con, _ := keystore.NewConsumer(keystore.Consumer{Name: "Acme", Plan: "team", Override: &ratelimit.Override{Quota: &ratelimit.Quota{}}}, time.Now())
+	con, _ := keystore.NewConsumer(keystore.Consumer{Name: "Acme", Plan: "team", Override: &policy.Override{Quota: &policy.Quota{}}}, time.Now())
 	if err := fa.CreateConsumer(ctx, con); err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +226,7 @@ func TestRedisImportConsumers(t *testing.T) {
 		t.Fatalf("second import: %d %d %v", added, skipped, err)
 	}
 	got, err := admin.GetConsumer(ctx, con.ID)
-	if err != nil || got.Name != "Acme" || got.Override == nil || got.Override.Quota == nil || *got.Override.Quota != (ratelimit.Quota{}) {
+	if err != nil || got.Name != "Acme" || got.Override == nil || got.Override.Quota == nil || *got.Override.Quota != (policy.Quota{}) {
 		t.Errorf("imported: %+v %v", got, err)
 	}
 }

@@ -16,7 +16,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/keygate/keygate/ratelimit"
+	"github.com/keygate/keygate/policy"
 )
 
 // FileConfig configures a FileStore.
@@ -39,7 +39,7 @@ type FileConfig struct {
 	OnReload func(keys int, err error)
 	// Limits, when set, resolves each key's effective limit (its and its
 	// consumer's plan and override) at every load, into Record.Limits.
-	Limits *ratelimit.Resolver
+	Limits *policy.Resolver
 }
 
 // DefaultPollInterval is the poll interval when FileConfig.PollInterval is

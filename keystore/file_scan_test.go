@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keygate/keygate/ratelimit"
+	"github.com/keygate/keygate/policy"
 )
 
 // sameParse checks that the fast reader and yaml.v3 agree on data: both
@@ -49,7 +49,7 @@ func TestFastReaderMatchesYAML(t *testing.T) {
 	r2 := validRecord(t)
 	r2.ID, r2.Hash, r2.Name, r2.ExpiresAt = "key_00000000000000ff", HashKey("svc_live_other"), "two words", time.Date(2027, 1, 1, 0, 0, 0, 5, time.UTC)
 	r2.Plan = "pro"
-	r2.Override = &ratelimit.Override{Rate: 5, Per: time.Second}
+	r2.Override = &policy.Override{Rate: 5, Per: time.Second}
 	written, err := MarshalFile([]Record{r, r2})
 	if err != nil {
 		t.Fatal(err)

@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/keygate/keygate/ratelimit"
+	"github.com/keygate/keygate/policy"
 )
 
 // indexShards is the number of shards of an index. A shard is picked by
@@ -47,15 +47,25 @@ type entry struct {
 	id, name string
 	// expires is ExpiresAt in Unix nanoseconds; 0 means never. (An
 	// unknown status is 0 too, which Record.StateAt counts as revoked.)
-	expires                 int64
-	override                *ratelimit.Override
-	limits                  *ratelimit.Effective
+	expires int64
+	// extra holds what few keys have (an override, permissions, address
+	// rules); nil for a key with none, so the entry stays 80 bytes.
+	extra                   *entryExtra
+	limits                  *policy.Effective
 	context, consumer, plan uint32
 	// gen is the full pass that last saw the entry (see RedisStore).
 	gen     uint32
 	product uint8
 	env     uint8
 	status  uint8
+}
+
+// entryExtra is the part of a Record that most keys leave empty. It is
+// immutable once made.
+type entryExtra struct {
+	override     *policy.Override
+	permissions  []string
+	allowedCIDRs []string
 }
 
 // The small enums of entry.
@@ -111,12 +121,14 @@ func (x *index) compact(r Record, gen uint32) *entry {
 		context:  x.strs.number(r.Context),
 		consumer: x.strs.number(r.Consumer),
 		plan:     x.strs.number(r.Plan),
-		override: r.Override,
 		limits:   r.Limits,
 		product:  enumOf(products[:], r.Product),
 		env:      enumOf(envs[:], r.Env),
 		status:   enumOf(statuses[:], r.Status),
 		gen:      gen,
+	}
+	if r.Override != nil || len(r.Permissions) > 0 || len(r.AllowedCIDRs) > 0 {
+		e.extra = &entryExtra{override: r.Override, permissions: r.Permissions, allowedCIDRs: r.AllowedCIDRs}
 	}
 	if !r.ExpiresAt.IsZero() {
 		e.expires = r.ExpiresAt.UnixNano()
@@ -137,8 +149,10 @@ func (x *index) record(h Hash, e *entry) Record {
 		Status:   statuses[e.status],
 		Consumer: strs[e.consumer],
 		Plan:     strs[e.plan],
-		Override: e.override,
 		Limits:   e.limits,
+	}
+	if e.extra != nil {
+		r.Override, r.Permissions, r.AllowedCIDRs = e.extra.override, e.extra.permissions, e.extra.allowedCIDRs
 	}
 	if e.expires != 0 {
 		r.ExpiresAt = time.Unix(0, e.expires).UTC()

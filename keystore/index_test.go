@@ -3,11 +3,12 @@ package keystore
 import (
 	"crypto/rand"
 	"fmt"
+	"reflect"
 	"runtime"
 	"testing"
 	"time"
 
-	"github.com/keygate/keygate/ratelimit"
+	"github.com/keygate/keygate/policy"
 )
 
 func randomRecord(tb testing.TB, i int) Record {
@@ -26,7 +27,7 @@ func randomRecord(tb testing.TB, i int) Record {
 func TestIndexKeepsWhatTheRequestPathReads(t *testing.T) {
 	t.Parallel()
 	exp := time.Date(2027, 1, 2, 3, 4, 5, 600, time.UTC)
-	ov := &ratelimit.Override{}
+	ov := &policy.Override{}
 	cases := []struct {
 		name string
 		edit func(*Record)
@@ -35,6 +36,10 @@ func TestIndexKeepsWhatTheRequestPathReads(t *testing.T) {
 		{"revoked registry test", func(r *Record) { r.Product, r.Env, r.Status, r.Context = Registry, Test, Revoked, "" }},
 		{"rotated with expiry", func(r *Record) { r.Status, r.ExpiresAt = Rotated, exp }},
 		{"override and no consumer", func(r *Record) { r.Override, r.Consumer, r.Plan, r.Name = ov, "", "", "" }},
+		{"permissions and addresses", func(r *Record) {
+			r.Product, r.Context = Registry, ""
+			r.Permissions, r.AllowedCIDRs = []string{"registry:read"}, []string{"10.0.0.0/8", "2001:db8::/32"}
+		}},
 	}
 	x := newIndex()
 	for i, tc := range cases {
@@ -45,7 +50,7 @@ func TestIndexKeepsWhatTheRequestPathReads(t *testing.T) {
 			got, ok := x.get(r.Hash)
 			want := r
 			want.CreatedAt = time.Time{} // admin-only
-			if !ok || got != want {
+			if !ok || !reflect.DeepEqual(got, want) {
 				t.Errorf("get = %+v, %v\nwant %+v", got, ok, want)
 			}
 			if got.StateAt(time.Now()) != r.StateAt(time.Now()) {

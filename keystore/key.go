@@ -23,7 +23,7 @@
 //
 // A Consumer (a customer team or application) owns keys and is kept in the
 // same store. Keys and consumers may name a rate-limit plan and carry an
-// override; given a ratelimit.Resolver, both stores resolve each key's
+// override; given a policy.Resolver, both stores resolve each key's
 // effective limit whenever records or consumers load or change, so the
 // request path finds it in Record.Limits without a lookup. Package keyops
 // holds the operations on top of the admins.

@@ -3,15 +3,17 @@ package keystore
 import (
 	"time"
 
-	"github.com/keygate/keygate/ratelimit"
+	"github.com/keygate/keygate/policy"
 )
 
 // Subject is what rec's limit is resolved from: the key's plan and
 // override and, when con is not nil, its consumer's.
-func Subject(rec Record, con *Consumer) ratelimit.Subject {
-	s := ratelimit.Subject{KeyID: rec.ID, Env: string(rec.Env), KeyPlan: rec.Plan, KeyOverride: rec.Override}
+func Subject(rec Record, con *Consumer) policy.Subject {
+	s := policy.Subject{KeyID: rec.ID, Env: string(rec.Env), KeyPlan: rec.Plan, KeyOverride: rec.Override,
+		Products: []string{string(rec.Product)}, KeyPermissions: rec.Permissions, KeyCIDRs: rec.AllowedCIDRs}
 	if con != nil {
 		s.ConsumerID, s.ConsumerPlan, s.ConsumerOverride = con.ID, con.Plan, con.Override
+		s.ConsumerPermissions, s.ConsumerCIDRs = con.Permissions, con.AllowedCIDRs
 	}
 	return s
 }
@@ -21,7 +23,7 @@ func Subject(rec Record, con *Consumer) ratelimit.Subject {
 // resolves nothing per request. The zero value (no resolver) leaves
 // Limits nil: the gateway then applies the env default.
 type limitResolver struct {
-	res *ratelimit.Resolver
+	res *policy.Resolver
 }
 
 // resolve returns rec with Limits set from cons (consumers by id). A

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/keygate/keygate/ratelimit"
+	"github.com/keygate/keygate/policy"
 )
 
 // Status is the state of a key. Active, Revoked and Rotated are stored;
@@ -77,13 +77,19 @@ type Record struct {
 	Plan string `yaml:"plan,omitempty" json:"plan,omitempty"`
 	// Override replaces some fields of the key's limit, possibly until a
 	// time; nil for none.
-	Override *ratelimit.Override `yaml:"override,omitempty" json:"override,omitempty"`
+	Override *policy.Override `yaml:"override,omitempty" json:"override,omitempty"`
+	// Permissions are the operations the key may perform (see
+	// policy.Operations); nil means every operation of its product.
+	Permissions []string `yaml:"permissions,omitempty" json:"permissions,omitempty"`
+	// AllowedCIDRs are the client addresses the key may be used from, in
+	// canonical form (policy.NormalizeCIDRs); empty means any.
+	AllowedCIDRs []string `yaml:"allowed_cidrs,omitempty" json:"allowed_cidrs,omitempty"`
 
 	// Limits is the key's effective limit, resolved by the store that
-	// serves the record (when it was given a ratelimit.Resolver) from the
+	// serves the record (when it was given a policy.Resolver) from the
 	// key's and its consumer's plan and override. It is never stored; nil
 	// means the env default.
-	Limits *ratelimit.Effective `yaml:"-" json:"-"`
+	Limits *policy.Effective `yaml:"-" json:"-"`
 }
 
 // StateAt is the effective status of the key at now: Active, Revoked or
@@ -127,9 +133,13 @@ type RecordView struct {
 	// ReplacedBy is left out unless the key was rotated.
 	ReplacedBy string `json:"replaced_by,omitempty"`
 	// Consumer, Plan and Override are left out when not set.
-	Consumer string              `json:"consumer,omitempty"`
-	Plan     string              `json:"plan,omitempty"`
-	Override *ratelimit.Override `json:"override,omitempty"`
+	Consumer string           `json:"consumer,omitempty"`
+	Plan     string           `json:"plan,omitempty"`
+	Override *policy.Override `json:"override,omitempty"`
+	// Permissions and AllowedCIDRs are the key's own (nil: every
+	// operation of its product, any address).
+	Permissions  []string `json:"permissions,omitempty"`
+	AllowedCIDRs []string `json:"allowed_cidrs,omitempty"`
 }
 
 // View returns the record as list output shows it at now.
@@ -147,6 +157,8 @@ func (r Record) View(now time.Time) RecordView {
 		Consumer:     r.Consumer,
 		Plan:         r.Plan,
 		Override:     r.Override,
+		Permissions:  r.Permissions,
+		AllowedCIDRs: r.AllowedCIDRs,
 	}
 	if !r.ExpiresAt.IsZero() {
 		t := r.ExpiresAt
@@ -185,6 +197,11 @@ type IssueRequest struct {
 	// Consumer is the id of the consumer that owns the key; optional. The
 	// store checks that it exists and allows the context.
 	Consumer string
+	// Permissions and AllowedCIDRs are the record's; nil means every
+	// operation of the product, from any address. They are set at issue,
+	// so a restricted key is never briefly unrestricted.
+	Permissions  []string
+	AllowedCIDRs []string
 }
 
 // maxNameLen bounds Record.Name.
@@ -210,7 +227,7 @@ func (r IssueRequest) Validate() error {
 	if r.Consumer != "" && !ValidConsumerID(r.Consumer) {
 		return fmt.Errorf("consumer: must be a consumer id (con_...), got %q", r.Consumer)
 	}
-	return nil
+	return checkAccess(r.Permissions, r.AllowedCIDRs)
 }
 
 func checkContext(p Product, ctx string) error {
@@ -295,6 +312,9 @@ func ValidateRecord(r Record) error {
 	if r.Consumer != "" && !ValidConsumerID(r.Consumer) {
 		return fmt.Errorf("consumer: must be a consumer id (con_...), got %q", r.Consumer)
 	}
+	if err := checkAccess(r.Permissions, r.AllowedCIDRs); err != nil {
+		return err
+	}
 	return checkPlanOverride(r.Plan, r.Override)
 }
 
@@ -357,6 +377,9 @@ func NewRecord(req IssueRequest, now time.Time) (key string, rec Record, err err
 		CreatedAt: now,
 		Status:    Active,
 		Consumer:  req.Consumer,
+
+		Permissions:  req.Permissions,
+		AllowedCIDRs: req.AllowedCIDRs,
 	}
 	if req.ExpiresIn > 0 {
 		rec.ExpiresAt = now.Add(req.ExpiresIn)
@@ -380,7 +403,7 @@ func RevokeRecord(r Record, now time.Time) (Record, error) {
 }
 
 // RotateRecord replaces old by a new key with the same product, env,
-// context, name, consumer, plan and override. It returns the new key, old as it is after rotation, and
+// context, name, consumer, plan, override, permissions and allowed_cidrs. It returns the new key, old as it is after rotation, and
 // the replacement's record.
 //
 // With grace > 0 old becomes Rotated and expires at now+grace, rounded up
@@ -402,7 +425,8 @@ func RotateRecord(old Record, now time.Time, grace time.Duration) (key string, o
 	case old.StateAt(now) != Active:
 		return "", old, Record{}, fmt.Errorf("rotate %s: %w", old.ID, ErrExpired)
 	}
-	req := IssueRequest{Product: old.Product, Env: old.Env, Context: old.Context, Name: old.Name, Consumer: old.Consumer}
+	req := IssueRequest{Product: old.Product, Env: old.Env, Context: old.Context, Name: old.Name, Consumer: old.Consumer,
+		Permissions: old.Permissions, AllowedCIDRs: old.AllowedCIDRs}
 	if !old.ExpiresAt.IsZero() && old.ExpiresAt.After(old.CreatedAt) {
 		req.ExpiresIn = old.ExpiresAt.Sub(old.CreatedAt)
 	}

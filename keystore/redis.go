@@ -19,7 +19,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sync/singleflight"
 
-	"github.com/keygate/keygate/ratelimit"
+	"github.com/keygate/keygate/policy"
 )
 
 // ErrUnavailable means the Redis keystore cannot answer for a key it has not
@@ -63,7 +63,7 @@ type RedisConfig struct {
 	// Limits, when set, resolves each key's effective limit (its and its
 	// consumer's plan and override) whenever a record or a consumer is
 	// loaded or changes, into Record.Limits.
-	Limits *ratelimit.Resolver
+	Limits *policy.Resolver
 
 	// beforePage, when set (by tests), runs before each page of a full
 	// pass is read.

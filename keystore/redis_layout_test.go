@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keygate/keygate/ratelimit"
+	"github.com/keygate/keygate/policy"
 )
 
 // FuzzDecodeRecordFast: whatever the fast decoder of stored records
@@ -20,7 +20,7 @@ func FuzzDecodeRecordFast(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Add(v)
-	r.Override = &ratelimit.Override{Rate: 1, Per: time.Second}
+	r.Override = &policy.Override{Rate: 1, Per: time.Second}
 	v, _ = encodeRecord(r)
 	f.Add(v)
 	f.Add(`{"id":"a\u0062","hash":"sha256:00"}`)

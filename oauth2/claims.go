@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/keygate/keygate/auth"
+	"github.com/keygate/keygate/policy"
 	"github.com/lestrrat-go/jwx/v3/jwt"
 )
 
@@ -140,11 +141,16 @@ func (a *Authenticator) principalOf(t jwt.Token) auth.Verdict {
 	scope, _ := stringClaim(t, "scope")
 	var scp any
 	_ = t.Get("scp", &scp)
+	var grants policy.OpSet
 	for _, ps := range a.scopes {
 		if hasScope(scope, scp, ps.scope) {
-			p.Products = append(p.Products, ps.product)
+			grants |= ps.grants
+			if !p.Allows(ps.product) {
+				p.Products = append(p.Products, ps.product)
+			}
 		}
 	}
+	p.Access = a.access(grants)
 	if len(p.Products) == 0 {
 		a.debugRefusal(ReasonInsufficientScope, nil)
 		v := refuse(ReasonInsufficientScope, "insufficient scope", ChallengeInsufficientScope)
@@ -152,4 +158,14 @@ func (a *Authenticator) principalOf(t jwt.Token) auth.Verdict {
 		return v
 	}
 	return auth.Verdict{OK: true, Principal: p}
+}
+
+// access is the Access of a token whose scopes grant grants: those
+// operations, from any address. The few combinations are built once.
+func (a *Authenticator) access(grants policy.OpSet) *policy.Access {
+	if v, ok := a.accessBy.Load(grants); ok {
+		return v.(*policy.Access)
+	}
+	v, _ := a.accessBy.LoadOrStore(grants, policy.Grant(a.ops, grants))
+	return v.(*policy.Access)
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/keygate/keygate/policy"
 	"github.com/keygate/keygate/product"
 )
 
@@ -30,7 +31,10 @@ type Config struct {
 	// may be listed (RS*, PS*, ES*, EdDSA); none and HS* are never accepted.
 	Algorithms []string `yaml:"algorithms"`
 	// ProductScopes maps a product ("extraction", "registry") to the scope
-	// that grants it.
+	// that grants every operation of it, or an operation
+	// ("registry:read", see policy.Operations) to the scope that grants
+	// that operation alone. A token that lacks the scope of the request's
+	// operation (and of its product) gets 403.
 	ProductScopes map[string]string `yaml:"product_scopes"`
 	// ContextClaim names the claim holding the context the token is bound
 	// to. Empty means tokens are bound to no context.
@@ -139,8 +143,8 @@ func (c Config) Validate() error {
 	sort.Strings(products)
 	for _, prod := range products {
 		scope := c.ProductScopes[prod]
-		if !product.Valid(prod) {
-			add(p+"product_scopes.%s: unknown product (use extraction or registry)", prod)
+		if !product.Valid(prod) && !policy.ValidOperationName(prod) {
+			add(p+"product_scopes.%s: unknown product (use extraction or registry) or operation (such as registry:read)", prod)
 		}
 		if scope == "" || strings.ContainsAny(scope, " \t\r\n\"\\") {
 			add(p+"product_scopes.%s: must be a single scope token, got %q", prod, scope)

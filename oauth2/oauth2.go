@@ -26,10 +26,13 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/keygate/keygate/internal/fieldpath"
+	"github.com/keygate/keygate/policy"
+	"github.com/keygate/keygate/product"
 
 	"github.com/lestrrat-go/httprc/v3"
 	"github.com/lestrrat-go/jwx/v3/jwa"
@@ -79,6 +82,9 @@ type Deps struct {
 	// HTTPClient fetches the JWKS. Nil means a client with a 10 s timeout
 	// that trusts Config.CARoot when set, else the system roots.
 	HTTPClient *http.Client
+	// Operations resolves the operation names of Config.ProductScopes;
+	// nil means the built-in operations.
+	Operations *policy.Operations
 }
 
 // Authenticator checks OAuth 2.0 bearer tokens.
@@ -93,6 +99,8 @@ type Authenticator struct {
 	res       *httprc.ResourceBase[jwk.Set]
 	algs      map[string]jwa.SignatureAlgorithm
 	scopes    []productScope // sorted by product
+	ops       *policy.Operations
+	accessBy  sync.Map // policy.OpSet → *policy.Access; bounded by 2^len(scopes)
 	audiences []string
 	parseOpts []jwt.ParseOption
 
@@ -105,7 +113,12 @@ type Authenticator struct {
 	closeErr  error
 }
 
-type productScope struct{ product, scope string }
+// productScope is one entry of product_scopes: the scope, the product
+// it opens and the operations it grants.
+type productScope struct {
+	product, scope string
+	grants         policy.OpSet
+}
 
 // New builds an Authenticator from a validated-here cfg. With cfg.Enabled
 // false it returns an Authenticator that refuses every bearer token with
@@ -135,8 +148,23 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Authenticator, error) {
 		}
 		a.algs[alg.String()] = alg
 	}
-	for prod, scope := range cfg.ProductScopes {
-		a.scopes = append(a.scopes, productScope{product: prod, scope: scope})
+	ops := deps.Operations
+	if ops == nil {
+		ops = policy.BuiltinOperations()
+	}
+	a.ops = ops
+	for name, scope := range cfg.ProductScopes {
+		ps := productScope{product: name, scope: scope}
+		if product.Valid(name) {
+			ps.grants = ops.OfProducts(name)
+		} else {
+			set, err := ops.Set([]string{name})
+			if err != nil {
+				return nil, fieldpath.Errorf("product_scopes."+name, "%v", err)
+			}
+			ps.grants, ps.product = set, name[:strings.IndexByte(name, ':')]
+		}
+		a.scopes = append(a.scopes, ps)
 	}
 	sort.Slice(a.scopes, func(i, j int) bool { return a.scopes[i].product < a.scopes[j].product })
 	a.audiences = append([]string(nil), cfg.Audiences...)

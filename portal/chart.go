@@ -238,7 +238,7 @@ func fmtReasons(c usage.Counts) string {
 	for _, r := range [...]struct {
 		name string
 		n    int64
-	}{{"rate", c.Rate}, {"quota", c.Quota}, {"context", c.Context}, {"product", c.Product}, {"concurrency", c.Concurrency}} {
+	}{{"rate", c.Rate}, {"quota", c.Quota}, {"context", c.Context}, {"product", c.Product}, {"concurrency", c.Concurrency}, {"forbidden", c.Forbidden()}} {
 		if r.n > 0 {
 			parts = append(parts, r.name+" "+fmtInt(r.n))
 		}

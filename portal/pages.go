@@ -19,7 +19,7 @@ import (
 
 	"github.com/keygate/keygate/keyops"
 	"github.com/keygate/keygate/keystore"
-	"github.com/keygate/keygate/ratelimit"
+	"github.com/keygate/keygate/policy"
 )
 
 // keyRow is a key as the keys page lists it.
@@ -59,8 +59,9 @@ func (p *Portal) keysPage(w http.ResponseWriter, r *http.Request, sess *Session)
 		rows[i], rows[j] = rows[j], rows[i]
 	}
 	done := map[string]string{
-		"revoked": "The key was revoked. It stopped working at once.",
-		"shown":   "A new key is shown only once, and it was: keygate keeps only its hash. If you did not copy it, rotate the key to get a new one.",
+		"revoked":  "The key was revoked. It stopped working at once.",
+		"narrowed": "The key was narrowed. Every gateway applies it within a second.",
+		"shown":    "A new key is shown only once, and it was: keygate keeps only its hash. If you did not copy it, rotate the key to get a new one.",
 	}[r.URL.Query().Get("done")]
 	p.render(w, r, http.StatusOK, "keys", sess, map[string]any{"Keys": rows, "Done": done})
 }
@@ -88,8 +89,13 @@ func (p *Portal) newKeyForm(w http.ResponseWriter, r *http.Request, sess *Sessio
 	if noContext {
 		form["product"] = product.Registry // the one it may choose
 	}
+	offered, err := p.ops.Offered(r.Context(), sess.Consumer)
+	if err != nil {
+		p.storeError(w, r, sess, err)
+		return
+	}
 	p.render(w, r, status, "newkey", sess, map[string]any{"Contexts": c.Contexts, "AnyContext": c.AnyContext, "NoContext": noContext,
-		"Problem": problem, "Form": form})
+		"Problem": problem, "Form": form, "Operations": offered})
 }
 
 // contextAllowed applies the portal's rule for the context of a new key:
@@ -136,6 +142,17 @@ func (p *Portal) createKey(w http.ResponseWriter, r *http.Request, sess *Session
 	if err := req.Validate(); err != nil {
 		p.newKeyForm(w, r, sess, http.StatusBadRequest, userMessage(err), form)
 		return
+	}
+	if perms := f["permissions"]; len(perms) > 0 {
+		if err := p.ops.CheckOperations(string(req.Product), perms); err != nil {
+			p.newKeyForm(w, r, sess, http.StatusBadRequest, userMessage(err), form)
+			return
+		}
+		if problem := p.beyondOffer(r, sess, string(req.Product), perms); problem != "" {
+			p.newKeyForm(w, r, sess, http.StatusForbidden, problem, form)
+			return
+		}
+		req.Permissions = perms
 	}
 	key, rec, err := p.ops.IssueKey(r.Context(), p.actor(r, sess), req)
 	if err != nil {
@@ -394,7 +411,7 @@ type LimitRequest struct {
 	Subject string `json:"subject"`
 	// Rate is "REQUESTS/PERIOD" such as "50/1s"; Quota such as
 	// "100000/24h0m0s". Each is within the bounds of any limit
-	// (ratelimit.CheckFields), or left out.
+	// (policy.CheckFields), or left out.
 	Rate   string `json:"requested_rate,omitempty"`
 	Quota  string `json:"requested_quota,omitempty"`
 	Reason string `json:"reason"`
@@ -412,7 +429,7 @@ func parseLimitRequest(form map[string]string) (rate, quota, problem string) {
 		}
 		return 0, false
 	}
-	var f ratelimit.Fields
+	var f policy.Fields
 	if form["rate"] != "" {
 		n, err := strconv.ParseFloat(form["rate"], 64)
 		per, ok := pick(form["per"], ratePers)
@@ -428,12 +445,12 @@ func parseLimitRequest(form map[string]string) (rate, quota, problem string) {
 		if err != nil || !ok {
 			return "", "", "Give the quota as a whole number of requests, and choose per hour, day or 30 days."
 		}
-		q := ratelimit.Quota{Requests: n, Per: per}
+		q := policy.Quota{Requests: n, Per: per}
 		f.Quota = &q
 		quota = q.String()
 	}
-	var fe *ratelimit.FieldError
-	if errors.As(ratelimit.CheckFields(f), &fe) {
+	var fe *policy.FieldError
+	if errors.As(policy.CheckFields(f), &fe) {
 		return "", "", "The " + strings.ReplaceAll(fe.Field, ".", " ") + " asked for is out of bounds: it " + fe.Msg + "."
 	}
 	return rate, quota, ""

@@ -219,6 +219,8 @@ func (p *Portal) Handler() http.Handler {
 	mux.HandleFunc("POST /keys/{id}/rotate", p.signedIn(p.rotateKey))
 	mux.HandleFunc("GET /keys/{id}/revoke", p.signedIn(p.revokePage))
 	mux.HandleFunc("POST /keys/{id}/revoke", p.signedIn(p.revokeKey))
+	mux.HandleFunc("GET /keys/{id}/permissions", p.signedIn(p.permissionsPage))
+	mux.HandleFunc("POST /keys/{id}/permissions", p.signedIn(p.narrowKey))
 	mux.HandleFunc("GET /usage", p.signedIn(p.usagePage))
 	mux.HandleFunc("GET /limits/request", p.signedIn(p.limitRequestPage))
 	mux.HandleFunc("POST /limits/request", p.signedIn(p.limitRequest))

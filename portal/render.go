@@ -73,11 +73,12 @@ var titles = map[string]string{
 	"signin": "Sign in", "noconsumer": "No account", "keys": "Your keys", "newkey": "Create a key",
 	"keyshown": "Your new key", "rotate": "Rotate a key", "revoke": "Revoke a key", "usage": "Usage and limits",
 	"limitrequest": "Request a higher limit", "error": "Error", "delegated": "Sign in",
+	"permissions": "Narrow a key",
 }
 
 var navs = map[string]string{
 	"keys": "keys", "newkey": "new", "keyshown": "keys", "rotate": "keys", "revoke": "keys",
-	"usage": "usage", "limitrequest": "limits",
+	"usage": "usage", "limitrequest": "limits", "permissions": "keys",
 }
 
 // render writes a page. It renders into a buffer first, so that a

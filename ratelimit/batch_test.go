@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/keygate/keygate/internal/testsupport/redistest"
+	"github.com/keygate/keygate/policy"
 	"github.com/keygate/keygate/ratelimit"
 )
 
@@ -22,7 +23,7 @@ func TestRedisConcurrentDecisionsAreExact(t *testing.T) {
 	t.Parallel()
 	s := redistest.Start(t)
 	r := newRedis(t, []string{s.Addr}, ratelimit.ResilientConfig{})
-	lim := ratelimit.Limit{Rate: 1, Per: time.Hour, Burst: 20, Quota: ratelimit.Quota{Requests: 1000, Per: time.Hour}}
+	lim := policy.Limit{Rate: 1, Per: time.Hour, Burst: 20, Quota: policy.Quota{Requests: 1000, Per: time.Hour}}
 	for round, flush := range []bool{false, true} {
 		if flush {
 			if _, err := s.Do("SCRIPT", "FLUSH"); err != nil {
@@ -68,7 +69,7 @@ func TestRedisCombinedDecisionFailsAlone(t *testing.T) {
 	if _, err := s.Do("HSET", ratelimit.DefaultKeyPrefix+"rl:{key_poisoned}", "x", "1"); err != nil {
 		t.Fatal(err)
 	}
-	lim := ratelimit.Limit{Rate: 1, Per: time.Hour, Burst: 10}
+	lim := policy.Limit{Rate: 1, Per: time.Hour, Burst: 10}
 	var admitted, refused, poisonedErrs, otherErrs atomic.Int64
 	atOnce(200, func(i int) {
 		id := "key_healthy"
@@ -107,12 +108,12 @@ func TestRedisCombinedDecisionsCountDown(t *testing.T) {
 	_, r := newPureRedis(t)
 	cases := []struct {
 		name   string
-		lim    ratelimit.Limit
+		lim    policy.Limit
 		admit  int
 		reason ratelimit.Reason
 	}{
-		{"bucket", ratelimit.Limit{Rate: 1, Per: time.Hour, Burst: 20}, 20, ratelimit.ReasonRate},
-		{"quota tighter than the bucket", ratelimit.Limit{Rate: 1, Per: time.Hour, Burst: 20, Quota: ratelimit.Quota{Requests: 12, Per: time.Hour}}, 12, ratelimit.ReasonQuota},
+		{"bucket", policy.Limit{Rate: 1, Per: time.Hour, Burst: 20}, 20, ratelimit.ReasonRate},
+		{"quota tighter than the bucket", policy.Limit{Rate: 1, Per: time.Hour, Burst: 20, Quota: policy.Quota{Requests: 12, Per: time.Hour}}, 12, ratelimit.ReasonQuota},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -186,7 +187,7 @@ func TestRedisDropsDecisionsOfCallersThatLeft(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lim := ratelimit.Limit{Rate: 1, Per: time.Hour, Burst: 1, Quota: ratelimit.Quota{Requests: 1, Per: time.Hour}}
+	lim := policy.Limit{Rate: 1, Per: time.Hour, Burst: 1, Quota: policy.Quota{Requests: 1, Per: time.Hour}}
 	if _, err := r.Allow(context.Background(), "key_warm", lim); err != nil {
 		t.Fatal(err)
 	}

@@ -9,11 +9,12 @@ import (
 	"time"
 
 	"github.com/keygate/keygate/internal/testsupport/redistest"
+	"github.com/keygate/keygate/policy"
 	"github.com/keygate/keygate/ratelimit"
 )
 
 // benchLimit admits everything, so each iteration is a full admitted decision.
-var benchLimit = ratelimit.Limit{Rate: 1e9, Per: time.Second, Burst: 1e9, Quota: ratelimit.Quota{Requests: 1e12, Per: time.Hour}}
+var benchLimit = policy.Limit{Rate: 1e9, Per: time.Second, Burst: 1e9, Quota: policy.Quota{Requests: 1e12, Per: time.Hour}}
 
 func benchIDs() []string {
 	ids := make([]string, 64)

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/keygate/keygate/internal/testsupport/redistest"
+	"github.com/keygate/keygate/policy"
 	"github.com/keygate/keygate/ratelimit"
 	"github.com/redis/go-redis/v9"
 )
@@ -20,7 +21,7 @@ func TestRedisClusterQuotaIsExact(t *testing.T) {
 	if _, ok := newClient(t, time.Second, c.Addrs...).(*redis.ClusterClient); !ok {
 		t.Fatal("several addresses did not give a ClusterClient")
 	}
-	lim := ratelimit.Limit{Rate: 1e6, Per: time.Second, Burst: 1e6, Quota: ratelimit.Quota{Requests: 20, Per: time.Hour}}
+	lim := policy.Limit{Rate: 1e6, Per: time.Second, Burst: 1e6, Quota: policy.Quota{Requests: 20, Per: time.Hour}}
 	const ids = 8 // spread over the cluster's slots
 	expectAdmitted(t, []allower{replicas[0], replicas[1], replicas[2]}, 3, 40, ids, lim, 20)
 	for i, r := range replicas {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/keygate/keygate/internal/fieldpath"
+	"github.com/keygate/keygate/policy"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
@@ -45,15 +46,15 @@ type Config struct {
 	BreakerBackoff time.Duration `yaml:"breaker_backoff"`
 	// Limits maps a key's environment ("live", "test") to its limit; both
 	// are required, and other names are allowed but unused.
-	Limits map[string]Limit `yaml:"limits"`
+	Limits map[string]policy.Limit `yaml:"limits"`
 	// MaxConcurrent caps the requests one credential may have in flight at
 	// once; past it the answer is Status. It is counted per replica (in
 	// memory), whatever the backend. 0 means no cap.
 	MaxConcurrent int `yaml:"max_concurrent"`
 	// Plans names limit sets that keys and consumers may be put on
-	// (`keygate keys update ID --plan NAME`); see Plan and Resolver.
+	// (`keygate keys update ID --plan NAME`); see policy.Plan and policy.Resolver.
 	// Empty by default.
-	Plans map[string]Plan `yaml:"plans"`
+	Plans map[string]policy.Plan `yaml:"plans"`
 }
 
 // DefaultMaxConcurrent is the default cap on one credential's requests in
@@ -75,9 +76,9 @@ func DefaultConfig() Config {
 		BreakerFailures: DefaultBreakerFailures,
 		BreakerBackoff:  DefaultBreakerBackoff,
 		MaxConcurrent:   DefaultMaxConcurrent,
-		Limits: map[string]Limit{
+		Limits: map[string]policy.Limit{
 			"live": {Rate: 50, Per: time.Second, Burst: 100},
-			"test": {Rate: 5, Per: time.Second, Burst: 10, Quota: Quota{Requests: 1000, Per: 24 * time.Hour}},
+			"test": {Rate: 5, Per: time.Second, Burst: 10, Quota: policy.Quota{Requests: 1000, Per: 24 * time.Hour}},
 		},
 	}
 }
@@ -122,14 +123,14 @@ func (c Config) Validate() error {
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		validateLimit(c.Limits[name], "limits."+name, bad)
+		policy.ValidateLimit(c.Limits[name], "limits."+name, bad)
 	}
 	for _, env := range []string{"live", "test"} {
 		if _, ok := c.Limits[env]; !ok && len(c.Limits) > 0 {
 			bad("limits."+env, "required: every key is live or test, and each environment needs a limit")
 		}
 	}
-	validatePlans(c.Plans, bad)
+	policy.ValidatePlans(c.Plans, bad)
 	return v.Err()
 }
 
@@ -178,3 +179,6 @@ func (c Config) NewRedis(deps RedisDeps) (*Resilient, error) {
 		OnBreakerStateChange: deps.OnBreakerStateChange,
 	})
 }
+
+// Resolver returns the resolver of c's env defaults and plans.
+func (c Config) Resolver() (*policy.Resolver, error) { return policy.NewResolver(c.Limits, c.Plans) }

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/keygate/keygate/internal/testsupport/redistest"
+	"github.com/keygate/keygate/policy"
 	"github.com/keygate/keygate/ratelimit"
 	"go.yaml.in/yaml/v3"
 )
@@ -46,10 +47,10 @@ ratelimit:
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	want := ratelimit.Limit{Rate: 100, Per: time.Minute, Burst: 20}
+	want := policy.Limit{Rate: 100, Per: time.Minute, Burst: 20}
 	if c.Backend != "redis" || c.FailureMode != ratelimit.FailClosed || c.Status != 403 || c.Replicas != 3 ||
 		c.RedisTimeout != 50*time.Millisecond || c.LocalMaxKeys != 5000 || c.Limits["live"] != want ||
-		c.Limits["test"].Quota != (ratelimit.Quota{Requests: 1000, Per: 24 * time.Hour}) ||
+		c.Limits["test"].Quota != (policy.Quota{Requests: 1000, Per: 24 * time.Hour}) ||
 		c.BreakerBackoff != ratelimit.DefaultBreakerBackoff {
 		t.Fatalf("decoded %+v", c)
 	}
@@ -90,12 +91,12 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 		{"per over a year", func(c *ratelimit.Config) { l := c.Limits["live"]; l.Per = 367 * 24 * time.Hour; c.Limits["live"] = l }, "limits.live.per: "},
 		{"huge quota", func(c *ratelimit.Config) {
 			l := c.Limits["test"]
-			l.Quota = ratelimit.Quota{Requests: math.MaxInt64, Per: time.Nanosecond}
+			l.Quota = policy.Quota{Requests: math.MaxInt64, Per: time.Nanosecond}
 			c.Limits["test"] = l
 		}, "limits.test.quota.requests: must be from 1 to 1000000000000"},
 		{"quota per a nanosecond", func(c *ratelimit.Config) { l := c.Limits["test"]; l.Quota.Per = time.Nanosecond; c.Limits["test"] = l }, "limits.test.quota.per: must be a duration from 1ms"},
 		{"plan out of bounds", func(c *ratelimit.Config) {
-			c.Plans = map[string]ratelimit.Plan{"pro": {Limit: ratelimit.Limit{Rate: 10, Per: time.Second, Burst: 2e9}}}
+			c.Plans = map[string]policy.Plan{"pro": {Limit: policy.Limit{Rate: 10, Per: time.Second, Burst: 2e9}}}
 		}, "plans.pro.burst: must be from 1 to 1000000000"},
 		{"missing per", func(c *ratelimit.Config) { l := c.Limits["live"]; l.Per = 0; c.Limits["live"] = l }, "limits.live.per: "},
 		{"quota without period", func(c *ratelimit.Config) { l := c.Limits["test"]; l.Quota.Per = 0; c.Limits["test"] = l }, "limits.test.quota.per: "},

@@ -1,6 +1,8 @@
 package ratelimit
 
 import (
+	"github.com/keygate/keygate/policy"
+
 	"context"
 	"errors"
 	"net/netip"
@@ -37,8 +39,8 @@ func DefaultFailureLimitConfig() FailureLimitConfig {
 }
 
 // Limit is the token bucket the failures of one address draw from.
-func (c FailureLimitConfig) Limit() Limit {
-	return Limit{Rate: c.Rate, Per: c.Per, Burst: c.Burst}
+func (c FailureLimitConfig) Limit() policy.Limit {
+	return policy.Limit{Rate: c.Rate, Per: c.Per, Burst: c.Burst}
 }
 
 // Validate reports every problem in c, each naming its field by YAML path.
@@ -49,8 +51,8 @@ func (c FailureLimitConfig) Validate() error {
 	}
 	var v fieldpath.First
 	bad := v.Bad
-	var fe *FieldError
-	if errors.As(CheckFields(Fields{Rate: &c.Rate, Per: &c.Per, Burst: &c.Burst}), &fe) {
+	var fe *policy.FieldError
+	if errors.As(policy.CheckFields(policy.Fields{Rate: &c.Rate, Per: &c.Per, Burst: &c.Burst}), &fe) {
 		bad(fe.Field, "%s", fe.Msg)
 	}
 	if c.MaxAddresses < 1 {
@@ -104,7 +106,7 @@ type FailureStats struct {
 // The zero value is not usable; build one with NewFailures. A nil
 // *Failures limits nothing. It is safe for concurrent use.
 type Failures struct {
-	limit   Limit
+	limit   policy.Limit
 	local   *Local
 	redis   *Resilient
 	now     func() time.Time

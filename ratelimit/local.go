@@ -1,6 +1,8 @@
 package ratelimit
 
 import (
+	"github.com/keygate/keygate/policy"
+
 	"context"
 	"hash/maphash"
 	"math"
@@ -68,7 +70,7 @@ type localShard struct {
 }
 
 type localEntry struct {
-	lim    Limit
+	lim    policy.Limit
 	bucket *rate.Limiter
 	qStart time.Time // start of the current quota window; zero when none
 	qUsed  int64
@@ -118,7 +120,7 @@ func (l *Local) Len() int {
 // counts it when it may. A request refused by the bucket consumes no quota
 // and a request refused by the quota consumes no token. The error is
 // non-nil only for an empty id or an invalid lim (see ErrInvalid).
-func (l *Local) Allow(_ context.Context, id string, lim Limit) (Decision, error) {
+func (l *Local) Allow(_ context.Context, id string, lim policy.Limit) (Decision, error) {
 	if err := check(id, lim); err != nil {
 		return Decision{}, err
 	}
@@ -208,7 +210,7 @@ func (l *Local) entry(s *localShard, id string) *localEntry {
 }
 
 // perSecond is lim's rate in tokens per second.
-func perSecond(lim Limit) rate.Limit {
+func perSecond(lim policy.Limit) rate.Limit {
 	return rate.Limit(lim.Rate / lim.Per.Seconds())
 }
 

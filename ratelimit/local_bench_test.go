@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keygate/keygate/policy"
 	"github.com/keygate/keygate/ratelimit"
 )
 
@@ -14,7 +15,7 @@ import (
 // and over 100k ids (the default MaxKeys): with sharded state the many-id
 // figure stays near the one-id figure.
 func BenchmarkLocalAllowKeys(b *testing.B) {
-	lim := ratelimit.Limit{Rate: 1e9, Per: time.Second, Burst: 1 << 30}
+	lim := policy.Limit{Rate: 1e9, Per: time.Second, Burst: 1 << 30}
 	for _, n := range []int{1, 100_000} {
 		b.Run(fmt.Sprintf("ids=%d", n), func(b *testing.B) {
 			l := ratelimit.NewLocal(ratelimit.LocalConfig{})

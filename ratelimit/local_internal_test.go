@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/keygate/keygate/policy"
 )
 
 // TestLocalNoIdHasTwoLiveBuckets: while ids churn through a Local small
@@ -33,7 +35,7 @@ func TestLocalNoIdHasTwoLiveBuckets(t *testing.T) {
 				}
 				cur.CompareAndSwap(e, nil)
 			}
-			lim := Limit{Rate: 1000, Per: time.Second, Burst: 1000}
+			lim := policy.Limit{Rate: 1000, Per: time.Second, Burst: 1000}
 			var wg sync.WaitGroup
 			for g := range 8 {
 				wg.Go(func() {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/keygate/keygate/internal/testsupport/testkit"
+	"github.com/keygate/keygate/policy"
 	"github.com/keygate/keygate/ratelimit"
 )
 
@@ -17,8 +18,8 @@ func newClock() *testkit.Clock { return testkit.NewClock(time.Date(2025, 1, 1, 0
 
 // step is one request in a scripted sequence.
 type step struct {
-	advance time.Duration    // clock advance before the request
-	lim     *ratelimit.Limit // nil: the case's limit
+	advance time.Duration // clock advance before the request
+	lim     *policy.Limit // nil: the case's limit
 	allowed bool
 	reason  ratelimit.Reason
 	limit   int64 // RateLimit-Limit; 0: don't check
@@ -29,11 +30,11 @@ type step struct {
 
 func TestLocalAllow(t *testing.T) {
 	t.Parallel()
-	tenPerSecBurst3 := ratelimit.Limit{Rate: 10, Per: time.Second, Burst: 3}
-	burst5 := ratelimit.Limit{Rate: 10, Per: time.Second, Burst: 5}
+	tenPerSecBurst3 := policy.Limit{Rate: 10, Per: time.Second, Burst: 3}
+	burst5 := policy.Limit{Rate: 10, Per: time.Second, Burst: 5}
 	cases := []struct {
 		name  string
-		lim   ratelimit.Limit
+		lim   policy.Limit
 		steps []step
 	}{
 		{
@@ -60,7 +61,7 @@ func TestLocalAllow(t *testing.T) {
 		},
 		{
 			name: "quota admits exactly its count and reports itself when tighter",
-			lim:  ratelimit.Limit{Rate: 1000, Per: time.Second, Burst: 1000, Quota: ratelimit.Quota{Requests: 3, Per: time.Hour}},
+			lim:  policy.Limit{Rate: 1000, Per: time.Second, Burst: 1000, Quota: policy.Quota{Requests: 3, Per: time.Hour}},
 			steps: []step{
 				{allowed: true, limit: 3, remain: 2, reset: time.Hour},
 				{advance: time.Minute, allowed: true, limit: 3, remain: 1, reset: 59 * time.Minute},
@@ -72,7 +73,7 @@ func TestLocalAllow(t *testing.T) {
 		},
 		{
 			name: "a request refused by the bucket consumes no quota",
-			lim:  ratelimit.Limit{Rate: 1, Per: time.Second, Burst: 1, Quota: ratelimit.Quota{Requests: 2, Per: time.Hour}},
+			lim:  policy.Limit{Rate: 1, Per: time.Second, Burst: 1, Quota: policy.Quota{Requests: 2, Per: time.Hour}},
 			steps: []step{
 				{allowed: true},
 				{reason: ratelimit.ReasonRate}, {reason: ratelimit.ReasonRate}, {reason: ratelimit.ReasonRate},
@@ -82,7 +83,7 @@ func TestLocalAllow(t *testing.T) {
 		},
 		{
 			name: "a request refused by the quota consumes no token",
-			lim:  ratelimit.Limit{Rate: 1, Per: time.Hour, Burst: 2, Quota: ratelimit.Quota{Requests: 1, Per: time.Minute}},
+			lim:  policy.Limit{Rate: 1, Per: time.Hour, Burst: 2, Quota: policy.Quota{Requests: 1, Per: time.Minute}},
 			steps: []step{
 				{allowed: true},
 				{reason: ratelimit.ReasonQuota}, {reason: ratelimit.ReasonQuota}, {reason: ratelimit.ReasonQuota},
@@ -91,7 +92,7 @@ func TestLocalAllow(t *testing.T) {
 		},
 		{
 			name: "a changed limit replaces the bucket",
-			lim:  ratelimit.Limit{Rate: 1, Per: time.Hour, Burst: 1},
+			lim:  policy.Limit{Rate: 1, Per: time.Hour, Burst: 1},
 			steps: []step{
 				{allowed: true},
 				{reason: ratelimit.ReasonRate},
@@ -154,15 +155,15 @@ func checkStep(t *testing.T, i int, d ratelimit.Decision, s step) {
 func TestLocalRejectsUnusableInput(t *testing.T) {
 	t.Parallel()
 	l := ratelimit.NewLocal(ratelimit.LocalConfig{})
-	good := ratelimit.Limit{Rate: 1, Per: time.Second, Burst: 1}
+	good := policy.Limit{Rate: 1, Per: time.Second, Burst: 1}
 	for name, tc := range map[string]struct {
 		id  string
-		lim ratelimit.Limit
+		lim policy.Limit
 	}{
 		"empty id":   {"", good},
-		"zero burst": {"key_a", ratelimit.Limit{Rate: 1, Per: time.Second}},
-		"zero rate":  {"key_a", ratelimit.Limit{Per: time.Second, Burst: 1}},
-		"zero per":   {"key_a", ratelimit.Limit{Rate: 1, Burst: 1}},
+		"zero burst": {"key_a", policy.Limit{Rate: 1, Per: time.Second}},
+		"zero rate":  {"key_a", policy.Limit{Per: time.Second, Burst: 1}},
+		"zero per":   {"key_a", policy.Limit{Rate: 1, Burst: 1}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if _, err := l.Allow(context.Background(), tc.id, tc.lim); err == nil {
@@ -175,7 +176,7 @@ func TestLocalRejectsUnusableInput(t *testing.T) {
 func TestLocalMemoryIsBounded(t *testing.T) {
 	t.Parallel()
 	l := ratelimit.NewLocal(ratelimit.LocalConfig{MaxKeys: 100})
-	lim := ratelimit.Limit{Rate: 1, Per: time.Hour, Burst: 1}
+	lim := policy.Limit{Rate: 1, Per: time.Hour, Burst: 1}
 	for i := range 1000 {
 		if d, err := l.Allow(context.Background(), "key_"+strconv.Itoa(i), lim); err != nil || !d.Allowed {
 			t.Fatalf("id %d: %+v %v", i, d, err)
@@ -193,18 +194,18 @@ func TestLocalMemoryIsBounded(t *testing.T) {
 func TestLocalConcurrentExactCounts(t *testing.T) {
 	t.Parallel()
 	l := ratelimit.NewLocal(ratelimit.LocalConfig{MaxKeys: 16})
-	lim := ratelimit.Limit{Rate: 1, Per: time.Hour, Burst: 50, Quota: ratelimit.Quota{Requests: 40, Per: time.Hour}}
+	lim := policy.Limit{Rate: 1, Per: time.Hour, Burst: 50, Quota: policy.Quota{Requests: 40, Per: time.Hour}}
 	expectAdmitted(t, []allower{l}, 16, 50, 4, lim, 40)
 }
 
 type allower interface {
-	Allow(context.Context, string, ratelimit.Limit) (ratelimit.Decision, error)
+	Allow(context.Context, string, policy.Limit) (ratelimit.Decision, error)
 }
 
 // expectAdmitted has callers goroutines on each limiter make calls
 // decisions each, spread over the ids key_0, key_1, …, and checks that
 // every id admitted exactly want.
-func expectAdmitted(t *testing.T, limiters []allower, callers, calls, ids int, lim ratelimit.Limit, want int64) {
+func expectAdmitted(t *testing.T, limiters []allower, callers, calls, ids int, lim policy.Limit, want int64) {
 	t.Helper()
 	admitted := make([]atomic.Int64, ids)
 	var wg sync.WaitGroup
@@ -236,7 +237,7 @@ func expectAdmitted(t *testing.T, limiters []allower, callers, calls, ids int, l
 func ExampleLocal() {
 	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	l := ratelimit.NewLocal(ratelimit.LocalConfig{Now: func() time.Time { return now }})
-	lim := ratelimit.Limit{Rate: 1, Per: time.Second, Burst: 2}
+	lim := policy.Limit{Rate: 1, Per: time.Second, Burst: 2}
 	for range 3 {
 		d, _ := l.Allow(context.Background(), "key_0123abcd", lim)
 		fmt.Printf("allowed=%v limit=%d remaining=%d retry-after=%s reason=%q\n", d.Allowed, d.Limit, d.Remaining, d.RetryAfter, d.Reason)

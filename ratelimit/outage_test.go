@@ -9,6 +9,7 @@ import (
 	"github.com/keygate/keygate/internal/testsupport/testkit"
 
 	"github.com/keygate/keygate/internal/testsupport/redistest"
+	"github.com/keygate/keygate/policy"
 	"github.com/keygate/keygate/ratelimit"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
@@ -37,7 +38,7 @@ func outageLimiter(t *testing.T, s *redistest.Server, mode ratelimit.FailureMode
 
 // waitOpen calls Allow until the breaker is open, checking each call with
 // check.
-func waitOpen(t *testing.T, r *ratelimit.Resilient, lim ratelimit.Limit, check func(ratelimit.Decision, error)) {
+func waitOpen(t *testing.T, r *ratelimit.Resilient, lim policy.Limit, check func(ratelimit.Decision, error)) {
 	t.Helper()
 	for i := 0; ; i++ {
 		check(allow(t, r, "key_during", lim))
@@ -51,7 +52,7 @@ func waitOpen(t *testing.T, r *ratelimit.Resilient, lim ratelimit.Limit, check f
 }
 
 // waitRedis calls Allow until a decision comes from Redis again, within 5 s.
-func waitRedis(t *testing.T, r *ratelimit.Resilient, lim ratelimit.Limit) {
+func waitRedis(t *testing.T, r *ratelimit.Resilient, lim policy.Limit) {
 	t.Helper()
 	before := r.Stats().RedisDecisions
 	testkit.Eventually(t, 5*time.Second, "Redis decisions to resume", func() error {
@@ -67,7 +68,7 @@ func TestRedisKilledFailOpenDecidesLocallyAtLimitPerReplica(t *testing.T) {
 	t.Parallel()
 	s := redistest.Start(t)
 	r, changes, logs := outageLimiter(t, s, ratelimit.FailOpen)
-	lim := ratelimit.Limit{Rate: 1, Per: time.Hour, Burst: 10, Quota: ratelimit.Quota{Requests: 6, Per: time.Hour}}
+	lim := policy.Limit{Rate: 1, Per: time.Hour, Burst: 10, Quota: policy.Quota{Requests: 6, Per: time.Hour}}
 	if d, err := allow(t, r, "key_before", lim); err != nil || !d.Allowed || r.Degraded() {
 		t.Fatalf("before the outage: %+v %v", d, err)
 	}
@@ -98,7 +99,7 @@ func TestRedisKilledFailOpenDecidesLocallyAtLimitPerReplica(t *testing.T) {
 		t.Fatalf("admitted %d during the outage, want quota/replicas = 3", admitted)
 	}
 	// Without a quota, the burst is burst/replicas = 5.
-	noQuota := ratelimit.Limit{Rate: 1, Per: time.Hour, Burst: 10}
+	noQuota := policy.Limit{Rate: 1, Per: time.Hour, Burst: 10}
 	admitted = 0
 	for range 10 {
 		if d, err := allow(t, r, "key_fresh_burst", noQuota); err != nil {
@@ -132,7 +133,7 @@ func TestRedisKilledFailClosedReturnsUnavailable(t *testing.T) {
 	t.Parallel()
 	s := redistest.Start(t)
 	r, _, _ := outageLimiter(t, s, ratelimit.FailClosed)
-	lim := ratelimit.Limit{Rate: 10, Per: time.Second, Burst: 10}
+	lim := policy.Limit{Rate: 10, Per: time.Second, Burst: 10}
 	if _, err := allow(t, r, "key_before", lim); err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +163,7 @@ func TestRedisFrozenNeverHangsAndRecovers(t *testing.T) {
 			t.Parallel()
 			s := redistest.Start(t)
 			r, _, _ := outageLimiter(t, s, mode)
-			lim := ratelimit.Limit{Rate: 10, Per: time.Second, Burst: 10}
+			lim := policy.Limit{Rate: 10, Per: time.Second, Burst: 10}
 			if _, err := allow(t, r, "key_before", lim); err != nil {
 				t.Fatal(err)
 			}

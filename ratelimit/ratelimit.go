@@ -1,49 +1,24 @@
 // Package ratelimit decides whether a key may make another request now.
 //
-// A Limit describes what a key is allowed (a token bucket with an optional
-// request quota per period); a Decision is the answer for one request, with
-// everything the gateway needs for the RateLimit-* and Retry-After headers.
+// A policy.Limit describes what a key is allowed (a token bucket with an
+// optional request quota per period); a Decision is the answer for one
+// request, with everything the gateway needs for the RateLimit-* and Retry-After headers.
 // Local keeps its state in process memory. Redis shares it across
 // replicas and answers a decision or an error, nothing else; Resilient
 // composes it with a Local fallback, a circuit breaker and a cache of ids
 // known to be over their limit, for Redis outages. Config is the
 // ratelimit section and builds either (NewLocal, NewRedis); plans and
-// overrides are resolved by Resolver; Failures throttles sources that fail
-// authentication.
+// overrides are resolved by policy.Resolver; Failures throttles sources
+// that fail authentication.
 package ratelimit
 
 import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/keygate/keygate/policy"
 )
-
-// Quota is a number of requests allowed per period (for example 1000 per
-// 24h). The zero value means no quota.
-type Quota struct {
-	Requests int64         `yaml:"requests"`
-	Per      time.Duration `yaml:"per"`
-}
-
-// Enabled reports whether the quota limits anything.
-func (q Quota) Enabled() bool { return q.Requests > 0 && q.Per > 0 }
-
-// Limit is what one key is allowed: Rate requests per Per on average, in
-// bursts of up to Burst, and at most Quota.Requests per Quota.Per.
-type Limit struct {
-	Rate  float64       `yaml:"rate"`
-	Per   time.Duration `yaml:"per"`
-	Burst int           `yaml:"burst"`
-	Quota Quota         `yaml:"quota"`
-}
-
-// Interval is the time one token takes to come back.
-func (l Limit) Interval() time.Duration {
-	if l.Rate <= 0 || l.Per <= 0 {
-		return 0
-	}
-	return time.Duration(float64(l.Per) / l.Rate)
-}
 
 // Reason says which part of a Limit refused a request.
 type Reason string
@@ -84,7 +59,7 @@ var ErrUnavailable = errors.New("ratelimit: limiter unavailable")
 var ErrInvalid = errors.New("ratelimit: invalid request")
 
 // check reports whether id and l can be decided on.
-func check(id string, l Limit) error {
+func check(id string, l policy.Limit) error {
 	switch {
 	case id == "":
 		return fmt.Errorf("%w: empty id", ErrInvalid)
@@ -98,7 +73,7 @@ func check(id string, l Limit) error {
 
 // combine builds a Decision from the bucket's and the quota's views. The
 // quota is reported when it is the tighter constraint.
-func combine(l Limit, bucketRemaining int64, bucketReset time.Duration, quotaRemaining int64, quotaReset time.Duration) Decision {
+func combine(l policy.Limit, bucketRemaining int64, bucketReset time.Duration, quotaRemaining int64, quotaReset time.Duration) Decision {
 	d := Decision{Allowed: true, Limit: int64(l.Burst), Remaining: bucketRemaining, Reset: bucketReset}
 	if l.Quota.Enabled() && quotaRemaining < bucketRemaining {
 		d.Limit, d.Remaining, d.Reset = l.Quota.Requests, quotaRemaining, quotaReset

@@ -1,6 +1,8 @@
 package ratelimit
 
 import (
+	"github.com/keygate/keygate/policy"
+
 	"context"
 	"errors"
 	"fmt"
@@ -172,7 +174,7 @@ func NewRedis(cfg RedisConfig) (*Redis, error) {
 // Redis. id is the key's public id, never the key; it is the only thing
 // the Redis keys are made of. An error is ErrInvalid for a bad id or
 // lim, or Redis's (or the context's).
-func (r *Redis) Allow(ctx context.Context, id string, lim Limit) (Decision, error) {
+func (r *Redis) Allow(ctx context.Context, id string, lim policy.Limit) (Decision, error) {
 	if err := check(id, lim); err != nil {
 		return Decision{}, err
 	}
@@ -205,7 +207,7 @@ func (r *Redis) redisKeys(id string) []string {
 
 // eval runs the script once (EVALSHA, or EVAL when Redis lost the
 // script) under the configured timeout.
-func (r *Redis) eval(ctx context.Context, id string, lim Limit) (Decision, error) {
+func (r *Redis) eval(ctx context.Context, id string, lim policy.Limit) (Decision, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 	var qReq, qPer int64
@@ -252,7 +254,7 @@ func (r *Redis) eval(ctx context.Context, id string, lim Limit) (Decision, error
 
 // divide is lim shared among n replicas: what one replica may admit on its
 // own while Redis is unavailable.
-func divide(lim Limit, n int) Limit {
+func divide(lim policy.Limit, n int) policy.Limit {
 	if n <= 1 {
 		return lim
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/keygate/keygate/internal/testsupport/testkit"
 
 	"github.com/keygate/keygate/internal/testsupport/redistest"
+	"github.com/keygate/keygate/policy"
 	"github.com/keygate/keygate/ratelimit"
 	"github.com/keygate/keygate/redisconn"
 	"github.com/redis/go-redis/v9"
@@ -56,7 +57,7 @@ func newRedisTimeout(t testing.TB, addrs []string, timeout time.Duration, cfg ra
 
 // allow calls Allow and fails the test if it does not return within 2 s
 // (a hang check, not a speed assertion).
-func allow(t *testing.T, l allower, id string, lim ratelimit.Limit) (ratelimit.Decision, error) {
+func allow(t *testing.T, l allower, id string, lim policy.Limit) (ratelimit.Decision, error) {
 	t.Helper()
 	type result struct {
 		d   ratelimit.Decision
@@ -101,7 +102,7 @@ func TestRedisBurstThenRefusal(t *testing.T) {
 	t.Parallel()
 	s := redistest.Start(t)
 	r := newRedis(t, []string{s.Addr}, ratelimit.ResilientConfig{})
-	lim := ratelimit.Limit{Rate: 1, Per: 12 * time.Second, Burst: 5} // one token per 12 s
+	lim := policy.Limit{Rate: 1, Per: 12 * time.Second, Burst: 5} // one token per 12 s
 	for i := range 5 {
 		d, err := allow(t, r, "key_burst", lim)
 		if err != nil || !d.Allowed {
@@ -133,7 +134,7 @@ func TestRedisRefillsOverTime(t *testing.T) {
 	t.Parallel()
 	s := redistest.Start(t)
 	r := newRedis(t, []string{s.Addr}, ratelimit.ResilientConfig{})
-	lim := ratelimit.Limit{Rate: 20, Per: time.Second, Burst: 2}
+	lim := policy.Limit{Rate: 20, Per: time.Second, Burst: 2}
 	for {
 		d, err := allow(t, r, "key_refill", lim)
 		if err != nil {
@@ -161,7 +162,7 @@ func TestRedisQuotaIsExactAcrossReplicas(t *testing.T) {
 		newRedis(t, addrs, ratelimit.ResilientConfig{Replicas: 3}),
 		newRedis(t, addrs, ratelimit.ResilientConfig{Replicas: 3}),
 	}
-	lim := ratelimit.Limit{Rate: 1e6, Per: time.Second, Burst: 1e6, Quota: ratelimit.Quota{Requests: 50, Per: time.Hour}}
+	lim := policy.Limit{Rate: 1e6, Per: time.Second, Burst: 1e6, Quota: policy.Quota{Requests: 50, Per: time.Hour}}
 	var admitted, quotaRefusals atomic.Int64
 	var wg sync.WaitGroup
 	for _, r := range replicas {
@@ -199,7 +200,7 @@ func TestRedisOneRoundTripPerAdmittedRequest(t *testing.T) {
 	t.Parallel()
 	s := redistest.Start(t)
 	r := newRedis(t, []string{s.Addr}, ratelimit.ResilientConfig{})
-	lim := ratelimit.Limit{Rate: 1, Per: time.Hour, Burst: 20, Quota: ratelimit.Quota{Requests: 100, Per: time.Hour}}
+	lim := policy.Limit{Rate: 1, Per: time.Hour, Burst: 20, Quota: policy.Quota{Requests: 100, Per: time.Hour}}
 	if _, err := allow(t, r, "key_warmup", lim); err != nil { // the script is loaded by now
 		t.Fatal(err)
 	}
@@ -237,8 +238,8 @@ func TestRedisKeysAreTheIDOnlyAndExpire(t *testing.T) {
 	t.Parallel()
 	s := redistest.Start(t)
 	r := newRedis(t, []string{s.Addr}, ratelimit.ResilientConfig{})
-	withQuota := ratelimit.Limit{Rate: 10, Per: time.Second, Burst: 10, Quota: ratelimit.Quota{Requests: 1000, Per: 24 * time.Hour}}
-	noQuota := ratelimit.Limit{Rate: 10, Per: time.Second, Burst: 10}
+	withQuota := policy.Limit{Rate: 10, Per: time.Second, Burst: 10, Quota: policy.Quota{Requests: 1000, Per: 24 * time.Hour}}
+	noQuota := policy.Limit{Rate: 10, Per: time.Second, Burst: 10}
 	for range 3 {
 		if _, err := allow(t, r, "key_0123abcd", withQuota); err != nil {
 			t.Fatal(err)
@@ -270,7 +271,7 @@ func TestRedisRejectsUnusableInputWithoutRedis(t *testing.T) {
 	t.Parallel()
 	s := redistest.Start(t)
 	r := newRedis(t, []string{s.Addr}, ratelimit.ResilientConfig{})
-	if _, err := r.Allow(context.Background(), "", ratelimit.Limit{Rate: 1, Per: time.Second, Burst: 1}); !errors.Is(err, ratelimit.ErrInvalid) {
+	if _, err := r.Allow(context.Background(), "", policy.Limit{Rate: 1, Per: time.Second, Burst: 1}); !errors.Is(err, ratelimit.ErrInvalid) {
 		t.Fatalf("empty id: %v, want ErrInvalid", err)
 	}
 	if n, _ := s.Do("DBSIZE"); n != "0" {
@@ -288,7 +289,7 @@ func TestRedisAloneIsPure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lim := ratelimit.Limit{Rate: 10, Per: time.Second, Burst: 2}
+	lim := policy.Limit{Rate: 10, Per: time.Second, Burst: 2}
 	if d, err := r.Allow(context.Background(), "key_pure", lim); err != nil || !d.Allowed {
 		t.Fatalf("up: %+v %v", d, err)
 	}

@@ -1,6 +1,8 @@
 package ratelimit
 
 import (
+	"github.com/keygate/keygate/policy"
+
 	"context"
 	"errors"
 	"fmt"
@@ -36,7 +38,7 @@ const (
 
 // Allower decides one request: Local, Redis and Resilient are Allowers.
 type Allower interface {
-	Allow(ctx context.Context, id string, lim Limit) (Decision, error)
+	Allow(ctx context.Context, id string, lim policy.Limit) (Decision, error)
 }
 
 // ResilientConfig configures a Resilient. Every zero field takes the
@@ -104,7 +106,7 @@ type Resilient struct {
 
 // blockedEntry remembers a refusal by Redis until it can no longer hold.
 type blockedEntry struct {
-	lim   Limit
+	lim   policy.Limit
 	d     Decision
 	at    time.Time
 	until time.Time
@@ -174,7 +176,7 @@ func NewResilient(primary Allower, cfg ResilientConfig) (*Resilient, error) {
 type primaryCall struct {
 	p   Allower
 	id  string
-	lim Limit
+	lim policy.Limit
 }
 
 func callPrimary(ctx context.Context, c primaryCall) (Decision, error) {
@@ -185,7 +187,7 @@ func callPrimary(ctx context.Context, c primaryCall) (Decision, error) {
 // means no decision: ErrInvalid for a bad id or lim, ErrUnavailable when
 // the primary is unavailable in FailClosed mode, or the caller's context
 // error when it gave up.
-func (r *Resilient) Allow(ctx context.Context, id string, lim Limit) (Decision, error) {
+func (r *Resilient) Allow(ctx context.Context, id string, lim policy.Limit) (Decision, error) {
 	if err := check(id, lim); err != nil {
 		return Decision{}, err
 	}
@@ -218,7 +220,7 @@ func (r *Resilient) Allow(ctx context.Context, id string, lim Limit) (Decision, 
 
 // cached returns a refusal for id when Redis refused it recently under
 // the same lim and its retry-after has not passed.
-func (r *Resilient) cached(id string, lim Limit) (Decision, bool) {
+func (r *Resilient) cached(id string, lim policy.Limit) (Decision, bool) {
 	if r.blocked.Len() == 0 {
 		return Decision{}, false
 	}

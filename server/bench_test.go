@@ -23,7 +23,7 @@ import (
 	"github.com/keygate/keygate/internal/testsupport/redistest"
 	"github.com/keygate/keygate/internal/testsupport/testkit"
 	"github.com/keygate/keygate/keystore"
-	"github.com/keygate/keygate/ratelimit"
+	"github.com/keygate/keygate/policy"
 	"github.com/keygate/keygate/server"
 	"github.com/keygate/keygate/standin"
 )
@@ -136,7 +136,7 @@ func benchServer(b *testing.B, upstream, backend, redisAddr string) (string, str
 	cfg.Keystore.File = admin.Path
 	cfg.RateLimit.Backend = backend
 	cfg.Redis.Addrs = []string{redisAddr}
-	cfg.RateLimit.Limits = map[string]ratelimit.Limit{
+	cfg.RateLimit.Limits = map[string]policy.Limit{
 		"live": {Rate: 1e6, Per: time.Second, Burst: 1e9}, // the largest allowed
 		"test": {Rate: 1e6, Per: time.Second, Burst: 1e9},
 	}

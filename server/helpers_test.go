@@ -25,7 +25,7 @@ import (
 	"github.com/keygate/keygate/internal/testsupport/oauth2test"
 	"github.com/keygate/keygate/internal/testsupport/testkit"
 	"github.com/keygate/keygate/keystore"
-	"github.com/keygate/keygate/ratelimit"
+	"github.com/keygate/keygate/policy"
 	"github.com/keygate/keygate/server"
 	"github.com/keygate/keygate/standin"
 )
@@ -117,7 +117,7 @@ func newHarness(t *testing.T, s setup) *harness {
 	cfg.Upstreams.Extraction.Targets = []string{h.Extraction.URL}
 	cfg.Upstreams.Registry.Targets = []string{h.Registry.URL}
 	cfg.Keystore.File = h.Keys.Path
-	cfg.RateLimit.Limits = map[string]ratelimit.Limit{
+	cfg.RateLimit.Limits = map[string]policy.Limit{
 		"live": {Rate: 1000, Per: time.Second, Burst: 1000},
 		"test": {Rate: 1000, Per: time.Second, Burst: 1000},
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/keygate/keygate/internal/testsupport/redistest"
 	"github.com/keygate/keygate/internal/testsupport/testkit"
 	"github.com/keygate/keygate/keystore"
-	"github.com/keygate/keygate/ratelimit"
+	"github.com/keygate/keygate/policy"
 )
 
 // TestRedisKeyPrefixCoversEveryKey runs keygate with everything in Redis
@@ -53,9 +53,9 @@ func TestRedisKeyPrefixCoversEveryKey(t *testing.T) {
 		c.Keystore.Backend = "redis"
 		c.RateLimit.Backend = "redis"
 		c.RateLimit.RedisTimeout = 2 * time.Second // no fallback on a busy machine
-		c.RateLimit.Limits = map[string]ratelimit.Limit{
+		c.RateLimit.Limits = map[string]policy.Limit{
 			"live": {Rate: 1, Per: time.Minute, Burst: 2},
-			"test": {Rate: 1000, Per: time.Second, Burst: 1000, Quota: ratelimit.Quota{Requests: 2, Per: 24 * time.Hour}},
+			"test": {Rate: 1000, Per: time.Second, Burst: 1000, Quota: policy.Quota{Requests: 2, Per: 24 * time.Hour}},
 		}
 	}})
 	h.secret(liveKey)

@@ -111,9 +111,9 @@ func (s *Server) openOps(deps *Deps) (*keyops.Service, keyops.Store, error) {
 	if err := s.auditDeps(deps); err != nil {
 		return nil, nil, err
 	}
-	limits, err := s.cfg.RateLimit.Resolver()
+	limits, err := s.cfg.Resolver()
 	if err != nil {
-		return nil, nil, fieldpath.Within("ratelimit", err)
+		return nil, nil, err
 	}
 	ur, _ := UsageStore(s.cfg, s.redis).(keyops.UsageReader)
 	s.ops, err = keyops.New(keyops.Config{Store: store, Limits: limits, Auditor: deps.Auditor, Usage: ur, Quota: QuotaReader(s.cfg, s.redis)})

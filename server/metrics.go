@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/keygate/keygate/policy"
 	"github.com/keygate/keygate/ratelimit"
 )
 
@@ -90,7 +91,7 @@ func newTimedLimiter(reg prometheus.Registerer, l *ratelimit.Resilient) timedLim
 	return timedLimiter{Resilient: l, obs: h}
 }
 
-func (t timedLimiter) Allow(ctx context.Context, id string, lim ratelimit.Limit) (ratelimit.Decision, error) {
+func (t timedLimiter) Allow(ctx context.Context, id string, lim policy.Limit) (ratelimit.Decision, error) {
 	start := time.Now()
 	d, err := t.Resilient.Allow(ctx, id, lim)
 	t.obs.Observe(time.Since(start).Seconds())

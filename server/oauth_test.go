@@ -10,7 +10,7 @@ import (
 	"github.com/keygate/keygate/config"
 	"github.com/keygate/keygate/gateway"
 	"github.com/keygate/keygate/internal/testsupport/oauth2test"
-	"github.com/keygate/keygate/ratelimit"
+	"github.com/keygate/keygate/policy"
 )
 
 const invalidToken = `Bearer error="invalid_token"`
@@ -159,7 +159,7 @@ func TestRateLimitPerCredential(t *testing.T) {
 	const burst = 3
 	h := newHarness(t, setup{mod: func(c *config.Config) {
 		withOAuth(is)(c)
-		c.RateLimit.Limits = map[string]ratelimit.Limit{
+		c.RateLimit.Limits = map[string]policy.Limit{
 			"live": {Rate: 1, Per: time.Hour, Burst: burst},
 			"test": {Rate: 1, Per: time.Hour, Burst: burst},
 		}

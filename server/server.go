@@ -228,6 +228,10 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (s *Server, err erro
 	if err != nil {
 		return nil, err
 	}
+	ops, err := cfg.OperationTable()
+	if err != nil {
+		return nil, err
+	}
 	gw, err := gateway.New(gateway.Config{
 		Upstreams:        cfg.Upstreams,
 		MaxBodyBytes:     cfg.Server.MaxBodyBytes,
@@ -241,6 +245,7 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (s *Server, err erro
 		MinBodyRate:      cfg.Server.MinBodyRate,
 		MaxConcurrent:    cfg.RateLimit.MaxConcurrent,
 		TrustedProxies:   trusted,
+		Operations:       ops,
 	}, gateway.Deps{Auth: authn, Limiter: s.limiter, Logger: s.log.Named("access"), Metrics: s.metrics, Failures: failures, Usage: s.openUsage(), Tracer: tp.Tracer()})
 	if err != nil {
 		return nil, err
@@ -299,9 +304,9 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (s *Server, err erro
 
 func (s *Server) openStore() error {
 	onReload := registerKeystoreMetrics(s.registry)
-	limits, err := s.cfg.RateLimit.Resolver()
+	limits, err := s.cfg.Resolver()
 	if err != nil {
-		return fieldpath.Within("ratelimit", err)
+		return err
 	}
 	switch s.cfg.Keystore.Backend {
 	case "file":
@@ -357,7 +362,11 @@ func (s *Server) openAuth(ctx context.Context) (gateway.Authenticator, error) {
 		opts = append(opts, auth.Option{Method: auth.MethodAPIKey, Credential: keys, Products: s.cfg.Auth.APIKeys.Products})
 	}
 	if s.cfg.Auth.OAuth2.Enabled {
-		a, err := oauth2.New(ctx, s.cfg.Auth.OAuth2, oauth2.Deps{Logger: s.log.Named("oauth2")})
+		ops, err := s.cfg.OperationTable()
+		if err != nil {
+			return nil, err
+		}
+		a, err := oauth2.New(ctx, s.cfg.Auth.OAuth2, oauth2.Deps{Logger: s.log.Named("oauth2"), Operations: ops})
 		if err != nil {
 			return nil, fieldpath.Within("auth.oauth2", err)
 		}

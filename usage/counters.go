@@ -25,11 +25,18 @@ const (
 	RefusedContext
 	RefusedProduct
 	RefusedConcurrency
+	// ForbiddenOperation, ForbiddenPlan and ForbiddenAddress are the 403
+	// Forbidden refusals by reason: the key's (or its consumer's)
+	// permissions, the plan's features, allowed_cidrs.
+	ForbiddenOperation
+	ForbiddenPlan
+	ForbiddenAddress
 	numOutcomes
 )
 
 // fields are the hash fields (and JSON names) of the outcomes, then bytes.
-var fields = [numOutcomes]string{"admitted", "rate", "quota", "context", "product", "concurrency"}
+var fields = [numOutcomes]string{"admitted", "rate", "quota", "context", "product", "concurrency",
+	"forbidden_operation", "forbidden_plan", "forbidden_address"}
 
 const fieldBytesIn = "bytes_in"
 
@@ -131,15 +138,25 @@ type Counts struct {
 	Context     int64 `json:"refused_context"`
 	Product     int64 `json:"refused_product"`
 	Concurrency int64 `json:"refused_concurrency"`
-	BytesIn     int64 `json:"bytes_in"`
+	// Forbidden* are the 403 Forbidden refusals by reason.
+	ForbiddenOperation int64 `json:"forbidden_operation"`
+	ForbiddenPlan      int64 `json:"forbidden_plan"`
+	ForbiddenAddress   int64 `json:"forbidden_address"`
+	BytesIn            int64 `json:"bytes_in"`
 }
 
 func (c *Counts) ptr(i int) *int64 {
-	return [...]*int64{&c.Admitted, &c.Rate, &c.Quota, &c.Context, &c.Product, &c.Concurrency, &c.BytesIn}[i]
+	return [...]*int64{&c.Admitted, &c.Rate, &c.Quota, &c.Context, &c.Product, &c.Concurrency,
+		&c.ForbiddenOperation, &c.ForbiddenPlan, &c.ForbiddenAddress, &c.BytesIn}[i]
 }
 
 // Refused is the requests refused, for any reason.
-func (c Counts) Refused() int64 { return c.Rate + c.Quota + c.Context + c.Product + c.Concurrency }
+func (c Counts) Refused() int64 {
+	return c.Rate + c.Quota + c.Context + c.Product + c.Concurrency + c.Forbidden()
+}
+
+// Forbidden is the 403 Forbidden refusals, every reason together.
+func (c Counts) Forbidden() int64 { return c.ForbiddenOperation + c.ForbiddenPlan + c.ForbiddenAddress }
 
 // Add adds o to c.
 func (c *Counts) Add(o Counts) {

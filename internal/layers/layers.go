@@ -10,7 +10,7 @@ package layers
 var Layers = [][]string{
 	{"product", "redact", "filewatch", "formctx", "framing", "certstore", "usage", "standin",
 		"internal/capool", "internal/clientip", "internal/fieldpath", "internal/statuswriter", "internal/strictjson", "internal/layers"},
-	{"redisconn", "tracing"},
+	{"redisconn", "tracing", "policy"},
 	{"ratelimit", "tlsconf"},
 	{"keystore"},
 	{"auth", "keyops"},

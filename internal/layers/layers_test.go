@@ -4,6 +4,7 @@ import (
 	"errors"
 	"go/build"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -128,5 +129,45 @@ func TestNoForbiddenImports(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestModelWithoutEngine: the packages that only name a limit, a plan or
+// a permission get them from policy, which imports neither Redis nor a
+// circuit breaker, and they do not import the ratelimit engines for it.
+// (keystore reaches Redis through its own store and redisconn; that is
+// not the model's doing.) The check is `go list -deps`, as a user would
+// run it.
+func TestModelWithoutEngine(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Fatalf("go not in PATH: %v", err)
+	}
+	deps := func(pkg string) map[string]bool {
+		t.Helper()
+		out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", module+pkg).Output()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v", pkg, err)
+		}
+		m := map[string]bool{}
+		for _, l := range strings.Fields(string(out)) {
+			m[l] = true
+		}
+		return m
+	}
+	for dep := range deps("policy") {
+		for _, engine := range []string{"github.com/redis/go-redis", "github.com/sony/gobreaker", module + "ratelimit"} {
+			if strings.HasPrefix(dep, engine) {
+				t.Errorf("policy depends on %s", dep)
+			}
+		}
+	}
+	for _, pkg := range []string{"keystore", "auth", "keyops", "portal", "adminapi"} {
+		d := deps(pkg)
+		if d[module+"ratelimit"] {
+			t.Errorf("%s depends on ratelimit (and through it on go-redis and gobreaker); it should name limits through policy", pkg)
+		}
+		if !d[module+"policy"] {
+			t.Errorf("%s does not depend on policy; is the check still meaningful?", pkg)
+		}
 	}
 }

@@ -1,4 +1,4 @@
-package ratelimit
+package policy
 
 import (
 	"errors"
@@ -35,7 +35,7 @@ const (
 )
 
 // ErrOutOfBounds is wrapped by every *FieldError of CheckFields.
-var ErrOutOfBounds = errors.New("ratelimit: limit field out of bounds")
+var ErrOutOfBounds = errors.New("policy: limit field out of bounds")
 
 // FieldError is a limit field outside its bounds. Field is its name
 // within the limit: "rate", "per", "burst", "quota.requests" or

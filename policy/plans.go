@@ -1,4 +1,4 @@
-package ratelimit
+package policy
 
 import (
 	"encoding/json"
@@ -31,6 +31,10 @@ type Plan struct {
 	Limit `yaml:",inline"`
 	// Scope is "key" (default, also for "") or "consumer".
 	Scope Scope `yaml:"scope,omitempty"`
+	// Features are the operations the plan includes (see Operations); a
+	// key on the plan gets 403 for any other. Absent means every
+	// operation.
+	Features []string `yaml:"features,omitempty"`
 }
 
 // planName is what a plan may be called: it is stored in key records and
@@ -40,8 +44,8 @@ var planName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 // ValidPlanName reports whether name may name a plan.
 func ValidPlanName(name string) bool { return planName.MatchString(name) }
 
-// validatePlans reports the first problem in plans through bad.
-func validatePlans(plans map[string]Plan, bad func(path, format string, args ...any)) {
+// ValidatePlans reports the first problem in plans through bad.
+func ValidatePlans(plans map[string]Plan, bad func(path, format string, args ...any)) {
 	names := make([]string, 0, len(plans))
 	for name := range plans {
 		names = append(names, name)
@@ -52,16 +56,16 @@ func validatePlans(plans map[string]Plan, bad func(path, format string, args ...
 		if !ValidPlanName(name) {
 			bad(path, "plan names are 1 to 63 characters of [a-z0-9_-], starting with a letter or digit")
 		}
-		validateLimit(p.Limit, path, bad)
+		ValidateLimit(p.Limit, path, bad)
 		if p.Scope != "" && p.Scope != ScopeKey && p.Scope != ScopeConsumer {
 			bad(path+".scope", "must be %q or %q, got %q", ScopeKey, ScopeConsumer, p.Scope)
 		}
 	}
 }
 
-// validateLimit checks one whole limit (an env default or a plan)
+// ValidateLimit checks one whole limit (an env default or a plan)
 // against the bounds of CheckFields.
-func validateLimit(l Limit, p string, bad func(path, format string, args ...any)) {
+func ValidateLimit(l Limit, p string, bad func(path, format string, args ...any)) {
 	var fe *FieldError
 	if errors.As(CheckFields(WholeLimit(l)), &fe) {
 		bad(p+"."+fe.Field, "%s", fe.Msg)
@@ -117,6 +121,16 @@ type Subject struct {
 	ConsumerID       string // "" when the key belongs to no consumer
 	ConsumerPlan     string
 	ConsumerOverride *Override
+	// Products are the key's products; with KeyPermissions nil, the key
+	// may perform every operation of them.
+	Products []string
+	// KeyPermissions and ConsumerPermissions are the operations the key
+	// and its consumer allow; nil means no restriction of their own.
+	KeyPermissions      []string
+	ConsumerPermissions []string
+	// KeyCIDRs and ConsumerCIDRs are allowed_cidrs; empty means any.
+	KeyCIDRs      []string
+	ConsumerCIDRs []string
 }
 
 // Effective is a key's limit as resolved from its plan and overrides,
@@ -141,6 +155,9 @@ type Effective struct {
 	Plan    string
 	// Scope is the scope of the limit's plan.
 	Scope Scope
+	// Access is what the key may do and where from; the same for every
+	// successor in Next.
+	Access *Access
 }
 
 // FieldSources say where each field of an effective limit came from.
@@ -162,6 +179,10 @@ func (e *Effective) At(now time.Time) *Effective {
 type Resolver struct {
 	envs  map[string]Limit
 	plans map[string]Plan
+	ops   *Operations
+	// defaults are the shared Access of a key of each product that no
+	// rule narrows.
+	defaults map[string]*Access
 }
 
 // NewResolver builds a resolver; envs must hold "live" and "test" (as a
@@ -179,11 +200,25 @@ func NewResolver(envs map[string]Limit, plans map[string]Plan) (*Resolver, error
 	for k, v := range plans {
 		r.plans[k] = v
 	}
+	r.ops = BuiltinOperations()
+	r.defaultAccess()
 	return r, nil
 }
 
-// Resolver returns the resolver of c's env defaults and plans.
-func (c Config) Resolver() (*Resolver, error) { return NewResolver(c.Limits, c.Plans) }
+// WithOperations returns a resolver like r that resolves permissions
+// against ops (the built-in and configured operations) instead of the
+// built-in ones alone.
+func (r *Resolver) WithOperations(ops *Operations) *Resolver {
+	c := *r
+	if ops != nil {
+		c.ops = ops
+	}
+	c.defaultAccess()
+	return &c
+}
+
+// Operations is the table of operations r resolves permissions against.
+func (r *Resolver) Operations() *Operations { return r.ops }
 
 // Plan returns the plan named name.
 func (r *Resolver) Plan(name string) (Plan, bool) {
@@ -202,7 +237,7 @@ func (r *Resolver) PlanNames() []string {
 }
 
 // ErrUnknownPlan means a plan name is not in ratelimit.plans.
-var ErrUnknownPlan = errors.New("ratelimit: unknown plan")
+var ErrUnknownPlan = errors.New("policy: unknown plan")
 
 // CheckPlan returns nil for "" (no plan) or a configured plan, and an
 // error wrapping ErrUnknownPlan that lists the plans otherwise.
@@ -231,6 +266,8 @@ func (r *Resolver) CheckPlan(name string) error {
 func (r *Resolver) Resolve(s Subject, now time.Time) *Effective {
 	e := r.resolveAt(s, now)
 	head := e
+	acc := r.access(s, e.Plan)
+	e.Access = acc
 	// An override that expires later makes a successor; at most two.
 	for i := 0; i < 2; i++ {
 		t := nextExpiry(s, now)
@@ -241,6 +278,7 @@ func (r *Resolver) Resolve(s Subject, now time.Time) *Effective {
 		now = t
 		e.Next = r.resolveAt(s, now)
 		e = e.Next
+		e.Access = acc
 	}
 	return head
 }
