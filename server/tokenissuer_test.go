@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -24,8 +25,10 @@ import (
 	"golang.org/x/oauth2/clientcredentials"
 
 	"github.com/keygate/keygate/config"
+	"github.com/keygate/keygate/internal/redistest"
 	"github.com/keygate/keygate/internal/testkit"
 	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/ratelimit"
 	"github.com/keygate/keygate/server"
 	"github.com/keygate/keygate/tokenissuer"
 )
@@ -481,4 +484,128 @@ func kidOf(t *testing.T, tok string) string {
 	}
 	k, _ := msg.Signatures()[0].ProtectedHeaders().KeyID()
 	return k
+}
+
+// twoReplicas runs two keygate replicas sharing one Redis (keystore,
+// limiter and signing keys), with one extraction key issued in it.
+func twoReplicas(t *testing.T, limit ratelimit.Limit) (a, b *harness, admin *keystore.RedisAdmin, key string, rec keystore.Record) {
+	rs := redistest.Start(t)
+	admin = &keystore.RedisAdmin{Client: rs.Client(t), Prefix: "tk:"}
+	key, rec, err := admin.Issue(context.Background(), keystore.IssueRequest{Product: keystore.Extraction, Env: keystore.Live, Context: ctxA, Name: "shared"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mod := withTokenEndpoint(func(c *config.Config) {
+		c.Redis.Addrs = []string{rs.Addr}
+		c.Redis.KeyPrefix = "tk:"
+		c.Keystore.Backend = "redis"
+		c.RateLimit.Backend = "redis"
+		c.RateLimit.RedisTimeout = 2 * time.Second
+		c.RateLimit.Limits = map[string]ratelimit.Limit{"live": limit, "test": limit}
+	})
+	a = newHarness(t, setup{mod: mod})
+	b = newHarness(t, setup{mod: mod})
+	a.secret(key)
+	b.secret(key)
+	return a, b, admin, key, rec
+}
+
+func TestTokenAcrossReplicasDiesWithinASecond(t *testing.T) {
+	t.Parallel()
+	a, b, admin, key, rec := twoReplicas(t, ratelimit.Limit{Rate: 1000, Per: time.Second, Burst: 1000})
+	tok := a.mustExchange(rec.ID, key)
+	b.secret(tok)
+	if r := b.sync(tokCred(tok), ctxA); r.Status != 200 {
+		t.Fatalf("a token minted on replica A, on replica B: %d %s", r.Status, r.Body)
+	}
+	if r := a.sync(tokCred(tok), ctxA); r.Status != 200 {
+		t.Fatalf("on replica A: %d %s", r.Status, r.Body)
+	}
+	if _, err := admin.Revoke(context.Background(), rec.ID); err != nil {
+		t.Fatal(err)
+	}
+	revoked := time.Now()
+	for _, h := range []*harness{a, b} {
+		testkit.Eventually(t, 5*time.Second, "the token refused", func() error {
+			if r := h.sync(tokCred(tok), ctxA); r.Status != 401 {
+				return errStatus(r.Status)
+			}
+			return nil
+		})
+	}
+	if d := time.Since(revoked); d > time.Second {
+		t.Errorf("the token was refused on both replicas %s after the revocation, want within 1s", d)
+	} else {
+		t.Logf("refused on both replicas %s after the revocation", d)
+	}
+}
+
+func TestKeyAndItsTokensShareOneBucket(t *testing.T) {
+	t.Parallel()
+	const burst = 6
+	a, b, _, key, rec := twoReplicas(t, ratelimit.Limit{Rate: 1, Per: time.Hour, Burst: burst})
+	tokA := a.mustExchange(rec.ID, key)
+	tokB := b.mustExchange(rec.ID, key)
+	admitted := 0
+	for i := range 4 * burst {
+		h, c := a, keyCred(key)
+		switch i % 3 {
+		case 1:
+			h, c = b, tokCred(tokA)
+		case 2:
+			h, c = a, tokCred(tokB)
+		}
+		r := h.sync(c, ctxA)
+		switch r.Status {
+		case 200:
+			admitted++
+		case 429:
+		default:
+			t.Fatalf("request %d: %d %s", i, r.Status, r.Body)
+		}
+	}
+	if admitted != burst {
+		t.Errorf("a key with burst %d and two of its tokens got %d admitted, want %d", burst, admitted, burst)
+	}
+}
+
+// TestPythonClientAndIndependentJOSE: Authlib gets a token with
+// client_secret_basic, PyJWT verifies it against the JWKS (typ, iss, aud,
+// exp), and the token then passes /sync.
+func TestPythonClientAndIndependentJOSE(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, setup{mod: withTokenEndpoint()})
+	// Debian's interpreter: python3-authlib and python3-jwt are Debian
+	// packages (scripts/install-deps.sh), which another python3 earlier
+	// in PATH (pyenv, a venv) would not see.
+	py := "/usr/bin/python3"
+	if _, err := os.Stat(py); err != nil {
+		py = "python3"
+	}
+	ca := filepath.Join(h.Cfg.TLS.SelfSignedDir, "cert.pem")
+	cmd := exec.Command(py, "testdata/oauth_client.py", h.API, ca, h.LiveID, ownIssuer)
+	// requests prefers these to a session's verify when they are set.
+	cmd.Env = append(os.Environ(), "REQUESTS_CA_BUNDLE="+ca, "CURL_CA_BUNDLE="+ca)
+	cmd.Stdin = strings.NewReader(h.LiveKey + "\n")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("python client: %v\n%s", err, stderr.String())
+	}
+	var got struct {
+		Sub         string `json:"sub"`
+		ClientID    string `json:"client_id"`
+		AccessToken string `json:"access_token"`
+	}
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	h.secret(got.AccessToken)
+	if got.Sub != h.LiveID || got.ClientID != h.LiveID {
+		t.Errorf("sub = %q, want %s", got.Sub, h.LiveID)
+	}
+	if r := h.sync(tokCred(got.AccessToken), ctxA); r.Status != 200 {
+		t.Errorf("the Python client's token on /sync: %d %s", r.Status, r.Body)
+	}
 }
