@@ -66,6 +66,7 @@ type envOpts struct {
 	limiter     gateway.Limiter // nil: a Local limiter
 	store       auth.KeyLookup  // nil: the file keystore holding the keys below
 	logger      *zap.Logger
+	endpoints   []gateway.Endpoint
 }
 
 func newEnv(t *testing.T, o envOpts) *env {
@@ -154,6 +155,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 		BodyIdleTimeout:  o.bodyIdle,
 		MaxConcurrent:    o.concurrent,
 		MinBodyRate:      o.minRate,
+		Endpoints:        o.endpoints,
 	}, gateway.Deps{Auth: keys, Limiter: limiter, Failures: o.failures, Usage: o.usage, Logger: o.logger})
 	if err != nil {
 		t.Fatal(err)
