@@ -177,6 +177,12 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (s *Server, err erro
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Auth.TokenEndpoint.Enabled {
+		// Signing-key rotations are audited.
+		if err := s.auditDeps(&deps); err != nil {
+			return nil, err
+		}
+	}
 	if err := s.openIssuer(ctx, failures, trusted, deps.Auditor); err != nil {
 		return nil, err
 	}

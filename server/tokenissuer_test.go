@@ -433,6 +433,33 @@ func TestDiscoveryAndJWKSWithoutKey(t *testing.T) {
 			t.Errorf("token lacks %s", c)
 		}
 	}
+
+	// The first signing key was made at start, and audited; no private
+	// key reached the audit log or the log.
+	auditLog, err := os.ReadFile(filepath.Join(filepath.Dir(h.Cfg.Keystore.File), "audit.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(auditLog), `"action":"token_key.rotate"`) || !strings.Contains(string(auditLog), "keygate:scheduled-rotation") {
+		t.Errorf("no scheduled rotation in the audit log:\n%s", auditLog)
+	}
+	st, err := server.TokenKeyStore(h.Cfg, nil).Load(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range st.Keys {
+		p := base64.StdEncoding.EncodeToString(k.Private)
+		raw, err := x509.ParsePKCS8PrivateKey(k.Private)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := base64.RawURLEncoding.EncodeToString(raw.(*ecdsa.PrivateKey).D.FillBytes(make([]byte, 32))) // the JWK "d"
+		for where, text := range map[string]string{"audit log": string(auditLog), "log": h.Logs.String(), "JWKS": string(j.Body), "metadata": string(r.Body)} {
+			if strings.Contains(text, p[len(p)/2:]) || strings.Contains(text, base64.RawURLEncoding.EncodeToString(k.Private)[40:80]) || strings.Contains(text, d) {
+				t.Errorf("a private signing key appears in the %s", where)
+			}
+		}
+	}
 }
 
 func TestSigningKeyRotation(t *testing.T) {
