@@ -197,6 +197,9 @@ func (i *Issuer) refresh(ctx context.Context) error {
 			}
 		}
 	}
+	if cur := i.keys.Load(); cur != nil && sameKeys(cur.state, st) && (cur.nextWithdraw.IsZero() || now.Before(cur.nextWithdraw)) {
+		return nil // nothing changed: no re-parse of the keys every second
+	}
 	ks, err := buildKeySet(st, now)
 	if err != nil {
 		return err

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -190,4 +191,63 @@ func basic(id, secret string) string {
 	r, _ := http.NewRequest(http.MethodGet, "/", nil)
 	r.SetBasicAuth(url.QueryEscape(id), url.QueryEscape(secret))
 	return strings.TrimPrefix(r.Header.Get("Authorization"), "Basic ")
+}
+
+// TestPreviousKeyWithdrawnAfterItsTokensExpire: after a rotation the JWKS
+// holds both keys, until the last token the old key signed has expired
+// (ttl plus leeway); then only the new one.
+func TestPreviousKeyWithdrawnAfterItsTokensExpire(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	admin := &keystore.FileAdmin{Path: filepath.Join(dir, "keys.yaml")}
+	ks, err := keystore.OpenFile(keystore.FileConfig{Path: admin.Path, NoWatch: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ks.Close()
+	var at atomic.Int64 // the clock, also read by the background refresh
+	start := time.Now()
+	at.Store(start.UnixNano())
+	clock := func() time.Time { return time.Unix(0, at.Load()) }
+	cfg := tokenissuer.DefaultConfig()
+	cfg.Enabled, cfg.Issuer = true, "https://keygate.test"
+	store := tokenissuer.NewFileStore(tokenissuer.FilePathBeside(admin.Path))
+	iss, err := tokenissuer.New(context.Background(), cfg, tokenissuer.Deps{Store: store, Keys: ks, ProductScopes: scopes, Now: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer iss.Close()
+	keys := func() int {
+		w := httptest.NewRecorder()
+		iss.JWKSHandler().ServeHTTP(w, httptest.NewRequest(http.MethodGet, tokenissuer.JWKSPath, nil))
+		set, err := jwk.Parse(w.Body.Bytes())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return set.Len()
+	}
+	if _, err := tokenissuer.Rotate(context.Background(), store, cfg, false, start); err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		after time.Duration
+		want  int
+	}{{0, 2}, {cfg.TTL, 2}, {cfg.TTL + 40*time.Second, 1}}
+	for _, s := range steps {
+		at.Store(start.Add(s.after).UnixNano())
+		if err := iss.RefreshNow(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if got := keys(); got != s.want {
+			t.Errorf("%s after the rotation: %d keys published, want %d", s.after, got, s.want)
+		}
+	}
+	// A scheduled rotation once the signing key is rotation old.
+	at.Store(start.Add(cfg.Rotation + time.Second).UnixNano())
+	if err := iss.RefreshNow(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := keys(); got != 2 {
+		t.Errorf("after the scheduled rotation: %d keys, want 2", got)
+	}
 }

@@ -126,11 +126,29 @@ type keySet struct {
 	byKid  map[string]*loadedKey
 	jwks   []byte // the public JWKS document
 	infos  []KeyInfo
+	// state is what the set was built from; nextWithdraw the earliest
+	// withdrawal still to come (zero: none), when it must be rebuilt.
+	state        State
+	nextWithdraw time.Time
+}
+
+// sameKeys reports whether a and b hold the same keys in the same states.
+func sameKeys(a, b State) bool {
+	if len(a.Keys) != len(b.Keys) {
+		return false
+	}
+	for i := range a.Keys {
+		x, y := a.Keys[i], b.Keys[i]
+		if x.Kid != y.Kid || x.Alg != y.Alg || !x.Retiring.Equal(y.Retiring) || !x.Withdraw.Equal(y.Withdraw) {
+			return false
+		}
+	}
+	return true
 }
 
 // buildKeySet loads the keys that are still published at now.
 func buildKeySet(st State, now time.Time) (*keySet, error) {
-	ks := &keySet{byKid: map[string]*loadedKey{}}
+	ks := &keySet{byKid: map[string]*loadedKey{}, state: st}
 	pub := jwk.NewSet()
 	for _, k := range st.Keys {
 		if !k.Withdraw.IsZero() && !now.Before(k.Withdraw) {
@@ -146,6 +164,9 @@ func buildKeySet(st State, now time.Time) (*keySet, error) {
 		}
 		if k.Retiring.IsZero() {
 			ks.signer = lk
+		}
+		if !k.Withdraw.IsZero() && (ks.nextWithdraw.IsZero() || k.Withdraw.Before(ks.nextWithdraw)) {
+			ks.nextWithdraw = k.Withdraw
 		}
 		ks.infos = append(ks.infos, KeyInfo{Kid: k.Kid, Alg: k.Alg, Created: k.Created, Retiring: k.Retiring, Withdraw: k.Withdraw, Signing: k.Retiring.IsZero()})
 	}
