@@ -636,3 +636,40 @@ func TestPythonClientAndIndependentJOSE(t *testing.T) {
 		t.Errorf("the Python client's token on /sync: %d %s", r.Status, r.Body)
 	}
 }
+
+// TestTestKeyTokenHasTheTestQuota: a svc_test_ key's token carries env
+// test, and the key and its token draw on one test quota.
+func TestTestKeyTokenHasTheTestQuota(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, setup{mod: withTokenEndpoint(func(c *config.Config) {
+		c.RateLimit.Limits["test"] = ratelimit.Limit{Rate: 1000, Per: time.Second, Burst: 1000, Quota: ratelimit.Quota{Requests: 3, Per: 24 * time.Hour}}
+	})})
+	k, rec, err := h.Keys.Issue(context.Background(), keystore.IssueRequest{Product: keystore.Extraction, Env: keystore.Test, Context: ctxA, Name: "test key"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.secret(k)
+	var tok string
+	testkit.Eventually(t, 10*time.Second, "the keystore sees the test key", func() error {
+		var r result
+		if tok, r = h.exchange(rec.ID, k); r.Status != 200 {
+			return errStatus(r.Status)
+		}
+		return nil
+	})
+	parsed, err := jwt.ParseInsecure([]byte(tok))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var env string
+	if err := parsed.Get("env", &env); err != nil || env != "test" {
+		t.Errorf("env claim %q (%v), want test", env, err)
+	}
+	for i, c := range []cred{tokCred(tok), keyCred(k), tokCred(tok)} {
+		if r := h.sync(c, ctxA); r.Status != 200 {
+			t.Fatalf("request %d of the quota of 3: %d %s", i+1, r.Status, r.Body)
+		}
+	}
+	assertError(t, h.sync(tokCred(tok), ctxA), 429, "quota")
+	assertError(t, h.sync(keyCred(k), ctxA), 429, "quota")
+}
