@@ -25,6 +25,7 @@ import (
 	"golang.org/x/oauth2/clientcredentials"
 
 	"github.com/keygate/keygate/config"
+	"github.com/keygate/keygate/internal/oauth2test"
 	"github.com/keygate/keygate/internal/redistest"
 	"github.com/keygate/keygate/internal/testkit"
 	"github.com/keygate/keygate/keystore"
@@ -672,4 +673,69 @@ func TestTestKeyTokenHasTheTestQuota(t *testing.T) {
 	}
 	assertError(t, h.sync(tokCred(tok), ctxA), 429, "quota")
 	assertError(t, h.sync(keyCred(k), ctxA), 429, "quota")
+}
+
+// signJWS signs claims with raw under alg, with typ and kid in the
+// protected header.
+func signJWS(t *testing.T, raw any, alg jwa.SignatureAlgorithm, typ, kid string, c map[string]any) string {
+	t.Helper()
+	key, err := jwk.Import(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hdr := jws.NewHeaders()
+	_ = hdr.Set(jws.TypeKey, typ)
+	_ = hdr.Set(jws.KeyIDKey, kid)
+	b, _ := json.Marshal(c)
+	out, err := jws.Sign(b, jws.WithKey(alg, key, jws.WithProtectedHeaders(hdr)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(out)
+}
+
+// TestOwnAndExternalIssuersSideBySide: an external issuer's tokens keep
+// working beside keygate's, and neither issuer's keys validate a token
+// that names the other issuer.
+func TestOwnAndExternalIssuersSideBySide(t *testing.T) {
+	t.Parallel()
+	es := ecSigner(t, 0, "ec-1")
+	is := oauth2test.NewIssuer(t, es)
+	h := newHarness(t, setup{mod: withTokenEndpoint(withOAuth(is))})
+	external := h.mint(es, claims("partner", "extraction:sync"))
+	if r := h.sync(tokCred(external), ctxA); r.Status != 200 || r.Echo.Identity["x-keygate-key-id"] != "oauth2:partner" {
+		t.Fatalf("external token: %d %s", r.Status, r.Body)
+	}
+	own := h.mustExchange(h.LiveID, h.LiveKey)
+	if r := h.sync(tokCred(own), ctxA); r.Status != 200 || r.Echo.Identity["x-keygate-key-id"] != h.LiveID {
+		t.Fatalf("own token: %d %s", r.Status, r.Body)
+	}
+	kid, priv := signingKey(t, h)
+	now := time.Now().Unix()
+	ownClaims := map[string]any{"iss": ownIssuer, "sub": h.LiveID, "client_id": h.LiveID, "aud": ownIssuer, "scope": "extraction:sync",
+		"context": ctxA, "env": "live", "iat": now, "nbf": now, "exp": now + 300, "jti": "j"}
+	extClaims := map[string]any{"iss": testIssuer, "sub": "user-1", "client_id": "partner", "aud": "keygate", "scope": "extraction:sync",
+		"context": ctxA, "iat": now, "nbf": now, "exp": now + 300}
+	// Controls: each set of claims passes with its own issuer's key, so
+	// each refusal below is for the key alone.
+	for _, tok := range []string{signJWS(t, priv, jwa.ES256(), "at+jwt", kid, ownClaims), signJWS(t, es.Raw, jwa.ES256(), "JWT", "ec-1", extClaims)} {
+		h.secret(tok)
+		if r := h.sync(tokCred(tok), ctxA); r.Status != 200 {
+			t.Fatalf("control: %d %s", r.Status, r.Body)
+		}
+	}
+	cases := map[string]string{
+		"keygate's claims signed by the external issuer's key under keygate's kid": signJWS(t, es.Raw, jwa.ES256(), "at+jwt", kid, ownClaims),
+		"keygate's claims signed by the external issuer's key under its own kid":   signJWS(t, es.Raw, jwa.ES256(), "at+jwt", "ec-1", ownClaims),
+		"external claims signed by keygate's key under keygate's kid":              signJWS(t, priv, jwa.ES256(), "JWT", kid, extClaims),
+		"external claims signed by keygate's key under the external kid":           signJWS(t, priv, jwa.ES256(), "JWT", "ec-1", extClaims),
+	}
+	for name, tok := range cases {
+		t.Run(name, func(t *testing.T) {
+			h.secret(tok)
+			if r := h.sync(tokCred(tok), ctxA); r.Status != 401 {
+				t.Errorf("%d %s", r.Status, r.Body)
+			}
+		})
+	}
 }
