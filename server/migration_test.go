@@ -3,14 +3,18 @@ package server_test
 import (
 	"bytes"
 	"encoding/json"
+	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/keygate/keygate/adminapi"
 	"github.com/keygate/keygate/cli"
+	"github.com/keygate/keygate/config"
 	"github.com/keygate/keygate/internal/testkit"
 	"github.com/keygate/keygate/keyops"
+	"github.com/keygate/keygate/server"
 )
 
 // TestMigrationReportAfterMixedTraffic: after requests with a key and
@@ -19,7 +23,14 @@ import (
 // moved.
 func TestMigrationReportAfterMixedTraffic(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, setup{mod: withTokenEndpoint()})
+	const adminToken = "kga_migrationtest"
+	h := newHarness(t, setup{
+		mod: withTokenEndpoint(func(c *config.Config) { c.AdminAPI.Enabled, c.AdminAPI.Listen = true, "127.0.0.1:0" }),
+		deps: func(d *server.Deps) {
+			d.AdminTokens = adminTokens{adminToken: {ID: "tok_1", Scopes: []string{adminapi.ScopeUsageRead}}}
+		},
+	})
+	h.secret(adminToken)
 	recs, err := h.Keys.List(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -76,6 +87,24 @@ func TestMigrationReportAfterMixedTraffic(t *testing.T) {
 	}
 	if code := cli.Main([]string{"migration", "--config", cfg, "--since", "31d"}, nil, &table, &errb); code != 2 {
 		t.Errorf("a window over 30 days: exit %d, want 2", code)
+	}
+
+	// The admin API answers the same report (scope usage:read).
+	get := func(path string) result {
+		req, _ := http.NewRequest(http.MethodGet, "https://"+h.Server.AdminAPIAddr().String()+path, nil)
+		req.Header.Set("Authorization", "Bearer "+adminToken)
+		return h.do(req)
+	}
+	r := get("/v1/migration?since=168h")
+	var api keyops.Migration
+	if err := json.Unmarshal(r.Body, &api); r.Status != 200 || err != nil {
+		t.Fatalf("GET /v1/migration: %d %s", r.Status, r.Body)
+	}
+	if a, b := keyOf(api, h.LiveID), keyOf(api, id2); a == nil || b == nil || a.Requests.APIKey != 2 || a.Requests.Bearer != 4 || !b.Moved {
+		t.Errorf("admin API report: %s", r.Body)
+	}
+	if r := get("/v1/migration?since=1000h"); r.Status != 400 {
+		t.Errorf("a window over 30 days: %d", r.Status)
 	}
 }
 
