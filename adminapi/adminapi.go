@@ -200,6 +200,13 @@ type UsageReader interface {
 	KeyUsage(ctx context.Context, keyID string, since time.Duration) (any, error)
 }
 
+// MigrationReader is a UsageReader that also reports who has moved from
+// API keys to tokens (GET /v1/migration); since is at most 30 days. An
+// error wrapping keyops.ErrInvalid is a 400.
+type MigrationReader interface {
+	Migration(ctx context.Context, since time.Duration) (any, error)
+}
+
 // AuditQuery selects audit events, newest first.
 type AuditQuery struct {
 	// Since, when not zero, leaves out older events.

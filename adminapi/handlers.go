@@ -593,6 +593,27 @@ func (a *API) keyUsage(r *request) (response, error) {
 	return response{status: http.StatusOK, body: u}, nil
 }
 
+// migration is GET /v1/migration[?since=720h]: per consumer and key, the
+// requests with the key against those with a token, and who has moved.
+func (a *API) migration(r *request) (response, error) {
+	mr, ok := a.deps.Usage.(MigrationReader)
+	if !ok {
+		return response{}, notConfigured("usage counting")
+	}
+	since := 30 * 24 * time.Hour
+	if s := r.URL.Query().Get("since"); s != "" {
+		var err error
+		if since, err = time.ParseDuration(s); err != nil || since <= 0 || since > 30*24*time.Hour {
+			return response{}, badRequest("since: want a positive duration of at most 720h (30 days), such as 168h")
+		}
+	}
+	m, err := mr.Migration(r.Context(), since)
+	if err != nil {
+		return response{}, err
+	}
+	return response{status: http.StatusOK, body: m}, nil
+}
+
 func (a *API) auditEvents(r *request) (response, error) {
 	if a.deps.Audit == nil {
 		return response{}, notConfigured("the audit log")

@@ -76,6 +76,7 @@ func (a *API) routes() []Route {
 		{"POST", "/v1/keys/{id}/rotate", ScopeKeysWrite, a.rotateKey},
 		{"POST", "/v1/keys/{id}/revoke", ScopeKeysWrite, a.revokeKey},
 		{"GET", "/v1/keys/{id}/usage", ScopeUsageRead, a.keyUsage},
+		{"GET", "/v1/migration", ScopeUsageRead, a.migration},
 		{"GET", "/v1/audit-events", ScopeAuditRead, a.auditEvents},
 		{"POST", "/v1/portal-sessions", ScopeKeysWrite, a.createPortalSession},
 	}

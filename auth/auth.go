@@ -14,6 +14,9 @@ const (
 	MethodAPIKey Method = "api_key"
 	// MethodOAuth2 is an OAuth 2.0 bearer token.
 	MethodOAuth2 Method = "oauth2"
+	// MethodBearer is an access token keygate issued itself for a key
+	// (package tokenissuer): the principal is that key.
+	MethodBearer Method = "bearer"
 )
 
 // Principal is who a request acts for.

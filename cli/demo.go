@@ -71,7 +71,7 @@ func demo(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	key, err := issueDemoKey(cfg, consumer)
+	key, keyID, err := issueDemoKey(cfg, consumer)
 	if err != nil {
 		return err
 	}
@@ -93,6 +93,11 @@ func demo(args []string, stdout, stderr io.Writer) error {
 		scheme, insecure = "http", ""
 	}
 	base := fmt.Sprintf("%s://localhost:%s", scheme, port)
+	if !cfg.Auth.TokenEndpoint.Enabled {
+		// The token endpoint, so that the banner can show the exchange.
+		cfg.Auth.TokenEndpoint.Enabled = true
+		cfg.Auth.TokenEndpoint.Issuer = "https://localhost:" + port
+	}
 	cfg.Portal.Enabled = true
 	if cfg.Portal.APIURL == "" {
 		cfg.Portal.APIURL = base
@@ -137,6 +142,15 @@ The README's admin API examples use these two variables; paste them first:
 
   TOKEN=%s API=%s
 
+OAuth 2.0: exchange the demo key for a %s access token (client_credentials,
+client_id = the key's id, client_secret = the key):
+
+  ACCESS_TOKEN=$(curl %s-sS -u '%s:%s' -d grant_type=client_credentials %s/oauth2/token | jq -r .access_token)
+
+and call /sync with the token instead of the key (200):
+
+  curl %s-H "Authorization: Bearer $ACCESS_TOKEN" -F files=@README.md -F id=%s -F contextId=%s %s/sync
+
 Access log: %s (one JSON line per request: tail -f %s).
 Health and metrics: http://%s/healthz /readyz /metrics. Stop with Ctrl-C.
 
@@ -145,6 +159,7 @@ Health and metrics: http://%s/healthz /readyz /metrics. Stop with Ctrl-C.
 		insecure, key, demoDocID, otherContext, base,
 		cfg.Portal.URL(), insecure, demoDocID, demoContext, base,
 		adminURL, adminInsecure, adminToken, adminURL, adminToken, adminURL,
+		cfg.Auth.TokenEndpoint.TTL, insecure, keyID, key, base, insecure, demoDocID, demoContext, base,
 		accessPath, accessPath, cfg.Server.AdminListen)
 	return runWith(cfg, stderr, access, func(d *server.Deps) { d.PortalDemoConsumer = consumer })
 }
@@ -252,24 +267,24 @@ func demoConsumer(cfg config.Config) (string, error) {
 
 // issueDemoKey revokes the keys of earlier demo runs and issues a new one
 // for the demo customer.
-func issueDemoKey(cfg config.Config, consumer string) (string, error) {
+func issueDemoKey(cfg config.Config, consumer string) (key, id string, err error) {
 	admin := &keystore.FileAdmin{Path: cfg.Keystore.File}
 	ctx := context.Background()
 	recs, err := admin.List(ctx)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	for _, r := range recs {
 		if r.Name == demoKeyName && r.Status == keystore.Active {
 			if _, err := admin.Revoke(ctx, r.ID); err != nil {
-				return "", err
+				return "", "", err
 			}
 		}
 	}
-	key, _, err := admin.Issue(ctx, keystore.IssueRequest{
+	key, rec, err := admin.Issue(ctx, keystore.IssueRequest{
 		Product: keystore.Extraction, Env: keystore.Live, Context: demoContext, Name: demoKeyName, Consumer: consumer,
 	})
-	return key, err
+	return key, rec.ID, err
 }
 
 // runStandin runs one stand-in backend until interrupted (used by deploy/).

@@ -29,6 +29,7 @@ import (
 	"github.com/keygate/keygate/ratelimit"
 	"github.com/keygate/keygate/redisconn"
 	"github.com/keygate/keygate/tlsconf"
+	"github.com/keygate/keygate/tokenissuer"
 	"github.com/keygate/keygate/tracing"
 	"github.com/keygate/keygate/usage"
 )
@@ -130,6 +131,10 @@ type KeystoreConfig struct {
 type AuthConfig struct {
 	APIKeys APIKeysConfig `yaml:"api_keys"`
 	OAuth2  oauth2.Config `yaml:"oauth2"`
+	// TokenEndpoint is keygate's own OAuth 2.0 token endpoint: key
+	// holders exchange a key for a short-lived access token, which
+	// keygate validates itself (see package tokenissuer).
+	TokenEndpoint tokenissuer.Config `yaml:"token_endpoint"`
 	// FailureLimit throttles source addresses that fail authentication
 	// too often (brute force); see ratelimit.FailureLimitConfig.
 	FailureLimit ratelimit.FailureLimitConfig `yaml:"failure_limit"`
@@ -179,9 +184,10 @@ func Default() Config {
 		Redis:     redisconn.DefaultConfig(),
 		RateLimit: ratelimit.DefaultConfig(),
 		Auth: AuthConfig{
-			APIKeys:      APIKeysConfig{Enabled: true, Products: product.All()},
-			OAuth2:       oauth2.DefaultConfig(),
-			FailureLimit: ratelimit.DefaultFailureLimitConfig(),
+			APIKeys:       APIKeysConfig{Enabled: true, Products: product.All()},
+			OAuth2:        oauth2.DefaultConfig(),
+			TokenEndpoint: tokenissuer.DefaultConfig(),
+			FailureLimit:  ratelimit.DefaultFailureLimitConfig(),
 		},
 		AdminAPI: adminapi.DefaultConfig(),
 		Log:      LogConfig{Level: "info", Format: "json"},
@@ -405,11 +411,20 @@ func (a AuthConfig) Validate() error {
 	if err := within("auth.failure_limit", a.FailureLimit.Validate()); err != nil {
 		return err
 	}
-	if !a.APIKeys.Enabled && !a.OAuth2.Enabled {
-		return errors.New("auth: enable at least one of auth.api_keys and auth.oauth2")
+	if !a.APIKeys.Enabled && !a.OAuth2.Enabled && !a.TokenEndpoint.Enabled {
+		return errors.New("auth: enable at least one of auth.api_keys, auth.oauth2 and auth.token_endpoint")
 	}
 	if d := a.APIKeys.Deprecation; !d.Sunset.IsZero() && !d.Date.IsZero() && d.Sunset.Before(d.Date) {
 		return errors.New("auth.api_keys.deprecation.sunset: must not be before auth.api_keys.deprecation.date")
+	}
+	if err := within("auth.token_endpoint", a.TokenEndpoint.Validate()); err != nil {
+		return err
+	}
+	if a.TokenEndpoint.Enabled && len(a.OAuth2.ProductScopes) == 0 {
+		return errors.New("auth.oauth2.product_scopes: the token endpoint needs a scope per product")
+	}
+	if a.TokenEndpoint.Enabled && a.OAuth2.Enabled && a.TokenEndpoint.Issuer == a.OAuth2.Issuer {
+		return errors.New("auth.token_endpoint.issuer: must differ from auth.oauth2.issuer (the two issuers never validate each other's tokens)")
 	}
 	return within("auth.oauth2", a.OAuth2.Validate())
 }

@@ -126,6 +126,30 @@ func TestMakeRunDemo(t *testing.T) {
 		})
 	}
 
+	// The token endpoint: the printed exchange, then /sync with the token.
+	var exchange, tokenSync string
+	for _, l := range strings.Split(banner.String(), "\n") {
+		l = strings.TrimSpace(l)
+		if strings.HasPrefix(l, "ACCESS_TOKEN=$(curl ") {
+			exchange = l
+		}
+		if strings.HasPrefix(l, "curl ") && strings.Contains(l, "Bearer $ACCESS_TOKEN") {
+			tokenSync = l
+		}
+	}
+	if exchange == "" || tokenSync == "" || !strings.Contains(exchange, "-u 'key_") || !strings.Contains(exchange, ":svc_live_") {
+		t.Fatalf("the banner has no token exchange and /sync lines:\n%s", banner.String())
+	}
+	eventually(t, 15*time.Second, func() string {
+		c := exec.Command("bash", "-c", exchange+"; "+tokenSync+" -s -o /dev/null -w '%{http_code}'")
+		c.Dir = dir
+		out, _ := c.Output()
+		if string(out) != "200" {
+			return "the printed token exchange and /sync got " + string(out) + ", want 200"
+		}
+		return ""
+	})
+
 	if portalURL != "https://localhost:8444" {
 		t.Fatalf("the demo prints the portal at %q", portalURL)
 	}

@@ -93,6 +93,9 @@ type Config struct {
 	// Operations matches a request to its operation for the permission
 	// check (see policy.Access); nil means the built-in operations.
 	Operations *policy.Operations
+	// Endpoints are the routes keygate answers itself without an API
+	// key (the token endpoint, discovery, JWKS); see Endpoint.
+	Endpoints []Endpoint
 }
 
 // Deps are the collaborators of a Gateway.
@@ -138,6 +141,7 @@ type Gateway struct {
 	smallHeld      atomic.Int64 // bytes of /sync bodies held by readSmall
 	bodyLimits     bodyLimits
 	ops            *policy.Operations
+	local          map[string]*localRoute // routeLocal rows by path
 }
 
 // New checks cfg and builds the handler chain once. Its errors name
@@ -166,6 +170,10 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 	if cfg.BodyIdleTimeout < 0 || cfg.MaxConcurrent < 0 || cfg.MinBodyRate.BytesPerSecond < 0 || cfg.MinBodyRate.Grace < 0 {
 		return nil, errors.New("gateway: Config.BodyIdleTimeout, Config.MinBodyRate and Config.MaxConcurrent must not be negative")
 	}
+	var err error
+	if g.local, err = compileEndpoints(cfg.Endpoints); err != nil {
+		return nil, err
+	}
 	g.concurrency = ratelimit.NewConcurrency(cfg.MaxConcurrent)
 	if g.ops = cfg.Operations; g.ops == nil {
 		g.ops = policy.BuiltinOperations()
@@ -178,7 +186,6 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 	if g.metrics == nil {
 		g.metrics = NewMetrics(nil)
 	}
-	var err error
 	if g.extraction, err = newUpstream(product.Extraction, cfg.Upstreams.Extraction); err != nil {
 		return nil, fmt.Errorf("gateway: Config.Upstreams.Extraction: %w", err)
 	}
@@ -246,6 +253,15 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.Set("Strict-Transport-Security", g.cfg.HSTS)
 	}
 	defer g.finish(r, rec, st, start)
+	if st.route == routeNone && g.local != nil {
+		if lr := g.local[r.URL.EscapedPath()]; lr != nil {
+			st.route = routeLocal
+			if f := g.serveLocal(rec, r, lr); f.refused() {
+				g.refuse(rec, r, st, f)
+			}
+			return
+		}
+	}
 	if f := g.serve(rec, r, st); f.refused() {
 		g.refuse(rec, r, st, f)
 	}
@@ -305,8 +321,8 @@ func (g *Gateway) serve(w *recorder, r *http.Request, st *state) refusal {
 		return refusal{kind: refNotFound}
 	case !p.Allows(st.route.product()):
 		return refusal{kind: refWrongProduct, message: "Forbidden: this credential is not valid for the " + st.route.product() + " product"}
-	case st.route == routeSync && r.Method != http.MethodPost:
-		w.Header().Set("Allow", http.MethodPost)
+	case !st.route.spec().allows(r.Method):
+		w.Header().Set("Allow", st.route.spec().allow)
 		return refusal{kind: refSyncMethod}
 	}
 	if f := g.permitted(r, st, &p); f.refused() {
@@ -343,14 +359,15 @@ func (g *Gateway) serve(w *recorder, r *http.Request, st *state) refusal {
 	if r.ContentLength > g.cfg.MaxBodyBytes {
 		return refusal{kind: refTooLarge}
 	}
-	if st.route == routeSync {
+	body := st.route.spec().body
+	if body == bodyStreamContext {
 		if f := checkSyncHeaders(r); f.refused() {
 			return f
 		}
 	}
 	g.watchBody(w, r, st)
 	defer st.idle.stop()
-	if st.route == routeSync {
+	if body == bodyStreamContext {
 		_, sp := g.stage(r.Context(), SpanContext)
 		body, err := formctx.Read(r.Body, r.Header.Get("Content-Type"), formctx.Config{
 			MaxBytes:    g.cfg.MaxBodyBytes,

@@ -72,6 +72,7 @@ type envOpts struct {
 	resolver    *policy.Resolver        // resolves keys' limits and permissions; nil: none
 	trusted     clientip.TrustedProxies // server.trusted_proxies
 	setup       func(e *env)            // changes the keystore file before the store opens
+	endpoints   []gateway.Endpoint
 }
 
 func newEnv(t *testing.T, o envOpts) *env {
@@ -177,6 +178,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 		MaxConcurrent:    o.concurrent,
 		MinBodyRate:      o.minRate,
 		TrustedProxies:   o.trusted,
+		Endpoints:        o.endpoints,
 	}, gateway.Deps{Auth: keys, Limiter: limiter, Failures: o.failures, Usage: o.usage, Logger: o.logger})
 	if err != nil {
 		t.Fatal(err)

@@ -52,7 +52,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"upstream"}),
 		KeyRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "keygate_authenticated_requests_total",
-			Help: "Authenticated requests by credential method (api_key, oauth2) and env (live, test; oauth2 clients' env). Per-key figures are in the usage store (keygate keys usage), never a label.",
+			Help: "Authenticated requests by credential method (api_key; bearer: a token keygate issued for a key; oauth2: an external issuer's token) and env (live, test; oauth2 clients' env). Per-key figures are in the usage store (keygate keys usage), never a label.",
 		}, []string{"method", "env"}),
 		Refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "keygate_refusals_total",

@@ -8,35 +8,92 @@ import (
 	"github.com/keygate/keygate/product"
 )
 
-// route is where a request path goes.
+// route is a row of the API listener's route table (routes): where a
+// request path goes.
 type route int
 
 const (
 	routeNone route = iota
 	routeSync
 	routeRegistry
+	// routeLocal is an Endpoint keygate answers itself (Config.Endpoints):
+	// the token endpoint, discovery metadata, the JWKS.
+	routeLocal
 )
 
-func (r route) String() string {
-	switch r {
-	case routeSync:
-		return "sync"
-	case routeRegistry:
-		return "registry"
-	}
-	return "other"
+// authMode says whether a route authenticates, and how.
+type authMode uint8
+
+const (
+	// authCredential: exactly one credential of the auth chain (API key
+	// or bearer token), before any body byte is read.
+	authCredential authMode = iota
+	// authNone: no credential; the route's handler does its own checks
+	// (the token endpoint authenticates its client itself).
+	authNone
+)
+
+// bodyMode says how a route's request body is handled.
+type bodyMode uint8
+
+const (
+	// bodyStreamContext: streamed to the upstream, with the multipart
+	// contextId checked against the credential's context first (/sync).
+	bodyStreamContext bodyMode = iota
+	// bodyStream: streamed to the upstream under the body cap.
+	bodyStream
+	// bodySmallForm: a small application/x-www-form-urlencoded body read
+	// by keygate itself under the endpoint's own cap.
+	bodySmallForm
+	// bodyNone: no body is read.
+	bodyNone
+)
+
+// routeSpec is one row of the route table.
+type routeSpec struct {
+	name    string // metric and log label
+	path    string // exact path; "/registry" also owns what is below it
+	methods []string
+	allow   string // methods as an Allow header; "" for every method
+	auth    authMode
+	product string
+	body    bodyMode
 }
 
-// product is the product a route belongs to.
-func (r route) product() string {
-	switch r {
-	case routeSync:
-		return product.Extraction
-	case routeRegistry:
-		return product.Registry
+// allows reports whether the row accepts method.
+func (s *routeSpec) allows(method string) bool {
+	if len(s.methods) == 0 {
+		return true
 	}
-	return ""
+	for _, m := range s.methods {
+		if m == method {
+			return true
+		}
+	}
+	return false
 }
+
+// routes is the fixed part of the API listener's route table: the two
+// proxied routes. The rows keygate answers itself (routeLocal) come from
+// Config.Endpoints and are looked up by exact path (Gateway.local).
+var routes = [...]routeSpec{
+	routeNone:     {name: "other"},
+	routeSync:     {name: "sync", path: "/sync", methods: []string{http.MethodPost}, allow: http.MethodPost, auth: authCredential, product: product.Extraction, body: bodyStreamContext},
+	routeRegistry: {name: "registry", path: "/registry", auth: authCredential, product: product.Registry, body: bodyStream},
+	routeLocal:    {name: "local", auth: authNone, body: bodySmallForm},
+}
+
+func (r route) spec() *routeSpec {
+	if r < 0 || int(r) >= len(routes) {
+		return &routes[routeNone]
+	}
+	return &routes[r]
+}
+
+func (r route) String() string { return r.spec().name }
+
+// product is the product a route belongs to.
+func (r route) product() string { return r.spec().product }
 
 // match maps a request to a route by its path exactly as it is forwarded
 // (the escaped form, byte for byte), so that what was routed is what the

@@ -3,13 +3,16 @@ package gateway
 import (
 	"time"
 
+	"github.com/keygate/keygate/auth"
+
 	"github.com/keygate/keygate/usage"
 )
 
-// UsageRecorder counts each key's requests by outcome; *usage.Counters
-// fits. Deps.Usage nil means usage is not counted.
+// UsageRecorder counts each key's requests by how they authenticated and
+// by outcome; *usage.Counters fits. Deps.Usage nil means usage is not
+// counted.
 type UsageRecorder interface {
-	Record(id string, o usage.Outcome, bytesIn int64, now time.Time)
+	Record(id string, m usage.Method, o usage.Outcome, bytesIn int64, now time.Time)
 }
 
 var _ UsageRecorder = (*usage.Counters)(nil)
@@ -33,5 +36,9 @@ func (g *Gateway) recordUsage(st *state, now time.Time) {
 	} else if !st.admitted {
 		return
 	}
-	g.usage.Record(st.principal.ID, o, st.bytesIn.Load(), now)
+	m := usage.ByAPIKey
+	if st.principal.Method != auth.MethodAPIKey {
+		m = usage.ByToken
+	}
+	g.usage.Record(st.principal.ID, m, o, st.bytesIn.Load(), now)
 }

@@ -56,9 +56,9 @@ func TestUsageOfKeysAndConsumers(t *testing.T) {
 	}
 	now := time.Now()
 	c := usage.NewCounters(0)
-	c.Record(ids[0], usage.Admitted, 10, now.Add(-time.Second))
-	c.Record(ids[1], usage.Admitted, 5, now)
-	c.Record(ids[1], usage.RefusedQuota, 0, now)
+	c.Record(ids[0], usage.ByAPIKey, usage.Admitted, 10, now.Add(-time.Second))
+	c.Record(ids[1], usage.ByAPIKey, usage.Admitted, 5, now)
+	c.Record(ids[1], usage.ByAPIKey, usage.RefusedQuota, 0, now)
 	if err := store.Flush(ctx, c.Drain(), now); err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +130,7 @@ func TestUsageSeries(t *testing.T) {
 	flush := func(at time.Time, id string, o usage.Outcome) {
 		t.Helper()
 		c := usage.NewCounters(0)
-		c.Record(id, o, 0, at)
+		c.Record(id, usage.ByAPIKey, o, 0, at)
 		if err := store.Flush(ctx, c.Drain(), at); err != nil {
 			t.Fatal(err)
 		}

@@ -72,6 +72,15 @@ type Deps struct {
 	// DemoConsumer, when set, turns on the development sign-in for that
 	// consumer: `keygate demo` only. It is never read from a file.
 	DemoConsumer string
+	// Sunset, when set (auth.api_keys.deprecation), puts a banner on
+	// every page: API keys stop working then; switch to tokens.
+	// DeprecationLink is the migration guide, if any.
+	Sunset          time.Time
+	DeprecationLink string
+	// TokenURL is keygate's token endpoint (auth.token_endpoint); the
+	// banner's guide shows the exchange with it. Empty: the guide names
+	// no endpoint.
+	TokenURL string
 }
 
 // Portal serves the portal's pages.
@@ -91,6 +100,10 @@ type Portal struct {
 	perAddr  *limiterSet
 	perSess  *limiterSet
 
+	sunset   time.Time
+	depLink  string
+	tokenURL string
+
 	oidcMu sync.Mutex
 	oidc   *oidcClient // discovered on first use
 }
@@ -106,7 +119,7 @@ func New(cfg Config, deps Deps) (*Portal, error) {
 	if deps.Ops == nil {
 		return nil, errors.New("portal: Deps.Ops is required")
 	}
-	p := &Portal{cfg: cfg, ops: deps.Ops, auditor: deps.Auditor, log: deps.Logger, now: deps.Now, getenv: deps.Getenv,
+	p := &Portal{sunset: deps.Sunset, depLink: deps.DeprecationLink, tokenURL: deps.TokenURL, cfg: cfg, ops: deps.Ops, auditor: deps.Auditor, log: deps.Logger, now: deps.Now, getenv: deps.Getenv,
 		client: deps.HTTPClient, addr: deps.ClientAddr, demo: deps.DemoConsumer}
 	if p.auditor == nil {
 		p.auditor = keyops.NopAuditor{}

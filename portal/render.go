@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/keygate/keygate/keyops"
+	"github.com/keygate/keygate/keystore"
 )
 
 // page is what every template gets.
@@ -19,6 +22,34 @@ type page struct {
 	// Nav is the current section, for the navigation bar.
 	Nav  string
 	Data map[string]any
+	// Banner announces the end of API keys; nil for none.
+	Banner *banner
+}
+
+// banner is the deprecation banner: when API keys stop working, and how
+// to exchange the customer's own key for a token.
+type banner struct {
+	Sunset   string
+	Link     string
+	TokenURL string
+	// KeyID is one of the customer's active keys, for the exchange
+	// command; "" before sign-in or without one.
+	KeyID string
+}
+
+// banner builds the deprecation banner for sess, or nil when API keys
+// are not being retired.
+func (p *Portal) banner(r *http.Request, sess *Session) *banner {
+	if p.sunset.IsZero() {
+		return nil
+	}
+	b := &banner{Sunset: p.sunset.UTC().Format("2 January 2006"), Link: p.depLink, TokenURL: p.tokenURL}
+	if sess != nil {
+		if recs, err := p.ops.ListKeys(r.Context(), keyops.KeyFilter{Consumer: sess.Consumer, Status: keystore.Active}); err == nil && len(recs) > 0 {
+			b.KeyID = recs[len(recs)-1].ID
+		}
+	}
+	return b
 }
 
 var funcs = template.FuncMap{
@@ -89,7 +120,7 @@ func (p *Portal) render(w http.ResponseWriter, r *http.Request, status int, name
 	if t, ok := data["Title"].(string); ok {
 		title = t
 	}
-	err := p.pages[name].ExecuteTemplate(&buf, "layout.html", page{Title: title, Session: sess, Nav: navs[name], Data: data})
+	err := p.pages[name].ExecuteTemplate(&buf, "layout.html", page{Title: title, Session: sess, Nav: navs[name], Data: data, Banner: p.banner(r, sess)})
 	if err != nil {
 		p.log.Error("portal: template", zap.String("page", name), zap.Error(err))
 		http.Error(w, "internal error", http.StatusInternalServerError)

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/keygate/keygate/internal/fieldpath"
@@ -21,6 +22,7 @@ import (
 	"github.com/keygate/keygate/keyops"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/portal"
+	"github.com/keygate/keygate/tokenissuer"
 )
 
 // The management surfaces: the admin API and the self-service portal,
@@ -177,6 +179,17 @@ func (s *Server) openPortal(deps *Deps, trusted clientip.TrustedProxies) error {
 	}
 	if s.cfg.Keystore.Backend == "redis" {
 		pdeps.Redis, pdeps.RedisPrefix = s.redis, s.cfg.Redis.KeyPrefix
+	}
+	// The deprecation banner: API keys end at the sunset (or, without
+	// one, from the deprecation date on).
+	if d := s.cfg.Auth.APIKeys.Deprecation; !d.Sunset.IsZero() || !d.Date.IsZero() {
+		pdeps.Sunset, pdeps.DeprecationLink = d.Sunset, d.Link
+		if pdeps.Sunset.IsZero() {
+			pdeps.Sunset = d.Date
+		}
+	}
+	if tc := s.cfg.Auth.TokenEndpoint; tc.Enabled {
+		pdeps.TokenURL = strings.TrimSuffix(tc.Issuer, "/") + tokenissuer.TokenPath
 	}
 	if pdeps.Getenv == nil {
 		pdeps.Getenv = os.Getenv

@@ -40,6 +40,7 @@ import (
 	"github.com/keygate/keygate/redact"
 	"github.com/keygate/keygate/redisconn"
 	"github.com/keygate/keygate/tlsconf"
+	"github.com/keygate/keygate/tokenissuer"
 	"github.com/keygate/keygate/tracing"
 )
 
@@ -96,6 +97,7 @@ type Server struct {
 	limiter  gateway.Limiter
 	tls      *tlsconf.Manager
 	oauth    *oauth2.Authenticator
+	issuer   *tokenissuer.Issuer // nil unless auth.token_endpoint.enabled
 	closers  []func() error
 
 	api, admin, plain       *http.Server
@@ -188,11 +190,24 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (s *Server, err erro
 	if err := s.openLimiter(); err != nil {
 		return nil, err
 	}
-	authn, err := s.openAuth(ctx)
+	failures, err := s.openFailureLimit()
 	if err != nil {
 		return nil, err
 	}
-	failures, err := s.openFailureLimit()
+	trusted, err := clientip.ParseTrustedProxies("server.trusted_proxies", cfg.Server.TrustedProxies)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Auth.TokenEndpoint.Enabled {
+		// Signing-key rotations are audited.
+		if err := s.auditDeps(&deps); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.openIssuer(ctx, failures, trusted, deps.Auditor); err != nil {
+		return nil, err
+	}
+	authn, err := s.openAuth(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -224,10 +239,6 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (s *Server, err erro
 	s.closers = append(s.closers, s.tls.Close)
 	registerCertExpiry(s.registry, s.tls.NotAfter)
 
-	trusted, err := clientip.ParseTrustedProxies("server.trusted_proxies", sc.TrustedProxies)
-	if err != nil {
-		return nil, err
-	}
 	ops, err := cfg.OperationTable()
 	if err != nil {
 		return nil, err
@@ -246,6 +257,7 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (s *Server, err erro
 		MaxConcurrent:    cfg.RateLimit.MaxConcurrent,
 		TrustedProxies:   trusted,
 		Operations:       ops,
+		Endpoints:        s.issuerEndpoints(),
 	}, gateway.Deps{Auth: authn, Limiter: s.limiter, Logger: s.log.Named("access"), Metrics: s.metrics, Failures: failures, Usage: s.openUsage(), Tracer: tp.Tracer()})
 	if err != nil {
 		return nil, err
@@ -372,7 +384,19 @@ func (s *Server) openAuth(ctx context.Context) (gateway.Authenticator, error) {
 		}
 		s.oauth = a
 		s.closers = append(s.closers, a.Close)
-		opts = append(opts, auth.Option{Method: auth.MethodOAuth2, Credential: a})
+	}
+	if s.oauth != nil || s.issuer != nil {
+		// One bearer credential for both issuers: a token goes to the
+		// issuer its iss names.
+		var local oauth2.LocalIssuer
+		if s.issuer != nil {
+			local = s.issuer
+		}
+		b, err := oauth2.NewBearer(local, s.oauth)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, auth.Option{Method: auth.MethodOAuth2, Credential: b})
 	}
 	return auth.NewChain(opts...)
 }

@@ -59,6 +59,11 @@ func (u usageAPI) KeyUsage(ctx context.Context, id string, since time.Duration) 
 	return u.ops.KeyUsage(ctx, id, since)
 }
 
+// Migration implements adminapi.MigrationReader.
+func (u usageAPI) Migration(ctx context.Context, since time.Duration) (any, error) {
+	return u.ops.Migration(ctx, since)
+}
+
 // openUsage starts counting usage and flushing it every
 // usage.flush_interval; the flusher's last flush runs on Shutdown, after
 // the listeners drained and before Redis is closed.

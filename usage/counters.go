@@ -40,10 +40,24 @@ var fields = [numOutcomes]string{"admitted", "rate", "quota", "context", "produc
 
 const fieldBytesIn = "bytes_in"
 
+// Method is how a counted request authenticated: with the API key itself,
+// or with a bearer token (keygate's own for the key, or an external
+// issuer's).
+type Method uint8
+
+// The methods counted.
+const (
+	ByAPIKey Method = iota
+	ByToken
+	numMethods
+)
+
 type entry struct {
-	n     [numOutcomes]atomic.Int64
-	bytes atomic.Int64
-	last  atomic.Int64 // unix milliseconds
+	n       [numOutcomes]atomic.Int64
+	bytes   atomic.Int64
+	last    atomic.Int64 // unix milliseconds
+	methods [numMethods]atomic.Int64
+	lastKey atomic.Int64 // unix milliseconds of the last ByAPIKey request
 }
 
 const numShards = 32
@@ -77,10 +91,11 @@ func NewCounters(maxKeys int) *Counters {
 	return c
 }
 
-// Record counts one request of key id. It takes a read lock and a few
-// atomic adds for a key already tracked since the last drain.
-func (c *Counters) Record(id string, o Outcome, bytesIn int64, now time.Time) {
-	if id == "" || o >= numOutcomes {
+// Record counts one request of key id that authenticated by m. It takes a
+// read lock and a few atomic adds for a key already tracked since the last
+// drain.
+func (c *Counters) Record(id string, m Method, o Outcome, bytesIn int64, now time.Time) {
+	if id == "" || o >= numOutcomes || m >= numMethods {
 		return
 	}
 	s := &c.shards[maphash.String(c.seed, id)%numShards]
@@ -88,7 +103,7 @@ func (c *Counters) Record(id string, o Outcome, bytesIn int64, now time.Time) {
 	s.mu.RLock()
 	e := s.m[id]
 	if e != nil {
-		e.add(o, bytesIn, ms)
+		e.add(m, o, bytesIn, ms)
 		s.mu.RUnlock()
 		return
 	}
@@ -103,17 +118,26 @@ func (c *Counters) Record(id string, o Outcome, bytesIn int64, now time.Time) {
 		e = &entry{}
 		s.m[id] = e
 	}
-	e.add(o, bytesIn, ms)
+	e.add(m, o, bytesIn, ms)
 }
 
-func (e *entry) add(o Outcome, bytesIn, ms int64) {
+func (e *entry) add(m Method, o Outcome, bytesIn, ms int64) {
 	e.n[o].Add(1)
+	e.methods[m].Add(1)
 	if bytesIn > 0 {
 		e.bytes.Add(bytesIn)
 	}
+	raise(&e.last, ms)
+	if m == ByAPIKey {
+		raise(&e.lastKey, ms)
+	}
+}
+
+// raise sets v to ms unless it holds a later time already.
+func raise(v *atomic.Int64, ms int64) {
 	for {
-		old := e.last.Load()
-		if ms <= old || e.last.CompareAndSwap(old, ms) {
+		old := v.Load()
+		if ms <= old || v.CompareAndSwap(old, ms) {
 			return
 		}
 	}
@@ -128,6 +152,10 @@ type Delta struct {
 	ID string
 	Counts
 	LastUsed time.Time
+	// APIKey and Bearer count the requests by how they authenticated;
+	// LastAPIKey is the last one made with the key itself (zero: none).
+	APIKey, Bearer int64
+	LastAPIKey     time.Time
 }
 
 // Counts are request counts by outcome and bytes in.
@@ -181,6 +209,10 @@ func (c *Counters) Drain() []Delta {
 				*d.ptr(int(o)) = e.n[o].Load()
 			}
 			d.BytesIn = e.bytes.Load()
+			d.APIKey, d.Bearer = e.methods[ByAPIKey].Load(), e.methods[ByToken].Load()
+			if ms := e.lastKey.Load(); ms > 0 {
+				d.LastAPIKey = time.UnixMilli(ms).UTC()
+			}
 			out = append(out, d)
 		}
 	}

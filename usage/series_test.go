@@ -22,7 +22,7 @@ func seriesTable(t *testing.T, s usage.Store) {
 		t.Helper()
 		c := usage.NewCounters(0)
 		for range n {
-			c.Record(id, o, 1, at)
+			c.Record(id, usage.ByAPIKey, o, 1, at)
 		}
 		if err := s.Flush(ctx, c.Drain(), at); err != nil {
 			t.Fatal(err)

@@ -95,6 +95,7 @@ func (s *RedisStore) Flush(ctx context.Context, ds []Delta, now time.Time) error
 			if !d.LastUsed.IsZero() {
 				p.ZAddGT(ctx, s.lastKey(), redis.Z{Score: float64(d.LastUsed.UnixMilli()), Member: d.ID})
 			}
+			s.flushMethods(ctx, p, d, now)
 		}
 		return nil
 	})
@@ -202,6 +203,10 @@ type fileData struct {
 	// Buckets: key id -> hour (YYYYMMDDHH) -> counts.
 	Buckets  map[string]map[string]Counts `json:"buckets"`
 	LastUsed map[string]time.Time         `json:"last_used_at"`
+	// Methods: key id -> day (YYYYMMDD) -> counts by method;
+	// LastAPIKey: key id -> its last request with the key itself.
+	Methods    map[string]map[string]MethodCounts `json:"methods,omitempty"`
+	LastAPIKey map[string]time.Time               `json:"last_api_key_at,omitempty"`
 }
 
 func (s *FileStore) load() (*fileData, error) {
@@ -254,6 +259,7 @@ func (s *FileStore) Flush(_ context.Context, ds []Delta, now time.Time) error {
 			s.data.LastUsed[d.ID] = d.LastUsed
 		}
 	}
+	s.data.flushMethods(ds, now)
 	oldest := hour(now.Add(-Retention))
 	for id, b := range s.data.Buckets {
 		for h := range b {

@@ -58,7 +58,7 @@ func TestCountersConcurrent(t *testing.T) {
 				if i%2 == 0 {
 					id = fmt.Sprintf("own_%d", w)
 				}
-				c.Record(id, usage.Outcome(i%3), 10, now.Add(time.Duration(i)*time.Millisecond))
+				c.Record(id, usage.ByAPIKey, usage.Outcome(i%3), 10, now.Add(time.Duration(i)*time.Millisecond))
 			}
 		}()
 	}
@@ -74,9 +74,9 @@ func TestCountersConcurrent(t *testing.T) {
 func TestCountersLastUsedIsTheMax(t *testing.T) {
 	c := usage.NewCounters(0)
 	t0 := time.Unix(1_800_000_000, 0).UTC()
-	c.Record("k", usage.Admitted, 0, t0.Add(time.Second))
-	c.Record("k", usage.RefusedRate, 0, t0) // an older request finishing later
-	c.Record("", usage.Admitted, 0, t0)     // no key id: not counted
+	c.Record("k", usage.ByAPIKey, usage.Admitted, 0, t0.Add(time.Second))
+	c.Record("k", usage.ByAPIKey, usage.RefusedRate, 0, t0) // an older request finishing later
+	c.Record("", usage.ByAPIKey, usage.Admitted, 0, t0)     // no key id: not counted
 	ds := byID(c.Drain())
 	if len(ds) != 1 || !ds["k"].LastUsed.Equal(t0.Add(time.Second)) || ds["k"].Admitted != 1 || ds["k"].Rate != 1 {
 		t.Fatalf("drain = %+v", ds)
@@ -92,7 +92,7 @@ func TestCountersBoundedMemory(t *testing.T) {
 	c := usage.NewCounters(64) // 2 per shard
 	now := time.Now()
 	for i := range 10000 {
-		c.Record(fmt.Sprintf("key_%d", i), usage.Admitted, 0, now)
+		c.Record(fmt.Sprintf("key_%d", i), usage.ByAPIKey, usage.Admitted, 0, now)
 	}
 	ds := c.Drain()
 	if len(ds) > 64 || len(ds) == 0 {
@@ -101,7 +101,7 @@ func TestCountersBoundedMemory(t *testing.T) {
 	if got := c.Dropped(); got != 10000-int64(len(ds)) {
 		t.Fatalf("dropped %d, want %d", got, 10000-len(ds))
 	}
-	c.Record("key_1", usage.Admitted, 0, now)
+	c.Record("key_1", usage.ByAPIKey, usage.Admitted, 0, now)
 	if ds := c.Drain(); len(ds) != 1 {
 		t.Fatalf("after a drain: %d keys, want 1", len(ds))
 	}
@@ -110,8 +110,8 @@ func TestCountersBoundedMemory(t *testing.T) {
 func TestRecordAllocatesNothingForATrackedKey(t *testing.T) {
 	c := usage.NewCounters(0)
 	now := time.Now()
-	c.Record("key_a", usage.Admitted, 1, now)
-	if n := testing.AllocsPerRun(1000, func() { c.Record("key_a", usage.Admitted, 1, now) }); n != 0 {
+	c.Record("key_a", usage.ByAPIKey, usage.Admitted, 1, now)
+	if n := testing.AllocsPerRun(1000, func() { c.Record("key_a", usage.ByAPIKey, usage.Admitted, 1, now) }); n != 0 {
 		t.Fatalf("Record allocates %v times per call", n)
 	}
 }
@@ -122,7 +122,7 @@ func BenchmarkRecord(b *testing.B) {
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			c.Record("key_abcdef", usage.Admitted, 100, now)
+			c.Record("key_abcdef", usage.ByAPIKey, usage.Admitted, 100, now)
 		}
 	})
 }
@@ -135,19 +135,19 @@ func storeRoundTrip(t *testing.T, s interface {
 	now := time.Date(2026, 11, 23, 10, 30, 0, 0, time.UTC)
 	t1 := now.Add(-time.Minute)
 	c := usage.NewCounters(0)
-	c.Record("key_a", usage.Admitted, 100, t1)
-	c.Record("key_a", usage.RefusedQuota, 0, t1)
-	c.Record("key_b", usage.RefusedContext, 50, now)
+	c.Record("key_a", usage.ByAPIKey, usage.Admitted, 100, t1)
+	c.Record("key_a", usage.ByAPIKey, usage.RefusedQuota, 0, t1)
+	c.Record("key_b", usage.ByAPIKey, usage.RefusedContext, 50, now)
 	if err := s.Flush(ctx, c.Drain(), now); err != nil {
 		t.Fatal(err)
 	}
 	// A second replica flushes an older last use into the next hour.
-	c.Record("key_a", usage.Admitted, 1, t1.Add(-time.Hour))
+	c.Record("key_a", usage.ByAPIKey, usage.Admitted, 1, t1.Add(-time.Hour))
 	if err := s.Flush(ctx, c.Drain(), now.Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	// An hour 3 days ago.
-	c.Record("key_a", usage.RefusedRate, 0, now.Add(-72*time.Hour))
+	c.Record("key_a", usage.ByAPIKey, usage.RefusedRate, 0, now.Add(-72*time.Hour))
 	if err := s.Flush(ctx, c.Drain(), now.Add(-72*time.Hour)); err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +196,7 @@ func TestRedisFlushIsOnePipeline(t *testing.T) {
 	client.AddHook(h)
 	c := usage.NewCounters(0)
 	for i := range 500 {
-		c.Record(fmt.Sprintf("key_%d", i), usage.Admitted, 1, time.Now())
+		c.Record(fmt.Sprintf("key_%d", i), usage.ByAPIKey, usage.Admitted, 1, time.Now())
 	}
 	s := &usage.RedisStore{Client: client, Prefix: "kg:"}
 	if err := s.Flush(context.Background(), c.Drain(), time.Now()); err != nil {
@@ -261,7 +261,7 @@ func TestFlusherFlushesOnClose(t *testing.T) {
 		flushes++
 	}}
 	f.Start()
-	c.Record("k", usage.Admitted, 0, time.Now())
+	c.Record("k", usage.ByAPIKey, usage.Admitted, 0, time.Now())
 	_ = f.Close()
 	if flushes != 1 {
 		t.Fatalf("flushes = %d, want 1 (on Close)", flushes)

@@ -14,7 +14,7 @@ var Layers = [][]string{
 	{"ratelimit", "tlsconf"},
 	{"keystore"},
 	{"auth", "keyops"},
-	{"oauth2", "gateway", "admintoken", "audit"},
+	{"oauth2", "gateway", "admintoken", "audit", "tokenissuer"},
 	{"adminapi", "portal"},
 	{"config"},
 	{"server"},

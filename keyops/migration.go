@@ -1,0 +1,115 @@
+package keyops
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/usage"
+)
+
+// MethodReader is a UsageReader that also reads each key's requests by
+// how they authenticated; usage.RedisStore and usage.FileStore fit.
+type MethodReader interface {
+	Methods(ctx context.Context, ids []string, since time.Duration, now time.Time) (map[string]usage.MethodCounts, error)
+}
+
+var (
+	_ MethodReader = (*usage.RedisStore)(nil)
+	_ MethodReader = (*usage.FileStore)(nil)
+)
+
+// MigrationKey is one key in the migration report.
+type MigrationKey struct {
+	ID     string          `json:"id"`
+	Name   string          `json:"name"`
+	Status keystore.Status `json:"status"`
+	// Requests are the key's requests over the window: with the key
+	// itself (api_key) and with a token for it (bearer), and the last
+	// time the key authenticated directly.
+	Requests usage.MethodCounts `json:"requests"`
+	// Moved: tokens only, for the whole window.
+	Moved bool `json:"moved"`
+}
+
+// MigrationConsumer is a consumer and its keys in the report; the keys
+// of no consumer are under the consumer with the empty id.
+type MigrationConsumer struct {
+	ID   string         `json:"id"`
+	Name string         `json:"name"`
+	Keys []MigrationKey `json:"keys"`
+	// Moved: at least one key used tokens and none the key itself, for
+	// the whole window.
+	Moved bool `json:"moved"`
+}
+
+// Migration is the report of who has moved from API keys to tokens.
+type Migration struct {
+	Since     string              `json:"since"`
+	From      time.Time           `json:"from"`
+	Consumers []MigrationConsumer `json:"consumers"`
+}
+
+// Migration reports, for each consumer and each of its keys (revoked and
+// expired ones too), the requests by method over the last since (whole
+// days, at most 30), the last direct use of each key, and who has moved.
+func (s *Service) Migration(ctx context.Context, since time.Duration) (Migration, error) {
+	mr, ok := s.usage.(MethodReader)
+	if !ok {
+		return Migration{}, ErrNoUsage
+	}
+	if since <= 0 || since > usage.MaxMethodWindow {
+		return Migration{}, fmt.Errorf("%w: the window must be between 1s and %s, got %s", ErrInvalid, usage.MaxMethodWindow, since)
+	}
+	recs, err := s.store.List(ctx)
+	if err != nil {
+		return Migration{}, err
+	}
+	cons, err := s.store.ListConsumers(ctx)
+	if err != nil {
+		return Migration{}, err
+	}
+	now := s.now()
+	ids := make([]string, len(recs))
+	for i, r := range recs {
+		ids[i] = r.ID
+	}
+	counts, err := mr.Methods(ctx, ids, since, now)
+	if err != nil {
+		return Migration{}, err
+	}
+	from := now.Add(-since)
+	byCon := map[string]*MigrationConsumer{}
+	order := []string{}
+	for _, c := range cons {
+		byCon[c.ID] = &MigrationConsumer{ID: c.ID, Name: c.Name, Keys: []MigrationKey{}}
+		order = append(order, c.ID)
+	}
+	for _, r := range recs {
+		c := byCon[r.Consumer]
+		if c == nil {
+			c = &MigrationConsumer{ID: r.Consumer, Keys: []MigrationKey{}}
+			byCon[r.Consumer] = c
+			order = append(order, r.Consumer)
+		}
+		m := counts[r.ID]
+		k := MigrationKey{ID: r.ID, Name: r.Name, Status: r.StateAt(now), Requests: m,
+			Moved: m.Bearer > 0 && m.APIKey == 0 && !m.LastAPIKey.After(from)}
+		c.Keys = append(c.Keys, k)
+	}
+	sort.SliceStable(order, func(i, j int) bool { return order[i] != "" && order[j] == "" })
+	out := Migration{Since: since.String(), From: from.UTC(), Consumers: []MigrationConsumer{}}
+	for _, id := range order {
+		c := byCon[id]
+		used, direct := false, false
+		for _, k := range c.Keys {
+			used = used || k.Requests.Bearer > 0
+			direct = direct || !k.Moved && k.Requests.APIKey > 0
+		}
+		c.Moved = used && !direct
+		out.Consumers = append(out.Consumers, *c)
+	}
+	return out, nil
+}

@@ -1,0 +1,168 @@
+package usage
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// MethodRetention is how long the daily counts by method are kept: the
+// migration report looks back up to 30 days, plus the day in progress.
+const MethodRetention = 31 * 24 * time.Hour
+
+// MaxMethodWindow is the longest window the counts by method answer.
+const MaxMethodWindow = 30 * 24 * time.Hour
+
+// MethodCounts are one key's requests by how they authenticated, over a
+// window, and the last request made with the key itself.
+type MethodCounts struct {
+	APIKey     int64     `json:"api_key"`
+	Bearer     int64     `json:"bearer"`
+	LastAPIKey time.Time `json:"last_api_key_at,omitzero"`
+}
+
+func day(t time.Time) string { return t.UTC().Format("20060102") }
+
+// days are the day buckets (UTC) that cover the last since, today
+// included.
+func days(since time.Duration, now time.Time) []string {
+	n := int((since+24*time.Hour-1)/(24*time.Hour)) + 1
+	out := make([]string, 0, n)
+	for i := n - 1; i >= 0; i-- {
+		out = append(out, day(now.Add(-time.Duration(i)*24*time.Hour)))
+	}
+	return out
+}
+
+func (s *RedisStore) methodsKey(id, d string) string {
+	return s.Prefix + "usage:{" + id + "}:methods:" + d
+}
+func (s *RedisStore) lastKeyAuthKey() string { return s.Prefix + "usage:last_api_key" }
+
+// flushMethods adds the deltas' counts by method to the daily hashes and
+// raises the last API-key uses.
+func (s *RedisStore) flushMethods(ctx context.Context, p redis.Pipeliner, d *Delta, now time.Time) {
+	if d.APIKey == 0 && d.Bearer == 0 {
+		return
+	}
+	k := s.methodsKey(d.ID, day(now))
+	if d.APIKey != 0 {
+		p.HIncrBy(ctx, k, "api_key", d.APIKey)
+	}
+	if d.Bearer != 0 {
+		p.HIncrBy(ctx, k, "bearer", d.Bearer)
+	}
+	p.Expire(ctx, k, MethodRetention+24*time.Hour)
+	if !d.LastAPIKey.IsZero() {
+		p.ZAddGT(ctx, s.lastKeyAuthKey(), redis.Z{Score: float64(d.LastAPIKey.UnixMilli()), Member: d.ID})
+	}
+}
+
+// Methods reads ids' counts by method over the last since (whole days,
+// today included, at most MaxMethodWindow) in one pipeline.
+func (s *RedisStore) Methods(ctx context.Context, ids []string, since time.Duration, now time.Time) (map[string]MethodCounts, error) {
+	out := make(map[string]MethodCounts, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	ds := days(min(since, MaxMethodWindow), now)
+	gets := make([]*redis.MapStringStringCmd, 0, len(ids)*len(ds))
+	var last *redis.FloatSliceCmd
+	_, err := s.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, id := range ids {
+			for _, d := range ds {
+				gets = append(gets, p.HGetAll(ctx, s.methodsKey(id, d)))
+			}
+		}
+		last = p.ZMScore(ctx, s.lastKeyAuthKey(), ids...)
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, err
+	}
+	for i, g := range gets {
+		m, err := g.Result()
+		if err != nil {
+			return nil, err
+		}
+		id := ids[i/len(ds)]
+		c := out[id]
+		a, _ := strconv.ParseInt(m["api_key"], 10, 64)
+		b, _ := strconv.ParseInt(m["bearer"], 10, 64)
+		c.APIKey += a
+		c.Bearer += b
+		out[id] = c
+	}
+	for i, v := range last.Val() {
+		if v > 0 {
+			c := out[ids[i]]
+			c.LastAPIKey = time.UnixMilli(int64(v)).UTC()
+			out[ids[i]] = c
+		}
+	}
+	return out, nil
+}
+
+// Methods reads the file as last flushed.
+func (s *FileStore) Methods(_ context.Context, ids []string, since time.Duration, now time.Time) (map[string]MethodCounts, error) {
+	d, err := s.load()
+	if err != nil {
+		return nil, err
+	}
+	ds := days(min(since, MaxMethodWindow), now)
+	out := make(map[string]MethodCounts, len(ids))
+	for _, id := range ids {
+		var c MethodCounts
+		for _, dd := range ds {
+			m := d.Methods[id][dd]
+			c.APIKey += m.APIKey
+			c.Bearer += m.Bearer
+		}
+		c.LastAPIKey = d.LastAPIKey[id]
+		out[id] = c
+	}
+	return out, nil
+}
+
+// flushMethods merges the deltas' counts by method into d and drops days
+// past MethodRetention.
+func (d *fileData) flushMethods(ds []Delta, now time.Time) {
+	if d.Methods == nil {
+		d.Methods = map[string]map[string]MethodCounts{}
+	}
+	if d.LastAPIKey == nil {
+		d.LastAPIKey = map[string]time.Time{}
+	}
+	today := day(now)
+	for _, x := range ds {
+		if x.APIKey == 0 && x.Bearer == 0 {
+			continue
+		}
+		b := d.Methods[x.ID]
+		if b == nil {
+			b = map[string]MethodCounts{}
+			d.Methods[x.ID] = b
+		}
+		c := b[today]
+		c.APIKey += x.APIKey
+		c.Bearer += x.Bearer
+		b[today] = c
+		if x.LastAPIKey.After(d.LastAPIKey[x.ID]) {
+			d.LastAPIKey[x.ID] = x.LastAPIKey
+		}
+	}
+	oldest := day(now.Add(-MethodRetention))
+	for id, b := range d.Methods {
+		for dd := range b {
+			if dd < oldest {
+				delete(b, dd)
+			}
+		}
+		if len(b) == 0 {
+			delete(d.Methods, id)
+		}
+	}
+}
