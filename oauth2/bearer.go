@@ -53,16 +53,9 @@ func (b *Bearer) Present(r *http.Request) bool {
 
 // Authenticate checks the bearer token with the issuer its iss names.
 func (b *Bearer) Authenticate(r *http.Request) (auth.Verdict, error) {
-	tok, hr := parseAuthorization(r.Header.Values("Authorization"))
-	switch hr {
-	case headerMissing:
-		return refuse(auth.ReasonMissing, "missing bearer token", ChallengeRealm), nil
-	case headerNotBearer:
-		return refuse(auth.ReasonMalformed, "unsupported authorization scheme; use Bearer", ChallengeRealm), nil
-	case headerDuplicate:
-		return refuse(auth.ReasonDuplicate, "multiple Authorization headers", ChallengeInvalidToken), nil
-	case headerMalformed:
-		return refuse(auth.ReasonMalformed, "malformed bearer token", ChallengeInvalidToken), nil
+	tok, v, ok := bearerToken(r)
+	if !ok {
+		return v, nil
 	}
 	if b.Local != nil && unverifiedIssuer(tok) == b.Local.Issuer() {
 		return b.Local.Verify(r.Context(), tok)

@@ -206,6 +206,23 @@ func (a *Authenticator) Present(r *http.Request) bool {
 	return false
 }
 
+// bearerToken reads r's one bearer token; when there is none, or more
+// than one, or it is malformed, it returns the refusal and false.
+func bearerToken(r *http.Request) (string, auth.Verdict, bool) {
+	tok, hr := parseAuthorization(r.Header.Values("Authorization"))
+	switch hr {
+	case headerMissing:
+		return "", refuse(auth.ReasonMissing, "missing bearer token", ChallengeRealm), false
+	case headerNotBearer:
+		return "", refuse(auth.ReasonMalformed, "unsupported authorization scheme; use Bearer", ChallengeRealm), false
+	case headerDuplicate:
+		return "", refuse(auth.ReasonDuplicate, "multiple Authorization headers", ChallengeInvalidToken), false
+	case headerMalformed:
+		return "", refuse(auth.ReasonMalformed, "malformed bearer token", ChallengeInvalidToken), false
+	}
+	return tok, auth.Verdict{}, true
+}
+
 func refuse(reason auth.Reason, msg, challenge string) auth.Verdict {
 	v := auth.Refuse(reason, msg)
 	v.Challenge = challenge
@@ -216,16 +233,9 @@ func refuse(reason auth.Reason, msg, challenge string) auth.Verdict {
 // (401, or 403 for a token that grants no product); an error means the
 // issuer's key set is unavailable (wraps ErrJWKSUnavailable).
 func (a *Authenticator) Authenticate(r *http.Request) (auth.Verdict, error) {
-	tok, hr := parseAuthorization(r.Header.Values("Authorization"))
-	switch hr {
-	case headerMissing:
-		return refuse(auth.ReasonMissing, "missing bearer token", ChallengeRealm), nil
-	case headerNotBearer:
-		return refuse(auth.ReasonMalformed, "unsupported authorization scheme; use Bearer", ChallengeRealm), nil
-	case headerDuplicate:
-		return refuse(auth.ReasonDuplicate, "multiple Authorization headers", ChallengeInvalidToken), nil
-	case headerMalformed:
-		return refuse(auth.ReasonMalformed, "malformed bearer token", ChallengeInvalidToken), nil
+	tok, v, ok := bearerToken(r)
+	if !ok {
+		return v, nil
 	}
 	return a.verify(r.Context(), tok)
 }
