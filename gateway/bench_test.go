@@ -93,8 +93,9 @@ func benchSync(b *testing.B, gw *gateway.Gateway, key string, check ...func(*htt
 	benchSyncFile(b, gw, key, 16<<10, check...)
 }
 
-// benchSyncFile is benchSync with a file of size bytes.
-func benchSyncFile(b *testing.B, gw *gateway.Gateway, key string, size int, check ...func(*httptest.ResponseRecorder)) {
+// benchSyncFile is benchSync with a file of size bytes, through any
+// handler that fronts a gateway.
+func benchSyncFile(b *testing.B, gw http.Handler, key string, size int, check ...func(*httptest.ResponseRecorder)) {
 	ct, body := form(b, part{"contextId", ctxA}, part{"id", "1"}, part{"files", string(bytes.Repeat([]byte("x"), size))})
 	b.ReportAllocs()
 	b.SetBytes(int64(len(body)))

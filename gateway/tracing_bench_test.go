@@ -1,10 +1,8 @@
 package gateway_test
 
 import (
-	"bytes"
 	"context"
 	"net/http"
-	"net/http/httptest"
 	"testing"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -44,18 +42,5 @@ func BenchmarkRequestPathTraced(b *testing.B) {
 
 // benchSyncHandler is benchSync (a 16 KiB /sync upload) through h.
 func benchSyncHandler(b *testing.B, h http.Handler, key string) {
-	ct, body := form(b, part{"contextId", ctxA}, part{"id", "1"}, part{"files", string(bytes.Repeat([]byte("x"), 16<<10))})
-	b.ReportAllocs()
-	b.SetBytes(int64(len(body)))
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		req := httptest.NewRequest("POST", "/sync", bytes.NewReader(body))
-		req.Header.Set("Content-Type", ct)
-		req.Header.Set("X-Api-Key", key)
-		w := httptest.NewRecorder()
-		h.ServeHTTP(w, req)
-		if w.Code != 200 {
-			b.Fatalf("status %d: %s", w.Code, w.Body)
-		}
-	}
+	benchSyncFile(b, h, key, 16<<10)
 }
