@@ -119,7 +119,7 @@ func newUpstream(name string, c UpstreamConfig) (*upstream, error) {
 		return nil, errors.New("no targets")
 	}
 	dialer := &net.Dialer{Timeout: c.DialTimeout, KeepAlive: 30 * time.Second}
-	u.transport = &retryTransport{up: u, next: &http.Transport{
+	std := &http.Transport{
 		Proxy:       nil, // never route upstream traffic through an environment proxy
 		DialContext: dialer.DialContext,
 		// HTTP/2 is only ever negotiated over TLS; to plain-HTTP targets
@@ -127,22 +127,40 @@ func newUpstream(name string, c UpstreamConfig) (*upstream, error) {
 		ForceAttemptHTTP2:     anyTLS(u.targets),
 		MaxIdleConns:          c.MaxIdleConnsPerHost * len(u.targets),
 		MaxIdleConnsPerHost:   c.MaxIdleConnsPerHost,
-		IdleConnTimeout:       90 * time.Second,
+		IdleConnTimeout:       idleConnTimeout,
 		TLSHandshakeTimeout:   5 * time.Second,
 		ResponseHeaderTimeout: c.Timeout,
+		// The client's own Accept-Encoding goes upstream as it came; the
+		// gateway never asks for gzip itself, nor unpacks a response.
+		DisableCompression: true,
 		// The write buffer holds a request's headers and a tiny body (up
 		// to tinyBodyMax, handed over as an in-memory reader), which then
 		// leave in one write. With any other body net/http flushes the
 		// headers alone and copies the body past this buffer. The read
 		// buffer takes the response headers in one read.
-		WriteBufferSize: tinyBodyMax + 8<<10,
+		WriteBufferSize: transportWriteBufferSize,
 		ReadBufferSize:  transportBufferSize,
+	}
+	u.transport = &retryTransport{up: u, next: &directTransport{
+		next:          std,
+		dial:          dialer.DialContext,
+		maxIdle:       c.MaxIdleConnsPerHost,
+		idleTimeout:   idleConnTimeout,
+		headerTimeout: c.Timeout,
+		writeBufSize:  transportWriteBufferSize,
+		readBufSize:   transportBufferSize,
 	}}
 	return u, nil
 }
 
-// transportBufferSize is the upstream connections' read buffer.
-const transportBufferSize = 64 << 10
+// transportBufferSize is the upstream connections' read buffer;
+// transportWriteBufferSize their write buffer, which takes a request's
+// headers and a tiny body whole.
+const (
+	transportBufferSize      = 64 << 10
+	transportWriteBufferSize = tinyBodyMax + 8<<10
+	idleConnTimeout          = 90 * time.Second
+)
 
 func anyTLS(ts []*target) bool {
 	for _, t := range ts {

@@ -1,0 +1,368 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"net/textproto"
+	"sync"
+	"time"
+)
+
+// directTransport sends a request whose body is already in memory (or
+// absent) to a plain-HTTP upstream over a pooled HTTP/1.1 connection,
+// writing the request and reading the response in the caller's
+// goroutine. http.Transport hands every request to a connection's write
+// goroutine and takes the response from its read goroutine, three
+// goroutine handoffs per request that a bare proxy pays too; here the
+// request path pays none. Everything else (streamed bodies, HTTPS
+// upstreams, upgrades, trailers) goes to next, the http.Transport.
+//
+// What goes on the wire is written by net/http itself (Request.Write, the
+// same writer http.Transport uses, with DisableCompression) and read by
+// http.ReadResponse, so the framing rules are net/http's on both paths.
+// What http.Transport does around them is kept: 1xx responses before the
+// final one (each reported to an httptrace Got1xxResponse hook), the
+// response header timeout, a 10 MiB bound on response headers (1xx ones
+// included unless a hook took them), an idle connection the upstream closed is never reused
+// (checked without blocking before each reuse), a response the upstream
+// sent before it stopped reading the request is still delivered, and a
+// request on a reused connection is retried on a new one only where
+// http.Transport would retry it.
+type directTransport struct {
+	next          http.RoundTripper
+	dial          func(ctx context.Context, network, addr string) (net.Conn, error)
+	maxIdle       int
+	idleTimeout   time.Duration
+	headerTimeout time.Duration
+	writeBufSize  int
+	readBufSize   int
+
+	mu     sync.Mutex
+	idle   map[string][]*directConn
+	closed bool
+}
+
+// maxResponseHeaderBytes is http.Transport's default bound on a
+// response's headers.
+const maxResponseHeaderBytes = 10 << 20
+
+// takes reports whether req goes the direct way.
+func (t *directTransport) takes(req *http.Request) bool {
+	if req.URL.Scheme != "http" || req.Trailer != nil || req.Header["Upgrade"] != nil {
+		return false
+	}
+	if req.Body == nil || req.Body == http.NoBody {
+		return true
+	}
+	return req.GetBody != nil && req.ContentLength >= 0 && req.ContentLength <= smallBodyMax
+}
+
+func (t *directTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if !t.takes(req) {
+		return t.next.RoundTrip(req)
+	}
+	ctx := req.Context()
+	host := req.URL.Host
+	if req.URL.Port() == "" {
+		host = net.JoinHostPort(req.URL.Hostname(), "80")
+	}
+	for attempt := 0; ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			closeReqBody(req)
+			return nil, err
+		}
+		pc, err := t.get(ctx, host)
+		if err != nil {
+			closeReqBody(req)
+			return nil, err
+		}
+		resp, retry, err := pc.roundTrip(ctx, req)
+		if err == nil {
+			return resp, nil
+		}
+		pc.close()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if !retry || attempt > 0 {
+			return nil, err
+		}
+		// A reused connection the upstream had closed: once more on a
+		// new one, with a fresh reader of the in-memory body.
+		if req.GetBody != nil {
+			body, gerr := req.GetBody()
+			if gerr != nil {
+				return nil, err
+			}
+			r2 := *req
+			r2.Body = body
+			req = &r2
+		}
+	}
+}
+
+// CloseIdleConnections closes every pooled connection, of both paths.
+func (t *directTransport) CloseIdleConnections() {
+	t.mu.Lock()
+	idle := t.idle
+	t.idle = nil
+	t.mu.Unlock()
+	for _, list := range idle {
+		for _, pc := range list {
+			_ = pc.c.Close()
+		}
+	}
+	if ci, ok := t.next.(interface{ CloseIdleConnections() }); ok {
+		ci.CloseIdleConnections()
+	}
+}
+
+func closeReqBody(req *http.Request) {
+	if req.Body != nil {
+		_ = req.Body.Close()
+	}
+}
+
+// get returns an idle connection to host that is still open, or a new one.
+func (t *directTransport) get(ctx context.Context, host string) (*directConn, error) {
+	for {
+		t.mu.Lock()
+		list := t.idle[host]
+		n := len(list)
+		if n == 0 {
+			t.mu.Unlock()
+			break
+		}
+		pc := list[n-1]
+		list[n-1] = nil
+		t.idle[host] = list[:n-1]
+		t.mu.Unlock()
+		if time.Since(pc.idleAt) < t.idleTimeout && pc.open() {
+			pc.reused = true
+			return pc, nil
+		}
+		_ = pc.c.Close()
+	}
+	c, err := t.dial(ctx, "tcp", host)
+	if err != nil {
+		return nil, err
+	}
+	pc := &directConn{t: t, host: host, c: c}
+	pc.cr = countingReader{c: c}
+	pc.br = bufio.NewReaderSize(&pc.cr, t.readBufSize)
+	pc.bw = bufio.NewWriterSize(c, t.writeBufSize)
+	return pc, nil
+}
+
+// put pools pc, or closes it when the pool is full or pc holds bytes no
+// request asked for.
+func (t *directTransport) put(pc *directConn) {
+	if pc.br.Buffered() > 0 {
+		_ = pc.c.Close()
+		return
+	}
+	pc.idleAt = time.Now()
+	t.mu.Lock()
+	if t.closed || len(t.idle[pc.host]) >= t.maxIdle {
+		t.mu.Unlock()
+		_ = pc.c.Close()
+		return
+	}
+	if t.idle == nil {
+		t.idle = map[string][]*directConn{}
+	}
+	t.idle[pc.host] = append(t.idle[pc.host], pc)
+	t.mu.Unlock()
+}
+
+// directConn is one upstream connection, used by one request at a time.
+type directConn struct {
+	t      *directTransport
+	host   string
+	c      net.Conn
+	cr     countingReader
+	br     *bufio.Reader
+	bw     *bufio.Writer
+	idleAt time.Time
+	reused bool
+}
+
+// countingReader counts what was read from the connection and bounds the
+// response headers.
+type countingReader struct {
+	c     net.Conn
+	n     int64
+	limit int64 // >0 while response headers are read
+}
+
+var errHeadersTooLong = errors.New("net/http: server response headers exceeded 10 MiB")
+
+func (r *countingReader) Read(p []byte) (int, error) {
+	if r.limit > 0 {
+		if r.n >= r.limit {
+			return 0, errHeadersTooLong
+		}
+		if rest := r.limit - r.n; int64(len(p)) > rest {
+			p = p[:rest]
+		}
+	}
+	n, err := r.c.Read(p)
+	r.n += int64(n)
+	return n, err
+}
+
+func (pc *directConn) close() { _ = pc.c.Close() }
+
+// abort makes any read or write on the connection fail at once.
+func (pc *directConn) abort() { _ = pc.c.SetDeadline(time.Unix(1, 0)) }
+
+// roundTrip writes req and reads its response. retry says the request may
+// be sent again on a new connection: the connection was reused and the
+// upstream took nothing of it.
+func (pc *directConn) roundTrip(ctx context.Context, req *http.Request) (*http.Response, bool, error) {
+	stop := context.AfterFunc(ctx, pc.abort)
+	werr := req.Write(pc.bw)
+	if werr == nil {
+		werr = pc.bw.Flush()
+	}
+	if werr != nil {
+		stop()
+		if pc.reused {
+			// The upstream closed the idle connection: nothing it
+			// could act on reached it.
+			return nil, true, werr
+		}
+		// It may have answered before it stopped reading (a 413, say):
+		// that answer is the one to give.
+		_ = pc.c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+		if resp, err := http.ReadResponse(pc.br, req); err == nil {
+			_ = pc.c.SetReadDeadline(time.Time{})
+			resp.Body = &directBody{pc: pc, body: resp.Body, stop: func() bool { return true }, reuse: false}
+			return resp, false, nil
+		}
+		return nil, false, werr
+	}
+	before := pc.cr.n
+	if pc.t.headerTimeout > 0 {
+		_ = pc.c.SetReadDeadline(time.Now().Add(pc.t.headerTimeout))
+	}
+	pc.cr.limit = pc.cr.n + int64(pc.br.Buffered()) + maxResponseHeaderBytes
+	var resp *http.Response
+	var err error
+	for {
+		resp, err = http.ReadResponse(pc.br, req)
+		if err != nil {
+			break
+		}
+		code := resp.StatusCode
+		if code < 100 || code > 199 {
+			break
+		}
+		if code == http.StatusSwitchingProtocols {
+			// No request of this path asked to switch.
+			_ = resp.Body.Close()
+			err = errors.New("net/http: unexpected 101 response from the upstream")
+			break
+		}
+		if trace := httptrace.ContextClientTrace(ctx); trace != nil && trace.Got1xxResponse != nil {
+			if err = trace.Got1xxResponse(code, textproto.MIMEHeader(resp.Header)); err != nil {
+				break
+			}
+			// Delivered: the header bound starts again, as
+			// http.Transport's does.
+			pc.cr.limit = pc.cr.n + maxResponseHeaderBytes
+		}
+	}
+	pc.cr.limit = 0
+	if err != nil {
+		stop()
+		if isTimeout(err) && ctx.Err() == nil {
+			err = fmt.Errorf("net/http: timeout awaiting response headers: %w", err)
+		}
+		// Nothing at all came back on a reused connection: http.Transport
+		// retries such a request only when it is replayable.
+		return nil, pc.reused && pc.cr.n == before && replayable(req), err
+	}
+	if pc.t.headerTimeout > 0 {
+		_ = pc.c.SetReadDeadline(time.Time{})
+	}
+	b := &directBody{pc: pc, body: resp.Body, stop: stop, reuse: !resp.Close && !req.Close}
+	if resp.Body == http.NoBody {
+		b.release(true)
+		return resp, false, nil
+	}
+	resp.Body = b
+	return resp, false, nil
+}
+
+// replayable is http.Request.isReplayable: an idempotent request whose
+// body can be had again.
+func replayable(req *http.Request) bool {
+	if req.Body != nil && req.Body != http.NoBody && req.GetBody == nil {
+		return false
+	}
+	switch req.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+		return true
+	}
+	_, a := req.Header["Idempotency-Key"]
+	_, b := req.Header["X-Idempotency-Key"]
+	return a || b
+}
+
+// directBody is a response body that gives its connection back to the
+// pool once read to the end, and closes it when closed before.
+type directBody struct {
+	pc       *directConn
+	body     io.ReadCloser
+	stop     func() bool
+	reuse    bool
+	released bool
+	eof      bool
+}
+
+var errBodyClosed = errors.New("http: read on closed response body")
+
+func (b *directBody) Read(p []byte) (int, error) {
+	if b.released {
+		if b.eof {
+			return 0, io.EOF
+		}
+		return 0, errBodyClosed
+	}
+	n, err := b.body.Read(p)
+	if err == io.EOF {
+		b.eof = true
+		b.release(true)
+		return n, io.EOF
+	}
+	return n, err
+}
+
+func (b *directBody) Close() error {
+	if !b.released {
+		b.release(false)
+	}
+	return nil
+}
+
+// release ends the body's hold on the connection: back to the pool when
+// the response was read whole and the connection stays open, closed
+// otherwise.
+func (b *directBody) release(whole bool) {
+	b.released = true
+	// stop is false when the request's context ended and aborted the
+	// connection.
+	if b.stop() && whole && b.reuse {
+		b.pc.reused = false
+		b.pc.t.put(b.pc)
+		return
+	}
+	b.pc.close()
+}

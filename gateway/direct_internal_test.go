@@ -1,0 +1,339 @@
+package gateway
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"net/textproto"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// rawUpstream is an HTTP/1.1 upstream on loopback that answers each
+// request with scripted bytes and records, per request, the exact bytes
+// it read.
+type rawUpstream struct {
+	ln     net.Listener
+	mu     sync.Mutex
+	raw    [][]byte // every request's bytes, in order
+	conns  int
+	answer func(req *http.Request, c net.Conn) (keep bool)
+}
+
+type recordingConn struct {
+	net.Conn
+	buf bytes.Buffer
+}
+
+func (r *recordingConn) Read(p []byte) (int, error) {
+	n, err := r.Conn.Read(p)
+	r.buf.Write(p[:n])
+	return n, err
+}
+
+func newRawUpstream(t *testing.T, answer func(req *http.Request, c net.Conn) bool) *rawUpstream {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &rawUpstream{ln: ln, answer: answer}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			u.mu.Lock()
+			u.conns++
+			u.mu.Unlock()
+			go u.serve(c)
+		}
+	}()
+	return u
+}
+
+func (u *rawUpstream) serve(c net.Conn) {
+	defer c.Close()
+	rc := &recordingConn{Conn: c}
+	br := bufio.NewReader(rc)
+	for {
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		if req.Header.Get("X-Read-Body") != "no" {
+			_, _ = io.Copy(io.Discard, req.Body)
+		}
+		u.mu.Lock()
+		u.raw = append(u.raw, bytes.Clone(rc.buf.Bytes()[:rc.buf.Len()-br.Buffered()]))
+		rest := rc.buf.Bytes()[rc.buf.Len()-br.Buffered():]
+		rc.buf.Reset()
+		rc.buf.Write(rest)
+		u.mu.Unlock()
+		if !u.answer(req, c) {
+			return
+		}
+	}
+}
+
+func (u *rawUpstream) requests() [][]byte {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.raw
+}
+
+func (u *rawUpstream) connCount() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.conns
+}
+
+// transports returns http.Transport as the gateway configures it and the
+// direct transport in front of it.
+func transports(headerTimeout time.Duration) (*http.Transport, *directTransport) {
+	d := &net.Dialer{Timeout: time.Second}
+	std := &http.Transport{DialContext: d.DialContext, MaxIdleConnsPerHost: 4, ResponseHeaderTimeout: headerTimeout,
+		DisableCompression: true, WriteBufferSize: transportWriteBufferSize, ReadBufferSize: transportBufferSize}
+	return std, &directTransport{next: std, dial: d.DialContext, maxIdle: 4, idleTimeout: time.Minute,
+		headerTimeout: headerTimeout, writeBufSize: transportWriteBufferSize, readBufSize: transportBufferSize}
+}
+
+func memRequest(t *testing.T, method, url string, body []byte, hdr map[string]string) *http.Request {
+	t.Helper()
+	req, err := http.NewRequest(method, url, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body == nil {
+		req.Body, req.GetBody, req.ContentLength = nil, nil, 0
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	return req
+}
+
+type outcome struct {
+	err     bool
+	timeout bool
+	status  int
+	header  http.Header
+	body    string
+	trailer http.Header
+	got1xx  []int
+}
+
+func roundTrip(rt http.RoundTripper, req *http.Request) outcome {
+	var o outcome
+	ctx := httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{Got1xxResponse: func(code int, _ textproto.MIMEHeader) error {
+		o.got1xx = append(o.got1xx, code)
+		return nil
+	}})
+	resp, err := rt.RoundTrip(req.WithContext(ctx))
+	if err != nil {
+		o.err, o.timeout = true, isTimeout(err)
+		return o
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	o.status, o.header, o.body, o.trailer = resp.StatusCode, resp.Header, string(b), resp.Trailer
+	if err != nil {
+		o.err = true
+	}
+	return o
+}
+
+// TestDirectTransportMatchesHTTPTransport sends the same requests through
+// http.Transport and the direct transport to an upstream answering in
+// every way the framing allows (and some it does not): the upstream reads
+// the same bytes from both, and the caller gets the same status, headers,
+// body, trailers, informational responses and failures.
+func TestDirectTransportMatchesHTTPTransport(t *testing.T) {
+	small := bytes.Repeat([]byte("0123456789abcdef"), 16)
+	medium := bytes.Repeat([]byte("x"), 100<<10)
+	cases := []struct {
+		name          string
+		method        string
+		body          []byte
+		hdr           map[string]string
+		answer        string // raw response; "" = never answer
+		close         bool   // close after answering
+		headerTimeout time.Duration
+	}{
+		{name: "length", method: "POST", body: small, answer: "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 18\r\n\r\n{\"StateText\":\"OK\"}"},
+		{name: "no body GET", method: "GET", answer: "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"},
+		{name: "100 KiB body", method: "POST", body: medium, answer: "HTTP/1.1 201 Created\r\nContent-Length: 0\r\n\r\n"},
+		{name: "chunked with trailer", method: "POST", body: small, answer: "HTTP/1.1 200 OK\r\nTrailer: X-Sum\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\nX-Sum: 5\r\n\r\n"},
+		{name: "103 then 200", method: "POST", body: small, answer: "HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"},
+		{name: "100 continue then 200", method: "POST", body: small, answer: "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"},
+		{name: "many 1xx", method: "GET", answer: strings.Repeat("HTTP/1.1 103 Early Hints\r\n\r\n", 8) + "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"},
+		{name: "204", method: "DELETE", answer: "HTTP/1.1 204 No Content\r\n\r\n"},
+		{name: "304", method: "GET", answer: "HTTP/1.1 304 Not Modified\r\nETag: \"a\"\r\n\r\n"},
+		{name: "HEAD", method: "HEAD", answer: "HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n"},
+		{name: "close-delimited body", method: "GET", answer: "HTTP/1.1 200 OK\r\n\r\nuntil the end", close: true},
+		{name: "connection close", method: "POST", body: small, answer: "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok", close: true},
+		{name: "413 unread body", method: "POST", body: small, hdr: map[string]string{"X-Read-Body": "no"}, answer: "HTTP/1.1 413 Request Entity Too Large\r\nConnection: close\r\nContent-Length: 0\r\n\r\n", close: true},
+		{name: "short body then close", method: "GET", answer: "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc", close: true},
+		{name: "garbage status line", method: "GET", answer: "HTTP/9 banana\r\n\r\n", close: true},
+		{name: "bad content-length", method: "GET", answer: "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab", close: true},
+		{name: "headers past 10 MiB", method: "GET", answer: "HTTP/1.1 200 OK\r\nX-Big: " + strings.Repeat("a", 11<<20) + "\r\nContent-Length: 0\r\n\r\n", close: true},
+		{name: "closed at once", method: "POST", body: small, answer: "", close: true},
+		{name: "header timeout", method: "GET", answer: "", headerTimeout: 200 * time.Millisecond},
+		{name: "identity headers", method: "POST", body: small, hdr: map[string]string{"Accept-Encoding": "br", "X-Keygate-Key-Id": "k1", "Traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}, answer: "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			up := newRawUpstream(t, func(req *http.Request, c net.Conn) bool {
+				if tc.answer == "" && !tc.close {
+					time.Sleep(2 * tc.headerTimeout)
+					return false
+				}
+				_, _ = io.WriteString(c, tc.answer)
+				return !tc.close
+			})
+			url := "http://" + up.ln.Addr().String() + "/sync?x=1"
+			std, direct := transports(tc.headerTimeout)
+			defer std.CloseIdleConnections()
+			defer direct.CloseIdleConnections()
+			a := roundTrip(std, memRequest(t, tc.method, url, tc.body, tc.hdr))
+			b := roundTrip(direct, memRequest(t, tc.method, url, tc.body, tc.hdr))
+			if a.err != b.err || a.timeout != b.timeout {
+				t.Fatalf("http.Transport err=%v timeout=%v; direct err=%v timeout=%v", a.err, a.timeout, b.err, b.timeout)
+			}
+			if a.status != b.status || a.body != b.body || !equalHeader(a.header, b.header) || !equalHeader(a.trailer, b.trailer) || len(a.got1xx) != len(b.got1xx) {
+				t.Fatalf("http.Transport: %+v\ndirect: %+v", a, b)
+			}
+			reqs := up.requests()
+			if len(reqs) != 2 {
+				if tc.answer == "" && tc.close {
+					return // the upstream may close before reading all
+				}
+				t.Fatalf("upstream read %d requests, want 2", len(reqs))
+			}
+			if !bytes.Equal(reqs[0], reqs[1]) {
+				t.Fatalf("the upstream read different bytes:\nhttp.Transport: %q\ndirect: %q", trunc(reqs[0]), trunc(reqs[1]))
+			}
+		})
+	}
+}
+
+func trunc(b []byte) []byte {
+	if len(b) > 400 {
+		return b[:400]
+	}
+	return b
+}
+
+func equalHeader(a, b http.Header) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		w := b[k]
+		if strings.Join(v, "\x00") != strings.Join(w, "\x00") {
+			return false
+		}
+	}
+	return true
+}
+
+// TestDirectTransportReusesAndRecovers: one connection serves request
+// after request; a connection the upstream closed while idle, or that
+// holds bytes no request asked for, is never handed a request, so no
+// request fails for it.
+func TestDirectTransportReusesAndRecovers(t *testing.T) {
+	body := bytes.Repeat([]byte("b"), 300)
+	cases := []struct {
+		name      string
+		answer    string
+		close     bool
+		wantConns func(n int) bool
+	}{
+		{name: "keep-alive", answer: "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", wantConns: func(n int) bool { return n == 1 }},
+		{name: "upstream closes idle connections silently", answer: "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", close: true, wantConns: func(n int) bool { return n == 20 }},
+		{name: "unsolicited bytes after the response", answer: "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokHTTP/1.1 200 OK\r\n\r\n", wantConns: func(n int) bool { return n == 20 }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			up := newRawUpstream(t, func(req *http.Request, c net.Conn) bool {
+				_, _ = io.WriteString(c, tc.answer)
+				return !tc.close
+			})
+			_, direct := transports(0)
+			defer direct.CloseIdleConnections()
+			for i := range 20 {
+				o := roundTrip(direct, memRequest(t, "POST", "http://"+up.ln.Addr().String()+"/sync", body, nil))
+				if o.err || o.status != 200 || o.body != "ok" {
+					t.Fatalf("request %d: %+v", i, o)
+				}
+				time.Sleep(5 * time.Millisecond) // the upstream's close arrives
+			}
+			if n := up.connCount(); !tc.wantConns(n) {
+				t.Fatalf("%d upstream connections", n)
+			}
+		})
+	}
+}
+
+// TestDirectTransportClientGone: a caller that leaves while the upstream
+// has not answered gets its context's error at once, and the connection
+// is not pooled.
+func TestDirectTransportClientGone(t *testing.T) {
+	release := make(chan struct{})
+	up := newRawUpstream(t, func(req *http.Request, c net.Conn) bool {
+		<-release
+		return false
+	})
+	defer close(release)
+	_, direct := transports(0)
+	defer direct.CloseIdleConnections()
+	ctx, cancel := context.WithCancel(context.Background())
+	req := memRequest(t, "POST", "http://"+up.ln.Addr().String()+"/sync", []byte("abc"), nil).WithContext(ctx)
+	time.AfterFunc(100*time.Millisecond, cancel)
+	start := time.Now()
+	_, err := direct.RoundTrip(req)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("returned after %s", d)
+	}
+	if n := len(direct.idle); n != 0 {
+		t.Fatalf("%d hosts with pooled connections", n)
+	}
+}
+
+// TestDirectTransportTakesOnlyInMemoryBodies: streamed bodies, HTTPS
+// upstreams, upgrades and trailers go to http.Transport.
+func TestDirectTransportTakesOnlyInMemoryBodies(t *testing.T) {
+	_, d := transports(0)
+	mem := func() *http.Request { return memRequest(t, "POST", "http://127.0.0.1:1/sync", []byte("abc"), nil) }
+	streamed := mem()
+	streamed.GetBody = nil
+	tls := memRequest(t, "POST", "https://127.0.0.1:1/sync", []byte("abc"), nil)
+	up := mem()
+	up.Header.Set("Upgrade", "websocket")
+	tr := mem()
+	tr.Trailer = http.Header{"X-T": nil}
+	big := memRequest(t, "POST", "http://127.0.0.1:1/sync", make([]byte, smallBodyMax+1), nil)
+	for name, c := range map[string]struct {
+		req  *http.Request
+		want bool
+	}{
+		"in memory": {mem(), true}, "no body": {memRequest(t, "GET", "http://127.0.0.1:1/", nil, nil), true},
+		"streamed": {streamed, false}, "https": {tls, false}, "upgrade": {up, false}, "trailer": {tr, false}, "past smallBodyMax": {big, false},
+	} {
+		if got := d.takes(c.req); got != c.want {
+			t.Errorf("%s: takes = %v, want %v", name, got, c.want)
+		}
+	}
+}
