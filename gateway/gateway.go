@@ -233,6 +233,36 @@ type state struct {
 	errMessage string
 	idle       idleBody
 	small      *smallBuf // the whole /sync body, when readSmall read it
+	// hv backs the single values of the headers the gateway sets on the
+	// response and on the upstream request (hvTraceID…): one allocation
+	// with the state instead of one per header.
+	hv [hvCount]string
+}
+
+// Slots of state.hv.
+const (
+	hvTraceID = iota
+	hvHSTS
+	hvRateLimit
+	hvRateRemaining
+	hvRateReset
+	hvForwardedFor
+	hvForwardedHost
+	hvForwardedProto
+	hvKeyID
+	hvEnv
+	hvProduct
+	hvContext
+	hvTraceparent
+	hvCount
+)
+
+// value sets h[key] (key in canonical form) to the single value v, held in
+// the state's slot i. The slice has no spare capacity, so an append by
+// anyone else copies it rather than writing into the next slot.
+func (st *state) value(h http.Header, key string, i int, v string) {
+	st.hv[i] = v
+	h[key] = st.hv[i : i+1 : i+1]
 }
 
 type stateKey struct{}
@@ -248,9 +278,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	st.client = g.cfg.TrustedProxies.ClientAddr(r)
 	rec := &recorder{ResponseWriter: w}
 	h := w.Header()
-	h.Set("X-Trace-Id", st.trace.ID)
+	st.value(h, "X-Trace-Id", hvTraceID, st.trace.ID)
 	if g.cfg.HSTS != "" && r.TLS != nil {
-		h.Set("Strict-Transport-Security", g.cfg.HSTS)
+		st.value(h, "Strict-Transport-Security", hvHSTS, g.cfg.HSTS)
 	}
 	defer g.finish(r, rec, st, start)
 	if st.route == routeNone && g.local != nil {
@@ -346,7 +376,7 @@ func (g *Gateway) serve(w *recorder, r *http.Request, st *state) refusal {
 		g.log.Warn("rate limiter failed", zap.String("trace_id", st.trace.ID), zap.Error(err))
 		return refusal{kind: refLimiterUnavailable}
 	}
-	setRateHeaders(w.Header(), d)
+	st.setRateHeaders(w.Header(), d)
 	if !d.Allowed {
 		w.Header().Set("Retry-After", strconv.FormatInt(ceilSeconds(d.RetryAfter, 1), 10))
 		if d.Reason == ratelimit.ReasonQuota {
@@ -467,10 +497,10 @@ func (b *watchedBody) Read(p []byte) (int, error) {
 
 func (b *watchedBody) Close() error { return b.rc.Close() }
 
-func setRateHeaders(h http.Header, d ratelimit.Decision) {
-	h.Set("RateLimit-Limit", strconv.FormatInt(d.Limit, 10))
-	h.Set("RateLimit-Remaining", strconv.FormatInt(max(d.Remaining, 0), 10))
-	h.Set("RateLimit-Reset", strconv.FormatInt(ceilSeconds(d.Reset, 0), 10))
+func (st *state) setRateHeaders(h http.Header, d ratelimit.Decision) {
+	st.value(h, "Ratelimit-Limit", hvRateLimit, strconv.FormatInt(d.Limit, 10))
+	st.value(h, "Ratelimit-Remaining", hvRateRemaining, strconv.FormatInt(max(d.Remaining, 0), 10))
+	st.value(h, "Ratelimit-Reset", hvRateReset, strconv.FormatInt(ceilSeconds(d.Reset, 0), 10))
 }
 
 func ceilSeconds(d time.Duration, min int64) int64 {

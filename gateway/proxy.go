@@ -29,25 +29,30 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	}
 	st.upstream = up
 	pr.SetURL(up.pick().url)
-	pr.SetXForwarded()
 	h := pr.Out.Header
 	scrubOutbound(h)
 	pr.Out.Trailer = nil // client trailers never reach the upstream
+	// httputil.ProxyRequest.SetXForwarded, with the client address the
+	// trusted-proxy rules give (Rewrite has already dropped the client's
+	// X-Forwarded-* headers).
 	if st.client.IsValid() {
-		v := []string{st.client.String()}
-		h["X-Forwarded-For"] = v
-		h["X-Real-Ip"] = v
-	} else {
-		delete(h, "X-Forwarded-For")
+		st.value(h, "X-Forwarded-For", hvForwardedFor, st.client.String())
+		h["X-Real-Ip"] = h["X-Forwarded-For"]
 	}
+	st.value(h, "X-Forwarded-Host", hvForwardedHost, pr.In.Host)
+	proto := "http"
+	if pr.In.TLS != nil {
+		proto = "https"
+	}
+	st.value(h, "X-Forwarded-Proto", hvForwardedProto, proto)
 	p := st.principal
-	h[hdrKeyID] = []string{p.ID}
-	h[hdrEnv] = []string{p.Env}
-	h[hdrProduct] = []string{st.route.product()}
+	st.value(h, hdrKeyID, hvKeyID, p.ID)
+	st.value(h, hdrEnv, hvEnv, p.Env)
+	st.value(h, hdrProduct, hvProduct, st.route.product())
 	if p.Context != "" {
-		h[hdrContext] = []string{p.Context}
+		st.value(h, hdrContext, hvContext, p.Context)
 	}
-	h["Traceparent"] = []string{st.trace.header()}
+	st.value(h, "Traceparent", hvTraceparent, st.trace.header())
 	if st.small != nil {
 		// The body read whole by readSmall: a fresh in-memory reader for
 		// each attempt (GetBody serves retries), so the transport writes
