@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -335,5 +336,48 @@ func TestDirectTransportTakesOnlyInMemoryBodies(t *testing.T) {
 		if got := d.takes(c.req); got != c.want {
 			t.Errorf("%s: takes = %v, want %v", name, got, c.want)
 		}
+	}
+}
+
+// BenchmarkUpstreamTransport: one in-memory /sync body to a real loopback
+// upstream through http.Transport (as the gateway configures it) and
+// through the direct transport.
+func BenchmarkUpstreamTransport(b *testing.B) {
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		_, _ = io.WriteString(w, `{"StateText":"OK"}`)
+	})}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	url := "http://" + ln.Addr().String() + "/sync"
+	for _, size := range []int{256, 100 << 10} {
+		body := bytes.Repeat([]byte("x"), size)
+		std, direct := transports(time.Minute)
+		for _, rt := range []struct {
+			name string
+			rt   http.RoundTripper
+		}{{"http.Transport", std}, {"direct", direct}} {
+			b.Run(fmt.Sprintf("%s/%d", rt.name, size), func(b *testing.B) {
+				b.ReportAllocs()
+				b.SetBytes(int64(size))
+				for b.Loop() {
+					sb := &smallBuf{b: body}
+					req, _ := http.NewRequest(http.MethodPost, url, nil)
+					req.ContentLength = int64(size)
+					memBody(req, sb)
+					resp, err := rt.rt.RoundTrip(req)
+					if err != nil {
+						b.Fatal(err)
+					}
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+			})
+		}
+		std.CloseIdleConnections()
 	}
 }
