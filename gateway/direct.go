@@ -227,9 +227,20 @@ func (pc *directConn) abort() { _ = pc.c.SetDeadline(time.Unix(1, 0)) }
 // upstream took nothing of it.
 func (pc *directConn) roundTrip(ctx context.Context, req *http.Request) (*http.Response, bool, error) {
 	stop := context.AfterFunc(ctx, pc.abort)
+	// A body past the socket buffers can block the write. An upstream
+	// that answers early and stops reading without closing must not hold
+	// it for ever: the write gives up after the response header timeout,
+	// and the early answer is read below.
+	slowWrite := req.ContentLength > tinyBodyMax && pc.t.headerTimeout > 0
+	if slowWrite {
+		_ = pc.c.SetWriteDeadline(time.Now().Add(pc.t.headerTimeout))
+	}
 	werr := req.Write(pc.bw)
 	if werr == nil {
 		werr = pc.bw.Flush()
+	}
+	if slowWrite && werr == nil {
+		_ = pc.c.SetWriteDeadline(time.Time{})
 	}
 	if werr != nil {
 		stop()

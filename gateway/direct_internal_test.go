@@ -381,3 +381,47 @@ func BenchmarkUpstreamTransport(b *testing.B) {
 		std.CloseIdleConnections()
 	}
 }
+
+// TestDirectTransportEarlyAnswerToAStalledUpload: an upstream that answers
+// before reading a 128 KiB body, and then neither reads nor closes, still
+// has its answer delivered, after the response header timeout at most.
+func TestDirectTransportEarlyAnswerToAStalledUpload(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	hold := make(chan struct{})
+	defer close(hold)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		if tc, ok := c.(*net.TCPConn); ok {
+			_ = tc.SetReadBuffer(4 << 10)
+		}
+		_, _ = io.WriteString(c, "HTTP/1.1 413 Request Entity Too Large\r\nContent-Length: 0\r\n\r\n")
+		<-hold
+	}()
+	_, direct := transports(time.Second)
+	defer direct.CloseIdleConnections()
+	direct.writeBufSize = 4 << 10
+	dial := direct.dial
+	direct.dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if tc, ok := c.(*net.TCPConn); ok {
+			_ = tc.SetWriteBuffer(4 << 10)
+		}
+		return c, err
+	}
+	start := time.Now()
+	// Small socket buffers on both sides, so that the body cannot all
+	// be written while the upstream does not read.
+	o := roundTrip(direct, memRequest(t, "POST", "http://"+ln.Addr().String()+"/sync", bytes.Repeat([]byte("z"), smallBodyMax), nil))
+	if o.err || o.status != http.StatusRequestEntityTooLarge {
+		t.Fatalf("%+v after %s", o, time.Since(start))
+	}
+	t.Logf("answered after %s", time.Since(start))
+}
