@@ -3,10 +3,14 @@ package gateway_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -86,6 +90,45 @@ func BenchmarkRequestPathSizes(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRequestPathVsBare runs the same /sync uploads through keygate
+// and through a tuned bare httputil.ReverseProxy (pooled copy buffers,
+// keygate's idle pool, no gzip asked: bench/peers' baseline), each in
+// front of the same kind of upstream, so that one run gives what
+// keygate's checks cost over proxying alone, per request and in
+// allocations.
+func BenchmarkRequestPathVsBare(b *testing.B) {
+	for _, size := range []int{256, 100 << 10} {
+		b.Run(fmt.Sprintf("bare/%d", size), func(b *testing.B) {
+			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.Copy(io.Discard, r.Body)
+				w.WriteHeader(200)
+			}))
+			defer up.Close()
+			u, _ := url.Parse(up.URL)
+			tr := http.DefaultTransport.(*http.Transport).Clone()
+			tr.MaxIdleConns, tr.MaxIdleConnsPerHost, tr.DisableCompression = 64, 64, true
+			defer tr.CloseIdleConnections()
+			bare := &httputil.ReverseProxy{
+				Rewrite:    func(pr *httputil.ProxyRequest) { pr.SetURL(u); pr.SetXForwarded() },
+				Transport:  tr,
+				BufferPool: benchBufferPool{},
+			}
+			benchSyncFile(b, bare, "svc_live_unchecked", size)
+		})
+		b.Run(fmt.Sprintf("keygate/%d", size), func(b *testing.B) {
+			gw, key := benchGateway(b)
+			benchSyncFile(b, gw, key, size)
+		})
+	}
+}
+
+type benchBufferPool struct{}
+
+var benchBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+func (benchBufferPool) Get() []byte  { return *benchBuffers.Get().(*[]byte) }
+func (benchBufferPool) Put(b []byte) { benchBuffers.Put(&b) }
 
 // benchSync measures accepted /sync uploads of a 16 KiB file through gw;
 // check, if any, looks at the first response too.

@@ -11,6 +11,7 @@ import (
 	"net/http/httptrace"
 	"net/textproto"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -191,6 +192,11 @@ type directConn struct {
 	bw     *directWriter
 	idleAt time.Time
 	reused bool
+	// For open's peek, made once per connection.
+	raw     syscall.RawConn
+	peekFn  func(fd uintptr) bool
+	peekBuf [1]byte
+	quiet   bool
 }
 
 // countingReader counts what was read from the connection and bounds the

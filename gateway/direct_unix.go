@@ -12,20 +12,25 @@ import (
 // idle is never handed a request (http.Transport learns the same from
 // the read it keeps pending on every idle connection).
 func (pc *directConn) open() bool {
-	sc, ok := pc.c.(syscall.Conn)
-	if !ok {
-		return true
+	if pc.raw == nil {
+		sc, ok := pc.c.(syscall.Conn)
+		if !ok {
+			return true
+		}
+		raw, err := sc.SyscallConn()
+		if err != nil {
+			return false
+		}
+		pc.raw = raw
+		pc.peekFn = pc.peek
 	}
-	raw, err := sc.SyscallConn()
-	if err != nil {
-		return false
-	}
-	quiet := false
-	var b [1]byte
-	err = raw.Read(func(fd uintptr) bool {
-		_, _, rerr := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		quiet = rerr == syscall.EAGAIN || rerr == syscall.EWOULDBLOCK
-		return true
-	})
-	return err == nil && quiet
+	pc.quiet = false
+	return pc.raw.Read(pc.peekFn) == nil && pc.quiet
+}
+
+// peek is open's look at the socket: never waits.
+func (pc *directConn) peek(fd uintptr) bool {
+	_, _, err := syscall.Recvfrom(int(fd), pc.peekBuf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+	pc.quiet = err == syscall.EAGAIN || err == syscall.EWOULDBLOCK
+	return true
 }
