@@ -44,6 +44,9 @@ type Options struct {
 	KeygateBin  string
 	// TLS is TLS mode (tls.go): every target terminates TLS 1.3.
 	TLS bool
+	// RoleBin plays the upstream, direct and bare roles (default: this
+	// binary). TestSmokeTLS gives one built without -race.
+	RoleBin string
 }
 
 var (
@@ -105,6 +108,9 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	self, err := os.Executable()
 	if err != nil {
 		return err
+	}
+	if o.RoleBin != "" {
+		self = o.RoleBin
 	}
 	b := &bench{o: o, dir: dir, stderr: stderr, self: self}
 	defer b.stopAll()

@@ -293,12 +293,20 @@ func (b *bench) h2Loop(ctx context.Context, t *target, size int) (closedResult, 
 		return closedResult{}, err
 	}
 	secs := max(1, int(b.o.Duration/time.Second))
+	// h2load ends its clients after the duration by closing their
+	// sessions, which waits for the streams in flight: bounded, so that a
+	// target that stops answering fails the run instead of hanging it.
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(secs)*time.Second+time.Minute)
+	defer cancel()
 	cmd := exec.CommandContext(ctx, h2load, "-c32", "-m10", "-t2", "-D", strconv.Itoa(secs), "-d", bp,
 		"-H", "content-type: "+ctype, "-H", "x-api-key: "+b.key, "https://"+t.addr+"/sync")
 	before := cpuTicks(t.root.Process.Pid)
 	out, err := cmd.CombinedOutput()
 	after := cpuTicks(t.root.Process.Pid)
 	if err != nil {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w: no end within a minute of the run's %ds; the target stopped answering the streams in flight", err, secs)
+		}
 		return closedResult{}, fmt.Errorf("h2load %s: %w\n%s", t.name, err, out)
 	}
 	rps, done, errs, err := h2Result(out)

@@ -11,6 +11,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -25,10 +27,24 @@ func TestSmokeTLS(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes and builds keygate")
 	}
+	// The bench's own roles (upstream, direct, bare) are served by a
+	// build without -race, as keygate and the peers are: the race
+	// detector would slow their TLS stacks tenfold, and what they serve
+	// is not what this test checks for races (the bench driver is).
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	roles := filepath.Join(t.TempDir(), "peers")
+	build := exec.Command("go", "build", "-trimpath", "-o", roles, "./bench/peers")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./bench/peers: %v\n%s", err, out)
+	}
 	var out, errb bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	err := Run(ctx, Options{Smoke: true, TLS: true}, &out, &errb)
+	err = Run(ctx, Options{Smoke: true, TLS: true, RoleBin: roles}, &out, &errb)
 	t.Log(errb.String())
 	if err != nil {
 		t.Fatal(err)
