@@ -259,10 +259,11 @@ type openResult struct {
 // in the generator, counts).
 func (b *bench) openLoop(ctx context.Context, t *target, size, rps int) (openResult, error) {
 	body, ctype := multipartBody(size, true)
-	tr := &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024, IdleConnTimeout: time.Minute, DisableCompression: true, TLSClientConfig: b.clientTLS()}
+	tr := &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024, IdleConnTimeout: time.Minute, DisableCompression: true, TLSClientConfig: b.clientTLS(), MaxConnsPerHost: b.openConnCap()}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr, Timeout: 30 * time.Second}
 	url := b.scheme() + t.addr + "/sync"
+	b.warmOpen(ctx, client, url, body, ctype)
 	n := int(b.o.Duration.Seconds() * float64(rps))
 	interval := time.Second / time.Duration(rps)
 	// Intended send times start a moment from now, so the workers are up.
