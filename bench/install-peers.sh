@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs the peers `make bench-peers` compares keygate with (nginx,
-# HAProxy, Caddy) and the wrk load generator, only when missing, from the
-# distribution's packages (Debian bookworm: nginx 1.22, HAProxy 2.6,
-# Caddy 2.6, wrk 4.1). The bench never uses the system services these
+# HAProxy, Caddy) and the load generators (wrk; h2load, for -tls's HTTP/2
+# runs), only when missing, from the distribution's packages (Debian
+# bookworm: nginx 1.22, HAProxy 2.6, Caddy 2.6, wrk 4.1, nghttp2-client
+# 1.52). The bench never uses the system services these
 # packages may start: it runs its own instances, with its own configs, on
 # free loopback ports and temp dirs.
 set -euo pipefail
@@ -12,6 +13,7 @@ command -v nginx   >/dev/null 2>&1 || [ -x /usr/sbin/nginx ]   || need+=(nginx)
 command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || need+=(haproxy)
 command -v caddy   >/dev/null 2>&1 || need+=(caddy)
 command -v wrk     >/dev/null 2>&1 || need+=(wrk)
+command -v h2load  >/dev/null 2>&1 || need+=(nghttp2-client)
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 
 if [ ${#need[@]} -eq 0 ]; then

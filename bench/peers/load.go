@@ -212,7 +212,7 @@ func (b *bench) closedLoop(ctx context.Context, t *target, size int) (closedResu
 		return closedResult{}, err
 	}
 	secs := max(1, int(b.o.Duration/time.Second))
-	cmd := exec.CommandContext(ctx, wrk, "-t2", "-c32", fmt.Sprintf("-d%ds", secs), "-s", script, "http://"+t.addr+"/sync")
+	cmd := exec.CommandContext(ctx, wrk, "-t2", "-c32", fmt.Sprintf("-d%ds", secs), "-s", script, b.scheme()+t.addr+"/sync")
 	before := cpuTicks(t.root.Process.Pid)
 	out, err := cmd.CombinedOutput()
 	after := cpuTicks(t.root.Process.Pid)
@@ -259,10 +259,11 @@ type openResult struct {
 // in the generator, counts).
 func (b *bench) openLoop(ctx context.Context, t *target, size, rps int) (openResult, error) {
 	body, ctype := multipartBody(size, true)
-	tr := &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024, IdleConnTimeout: time.Minute, DisableCompression: true}
+	tr := &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024, IdleConnTimeout: time.Minute, DisableCompression: true, TLSClientConfig: b.clientTLS(), MaxConnsPerHost: b.openConnCap()}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr, Timeout: 30 * time.Second}
-	url := "http://" + t.addr + "/sync"
+	url := b.scheme() + t.addr + "/sync"
+	b.warmOpen(ctx, client, url, body, ctype)
 	n := int(b.o.Duration.Seconds() * float64(rps))
 	interval := time.Second / time.Duration(rps)
 	// Intended send times start a moment from now, so the workers are up.

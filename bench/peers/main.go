@@ -43,6 +43,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	up := fs.String("upstream", "", "internal: the bare proxy's upstream host:port")
 	pool := fs.Int("pool", 64, "internal: the bare proxy's idle pool per host")
 	cpuProfile := fs.String("cpuprofile", "", "internal: keygate role writes a CPU profile here on SIGTERM")
+	certFile := fs.String("cert", "", "internal: the upstream or bare role serves TLS 1.3 with this PEM certificate")
+	keyFile := fs.String("key", "", "internal: the PEM key of -cert")
 	fs.IntVar(&o.Reps, "reps", 3, "repetitions, in alternating target order (the median of three is not moved by one slow rep)")
 	fs.DurationVar(&o.Duration, "duration", 5*time.Second, "length of each closed-loop and open-loop run")
 	fs.BoolVar(&o.Smoke, "smoke", os.Getenv("BENCH_SMOKE") == "1", "one short rep with tiny sizes, skipping peers that are not installed (proves the bench works; measures nothing)")
@@ -56,6 +58,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.Sizes, "sizes", "", "comma-separated body sizes in bytes (default 256,102400)")
 	fs.StringVar(&o.BaseBin, "keygate-base", "", "another keygate binary (say, the last release) to run beside this one as targets keygate-base (local limiter) and keygate-base-redis")
 	fs.StringVar(&o.KeygateBin, "keygate", "", "keygate binary (default: built from ./cmd/keygate)")
+	fs.BoolVar(&o.TLS, "tls", false, "every target terminates TLS 1.3 (one ECDSA P-256 certificate); loads over HTTP/1.1 (wrk) and HTTP/2 (h2load); no large uploads. With -profile: keygate over TLS under wrk")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -66,10 +69,15 @@ func Main(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		return 0
-	case "upstream":
-		return serveRole(*listen, stderr, upstreamHandler())
-	case "bare":
-		return serveRole(*listen, stderr, bareProxy(*up, *pool))
+	case "upstream", "bare":
+		h := upstreamHandler()
+		if *role == "bare" {
+			h = bareProxy(*up, *pool)
+		}
+		if *certFile != "" {
+			return serveRoleTLS(*listen, *certFile, *keyFile, stderr, h)
+		}
+		return serveRole(*listen, stderr, h)
 	case "keygate":
 		return keygateRole(fs.Args(), *cpuProfile, stdout, stderr)
 	}

@@ -42,6 +42,11 @@ type Options struct {
 	Sizes       string
 	BaseBin     string
 	KeygateBin  string
+	// TLS is TLS mode (tls.go): every target terminates TLS 1.3.
+	TLS bool
+	// RoleBin plays the upstream, direct and bare roles (default: this
+	// binary). TestSmokeTLS gives one built without -race.
+	RoleBin string
 }
 
 var (
@@ -82,6 +87,8 @@ type bench struct {
 	targets []*target
 	stderr  io.Writer
 	self    string
+	// cert is TLS mode's certificate (nil in plain mode).
+	cert *benchCert
 }
 
 // Run starts every target, measures them, and prints the tables.
@@ -102,13 +109,29 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if o.RoleBin != "" {
+		self = o.RoleBin
+	}
 	b := &bench{o: o, dir: dir, stderr: stderr, self: self}
 	defer b.stopAll()
+	if o.TLS {
+		if b.cert, err = makeCert(dir); err != nil {
+			return err
+		}
+	}
 	if o.Profile != "" {
 		return b.profile(ctx, stdout)
 	}
 	if err := b.startAll(); err != nil {
 		return err
+	}
+	if o.TLS {
+		res, err := b.measureTLS(ctx)
+		if err != nil {
+			return err
+		}
+		printTLSTables(stdout, o, res)
+		return nil
 	}
 	res, err := b.measure(ctx)
 	if err != nil {
@@ -216,6 +239,14 @@ func (b *bench) waitReady(name, addr string) error {
 	body, ctype := multipartBody(64, true)
 	var last string
 	for time.Now().Before(deadline) {
+		if b.cert != nil && name != "upstream" {
+			// TLS mode: both protocols, TLS 1.3 only (tls.go).
+			if last = b.tlsReady(addr, body, ctype); last == "" {
+				return nil
+			}
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
 		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/sync", bytes.NewReader(body))
 		req.Header.Set("Content-Type", ctype)
 		req.Header.Set("X-Api-Key", b.key)
@@ -319,9 +350,7 @@ func (b *bench) keygateConfig(name, listen, upstream, backend, redisAddr string)
   admin_listen: %q
   spool_dir: %q
   max_body_bytes: 104857600
-tls:
-  mode: "off"
-upstreams:
+%supstreams:
   extraction: { targets: ["http://%s"], max_idle_conns_per_host: %d }
   registry: { targets: ["http://%s"], max_idle_conns_per_host: %d }
 keystore: { backend: file, file: %q }
@@ -333,7 +362,7 @@ ratelimit:
     live: { rate: 1000000, per: 1s, burst: 1000000000 }
     test: { rate: 1000000, per: 1s, burst: 1000000000 }
 log: { level: info, format: json }
-`, listen, admin, spool, upstream, pool, upstream, pool, filepath.Join(keysDir, "keys.yaml"), redisAddr, backend)
+`, listen, admin, spool, b.keygateTLS(), upstream, pool, upstream, pool, filepath.Join(keysDir, "keys.yaml"), redisAddr, backend)
 	p := filepath.Join(b.dir, name+".yaml")
 	return p, spool, os.WriteFile(p, []byte(cfg), 0o600)
 }
@@ -393,7 +422,11 @@ func (b *bench) startAll() error {
 	if err := b.waitReady("upstream", upAddr); err != nil {
 		return err
 	}
-	if b.want("direct") {
+	if b.want("direct") && b.cert != nil {
+		if err := b.startDirectTLS(); err != nil {
+			return err
+		}
+	} else if b.want("direct") {
 		b.targets = append(b.targets, &target{name: "direct", addr: upAddr, root: up})
 	}
 	workers := runtime.NumCPU()
@@ -424,7 +457,7 @@ func (b *bench) startAll() error {
 		return nil
 	}
 	if err := add("bare", func(addr string) ([]string, error) {
-		return []string{b.self, "-role", "bare", "-listen", addr, "-upstream", upAddr, "-pool", fmt.Sprint(pool)}, nil
+		return append([]string{b.self, "-role", "bare", "-listen", addr, "-upstream", upAddr, "-pool", fmt.Sprint(pool)}, b.roleTLSArgs()...), nil
 	}); err != nil {
 		return err
 	}
@@ -437,7 +470,7 @@ func (b *bench) startAll() error {
 				}
 				return nil, fmt.Errorf("%s is not installed: run bench/install-peers.sh", bin)
 			}
-			p, err := b.writeConf(conf, tmpl, confData{Dir: b.dir, Listen: addr, Upstream: upAddr, Pool: pool, Workers: workers})
+			p, err := b.writeConf(conf, b.tlsTemplate(conf, tmpl), confData{Dir: b.dir, Listen: addr, Upstream: upAddr, Pool: pool, Workers: workers})
 			if err != nil {
 				return nil, err
 			}
