@@ -51,6 +51,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.Targets, "targets", "", "comma-separated targets (default all): direct,bare,nginx,haproxy,caddy,caddy-log,keygate,keygate-redis,keygate-base,keygate-base-redis")
 	fs.StringVar(&o.Profile, "profile", "", "only profile keygate (local limiter) under wrk load and write the CPU profile to this file")
 	fs.BoolVar(&o.ProfileRedis, "profile-redis", false, "with -profile: keygate with the Redis limiter")
+	fs.BoolVar(&o.ProfileH2, "profile-h2", false, "with -profile -tls: load keygate with h2load over HTTP/2 instead of wrk")
 	fs.BoolVar(&o.ProfileLarge, "profile-large", false, "with -profile: profile the large uploads (context first) instead of the wrk load")
 	fs.IntVar(&o.LargeMiB, "large-mib", 90, "size of each large upload, MiB")
 	fs.IntVar(&o.LargeN, "large-n", 8, "concurrent large uploads")

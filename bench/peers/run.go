@@ -33,6 +33,8 @@ type Options struct {
 	// ProfileLarge profiles the large uploads (context first, 5 rounds)
 	// instead of the wrk load.
 	ProfileLarge bool
+	// ProfileH2 (with TLS) loads keygate with h2load over HTTP/2.
+	ProfileH2 bool
 	LargeMiB     int
 	LargeN       int
 	// LargeRounds is how many times each rep uploads the large files
@@ -611,7 +613,11 @@ func (b *bench) profile(ctx context.Context, stdout io.Writer) error {
 		return nil
 	}
 	for _, size := range sizes(b.o) {
-		r, err := b.closedLoop(ctx, t, size)
+		loop := b.closedLoop
+		if b.o.ProfileH2 {
+			loop = b.h2Loop
+		}
+		r, err := loop(ctx, t, size)
 		if err != nil {
 			return err
 		}
