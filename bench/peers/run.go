@@ -35,8 +35,8 @@ type Options struct {
 	ProfileLarge bool
 	// ProfileH2 (with TLS) loads keygate with h2load over HTTP/2.
 	ProfileH2 bool
-	LargeMiB     int
-	LargeN       int
+	LargeMiB  int
+	LargeN    int
 	// LargeRounds is how many times each rep uploads the large files
 	// after the target's restart: the time is the median over every
 	// round of every rep, peak RSS and spool the largest of them.
