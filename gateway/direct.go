@@ -241,6 +241,7 @@ func (pc *directConn) roundTrip(ctx context.Context, req *http.Request) (*http.R
 	if slowWrite {
 		_ = pc.c.SetWriteDeadline(time.Now().Add(pc.t.headerTimeout))
 	}
+	sentBefore := pc.bw.sent
 	werr := req.Write(pc.bw)
 	if werr == nil {
 		werr = pc.bw.Flush()
@@ -250,9 +251,13 @@ func (pc *directConn) roundTrip(ctx context.Context, req *http.Request) (*http.R
 	}
 	if werr != nil {
 		stop()
-		if pc.reused {
-			// The upstream closed the idle connection: nothing it
-			// could act on reached it.
+		if ctx.Err() != nil {
+			return nil, false, werr
+		}
+		if pc.reused && pc.bw.sent == sentBefore {
+			// The upstream had closed the idle connection and took not
+			// one byte of this request: http.Transport's
+			// nothingWrittenError, which it retries.
 			return nil, true, werr
 		}
 		// It may have answered before it stopped reading (a 413, say):
@@ -392,9 +397,10 @@ func (b *directBody) release(whole bool) {
 // buffer, flushes, and copies the rest in 32 KiB pieces through a buffer
 // it allocates per request.
 type directWriter struct {
-	c   net.Conn
-	buf []byte
-	err error
+	c    net.Conn
+	buf  []byte
+	err  error
+	sent int64 // bytes the connection took
 }
 
 func (w *directWriter) Write(p []byte) (int, error) {
@@ -406,7 +412,9 @@ func (w *directWriter) Write(p []byte) (int, error) {
 		return len(p), nil
 	}
 	bufs := net.Buffers{w.buf, p}
-	_, w.err = bufs.WriteTo(w.c)
+	n, err := bufs.WriteTo(w.c)
+	w.sent += n
+	w.err = err
 	w.buf = w.buf[:0]
 	if w.err != nil {
 		return 0, w.err
@@ -454,7 +462,9 @@ func (w *directWriter) Flush() error {
 		return w.err
 	}
 	if len(w.buf) > 0 {
-		_, w.err = w.c.Write(w.buf)
+		n, err := w.c.Write(w.buf)
+		w.sent += int64(n)
+		w.err = err
 		w.buf = w.buf[:0]
 	}
 	return w.err
