@@ -51,8 +51,13 @@ type driverReport struct {
 	// Visible is, per replica, the ms from each revocation's response to
 	// that replica's first 401 for the key; NotRefused counts the
 	// revoked keys a replica still accepted after giveUp.
-	Visible    [][]float64 `json:"visible_ms"`
-	NotRefused []int       `json:"not_refused"`
+	Visible [][]float64 `json:"visible_ms"`
+	// VisibleSent is, per replica, the ms from each revocation's
+	// response to the sending of the probe that got the first 401: the
+	// replica refused the key between that and Visible, so the gap is
+	// the probe's own wait in a busy replica.
+	VisibleSent [][]float64 `json:"visible_sent_ms"`
+	NotRefused  []int       `json:"not_refused"`
 	// ProbeStatus counts the probes' answers by status (0: none).
 	ProbeStatus map[int]int `json:"probe_status"`
 	Probes      int64       `json:"probes"`
@@ -86,6 +91,7 @@ func runDriver(ctx context.Context, cfg driverConfig, stdout io.Writer) error {
 	tr := &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 128, IdleConnTimeout: time.Minute, DisableCompression: true}
 	d := &driver{cfg: cfg, client: &http.Client{Transport: tr, Timeout: 10 * time.Second}}
 	d.rep.Visible = make([][]float64, len(cfg.Probes))
+	d.rep.VisibleSent = make([][]float64, len(cfg.Probes))
 	d.rep.NotRefused = make([]int, len(cfg.Probes))
 	d.rep.ProbeStatus = map[int]int{}
 	var wg sync.WaitGroup
@@ -273,11 +279,13 @@ func (d *driver) revoke(k liveKey) {
 	for r, url := range d.cfg.Probes {
 		wg.Go(func() {
 			for {
+				sent := time.Since(t1)
 				status := d.probe(url, k.key)
 				since := time.Since(t1)
 				d.mu.Lock()
 				if status == http.StatusUnauthorized {
 					d.rep.Visible[r] = append(d.rep.Visible[r], ms(since))
+					d.rep.VisibleSent[r] = append(d.rep.VisibleSent[r], ms(sent))
 					d.mu.Unlock()
 					return
 				}

@@ -118,8 +118,10 @@ func (b *bench) startDriver(stdout io.Writer) (*exec.Cmd, error) {
 	}
 	defer logf.Close()
 	var admins, probes []string
-	for _, r := range b.replicas {
-		admins = append(admins, "http://"+r.admin)
+	for i, r := range b.replicas {
+		if b.o.Admin == "both" || b.o.Admin == fmt.Sprint(i+1) {
+			admins = append(admins, "http://"+r.admin)
+		}
 		probes = append(probes, "http://"+r.addr+"/sync")
 	}
 	cmd := exec.Command(b.self, "-role", "driver", "-admins", strings.Join(admins, ","), "-probes", strings.Join(probes, ","),
@@ -243,10 +245,10 @@ func printTables(w io.Writer, o Options, res []phaseResult) {
 		}
 		errs[i] += r.closed.errors + int64(r.open.errors)
 	}
-	fmt.Fprintf(w, "Command: `go run ./bench/churn -keys %d -reps %d -duration %s -rate %d -open-rate %d -limiter %s -size %d -lifetime %s -probe-every %s`\n\n",
-		o.Keys, o.Reps, o.Duration, o.Rate, o.OpenRate, o.Limiter, o.Size, o.Lifetime, o.ProbeEvery)
-	fmt.Fprintf(w, "Two replicas on one Redis keystore of %d keys (limiter: %s); the load goes to replica 1: closed loop `wrk -t2 -c32`, then open loop at %d/s, %s each, %d-byte file in a multipart `POST /sync`. Churn: %d admin changes/s (half issues, half revocations, each key revoked %s after both replicas accept it, alternately through each replica's admin API), each revoked key probed on both replicas every %s until refused. Medians over %d rep(s), baseline and churn alternating.\n\n",
-		o.Keys, o.Limiter, o.OpenRate, o.Duration, o.Size, o.Rate, o.Lifetime, o.ProbeEvery, o.Reps)
+	fmt.Fprintf(w, "Command: `go run ./bench/churn -keys %d -reps %d -duration %s -rate %d -open-rate %d -limiter %s -admin %s -size %d -lifetime %s -probe-every %s`\n\n",
+		o.Keys, o.Reps, o.Duration, o.Rate, o.OpenRate, o.Limiter, o.Admin, o.Size, o.Lifetime, o.ProbeEvery)
+	fmt.Fprintf(w, "Two replicas on one Redis keystore of %d keys (limiter: %s); the load goes to replica 1: closed loop `wrk -t2 -c32`, then open loop at %d/s, %s each, %d-byte file in a multipart `POST /sync`. Churn: %d admin changes/s (half issues, half revocations, each key revoked %s after both replicas accept it, through %s), each revoked key probed on both replicas every %s until refused. Medians over %d rep(s), baseline and churn alternating.\n\n",
+		o.Keys, o.Limiter, o.OpenRate, o.Duration, o.Size, o.Rate, o.Lifetime, adminName(o.Admin), o.ProbeEvery, o.Reps)
 	fmt.Fprint(w, "| | baseline | churn | churn − baseline |\n|---|---|---|---|\n")
 	rb, rc := median(pick(false, rps)), median(pick(true, rps))
 	fmt.Fprintf(w, "| closed-loop rps | %.0f | %.0f | %s |\n", rb, rc, pct(rc, rb))
@@ -279,7 +281,7 @@ func printTables(w io.Writer, o Options, res []phaseResult) {
 	nDrv := 0
 	var probes int64
 	var issueMs, revokeMs []float64
-	vis := make([][]float64, 2)
+	vis, visSent := make([][]float64, 2), make([][]float64, 2)
 	notRefused := make([]int, 2)
 	for _, r := range res {
 		d := r.drv
@@ -297,12 +299,13 @@ func printTables(w io.Writer, o Options, res []phaseResult) {
 		issueMs, revokeMs = append(issueMs, d.IssueMs...), append(revokeMs, d.RevokeMs...)
 		for i := range min(len(vis), len(d.Visible)) {
 			vis[i] = append(vis[i], d.Visible[i]...)
+			visSent[i] = append(visSent[i], d.VisibleSent[i]...)
 			notRefused[i] += d.NotRefused[i]
 		}
 	}
 	fmt.Fprintf(w, "Churn: %d keys issued and %d revoked in %.0f s of churn (%.1f changes/s, asked %d: issues a second plus revocations a second, each from its first); %d admin errors; admin call p50/p99: issue %.1f/%.1f ms, revoke %.1f/%.1f ms; %d probes (%.0f/s; %s); %d first probes of a new key refused, %d new keys never accepted.\n\n",
 		issued, revoked, secs, rate/float64(max(nDrv, 1)), o.Rate, adminErrs, quantile(issueMs, 0.5), quantile(issueMs, 0.99), quantile(revokeMs, 0.5), quantile(revokeMs, 0.99), probes, float64(probes)/max(secs, 1e-9), statusList(status), newRefused, never)
-	fmt.Fprint(w, "| revocation refused on | revocations | p50 | p99 | max | over 1 s | never (10 s) |\n|---|---|---|---|---|---|---|\n")
+	fmt.Fprint(w, "| revocation refused on | revocations | p50 | p99 | max | over 1 s | never (10 s) | refusing probe sent after: p50 | p99 | max |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for i, xs := range vis {
 		over := 0
 		for _, x := range xs {
@@ -310,9 +313,10 @@ func printTables(w io.Writer, o Options, res []phaseResult) {
 				over++
 			}
 		}
-		fmt.Fprintf(w, "| replica %d | %d | %.1f ms | %.1f ms | %.1f ms | %d | %d |\n", i+1, len(xs), quantile(xs, 0.5), quantile(xs, 0.99), quantile(xs, 1), over, notRefused[i])
+		ys := visSent[i]
+		fmt.Fprintf(w, "| replica %d | %d | %.1f ms | %.1f ms | %.1f ms | %d | %d | %.1f ms | %.1f ms | %.1f ms |\n", i+1, len(xs), quantile(xs, 0.5), quantile(xs, 0.99), quantile(xs, 1), over, notRefused[i], quantile(ys, 0.5), quantile(ys, 0.99), quantile(ys, 1))
 	}
-	fmt.Fprintf(w, "\nTimes run from the revocation's admin response to the replica's first 401, probed every %s (so they are upper bounds by up to that much).\n", o.ProbeEvery)
+	fmt.Fprintf(w, "\nTimes run from the revocation's admin response to the replica's first 401 (its arrival at the driver), probes %s apart; the replica refused the key after the last probe it accepted and before that 401 arrived. The last columns are when the refusing probe was sent: the difference is that probe's own wait in the replica (replica 1 is the loaded one).\n", o.ProbeEvery)
 }
 
 // pct is a against b as a signed percentage.
@@ -334,4 +338,14 @@ func statusList(m map[int]int) string {
 		parts = append(parts, fmt.Sprintf("%s: %d", name, m[k]))
 	}
 	return "answers " + strings.Join(parts, ", ")
+}
+
+func adminName(a string) string {
+	switch a {
+	case "1":
+		return "replica 1's admin API (the loaded one)"
+	case "2":
+		return "replica 2's admin API (not the loaded one)"
+	}
+	return "each replica's admin API in turn"
 }

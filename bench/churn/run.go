@@ -34,6 +34,7 @@ type Options struct {
 	OpenRate   int
 	Size       int
 	Limiter    string
+	Admin      string
 	KeygateBin string
 	Profile    string
 	Smoke      bool
@@ -80,8 +81,18 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	if o.Rate < 2 {
 		return errors.New("-rate: want at least 2 changes a second (one issue, one revocation)")
 	}
+	if o.Admin != "both" && o.Admin != "1" && o.Admin != "2" {
+		return fmt.Errorf("-admin: want both, 1 or 2, got %q", o.Admin)
+	}
 	if o.Limiter != "redis" && o.Limiter != "local" {
 		return fmt.Errorf("-limiter: want redis or local, got %q", o.Limiter)
+	}
+	if o.Profile != "" {
+		p, err := filepath.Abs(o.Profile)
+		if err != nil {
+			return err
+		}
+		o.Profile = p
 	}
 	dir, err := os.MkdirTemp("", "keygate-churn-")
 	if err != nil {
