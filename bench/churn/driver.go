@@ -205,6 +205,17 @@ func accepted(status int) bool {
 	return status != 0 && status != http.StatusUnauthorized && status != http.StatusTooManyRequests && status < 500
 }
 
+// probeWait is the pause after probe try (0 the first): ProbeEvery for
+// the first ten, then doubling up to 5×ProbeEvery, so that keys a busy
+// replica is slow to refuse (or to accept) do not multiply the probes
+// and load it further.
+func (d *driver) probeWait(try int) time.Duration {
+	if try < 10 {
+		return d.cfg.ProbeEvery
+	}
+	return min(d.cfg.ProbeEvery<<(try-9), 5*d.cfg.ProbeEvery)
+}
+
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // issue issues key n through replica n mod 2's admin API, waits until
@@ -244,7 +255,7 @@ func (d *driver) issue(n int) {
 					never.Store(true)
 					return
 				}
-				time.Sleep(d.cfg.ProbeEvery)
+				time.Sleep(d.probeWait(try))
 			}
 		})
 	}
@@ -278,7 +289,7 @@ func (d *driver) revoke(k liveKey) {
 	var wg sync.WaitGroup
 	for r, url := range d.cfg.Probes {
 		wg.Go(func() {
-			for {
+			for try := 0; ; try++ {
 				sent := time.Since(t1)
 				status := d.probe(url, k.key)
 				since := time.Since(t1)
@@ -295,7 +306,7 @@ func (d *driver) revoke(k liveKey) {
 					return
 				}
 				d.mu.Unlock()
-				time.Sleep(d.cfg.ProbeEvery)
+				time.Sleep(d.probeWait(try))
 			}
 		})
 	}

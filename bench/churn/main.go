@@ -44,7 +44,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&d.Token, "token", "", "internal (driver): the admin token (default: $CHURN_ADMIN_TOKEN)")
 	fs.StringVar(&d.Context, "context", benchContext, "internal (driver): the context of the keys it issues")
 	fs.DurationVar(&d.Lifetime, "lifetime", time.Second, "how long an issued key lives (once both replicas accept it) before the driver revokes it")
-	fs.DurationVar(&d.ProbeEvery, "probe-every", 20*time.Millisecond, "how often the driver probes a replica with a revoked key until it is refused")
+	fs.DurationVar(&d.ProbeEvery, "probe-every", 20*time.Millisecond, "how often the driver probes a replica with a revoked key until it is refused (after ten probes, up to five times as long apart)")
 	fs.IntVar(&o.Rate, "rate", 100, "admin changes per second during churn, issues and revocations half each")
 	fs.IntVar(&o.Keys, "keys", 100_000, "keys in the Redis keystore besides the load key")
 	fs.IntVar(&o.Reps, "reps", 2, "repetitions of baseline and churn, in alternating order")
@@ -54,7 +54,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.Admin, "admin", "both", "whose admin API the driver calls: both (alternately), 1 (the loaded replica's) or 2 (the other's)")
 	fs.StringVar(&o.Limiter, "limiter", "redis", "the replicas' rate limiter: redis or local")
 	fs.StringVar(&o.KeygateBin, "keygate", "", "keygate binary (default: built from ./cmd/keygate)")
-	fs.StringVar(&o.Profile, "profile", "", "a directory: write CPU profiles of replica 1 over the first rep's closed-loop runs there (replica1-baseline.pprof, replica1-churn.pprof)")
+	fs.StringVar(&o.Profile, "profile", "", "a directory: write CPU profiles of both replicas over the first rep's closed-loop runs there (replica1-baseline.pprof, replica1-churn.pprof, replica2-…)")
 	fs.BoolVar(&o.Smoke, "smoke", os.Getenv("BENCH_SMOKE") == "1", "1000 keys, 3 s runs, one rep: proves the bench works; measures nothing")
 	fs.BoolVar(&o.Keep, "keep", false, "keep the run's directory (logs, configs) and print its path")
 	if err := fs.Parse(args); err != nil {

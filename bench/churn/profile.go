@@ -45,35 +45,47 @@ func keygateRole(args []string, stdout, stderr io.Writer) int {
 	return cli.Main(args, strings.NewReader(""), stdout, stderr)
 }
 
-func (b *bench) profilePath() string { return filepath.Join(b.dir, "replica1.pprof") }
+func (b *bench) profilePath(r *replica) string { return filepath.Join(b.dir, r.name+".pprof") }
 
-// profileStart starts the CPU profile of replica 1.
+// profileStart starts the CPU profiles of both replicas.
 func (b *bench) profileStart() error {
-	_ = os.Remove(b.profilePath())
-	return b.replicas[0].cmd.Process.Signal(syscall.SIGUSR1)
+	for _, r := range b.replicas {
+		_ = os.Remove(b.profilePath(r))
+		if err := r.cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
-// profileStop stops it and moves it to -profile's directory as
-// replica1-<name>.pprof.
+// profileStop stops them and moves them to -profile's directory as
+// replica<n>-<name>.pprof.
 func (b *bench) profileStop(name string) error {
-	if err := b.replicas[0].cmd.Process.Signal(syscall.SIGUSR2); err != nil {
-		return err
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for !fileExists(b.profilePath()) {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("replica 1 wrote no profile; its log:\n%s", b.logTail("replica1"))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 	if err := os.MkdirAll(b.o.Profile, 0o755); err != nil {
 		return err
 	}
-	dst := filepath.Join(b.o.Profile, "replica1-"+name+".pprof")
-	data, err := os.ReadFile(b.profilePath())
-	if err != nil {
-		return err
+	for _, r := range b.replicas {
+		if err := r.cmd.Process.Signal(syscall.SIGUSR2); err != nil {
+			return err
+		}
 	}
-	b.logf("CPU profile of replica 1, %s closed loop: %s", name, dst)
-	return os.WriteFile(dst, data, 0o644)
+	for _, r := range b.replicas {
+		deadline := time.Now().Add(10 * time.Second)
+		for !fileExists(b.profilePath(r)) {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%s wrote no profile; its log:\n%s", r.name, b.logTail(r.name))
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		dst := filepath.Join(b.o.Profile, r.name+"-"+name+".pprof")
+		data, err := os.ReadFile(b.profilePath(r))
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(dst, data, 0o644); err != nil {
+			return err
+		}
+		b.logf("CPU profile of %s, %s closed loop: %s", r.name, name, dst)
+	}
+	return nil
 }

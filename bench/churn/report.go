@@ -247,7 +247,7 @@ func printTables(w io.Writer, o Options, res []phaseResult) {
 	}
 	fmt.Fprintf(w, "Command: `go run ./bench/churn -keys %d -reps %d -duration %s -rate %d -open-rate %d -limiter %s -admin %s -size %d -lifetime %s -probe-every %s`\n\n",
 		o.Keys, o.Reps, o.Duration, o.Rate, o.OpenRate, o.Limiter, o.Admin, o.Size, o.Lifetime, o.ProbeEvery)
-	fmt.Fprintf(w, "Two replicas on one Redis keystore of %d keys (limiter: %s); the load goes to replica 1: closed loop `wrk -t2 -c32`, then open loop at %d/s, %s each, %d-byte file in a multipart `POST /sync`. Churn: %d admin changes/s (half issues, half revocations, each key revoked %s after both replicas accept it, through %s), each revoked key probed on both replicas every %s until refused. Medians over %d rep(s), baseline and churn alternating.\n\n",
+	fmt.Fprintf(w, "Two replicas on one Redis keystore of %d keys (limiter: %s); the load goes to replica 1: closed loop `wrk -t2 -c32`, then open loop at %d/s, %s each, %d-byte file in a multipart `POST /sync`. Churn: %d admin changes/s (half issues, half revocations, each key revoked %s after both replicas accept it, through %s), each revoked key probed on both replicas every %s (after ten probes, up to five times that) until refused. Medians over %d rep(s), baseline and churn alternating.\n\n",
 		o.Keys, o.Limiter, o.OpenRate, o.Duration, o.Size, o.Rate, o.Lifetime, adminName(o.Admin), o.ProbeEvery, o.Reps)
 	fmt.Fprint(w, "| | baseline | churn | churn − baseline |\n|---|---|---|---|\n")
 	rb, rc := median(pick(false, rps)), median(pick(true, rps))
@@ -316,7 +316,7 @@ func printTables(w io.Writer, o Options, res []phaseResult) {
 		ys := visSent[i]
 		fmt.Fprintf(w, "| replica %d | %d | %.1f ms | %.1f ms | %.1f ms | %d | %d | %.1f ms | %.1f ms | %.1f ms |\n", i+1, len(xs), quantile(xs, 0.5), quantile(xs, 0.99), quantile(xs, 1), over, notRefused[i], quantile(ys, 0.5), quantile(ys, 0.99), quantile(ys, 1))
 	}
-	fmt.Fprintf(w, "\nTimes run from the revocation's admin response to the replica's first 401 (its arrival at the driver), probes %s apart; the replica refused the key after the last probe it accepted and before that 401 arrived. The last columns are when the refusing probe was sent: the difference is that probe's own wait in the replica (replica 1 is the loaded one).\n", o.ProbeEvery)
+	fmt.Fprintf(w, "\nTimes run from the revocation's admin response to the replica's first 401 (its arrival at the driver), probes %s apart (after ten, up to five times that); the replica refused the key after the last probe it accepted and before that 401 arrived. The last columns are when the refusing probe was sent: the difference is that probe's own wait in the replica (replica 1 is the loaded one).\n", o.ProbeEvery)
 }
 
 // pct is a against b as a signed percentage.

@@ -401,11 +401,11 @@ func (b *bench) startAll(ctx context.Context) error {
 	}
 	for i, r := range b.replicas {
 		args, env := []string{b.bin, "serve", "--config", cfgs[i]}, []string(nil)
-		if i == 0 && b.o.Profile != "" {
-			// Replica 1 runs in a child of this binary, which profiles
+		if b.o.Profile != "" {
+			// The replica runs in a child of this binary, which profiles
 			// it on a signal (see keygateRole).
 			args = []string{b.self, "-role", "keygate", "serve", "--config", cfgs[i]}
-			env = []string{"CHURN_PROFILE=" + b.profilePath()}
+			env = []string{"CHURN_PROFILE=" + b.profilePath(r)}
 		}
 		start := time.Now()
 		if r.cmd, err = b.start(r.name, env, args...); err != nil {
