@@ -9,7 +9,7 @@ FUZZTIME ?= 3m
 # (multipart against real parsers, the framing tracker against net/http).
 TEST_FUZZTIME ?= 20s
 
-.PHONY: all build run test deps bench bench-peers profile fuzz lint vuln clean
+.PHONY: all build run test deps bench bench-peers bench-churn profile fuzz lint vuln clean
 
 all: build
 
@@ -44,6 +44,17 @@ BENCH_PEERS_FLAGS ?=
 bench-peers: deps
 	@./bench/install-peers.sh
 	$(GO) run ./bench/peers $(BENCH_PEERS_FLAGS)
+
+## bench-churn: 100 admin key changes/s (issue, then revoke) through two replicas' admin APIs on
+##              one Redis keystore of 100k keys while replica 1 is under full load: rps and
+##              open-loop p99 against a baseline without churn, and how soon each revocation is
+##              refused on both replicas; prints Markdown tables (installs wrk when missing).
+##              BENCH_CHURN_FLAGS="-duration 10s -limiter local -profile bench/out" to change it;
+##              BENCH_SMOKE=1 (or -smoke) is a short run that only proves it works.
+BENCH_CHURN_FLAGS ?=
+bench-churn: deps
+	@./bench/install-peers.sh
+	$(GO) run ./bench/churn $(BENCH_CHURN_FLAGS)
 
 ## profile: a CPU profile of keygate (local limiter) under wrk load, 256 B then 100 KiB
 ##          bodies, written to bench/out/keygate-cpu.pprof, and its top entries

@@ -86,6 +86,9 @@ func (s *Service) ListKeys(ctx context.Context, f KeyFilter) ([]keystore.Record,
 
 // GetKey returns the record of the key with id, or keystore.ErrNotFound.
 func (s *Service) GetKey(ctx context.Context, id string) (keystore.Record, error) {
+	if g, ok := s.store.(keyGetter); ok {
+		return g.Get(ctx, id)
+	}
 	recs, err := s.store.List(ctx)
 	if err != nil {
 		return keystore.Record{}, err
@@ -97,6 +100,16 @@ func (s *Service) GetKey(ctx context.Context, id string) (keystore.Record, error
 	}
 	return keystore.Record{}, fmt.Errorf("%q: %w", id, keystore.ErrNotFound)
 }
+
+// keyGetter is a store that reads one key's record by id without reading
+// every record (keystore.RedisAdmin). The admin API answers every issue,
+// revocation and rotation with the key's detail: through List, that cost
+// a read of the whole key set per change.
+type keyGetter interface {
+	Get(ctx context.Context, id string) (keystore.Record, error)
+}
+
+var _ keyGetter = (*keystore.RedisAdmin)(nil)
 
 // KeyDetail is a key as `keys show` prints it: its record (never the key
 // or its hash) and its effective limit, explained.

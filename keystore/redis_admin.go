@@ -79,6 +79,40 @@ func (a *RedisAdmin) List(ctx context.Context) ([]Record, error) {
 	return recs, nil
 }
 
+// Get returns the record of the key with id, or an error wrapping
+// ErrNotFound: two HGETs (the id index, then the record's bucket), never a
+// read of the key set. A store that predates the buckets, or one being
+// moved into them, is read in the old hash as well.
+func (a *RedisAdmin) Get(ctx context.Context, id string) (Record, error) {
+	k := a.keys()
+	for _, ids := range []string{k.idsOf(id), k.legacyIDs} {
+		hs, err := a.Client.HGet(ctx, ids, id).Result()
+		if errors.Is(err, redis.Nil) {
+			continue
+		}
+		if err != nil {
+			return Record{}, fmt.Errorf("keystore: %w", err)
+		}
+		h, err := ParseHash(hs)
+		if err != nil {
+			return Record{}, fmt.Errorf("keystore: id index of %s: %w", id, err)
+		}
+		// A record being moved is written to its bucket before it
+		// leaves the old hash: look in both.
+		for _, key := range []string{k.recordsOf(h), k.legacyRecords} {
+			v, err := a.Client.HGet(ctx, key, hs).Result()
+			if errors.Is(err, redis.Nil) {
+				continue
+			}
+			if err != nil {
+				return Record{}, fmt.Errorf("keystore: %w", err)
+			}
+			return decodeRecord(hs, v)
+		}
+	}
+	return Record{}, fmt.Errorf("%q: %w", id, ErrNotFound)
+}
+
 // Revoke revokes the key with id.
 func (a *RedisAdmin) Revoke(ctx context.Context, id string) (Record, error) {
 	var out Record

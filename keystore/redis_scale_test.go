@@ -3,6 +3,7 @@ package keystore_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -212,5 +213,89 @@ func TestRedisPreviousLayoutLoadsAndMoves(t *testing.T) {
 	testkit.Eventually(t, 2*time.Second, "fresh replica ready", func() error { return testkit.True(s2.Ready(), "not ready") })
 	if s2.Len() != len(keys) {
 		t.Errorf("fresh replica loaded %d keys, want %d", s2.Len(), len(keys))
+	}
+}
+
+// hscans is how many HSCANs the server has served.
+func hscans(t *testing.T, c redis.UniversalClient) int {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_hscan:calls="); ok {
+			var n int
+			fmt.Sscan(strings.SplitN(rest, ",", 2)[0], &n)
+			return n
+		}
+	}
+	return 0
+}
+
+// TestRedisGetReadsOneKey: the admin reads one key by id, as List has it,
+// without scanning the key set (the admin API shows a key after every
+// issue and revocation: a scan there made each change cost the whole
+// key set), on the bucketed layout and on the previous one-hash layout.
+func TestRedisGetReadsOneKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name   string
+		legacy bool
+	}{{"buckets", false}, {"previous layout", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			rs := redistest.Start(t)
+			c := redisClient(t, rs.Addr)
+			admin := &keystore.RedisAdmin{Client: c}
+			var ids []string
+			for i := 0; i < 20; i++ {
+				if tc.legacy {
+					_, rec, err := keystore.NewRecord(keystore.IssueRequest{Product: keystore.Extraction, Env: keystore.Live, Context: ctxUUID}, time.Now())
+					if err != nil {
+						t.Fatal(err)
+					}
+					b, _ := json.Marshal(struct {
+						keystore.Record
+						Hash keystore.Hash `json:"hash"`
+					}{rec, rec.Hash})
+					c.HSet(ctx, "keygate:keystore:{ks}:records", rec.Hash.String(), string(b))
+					c.HSet(ctx, "keygate:keystore:{ks}:ids", rec.ID, rec.Hash.String())
+					ids = append(ids, rec.ID)
+					continue
+				}
+				_, rec, err := admin.Issue(ctx, keystore.IssueRequest{Product: keystore.Extraction, Env: keystore.Live, Context: ctxUUID, Name: fmt.Sprint("k", i)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				ids = append(ids, rec.ID)
+			}
+			if !tc.legacy {
+				if _, err := admin.Revoke(ctx, ids[3]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			all, err := admin.List(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			before := hscans(t, c)
+			for _, want := range all {
+				got, err := admin.Get(ctx, want.ID)
+				if err != nil {
+					t.Fatalf("Get(%s): %v", want.ID, err)
+				}
+				if fmt.Sprint(got) != fmt.Sprint(want) {
+					t.Errorf("Get(%s) = %+v, List has %+v", want.ID, got, want)
+				}
+			}
+			if _, err := admin.Get(ctx, "key_0000000000000000"); !errors.Is(err, keystore.ErrNotFound) {
+				t.Errorf("Get of an unknown id: %v, want ErrNotFound", err)
+			}
+			if n := hscans(t, c) - before; n != 0 {
+				t.Errorf("Get of %d keys ran %d HSCANs", len(all), n)
+			}
+		})
 	}
 }

@@ -1,0 +1,287 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+const boundary = "----keygatechurn7MA4YWxkTrZu0gW"
+
+const contentType = "multipart/form-data; boundary=" + boundary
+
+// multipartBody is the load's /sync body: contextId, id, then a file of
+// size bytes of PDF-looking filler (no CR or LF, so no boundary in it).
+func multipartBody(size int) []byte {
+	var b bytes.Buffer
+	b.WriteString("--" + boundary + "\r\nContent-Disposition: form-data; name=\"contextId\"\r\n\r\n" + benchContext + "\r\n")
+	b.WriteString("--" + boundary + "\r\nContent-Disposition: form-data; name=\"id\"\r\n\r\n9b1f6a52-8c3e-4d7a-a1b2-0c9d8e7f6a5b\r\n")
+	b.WriteString("--" + boundary + "\r\nContent-Disposition: form-data; name=\"files\"; filename=\"doc.pdf\"\r\nContent-Type: application/pdf\r\n\r\n")
+	p := []byte("%PDF-1.7 benchmark payload 0123456789abcdefghijklmnopqrstuvwxyz ")
+	for i := range size {
+		b.WriteByte(p[i%len(p)])
+	}
+	b.WriteString("\r\n--" + boundary + "--\r\n")
+	return b.Bytes()
+}
+
+// --- process accounting ------------------------------------------------
+
+// tree is pid and all its descendants.
+func tree(pid int) []int {
+	children := map[int][]int{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if f := statFields(p); len(f) > 2 {
+			pp, _ := strconv.Atoi(f[1])
+			children[pp] = append(children[pp], p)
+		}
+	}
+	out := []int{pid}
+	for i := 0; i < len(out); i++ {
+		out = append(out, children[out[i]]...)
+	}
+	return out
+}
+
+// statFields are /proc/pid/stat's fields after the command name, starting
+// with the state (field 3).
+func statFields(pid int) []string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return nil
+	}
+	return strings.Fields(string(b[i+1:]))
+}
+
+// cpuTicks is utime+stime of the process tree, in clock ticks (1/100 s).
+func cpuTicks(pid int) int64 {
+	var sum int64
+	for _, p := range tree(pid) {
+		f := statFields(p)
+		if len(f) > 12 {
+			u, _ := strconv.ParseInt(f[11], 10, 64)
+			s, _ := strconv.ParseInt(f[12], 10, 64)
+			sum += u + s
+		}
+	}
+	return sum
+}
+
+// selfTicks is this process's own CPU time (the open-loop client), in
+// clock ticks, without its children.
+func selfTicks() int64 {
+	f := statFields(os.Getpid())
+	if len(f) <= 12 {
+		return 0
+	}
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	s, _ := strconv.ParseInt(f[12], 10, 64)
+	return u + s
+}
+
+const tickMicros = 10000 // USER_HZ is 100 on Linux
+
+// cpuMeter reads the CPU time of named processes over an interval.
+type cpuMeter struct {
+	names  []string
+	pids   []int // 0: this process alone
+	before []int64
+	start  time.Time
+}
+
+func newCPUMeter() *cpuMeter { return &cpuMeter{} }
+
+func (m *cpuMeter) add(name string, pid int) {
+	m.names, m.pids = append(m.names, name), append(m.pids, pid)
+}
+
+func (m *cpuMeter) read() []int64 {
+	out := make([]int64, len(m.pids))
+	for i, p := range m.pids {
+		if p == 0 {
+			out[i] = selfTicks()
+		} else {
+			out[i] = cpuTicks(p)
+		}
+	}
+	return out
+}
+
+func (m *cpuMeter) begin() { m.before, m.start = m.read(), time.Now() }
+
+// end returns each process's CPU time since begin, in µs, by name, and
+// the wall time.
+func (m *cpuMeter) end() (map[string]int64, time.Duration) {
+	after := m.read()
+	out := map[string]int64{}
+	for i, n := range m.names {
+		out[n] = (after[i] - m.before[i]) * tickMicros
+	}
+	return out, time.Since(m.start)
+}
+
+// --- closed loop (wrk) ----------------------------------------------------
+
+type closedResult struct {
+	rps    float64
+	total  int64
+	errors int64
+	cpu    map[string]int64 // µs by process
+	wall   time.Duration
+}
+
+var (
+	reRPS    = regexp.MustCompile(`Requests/sec:\s+([0-9.]+)`)
+	reTotal  = regexp.MustCompile(`(\d+) requests in`)
+	reNon2xx = regexp.MustCompile(`Non-2xx or 3xx responses: (\d+)`)
+	reSock   = regexp.MustCompile(`Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)`)
+)
+
+func (b *bench) wrkScript() (string, error) {
+	bp := filepath.Join(b.dir, "body.bin")
+	if err := os.WriteFile(bp, multipartBody(b.o.Size), 0o600); err != nil {
+		return "", err
+	}
+	lua := fmt.Sprintf(`-- keygate bench-churn: multipart POST /sync, contextId first, with x-api-key.
+local f = assert(io.open(%q, "rb"))
+wrk.method = "POST"
+wrk.body = f:read("*a")
+f:close()
+wrk.headers["Content-Type"] = %q
+wrk.headers["X-Api-Key"] = %q
+`, bp, contentType, b.key)
+	sp := filepath.Join(b.dir, "sync.lua")
+	return sp, os.WriteFile(sp, []byte(lua), 0o600)
+}
+
+// closedLoop runs wrk -t2 -c32 against replica 1 and reads the CPU time
+// of every process around it.
+func (b *bench) closedLoop(ctx context.Context, m *cpuMeter) (closedResult, error) {
+	wrk := lookPath("wrk")
+	if wrk == "" {
+		return closedResult{}, fmt.Errorf("wrk is not installed: run bench/install-peers.sh")
+	}
+	script, err := b.wrkScript()
+	if err != nil {
+		return closedResult{}, err
+	}
+	secs := max(1, int(b.o.Duration/time.Second))
+	cmd := exec.CommandContext(ctx, wrk, "-t2", "-c32", fmt.Sprintf("-d%ds", secs), "-s", script, "http://"+b.replicas[0].addr+"/sync")
+	m.begin()
+	out, err := cmd.CombinedOutput()
+	var r closedResult
+	r.cpu, r.wall = m.end()
+	if err != nil {
+		return closedResult{}, fmt.Errorf("wrk: %w\n%s", err, out)
+	}
+	if m := reRPS.FindSubmatch(out); m != nil {
+		r.rps, _ = strconv.ParseFloat(string(m[1]), 64)
+	}
+	if m := reTotal.FindSubmatch(out); m != nil {
+		r.total, _ = strconv.ParseInt(string(m[1]), 10, 64)
+	}
+	if m := reNon2xx.FindSubmatch(out); m != nil {
+		n, _ := strconv.ParseInt(string(m[1]), 10, 64)
+		r.errors += n
+	}
+	if m := reSock.FindSubmatch(out); m != nil {
+		for _, s := range m[1:] {
+			n, _ := strconv.ParseInt(string(s), 10, 64)
+			r.errors += n
+		}
+	}
+	return r, nil
+}
+
+// --- open loop ------------------------------------------------------------
+
+type openResult struct {
+	p50, p99, max time.Duration
+	sent, errors  int
+	cpu           map[string]int64
+	wall          time.Duration
+}
+
+// openLoop sends requests to replica 1 at a fixed rate for the bench
+// duration, each from its intended send time whatever the previous ones
+// are doing, and measures latency from that intended time (so queueing in
+// keygate, or in this client, counts).
+func (b *bench) openLoop(ctx context.Context, m *cpuMeter) (openResult, error) {
+	body := multipartBody(b.o.Size)
+	tr := &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024, IdleConnTimeout: time.Minute, DisableCompression: true}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	url := "http://" + b.replicas[0].addr + "/sync"
+	rps := b.o.OpenRate
+	n := int(b.o.Duration.Seconds() * float64(rps))
+	interval := time.Second / time.Duration(rps)
+	m.begin()
+	// Intended send times start a moment from now, so the workers are up.
+	base := time.Now().Add(50 * time.Millisecond)
+	at := func(i int) time.Time { return base.Add(time.Duration(i) * interval) }
+	lat := make([]time.Duration, n)
+	failed := make([]bool, n)
+	work := make(chan int, n)
+	var wg sync.WaitGroup
+	for range 512 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+				req.Header.Set("Content-Type", contentType)
+				req.Header.Set("X-Api-Key", b.key)
+				resp, err := client.Do(req)
+				if err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+				lat[i] = time.Since(at(i))
+				failed[i] = err != nil || resp.StatusCode != http.StatusOK
+			}
+		}()
+	}
+	for i := 0; i < n; {
+		now := time.Now()
+		for i < n && !at(i).After(now) {
+			work <- i
+			i++
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	close(work)
+	wg.Wait()
+	var r openResult
+	r.cpu, r.wall = m.end()
+	r.sent = n
+	for _, f := range failed {
+		if f {
+			r.errors++
+		}
+	}
+	slices.Sort(lat)
+	if n > 0 {
+		r.p50, r.p99, r.max = lat[n/2], lat[min(n-1, n*99/100)], lat[n-1]
+	}
+	return r, nil
+}

@@ -1,0 +1,351 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// phaseResult is one phase of one rep: a closed-loop run, then an
+// open-loop run, with churn throughout or without.
+type phaseResult struct {
+	rep    int
+	churn  bool
+	closed closedResult
+	open   openResult
+	drv    *driverReport
+}
+
+// measure runs the reps: baseline then churn, churn then baseline, …
+func (b *bench) measure(ctx context.Context) ([]phaseResult, error) {
+	var out []phaseResult
+	for rep := range b.o.Reps {
+		order := []bool{false, true}
+		if rep%2 == 1 {
+			slices.Reverse(order)
+		}
+		for _, churn := range order {
+			r, err := b.phase(ctx, rep, churn)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+func phaseName(churn bool) string {
+	if churn {
+		return "churn"
+	}
+	return "baseline"
+}
+
+// phase runs one closed-loop and one open-loop run against replica 1,
+// with the churn driver running throughout when churn is set.
+func (b *bench) phase(ctx context.Context, rep int, churn bool) (phaseResult, error) {
+	r := phaseResult{rep: rep, churn: churn}
+	m := newCPUMeter()
+	for i, rp := range b.replicas {
+		m.add(fmt.Sprintf("replica%d", i+1), rp.cmd.Process.Pid)
+	}
+	m.add("redis", b.redis.Process.Pid)
+	m.add("client", 0)
+	var drv *exec.Cmd
+	var drvOut bytes.Buffer
+	if churn {
+		var err error
+		if drv, err = b.startDriver(&drvOut); err != nil {
+			return r, err
+		}
+		m.add("driver", drv.Process.Pid)
+		// Revocations start once the first keys' lifetime is over: wait
+		// for them, so that the whole run sees the full rate.
+		time.Sleep(b.o.Lifetime + time.Second)
+	}
+	name := phaseName(churn)
+	profiling := b.o.Profile != "" && rep == 0
+	if profiling {
+		if err := b.profileStart(); err != nil {
+			return r, err
+		}
+	}
+	var err error
+	if r.closed, err = b.closedLoop(ctx, m); err != nil {
+		return r, err
+	}
+	if profiling {
+		if err := b.profileStop(name); err != nil {
+			return r, err
+		}
+	}
+	c := r.closed
+	b.logf("rep %d %-8s closed: %.0f rps, replica 1 %.1f CPU µs/req, %s; %d errors", rep+1, name, c.rps, perReq(c.cpu["replica1"], c.total), cores(c.cpu, c.wall), c.errors)
+	if r.open, err = b.openLoop(ctx, m); err != nil {
+		return r, err
+	}
+	o := r.open
+	b.logf("rep %d %-8s open %d/s: p50 %.2f ms, p99 %.2f ms, max %.1f ms, %s; %d/%d errors", rep+1, name, b.o.OpenRate, ms(o.p50), ms(o.p99), ms(o.max), cores(o.cpu, o.wall), o.errors, o.sent)
+	if drv != nil {
+		rep, err := b.stopDriver(drv, &drvOut)
+		if err != nil {
+			return r, err
+		}
+		r.drv = rep
+		b.logf("rep %d churn driver: %d issued in %.1f s, %d revoked in %.1f s (%.0f changes/s), %d admin errors, %d probes; visible p99 %s; not refused %v",
+			r.rep+1, rep.Issued, rep.Seconds, rep.Revoked, rep.RevokeSeconds, changeRate(rep), rep.AdminErrors, rep.Probes, visSummary(rep.Visible), rep.NotRefused)
+	}
+	return r, nil
+}
+
+// startDriver starts the churn driver as a process of its own; the admin
+// token reaches it in its environment, never on its command line.
+func (b *bench) startDriver(stdout io.Writer) (*exec.Cmd, error) {
+	logf, err := os.OpenFile(filepath.Join(b.dir, "driver.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	var admins, probes []string
+	for i, r := range b.replicas {
+		if b.o.Admin == "both" || b.o.Admin == fmt.Sprint(i+1) {
+			admins = append(admins, "http://"+r.admin)
+		}
+		probes = append(probes, "http://"+r.addr+"/sync")
+	}
+	cmd := exec.Command(b.self, "-role", "driver", "-admins", strings.Join(admins, ","), "-probes", strings.Join(probes, ","),
+		"-rate", fmt.Sprint(b.o.Rate), "-lifetime", b.o.Lifetime.String(), "-probe-every", b.o.ProbeEvery.String())
+	cmd.Stdout, cmd.Stderr = stdout, logf
+	cmd.Env = append(os.Environ(), "CHURN_ADMIN_TOKEN="+b.token)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	b.procs = append(b.procs, cmd)
+	return cmd, nil
+}
+
+// stopDriver stops the driver, which finishes the revocations under way
+// and prints its report.
+func (b *bench) stopDriver(c *exec.Cmd, out *bytes.Buffer) (*driverReport, error) {
+	_ = c.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- c.Wait() }()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(giveUp + 10*time.Second):
+		_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
+		err = <-done
+	}
+	b.forget(c)
+	if err != nil {
+		return nil, fmt.Errorf("churn driver: %w; its log:\n%s", err, b.logTail("driver"))
+	}
+	var rep driverReport
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		return nil, fmt.Errorf("churn driver's report: %w: %q", err, out.String())
+	}
+	if rep.AdminErrors > 0 {
+		b.logf("churn driver: %d admin calls failed, the first: %s", rep.AdminErrors, rep.AdminError)
+	}
+	return &rep, nil
+}
+
+// changeRate is issues a second plus revocations a second, each over its
+// own span (revocations begin a key lifetime after the issues).
+func changeRate(d *driverReport) float64 {
+	return float64(d.Issued)/max(d.Seconds, 1e-9) + float64(d.Revoked)/max(d.RevokeSeconds, 1e-9)
+}
+
+func perReq(us, n int64) float64 {
+	if n == 0 {
+		return 0
+	}
+	return float64(us) / float64(n)
+}
+
+// cores is each process's CPU time over the wall time, in cores.
+func cores(cpu map[string]int64, wall time.Duration) string {
+	var parts []string
+	for _, n := range []string{"replica1", "replica2", "redis", "client", "driver"} {
+		if v, ok := cpu[n]; ok {
+			parts = append(parts, fmt.Sprintf("%s %.2f", n, float64(v)/float64(wall.Microseconds())))
+		}
+	}
+	return "cores: " + strings.Join(parts, " ")
+}
+
+func quantile(xs []float64, p float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Sorted(slices.Values(xs))
+	return s[min(len(s)-1, int(p*float64(len(s))))]
+}
+
+func visSummary(v [][]float64) string {
+	var parts []string
+	for i, xs := range v {
+		parts = append(parts, fmt.Sprintf("replica %d %.0f ms", i+1, quantile(xs, 0.99)))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Sorted(slices.Values(xs))
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// printTables prints the figures as Markdown, with the command line.
+func printTables(w io.Writer, o Options, res []phaseResult) {
+	pick := func(churn bool, f func(phaseResult) float64) []float64 {
+		var out []float64
+		for _, r := range res {
+			if r.churn == churn {
+				out = append(out, f(r))
+			}
+		}
+		return out
+	}
+	rps := func(r phaseResult) float64 { return r.closed.rps }
+	cpuReq := func(r phaseResult) float64 { return perReq(r.closed.cpu["replica1"], r.closed.total) }
+	p50 := func(r phaseResult) float64 { return ms(r.open.p50) }
+	p99 := func(r phaseResult) float64 { return ms(r.open.p99) }
+	coresOf := func(name string, closed bool) func(phaseResult) float64 {
+		return func(r phaseResult) float64 {
+			if closed {
+				return float64(r.closed.cpu[name]) / float64(r.closed.wall.Microseconds())
+			}
+			return float64(r.open.cpu[name]) / float64(r.open.wall.Microseconds())
+		}
+	}
+	var errs [2]int64
+	for _, r := range res {
+		i := 0
+		if r.churn {
+			i = 1
+		}
+		errs[i] += r.closed.errors + int64(r.open.errors)
+	}
+	fmt.Fprintf(w, "Command: `go run ./bench/churn -keys %d -reps %d -duration %s -rate %d -open-rate %d -limiter %s -admin %s -size %d -lifetime %s -probe-every %s`\n\n",
+		o.Keys, o.Reps, o.Duration, o.Rate, o.OpenRate, o.Limiter, o.Admin, o.Size, o.Lifetime, o.ProbeEvery)
+	fmt.Fprintf(w, "Two replicas on one Redis keystore of %d keys (limiter: %s); the load goes to replica 1: closed loop `wrk -t2 -c32`, then open loop at %d/s, %s each, %d-byte file in a multipart `POST /sync`. Churn: %d admin changes/s (half issues, half revocations, each key revoked %s after both replicas accept it, through %s), each revoked key probed on both replicas every %s (after ten probes, up to five times that) until refused. Medians over %d rep(s), baseline and churn alternating.\n\n",
+		o.Keys, o.Limiter, o.OpenRate, o.Duration, o.Size, o.Rate, o.Lifetime, adminName(o.Admin), o.ProbeEvery, o.Reps)
+	fmt.Fprint(w, "| | baseline | churn | churn − baseline |\n|---|---|---|---|\n")
+	rb, rc := median(pick(false, rps)), median(pick(true, rps))
+	fmt.Fprintf(w, "| closed-loop rps | %.0f | %.0f | %s |\n", rb, rc, pct(rc, rb))
+	cb, cc := median(pick(false, cpuReq)), median(pick(true, cpuReq))
+	fmt.Fprintf(w, "| replica 1 CPU µs/req (admin calls and probes included) | %.1f | %.1f | %+.1f |\n", cb, cc, cc-cb)
+	pb, pc := median(pick(false, p50)), median(pick(true, p50))
+	fmt.Fprintf(w, "| open-loop p50 @ %d/s | %.2f ms | %.2f ms | %+.2f ms |\n", o.OpenRate, pb, pc, pc-pb)
+	qb, qc := median(pick(false, p99)), median(pick(true, p99))
+	fmt.Fprintf(w, "| open-loop p99 @ %d/s | %.2f ms | %.2f ms | %+.2f ms |\n", o.OpenRate, qb, qc, qc-qb)
+	for _, n := range []string{"replica1", "replica2", "redis", "driver"} {
+		fmt.Fprintf(w, "| cores used by %s, closed loop | %.2f | %.2f | %+.2f |\n", n, median(pick(false, coresOf(n, true))), median(pick(true, coresOf(n, true))), median(pick(true, coresOf(n, true)))-median(pick(false, coresOf(n, true))))
+	}
+	fmt.Fprintf(w, "| load errors (non-2xx, socket) | %d | %d | |\n", errs[0], errs[1])
+	fmt.Fprint(w, "\nPer rep (closed-loop rps; open-loop p99 ms):")
+	for rep := range o.Reps {
+		var parts []string
+		for _, r := range res {
+			if r.rep == rep {
+				parts = append(parts, fmt.Sprintf("%s %.0f; %.2f", phaseName(r.churn), r.closed.rps, ms(r.open.p99)))
+			}
+		}
+		fmt.Fprintf(w, " rep %d: %s.", rep+1, strings.Join(parts, ", "))
+	}
+	fmt.Fprint(w, "\n\n")
+
+	// Churn.
+	var issued, revoked, adminErrs, newRefused, never int
+	status := map[int]int{}
+	var secs, rate float64
+	nDrv := 0
+	var probes int64
+	var issueMs, revokeMs []float64
+	vis, visSent := make([][]float64, 2), make([][]float64, 2)
+	notRefused := make([]int, 2)
+	for _, r := range res {
+		d := r.drv
+		if d == nil {
+			continue
+		}
+		issued, revoked, adminErrs, newRefused, never = issued+d.Issued, revoked+d.Revoked, adminErrs+d.AdminErrors, newRefused+d.NewKeyRefused, never+d.NeverAccepted
+		for k, v := range d.ProbeStatus {
+			status[k] += v
+		}
+		secs += d.Seconds
+		rate += changeRate(d)
+		nDrv++
+		probes += d.Probes
+		issueMs, revokeMs = append(issueMs, d.IssueMs...), append(revokeMs, d.RevokeMs...)
+		for i := range min(len(vis), len(d.Visible)) {
+			vis[i] = append(vis[i], d.Visible[i]...)
+			visSent[i] = append(visSent[i], d.VisibleSent[i]...)
+			notRefused[i] += d.NotRefused[i]
+		}
+	}
+	fmt.Fprintf(w, "Churn: %d keys issued and %d revoked in %.0f s of churn (%.1f changes/s, asked %d: issues a second plus revocations a second, each from its first); %d admin errors; admin call p50/p99: issue %.1f/%.1f ms, revoke %.1f/%.1f ms; %d probes (%.0f/s; %s); %d first probes of a new key refused, %d new keys never accepted.\n\n",
+		issued, revoked, secs, rate/float64(max(nDrv, 1)), o.Rate, adminErrs, quantile(issueMs, 0.5), quantile(issueMs, 0.99), quantile(revokeMs, 0.5), quantile(revokeMs, 0.99), probes, float64(probes)/max(secs, 1e-9), statusList(status), newRefused, never)
+	fmt.Fprint(w, "| revocation refused on | revocations | p50 | p99 | max | over 1 s | never (10 s) | refusing probe sent after: p50 | p99 | max |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	for i, xs := range vis {
+		over := 0
+		for _, x := range xs {
+			if x > 1000 {
+				over++
+			}
+		}
+		ys := visSent[i]
+		fmt.Fprintf(w, "| replica %d | %d | %.1f ms | %.1f ms | %.1f ms | %d | %d | %.1f ms | %.1f ms | %.1f ms |\n", i+1, len(xs), quantile(xs, 0.5), quantile(xs, 0.99), quantile(xs, 1), over, notRefused[i], quantile(ys, 0.5), quantile(ys, 0.99), quantile(ys, 1))
+	}
+	fmt.Fprintf(w, "\nTimes run from the revocation's admin response to the replica's first 401 (its arrival at the driver), probes %s apart (after ten, up to five times that); the replica refused the key after the last probe it accepted and before that 401 arrived. The last columns are when the refusing probe was sent: the difference is that probe's own wait in the replica (replica 1 is the loaded one).\n", o.ProbeEvery)
+}
+
+// pct is a against b as a signed percentage.
+func pct(a, b float64) string {
+	if b == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%+.1f%%", 100*(a-b)/b)
+}
+
+// statusList is "401: n, 415: m" in status order; 0 is "no answer".
+func statusList(m map[int]int) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		name := fmt.Sprint(k)
+		if k == 0 {
+			name = "no answer"
+		}
+		parts = append(parts, fmt.Sprintf("%s: %d", name, m[k]))
+	}
+	return "answers " + strings.Join(parts, ", ")
+}
+
+func adminName(a string) string {
+	switch a {
+	case "1":
+		return "replica 1's admin API (the loaded one)"
+	case "2":
+		return "replica 2's admin API (not the loaded one)"
+	}
+	return "each replica's admin API in turn"
+}
