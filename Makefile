@@ -38,6 +38,11 @@ bench: deps
 ##              loopback (installs them and wrk with apt-get when missing); prints a Markdown
 ##              table. BENCH_PEERS_FLAGS="-reps 5 -duration 10s" to change the defaults.
 ##              BENCH_SMOKE=1 (or -smoke) is a one-second run that only proves it works.
+##              BENCH_PEERS_FLAGS="-keys 100000" adds keygate-keys and keygate-redis-keys: the
+##              keystore holds N keys, the load spreads evenly over them (each key sent once
+##              before each rep), against keygate and keygate-redis with one key, in the same
+##              run; prints the ratios, keygate's RSS, redis-server's used_memory per active
+##              key and the Redis keys without TTL. With `make profile`: keygate with N keys.
 BENCH_PEERS_FLAGS ?=
 bench-peers: deps
 	@./bench/install-peers.sh

@@ -46,7 +46,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.Reps, "reps", 3, "repetitions, in alternating target order (the median of three is not moved by one slow rep)")
 	fs.DurationVar(&o.Duration, "duration", 5*time.Second, "length of each closed-loop and open-loop run")
 	fs.BoolVar(&o.Smoke, "smoke", os.Getenv("BENCH_SMOKE") == "1", "one short rep with tiny sizes, skipping peers that are not installed (proves the bench works; measures nothing)")
-	fs.StringVar(&o.Targets, "targets", "", "comma-separated targets (default all): direct,bare,nginx,haproxy,caddy,caddy-log,keygate,keygate-redis,keygate-base,keygate-base-redis")
+	fs.StringVar(&o.Targets, "targets", "", "comma-separated targets (default all): direct,bare,nginx,haproxy,caddy,caddy-log,keygate,keygate-redis,keygate-base,keygate-base-redis; with -keys also keygate-keys,keygate-redis-keys")
 	fs.StringVar(&o.Profile, "profile", "", "only profile keygate (local limiter) under wrk load and write the CPU profile to this file")
 	fs.BoolVar(&o.ProfileRedis, "profile-redis", false, "with -profile: keygate with the Redis limiter")
 	fs.BoolVar(&o.ProfileLarge, "profile-large", false, "with -profile: profile the large uploads (context first) instead of the wrk load")
@@ -56,6 +56,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.Sizes, "sizes", "", "comma-separated body sizes in bytes (default 256,102400)")
 	fs.StringVar(&o.BaseBin, "keygate-base", "", "another keygate binary (say, the last release) to run beside this one as targets keygate-base (local limiter) and keygate-base-redis")
 	fs.StringVar(&o.KeygateBin, "keygate", "", "keygate binary (default: built from ./cmd/keygate)")
+	fs.IntVar(&o.Keys, "keys", 0, "also targets keygate-keys and keygate-redis-keys: N keys in the keystore, the load spread evenly over them, against keygate and keygate-redis with one key (keys.go); with -profile, profile keygate with N keys")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
