@@ -76,30 +76,51 @@ type RedisStore struct {
 func (s *RedisStore) bucket(id, h string) string { return s.Prefix + "usage:{" + id + "}:" + h }
 func (s *RedisStore) lastKey() string            { return s.Prefix + "usage:last" }
 
-// Flush sends all deltas in one pipeline.
+// FlushBatch is how many keys' deltas one transaction of a Redis flush
+// carries: a few hundred short commands, well under a millisecond of
+// Redis's time.
+const FlushBatch = 100
+
+// Flush sends the deltas in transactions (MULTI/EXEC, one round trip
+// each) of FlushBatch keys. A hash is created by HINCRBY and given its
+// TTL by the EXPIRE after it: in a plain pipeline, a connection cut
+// between the two (a write timeout while Redis is slow) would leave a
+// hash that never expires. Redis discards a transaction whose EXEC it
+// never received, so each batch is written whole or not at all. On a
+// Cluster, go-redis runs one transaction per hash slot (each key's
+// hashes share the slot of {ID}).
 func (s *RedisStore) Flush(ctx context.Context, ds []Delta, now time.Time) error {
-	if len(ds) == 0 {
-		return nil
-	}
 	h := hour(now)
-	_, err := s.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i := range ds {
-			d := &ds[i]
-			k := s.bucket(d.ID, h)
-			for f := 0; f <= int(numOutcomes); f++ {
-				if v := *d.ptr(f); v != 0 {
-					p.HIncrBy(ctx, k, fieldName(f), v)
-				}
+	for len(ds) > 0 {
+		batch := ds[:min(len(ds), FlushBatch)]
+		ds = ds[len(batch):]
+		_, err := s.Client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			for i := range batch {
+				s.flushOne(ctx, p, &batch[i], h, now)
 			}
-			p.Expire(ctx, k, Retention)
-			if !d.LastUsed.IsZero() {
-				p.ZAddGT(ctx, s.lastKey(), redis.Z{Score: float64(d.LastUsed.UnixMilli()), Member: d.ID})
-			}
-			s.flushMethods(ctx, p, d, now)
+			return nil
+		})
+		if err != nil {
+			return err
 		}
-		return nil
-	})
-	return err
+	}
+	return nil
+}
+
+// flushOne queues one key's delta: its hourly hash and its TTL, its last
+// use, and its counts by method.
+func (s *RedisStore) flushOne(ctx context.Context, p redis.Pipeliner, d *Delta, h string, now time.Time) {
+	k := s.bucket(d.ID, h)
+	for f := 0; f <= int(numOutcomes); f++ {
+		if v := *d.ptr(f); v != 0 {
+			p.HIncrBy(ctx, k, fieldName(f), v)
+		}
+	}
+	p.Expire(ctx, k, Retention)
+	if !d.LastUsed.IsZero() {
+		p.ZAddGT(ctx, s.lastKey(), redis.Z{Score: float64(d.LastUsed.UnixMilli()), Member: d.ID})
+	}
+	s.flushMethods(ctx, p, d, now)
 }
 
 func fieldName(f int) string {
