@@ -81,16 +81,27 @@ func (s *RedisStore) lastKey() string            { return s.Prefix + "usage:last
 // Redis's time.
 const FlushBatch = 100
 
-// Flush sends the deltas in transactions (MULTI/EXEC, one round trip
-// each) of FlushBatch keys. A hash is created by HINCRBY and given its
-// TTL by the EXPIRE after it: in a plain pipeline, a connection cut
-// between the two (a write timeout while Redis is slow) would leave a
-// hash that never expires. Redis discards a transaction whose EXEC it
-// never received, so each batch is written whole or not at all. On a
-// Cluster, go-redis runs one transaction per hash slot (each key's
-// hashes share the slot of {ID}).
+// Flush sends the deltas. A hash is created by HINCRBY and given its TTL
+// by the EXPIRE after it: in a plain pipeline, a connection cut between
+// the two (a write timeout while Redis is slow) would leave a hash that
+// never expires. So on a single Redis (a *redis.Client, Sentinel's
+// included) the deltas go in transactions (MULTI/EXEC, one round trip
+// each) of FlushBatch keys: Redis discards a transaction whose EXEC it
+// never received, so each batch is written whole or not at all. A
+// Cluster refuses a transaction over several hash slots (and go-redis a
+// cross-slot TxPipeline), so a Cluster or a Ring gets one plain pipeline,
+// which a cut connection can still leave with a hash without TTL.
 func (s *RedisStore) Flush(ctx context.Context, ds []Delta, now time.Time) error {
 	h := hour(now)
+	if _, single := s.Client.(*redis.Client); !single {
+		_, err := s.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i := range ds {
+				s.flushOne(ctx, p, &ds[i], h, now)
+			}
+			return nil
+		})
+		return err
+	}
 	for len(ds) > 0 {
 		batch := ds[:min(len(ds), FlushBatch)]
 		ds = ds[len(batch):]

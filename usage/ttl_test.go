@@ -69,3 +69,39 @@ func TestRedisFlushCutLeavesNoKeyWithoutTTL(t *testing.T) {
 		t.Errorf("%d usage hashes have no TTL, e.g. %v", len(noTTL), noTTL[:min(3, len(noTTL))])
 	}
 }
+
+// TestRedisClusterFlush: on a Redis Cluster (where a transaction may
+// not span hash slots) a flush of keys in many slots arrives whole, each
+// hash with its TTL.
+func TestRedisClusterFlush(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs})
+	t.Cleanup(func() { _ = client.Close() })
+	ctx := context.Background()
+	now := time.Now()
+	c := usage.NewCounters(0)
+	const n = 250
+	for i := range n {
+		c.Record(fmt.Sprintf("key_%03d", i), usage.ByAPIKey, usage.Admitted, 10, now)
+	}
+	s := &usage.RedisStore{Client: client, Prefix: "kg:"}
+	if err := s.Flush(ctx, c.Drain(), now); err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("key_%03d", i)
+	}
+	got, last, err := s.Read(ctx, ids, time.Hour, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Admitted != n || got.BytesIn != 10*n || len(last) != n {
+		t.Errorf("read back %+v and %d last uses, want %d admitted, %d bytes, %d last uses", got, len(last), n, 10*n, n)
+	}
+	for _, id := range ids[:10] {
+		if ttl, err := client.PTTL(ctx, "kg:usage:{"+id+"}:"+now.UTC().Format("2006010215")).Result(); err != nil || ttl <= 0 {
+			t.Errorf("%s: TTL %v, %v", id, ttl, err)
+		}
+	}
+}
