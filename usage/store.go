@@ -364,16 +364,12 @@ func (d *fileData) prune(now time.Time) {
 // write rewrites the file from s.data (s.mu held) and times it.
 func (s *FileStore) write() error {
 	start := time.Now()
-	out, err := json.Marshal(s.data)
-	if err != nil {
-		return err
-	}
 	tmp, err := os.CreateTemp(filepath.Dir(s.Path), ".usage-*")
 	if err != nil {
 		return err
 	}
 	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(out); err != nil {
+	if err := writeFileData(tmp, s.data); err != nil {
 		tmp.Close()
 		return err
 	}
