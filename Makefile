@@ -40,6 +40,11 @@ bench: deps
 ##              BENCH_SMOKE=1 (or -smoke) is a one-second run that only proves it works.
 ##              BENCH_PEERS_FLAGS="-tls": every target terminates TLS 1.3 (one ECDSA P-256
 ##              cert the bench makes), loaded over HTTP/1.1 (wrk) and HTTP/2 (h2load -c32 -m10).
+##              BENCH_PEERS_FLAGS="-keys 100000" adds keygate-keys and keygate-redis-keys: the
+##              keystore holds N keys, the load spreads evenly over them (each key sent once
+##              before each rep), against keygate and keygate-redis with one key, in the same
+##              run; prints the ratios, keygate's RSS, redis-server's used_memory per active
+##              key and the Redis keys without TTL. With `make profile`: keygate with N keys.
 BENCH_PEERS_FLAGS ?=
 bench-peers: deps
 	@./bench/install-peers.sh

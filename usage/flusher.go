@@ -68,7 +68,13 @@ func (f *Flusher) Flush() {
 	}
 }
 
-// Close stops the loop and flushes what is left.
+// Syncer is a Store that may hold flushed counts back (FileStore paces
+// its rewrites); Sync writes them.
+type Syncer interface {
+	Sync(ctx context.Context) error
+}
+
+// Close stops the loop, flushes what is left, and syncs a Syncer store.
 func (f *Flusher) Close() error {
 	f.once.Do(func() {
 		if f.stop != nil {
@@ -76,6 +82,13 @@ func (f *Flusher) Close() error {
 			f.done.Wait()
 		}
 		f.Flush()
+		if s, ok := f.Store.(Syncer); ok {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := s.Sync(ctx); err != nil && f.Logger != nil {
+				f.Logger.Warn("usage sync failed; counts since the last write are lost", zap.Error(err))
+			}
+		}
 	})
 	return nil
 }

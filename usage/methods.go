@@ -106,29 +106,30 @@ func (s *RedisStore) Methods(ctx context.Context, ids []string, since time.Durat
 	return out, nil
 }
 
-// Methods reads the file as last flushed.
+// Methods reads the counts by method (see FileStore.view).
 func (s *FileStore) Methods(_ context.Context, ids []string, since time.Duration, now time.Time) (map[string]MethodCounts, error) {
-	d, err := s.load()
-	if err != nil {
-		return nil, err
-	}
 	ds := days(min(since, MaxMethodWindow), now)
 	out := make(map[string]MethodCounts, len(ids))
-	for _, id := range ids {
-		var c MethodCounts
-		for _, dd := range ds {
-			m := d.Methods[id][dd]
-			c.APIKey += m.APIKey
-			c.Bearer += m.Bearer
+	err := s.view(func(d *fileData) {
+		for _, id := range ids {
+			var c MethodCounts
+			for _, dd := range ds {
+				m := d.Methods[id][dd]
+				c.APIKey += m.APIKey
+				c.Bearer += m.Bearer
+			}
+			c.LastAPIKey = d.LastAPIKey[id]
+			out[id] = c
 		}
-		c.LastAPIKey = d.LastAPIKey[id]
-		out[id] = c
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }
 
-// flushMethods merges the deltas' counts by method into d and drops days
-// past MethodRetention.
+// flushMethods merges the deltas' counts by method into d (prune drops
+// the days past MethodRetention).
 func (d *fileData) flushMethods(ds []Delta, now time.Time) {
 	if d.Methods == nil {
 		d.Methods = map[string]map[string]MethodCounts{}
@@ -152,17 +153,6 @@ func (d *fileData) flushMethods(ds []Delta, now time.Time) {
 		b[today] = c
 		if x.LastAPIKey.After(d.LastAPIKey[x.ID]) {
 			d.LastAPIKey[x.ID] = x.LastAPIKey
-		}
-	}
-	oldest := day(now.Add(-MethodRetention))
-	for id, b := range d.Methods {
-		for dd := range b {
-			if dd < oldest {
-				delete(b, dd)
-			}
-		}
-		if len(b) == 0 {
-			delete(d.Methods, id)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -76,30 +77,62 @@ type RedisStore struct {
 func (s *RedisStore) bucket(id, h string) string { return s.Prefix + "usage:{" + id + "}:" + h }
 func (s *RedisStore) lastKey() string            { return s.Prefix + "usage:last" }
 
-// Flush sends all deltas in one pipeline.
+// FlushBatch is how many keys' deltas one transaction of a Redis flush
+// carries: a few hundred short commands, well under a millisecond of
+// Redis's time.
+const FlushBatch = 100
+
+// Flush sends the deltas. A hash is created by HINCRBY and given its TTL
+// by the EXPIRE after it: in a plain pipeline, a connection cut between
+// the two (a write timeout while Redis is slow) would leave a hash that
+// never expires. So on a single Redis (a *redis.Client, Sentinel's
+// included) the deltas go in transactions (MULTI/EXEC, one round trip
+// each) of FlushBatch keys: Redis discards a transaction whose EXEC it
+// never received, so each batch is written whole or not at all. A
+// Cluster refuses a transaction over several hash slots (and go-redis a
+// cross-slot TxPipeline), so a Cluster or a Ring gets one plain pipeline,
+// which a cut connection can still leave with a hash without TTL.
 func (s *RedisStore) Flush(ctx context.Context, ds []Delta, now time.Time) error {
-	if len(ds) == 0 {
-		return nil
-	}
 	h := hour(now)
-	_, err := s.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i := range ds {
-			d := &ds[i]
-			k := s.bucket(d.ID, h)
-			for f := 0; f <= int(numOutcomes); f++ {
-				if v := *d.ptr(f); v != 0 {
-					p.HIncrBy(ctx, k, fieldName(f), v)
-				}
+	if _, single := s.Client.(*redis.Client); !single {
+		_, err := s.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i := range ds {
+				s.flushOne(ctx, p, &ds[i], h, now)
 			}
-			p.Expire(ctx, k, Retention)
-			if !d.LastUsed.IsZero() {
-				p.ZAddGT(ctx, s.lastKey(), redis.Z{Score: float64(d.LastUsed.UnixMilli()), Member: d.ID})
+			return nil
+		})
+		return err
+	}
+	for len(ds) > 0 {
+		batch := ds[:min(len(ds), FlushBatch)]
+		ds = ds[len(batch):]
+		_, err := s.Client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			for i := range batch {
+				s.flushOne(ctx, p, &batch[i], h, now)
 			}
-			s.flushMethods(ctx, p, d, now)
+			return nil
+		})
+		if err != nil {
+			return err
 		}
-		return nil
-	})
-	return err
+	}
+	return nil
+}
+
+// flushOne queues one key's delta: its hourly hash and its TTL, its last
+// use, and its counts by method.
+func (s *RedisStore) flushOne(ctx context.Context, p redis.Pipeliner, d *Delta, h string, now time.Time) {
+	k := s.bucket(d.ID, h)
+	for f := 0; f <= int(numOutcomes); f++ {
+		if v := *d.ptr(f); v != 0 {
+			p.HIncrBy(ctx, k, fieldName(f), v)
+		}
+	}
+	p.Expire(ctx, k, Retention)
+	if !d.LastUsed.IsZero() {
+		p.ZAddGT(ctx, s.lastKey(), redis.Z{Score: float64(d.LastUsed.UnixMilli()), Member: d.ID})
+	}
+	s.flushMethods(ctx, p, d, now)
 }
 
 func fieldName(f int) string {
@@ -191,13 +224,33 @@ func parse(m map[string]string) Counts {
 }
 
 // FileStore keeps the buckets in a JSON file (the file keystore's
-// companion, keys.yaml.usage.json), rewritten atomically at each flush.
-// One gateway process owns the file; the CLI only reads it.
+// companion, keys.yaml.usage.json), rewritten atomically (temp file and
+// rename). One gateway process owns the file; the CLI only reads it.
+//
+// A rewrite costs every key the file holds (all used in the last 7
+// days), not the keys of one flush: at 100k keys it takes about a second
+// of CPU. So Flush merges its deltas in memory at once, and rewrites the
+// file only when the last rewrite is at least writeSpacing times its own
+// duration old: every flush for a small file, about every 20 s at 100k
+// keys, never more than 1/writeSpacing of a core. This store's own reads
+// see every flush; another process (the CLI) reads the file as last
+// written. Sync writes what is pending (Flusher.Close calls it).
 type FileStore struct {
 	Path string
 	mu   sync.Mutex
 	data *fileData
+	// dirty means data holds counts the file does not. lastWrite and
+	// writeCost are when the last rewrite ended and how long it took.
+	dirty     bool
+	lastWrite time.Time
+	writeCost time.Duration
+	// pruned is the hour of the last pass that dropped expired buckets.
+	pruned string
 }
+
+// writeSpacing paces FileStore's rewrites: at most one per writeSpacing
+// times the previous one's duration.
+const writeSpacing = 20
 
 type fileData struct {
 	// Buckets: key id -> hour (YYYYMMDDHH) -> counts.
@@ -230,8 +283,8 @@ func (s *FileStore) load() (*fileData, error) {
 	return d, nil
 }
 
-// Flush merges the deltas, drops buckets past Retention and rewrites the
-// file (temp file and rename).
+// Flush merges the deltas, drops buckets past Retention (once an hour)
+// and rewrites the file when its pace allows (see FileStore).
 func (s *FileStore) Flush(_ context.Context, ds []Delta, now time.Time) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -260,58 +313,119 @@ func (s *FileStore) Flush(_ context.Context, ds []Delta, now time.Time) error {
 		}
 	}
 	s.data.flushMethods(ds, now)
+	if h != s.pruned {
+		s.pruned = h
+		s.data.prune(now)
+	}
+	s.dirty = true
+	if !s.lastWrite.IsZero() && time.Since(s.lastWrite) < writeSpacing*s.writeCost {
+		return nil
+	}
+	return s.write()
+}
+
+// Sync writes the counts that Flush has not written yet.
+func (s *FileStore) Sync(context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.data == nil || !s.dirty {
+		return nil
+	}
+	return s.write()
+}
+
+// prune drops the buckets past Retention and the days past
+// MethodRetention.
+func (d *fileData) prune(now time.Time) {
 	oldest := hour(now.Add(-Retention))
-	for id, b := range s.data.Buckets {
+	for id, b := range d.Buckets {
 		for h := range b {
 			if h < oldest {
 				delete(b, h)
 			}
 		}
 		if len(b) == 0 {
-			delete(s.data.Buckets, id)
+			delete(d.Buckets, id)
 		}
 	}
-	out, err := json.Marshal(s.data)
-	if err != nil {
-		return err
+	oldestDay := day(now.Add(-MethodRetention))
+	for id, b := range d.Methods {
+		for dd := range b {
+			if dd < oldestDay {
+				delete(b, dd)
+			}
+		}
+		if len(b) == 0 {
+			delete(d.Methods, id)
+		}
 	}
+}
+
+// write rewrites the file from s.data (s.mu held) and times it.
+func (s *FileStore) write() error {
+	start := time.Now()
 	tmp, err := os.CreateTemp(filepath.Dir(s.Path), ".usage-*")
 	if err != nil {
 		return err
 	}
 	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(out); err != nil {
+	if err := writeFileData(tmp, s.data); err != nil {
 		tmp.Close()
 		return err
 	}
 	if err := tmp.Close(); err != nil {
 		return err
 	}
-	return os.Rename(tmp.Name(), s.Path)
+	if err := os.Rename(tmp.Name(), s.Path); err != nil {
+		return err
+	}
+	s.lastWrite = time.Now()
+	s.writeCost, s.dirty = s.lastWrite.Sub(start), false
+	return nil
 }
 
-// Read reads the file as last flushed.
-func (s *FileStore) Read(_ context.Context, ids []string, since time.Duration, now time.Time) (Counts, map[string]time.Time, error) {
+// view calls fn with this store's counts when it has flushed (they may be
+// ahead of the file), else with the file's as last written.
+func (s *FileStore) view(fn func(*fileData)) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.data != nil {
+		fn(s.data)
+		return nil
+	}
 	d, err := s.load()
+	if err != nil {
+		return err
+	}
+	fn(d)
+	return nil
+}
+
+// Read reads the counts (see view).
+func (s *FileStore) Read(_ context.Context, ids []string, since time.Duration, now time.Time) (Counts, map[string]time.Time, error) {
+	var c Counts
+	last := map[string]time.Time{}
+	err := s.view(func(d *fileData) {
+		for _, id := range ids {
+			if t, ok := d.LastUsed[id]; ok {
+				last[id] = t
+			}
+		}
+		c = sum(d.series(ids, since, now))
+	})
 	if err != nil {
 		return Counts{}, nil, err
 	}
-	last := map[string]time.Time{}
-	for _, id := range ids {
-		if t, ok := d.LastUsed[id]; ok {
-			last[id] = t
-		}
-	}
-	return sum(d.series(ids, since, now)), last, nil
+	return c, last, nil
 }
 
-// Series reads the file as last flushed, hour by hour.
+// Series reads the counts (see view) hour by hour.
 func (s *FileStore) Series(_ context.Context, ids []string, since time.Duration, now time.Time) ([]Hour, error) {
-	d, err := s.load()
-	if err != nil {
+	var hs []Hour
+	if err := s.view(func(d *fileData) { hs = d.series(ids, since, now) }); err != nil {
 		return nil, err
 	}
-	return d.series(ids, since, now), nil
+	return hs, nil
 }
 
 func (d *fileData) series(ids []string, since time.Duration, now time.Time) []Hour {
@@ -327,9 +441,9 @@ func (d *fileData) series(ids []string, since time.Duration, now time.Time) []Ho
 
 // LastUsed returns the last use of every key that has one.
 func (s *FileStore) LastUsed(context.Context) (map[string]time.Time, error) {
-	d, err := s.load()
-	if err != nil {
+	var out map[string]time.Time
+	if err := s.view(func(d *fileData) { out = maps.Clone(d.LastUsed) }); err != nil {
 		return nil, err
 	}
-	return d.LastUsed, nil
+	return out, nil
 }

@@ -207,7 +207,7 @@ func (b *bench) closedLoop(ctx context.Context, t *target, size int) (closedResu
 	if wrk == "" {
 		return closedResult{}, errNoWrk
 	}
-	script, err := b.wrkScript(size)
+	script, err := b.wrkScriptFor(t, size)
 	if err != nil {
 		return closedResult{}, err
 	}
@@ -280,7 +280,7 @@ func (b *bench) openLoop(ctx context.Context, t *target, size, rps int) (openRes
 			for i := range work {
 				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 				req.Header.Set("Content-Type", ctype)
-				req.Header.Set("X-Api-Key", b.key)
+				req.Header.Set("X-Api-Key", b.keyAt(t, i))
 				resp, err := client.Do(req)
 				if err == nil {
 					_, _ = io.Copy(io.Discard, resp.Body)

@@ -48,7 +48,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.Reps, "reps", 3, "repetitions, in alternating target order (the median of three is not moved by one slow rep)")
 	fs.DurationVar(&o.Duration, "duration", 5*time.Second, "length of each closed-loop and open-loop run")
 	fs.BoolVar(&o.Smoke, "smoke", os.Getenv("BENCH_SMOKE") == "1", "one short rep with tiny sizes, skipping peers that are not installed (proves the bench works; measures nothing)")
-	fs.StringVar(&o.Targets, "targets", "", "comma-separated targets (default all): direct,bare,nginx,haproxy,caddy,caddy-log,keygate,keygate-redis,keygate-base,keygate-base-redis")
+	fs.StringVar(&o.Targets, "targets", "", "comma-separated targets (default all): direct,bare,nginx,haproxy,caddy,caddy-log,keygate,keygate-redis,keygate-base,keygate-base-redis; with -keys also keygate-keys,keygate-redis-keys")
 	fs.StringVar(&o.Profile, "profile", "", "only profile keygate (local limiter) under wrk load and write the CPU profile to this file")
 	fs.BoolVar(&o.ProfileRedis, "profile-redis", false, "with -profile: keygate with the Redis limiter")
 	fs.BoolVar(&o.ProfileH2, "profile-h2", false, "with -profile -tls: load keygate with h2load over HTTP/2 instead of wrk")
@@ -60,6 +60,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.BaseBin, "keygate-base", "", "another keygate binary (say, the last release) to run beside this one as targets keygate-base (local limiter) and keygate-base-redis")
 	fs.StringVar(&o.KeygateBin, "keygate", "", "keygate binary (default: built from ./cmd/keygate)")
 	fs.BoolVar(&o.TLS, "tls", false, "every target terminates TLS 1.3 (one ECDSA P-256 certificate); loads over HTTP/1.1 (wrk) and HTTP/2 (h2load); no large uploads. With -profile: keygate over TLS under wrk")
+	fs.IntVar(&o.Keys, "keys", 0, "also targets keygate-keys and keygate-redis-keys: N keys in the keystore, the load spread evenly over them, against keygate and keygate-redis with one key (keys.go); with -profile, profile keygate with N keys")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}

@@ -31,6 +31,9 @@ func (b *bench) measure(ctx context.Context) (*results, error) {
 			slices.Reverse(ts)
 		}
 		for _, t := range ts {
+			if err := b.warmKeys(ctx, t); err != nil {
+				return nil, err
+			}
 			for _, size := range sizes(b.o) {
 				c, err := b.closedLoop(ctx, t, size)
 				switch {
@@ -48,6 +51,9 @@ func (b *bench) measure(ctx context.Context) (*results, error) {
 				}
 				res.open[t.name][size] = append(res.open[t.name][size], o)
 				b.logf("rep %d %-13s %-7s open %d rps: p50 %s p99 %s, %d/%d errors", rep+1, t.name, sizeName(size), rate(b.o, size), ms(o.p50), ms(o.p99), o.errors, o.sent)
+			}
+			if err := b.afterKeysLoad(ctx, t); err != nil {
+				return nil, err
 			}
 			for _, first := range []bool{true, false} {
 				// Peak RSS is that of a fresh process: not what the

@@ -49,6 +49,8 @@ type Options struct {
 	// RoleBin plays the upstream, direct and bare roles (default: this
 	// binary). TestSmokeTLS gives one built without -race.
 	RoleBin string
+	// Keys, when positive, adds the many-keys targets (keys.go).
+	Keys int
 }
 
 var (
@@ -91,6 +93,7 @@ type bench struct {
 	self    string
 	// cert is TLS mode's certificate (nil in plain mode).
 	cert *benchCert
+	keys keysState // -keys (keys.go)
 }
 
 // Run starts every target, measures them, and prints the tables.
@@ -140,6 +143,7 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 		return err
 	}
 	printTables(stdout, o, res)
+	b.printKeysTables(stdout, res)
 	return nil
 }
 
@@ -365,6 +369,7 @@ ratelimit:
     test: { rate: 1000000, per: 1s, burst: 1000000000 }
 log: { level: info, format: json }
 `, listen, admin, spool, b.keygateTLS(), upstream, pool, upstream, pool, filepath.Join(keysDir, "keys.yaml"), redisAddr, backend)
+	cfg = b.keysConfig(name, cfg)
 	p := filepath.Join(b.dir, name+".yaml")
 	return p, spool, os.WriteFile(p, []byte(cfg), 0o600)
 }
@@ -419,6 +424,9 @@ func (b *bench) startAll() error {
 		return err
 	}
 	if err := b.issueKey(bin, cfg0); err != nil {
+		return err
+	}
+	if err := b.prepareKeys(filepath.Join(b.dir, "keys", "keys.yaml")); err != nil {
 		return err
 	}
 	if err := b.waitReady("upstream", upAddr); err != nil {
@@ -500,6 +508,8 @@ func (b *bench) startAll() error {
 		{"keygate-redis", bin, "redis"},
 		{"keygate-base", b.o.BaseBin, "local"},
 		{"keygate-base-redis", b.o.BaseBin, "redis"},
+		{"keygate-keys", b.keysBin(bin), "local"},
+		{"keygate-redis-keys", b.keysBin(bin), "redis"},
 	} {
 		name, exe, backend := kg.name, kg.exe, kg.backend
 		if !b.want(name) || exe == "" {
@@ -520,6 +530,7 @@ func (b *bench) startAll() error {
 			return err
 		}
 		b.targets[len(b.targets)-1].spool = spool
+		b.keysNoteRedis(name, redisAddr)
 	}
 	return nil
 }
@@ -588,18 +599,25 @@ func (b *bench) profile(ctx context.Context, stdout io.Writer) error {
 	if err := b.issueKey(bin, cfg); err != nil {
 		return err
 	}
+	name, cfg, err := b.profileKeys(cfg, addr, upAddr, backend, redisAddr)
+	if err != nil {
+		return err
+	}
 	out, err := filepathAbs(b.o.Profile)
 	if err != nil {
 		return err
 	}
-	kg, err := b.start("keygate", b.self, "-role", "keygate", "-cpuprofile", out, "serve", "--config", cfg)
+	kg, err := b.start(name, b.self, "-role", "keygate", "-cpuprofile", out, "serve", "--config", cfg)
 	if err != nil {
 		return err
 	}
-	if err := b.waitReady("keygate", addr); err != nil {
+	if err := b.waitReady(name, addr); err != nil {
 		return err
 	}
-	t := &target{name: "keygate", addr: addr, root: kg}
+	t := &target{name: name, addr: addr, root: kg}
+	if err := b.warmKeys(ctx, t); err != nil {
+		return err
+	}
 	if b.o.ProfileLarge {
 		for range 5 {
 			r, err := b.large(ctx, t, true)

@@ -1,0 +1,64 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestSmokeKeys runs `-keys 1000 -smoke` on the four keygate targets. It
+// proves that the many-keys targets answer 200 to the load spread over
+// their keys (no errors anywhere, and keygate's access log names every
+// one of the 1000 keys in the warm-up and again in the measured load),
+// that the many-keys tables come out, and that every rate-limit, quota
+// and usage key the Redis limiter's keygate wrote has a TTL. It asserts
+// nothing about speed.
+func TestSmokeKeys(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes and builds keygate")
+	}
+	const n = 1000
+	var out, errb bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	err := Run(ctx, Options{Smoke: true, Keys: n, Targets: "keygate,keygate-redis,keygate-keys,keygate-redis-keys"}, &out, &errb)
+	t.Log(errb.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + out.String())
+	for _, want := range []string{"| keygate-keys | keygate |", "| keygate-redis-keys | keygate-redis |", "keygate's RSS right after", "bytes per active key", "| quota counter (q:{id}) | 1000 | 0 |"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	for _, line := range strings.Split(errb.String(), "\n") {
+		if strings.Contains(line, "errors") && !strings.HasSuffix(line, " 0 errors") && !strings.Contains(line, ", 0/") {
+			t.Errorf("a target failed requests: %s", line)
+		}
+	}
+	used := regexp.MustCompile(`(keygate-\S+): keys used: (\d+) in the warm-up, (\d+) in the measured load`).FindAllStringSubmatch(errb.String(), -1)
+	if len(used) != 2 {
+		t.Fatalf("want the keys used by 2 many-keys targets, got %q", used)
+	}
+	for _, m := range used {
+		if m[2] != strconv.Itoa(n) || m[3] != strconv.Itoa(n) {
+			t.Errorf("%s: keys used in the warm-up %s, in the measured load %s; want all %d in each", m[1], m[2], m[3], n)
+		}
+	}
+	// The TTL audit: every rate-limit bucket, quota counter and usage
+	// hash expires.
+	rows := regexp.MustCompile(`(?m)^\| ((?:rate-limit bucket|quota counter|usage)[^|]*) \| (\d+) \| (\d+) \|$`).FindAllStringSubmatch(out.String(), -1)
+	if len(rows) < 3 {
+		t.Fatalf("want the TTL audit's quota and usage rows, got %q", rows)
+	}
+	for _, r := range rows {
+		if r[3] != "0" {
+			t.Errorf("%s: %s of %s keys have no TTL", r[1], r[3], r[2])
+		}
+	}
+}

@@ -1,0 +1,64 @@
+package usage_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/keygate/keygate/usage"
+)
+
+// BenchmarkFileStoreFlush is one flush of the deltas of 4000 keys (a
+// second of a busy gateway whose load is spread over many keys) into a
+// file store that already holds the counts of known keys (the keys used
+// in the last 7 days), flushes following each other as fast as they
+// can: FileStore paces its rewrites (each costs every known key), so a
+// flush costs what changed plus a share of a rewrite. With rewrite, each
+// flush is also written out (Sync): the cost of one rewrite, which the
+// pacing spreads over writeSpacing times its duration.
+func BenchmarkFileStoreFlush(b *testing.B) {
+	for _, rewrite := range []bool{false, true} {
+		b.Run(fmt.Sprintf("rewrite=%v", rewrite), func(b *testing.B) { benchFileStoreFlush(b, rewrite) })
+	}
+}
+
+func benchFileStoreFlush(b *testing.B, rewrite bool) {
+	now := time.Date(2026, 11, 24, 10, 30, 0, 0, time.UTC)
+	for _, known := range []int{4000, 100_000} {
+		b.Run(fmt.Sprintf("known=%d", known), func(b *testing.B) {
+			s := &usage.FileStore{Path: filepath.Join(b.TempDir(), "keys.yaml.usage.json")}
+			ctx := context.Background()
+			deltas := func(from, n int) []usage.Delta {
+				ds := make([]usage.Delta, n)
+				for i := range ds {
+					ds[i] = usage.Delta{ID: fmt.Sprintf("key_%016x", from+i), Counts: usage.Counts{Admitted: 3, BytesIn: 900},
+						LastUsed: now, APIKey: 3, LastAPIKey: now}
+				}
+				return ds
+			}
+			for i := 0; i < known; i += 10_000 {
+				if err := s.Flush(ctx, deltas(i, min(10_000, known-i)), now); err != nil {
+					b.Fatal(err)
+				}
+			}
+			batches := make([][]usage.Delta, known/4000)
+			for i := range batches {
+				batches[i] = deltas(i*4000, 4000)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				if err := s.Flush(ctx, batches[i%len(batches)], now); err != nil {
+					b.Fatal(err)
+				}
+				if rewrite {
+					if err := s.Sync(ctx); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		})
+	}
+}

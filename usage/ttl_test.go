@@ -1,0 +1,107 @@
+package usage_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/keygate/keygate/internal/testsupport/redistest"
+	"github.com/keygate/keygate/usage"
+)
+
+// TestRedisFlushCutLeavesNoKeyWithoutTTL: a flush whose connection is
+// cut part-way (Redis hangs, the client's write or read times out and it
+// drops the connection; Redis then runs the commands that reached it)
+// never leaves a usage hash without a TTL, which would keep an idle key's
+// memory in Redis for good. Each round cuts a flush of many keys at
+// another point.
+func TestRedisFlushCutLeavesNoKeyWithoutTTL(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	check := srv.Client(t)
+	now := time.Date(2026, 11, 24, 10, 30, 0, 0, time.UTC)
+	failed := 0
+	for round := range 8 {
+		client := srv.Client(t, func(o *redis.Options) { o.WriteTimeout, o.ReadTimeout = 50*time.Millisecond, 50*time.Millisecond })
+		if err := client.Ping(ctx).Err(); err != nil { // the connection is up before Redis hangs
+			t.Fatal(err)
+		}
+		c := usage.NewCounters(0)
+		for i := range 20_000 {
+			// Ids of another length each round move the cut to another
+			// point of a key's commands.
+			c.Record(fmt.Sprintf("key_%d_%0*d", round, 5+round, i), usage.ByAPIKey, usage.Admitted, 1000, now)
+		}
+		s := &usage.RedisStore{Client: client, Prefix: "kg:"}
+		srv.Freeze()
+		if err := s.Flush(ctx, c.Drain(), now); err != nil {
+			failed++
+		}
+		srv.Thaw()
+		_ = client.Close()
+	}
+	if failed == 0 {
+		t.Fatal("no flush into a hung Redis failed: the test cut nothing")
+	}
+	time.Sleep(200 * time.Millisecond) // Redis runs what reached it
+	var cursor uint64
+	keys, noTTL := 0, []string{}
+	for {
+		ks, next, err := check.Scan(ctx, cursor, "kg:usage:{*", 1000).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range ks {
+			keys++
+			if ttl, err := check.PTTL(ctx, k).Result(); err != nil || ttl == -1 {
+				noTTL = append(noTTL, k)
+			}
+		}
+		if cursor = next; cursor == 0 {
+			break
+		}
+	}
+	t.Logf("%d of 8 flushes cut; %d usage hashes written", failed, keys)
+	if len(noTTL) > 0 {
+		t.Errorf("%d usage hashes have no TTL, e.g. %v", len(noTTL), noTTL[:min(3, len(noTTL))])
+	}
+}
+
+// TestRedisClusterFlush: on a Redis Cluster (where a transaction may
+// not span hash slots) a flush of keys in many slots arrives whole, each
+// hash with its TTL.
+func TestRedisClusterFlush(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs})
+	t.Cleanup(func() { _ = client.Close() })
+	ctx := context.Background()
+	now := time.Now()
+	c := usage.NewCounters(0)
+	const n = 250
+	for i := range n {
+		c.Record(fmt.Sprintf("key_%03d", i), usage.ByAPIKey, usage.Admitted, 10, now)
+	}
+	s := &usage.RedisStore{Client: client, Prefix: "kg:"}
+	if err := s.Flush(ctx, c.Drain(), now); err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("key_%03d", i)
+	}
+	got, last, err := s.Read(ctx, ids, time.Hour, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Admitted != n || got.BytesIn != 10*n || len(last) != n {
+		t.Errorf("read back %+v and %d last uses, want %d admitted, %d bytes, %d last uses", got, len(last), n, 10*n, n)
+	}
+	for _, id := range ids[:10] {
+		if ttl, err := client.PTTL(ctx, "kg:usage:{"+id+"}:"+now.UTC().Format("2006010215")).Result(); err != nil || ttl <= 0 {
+			t.Errorf("%s: TTL %v, %v", id, ttl, err)
+		}
+	}
+}
