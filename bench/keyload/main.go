@@ -209,6 +209,9 @@ func loadFile(path string, revoke, replace float64, prof string) error {
 			return err
 		}
 	}
+	// What the rewrite left is not the reload's.
+	runtime.GC()
+	debug.FreeOSMemory()
 	if prof != "" {
 		if err := writeHeap(prof + ".before.heap"); err != nil {
 			return err
@@ -249,7 +252,10 @@ func loadFile(path string, revoke, replace float64, prof string) error {
 	return s.Close()
 }
 
+// writeHeap writes a heap profile as of now (a heap profile shows the
+// heap as of the last GC).
 func writeHeap(path string) error {
+	runtime.GC()
 	f, err := os.Create(path)
 	if err != nil {
 		return err

@@ -1,0 +1,263 @@
+package keystore
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"io"
+	"os"
+	"reflect"
+	"slices"
+	"strings"
+
+	"github.com/keygate/keygate/policy"
+)
+
+// fileReload is one reload of the file store: it reads the file once into
+// the live index, which keeps serving throughout, and holds no second
+// index and no list of the file's records.
+//
+//   - While the file is read, each record is checked and compared with the
+//     live entry of its hash. An unchanged record marks that entry as seen
+//     by this reload (entry.gen) and costs nothing more. A new or changed
+//     record is staged: compacted into the entry that will replace the
+//     live one, in a list per shard. What a reload holds besides the index
+//     is therefore the changed records, and two 8-byte numbers a record
+//     (a hash of its id and the head of its key hash, to refuse a file
+//     that repeats either).
+//   - Nothing a lookup can see changes until the whole file has been read
+//     and checked: a bad file leaves the index as it was (the marks it
+//     left are those of a reload that never sweeps).
+//   - apply then goes shard by shard. Under a read lock it finds the
+//     entries no record saw; under one short write lock it removes those
+//     and stores the staged entries, so that a lookup finds either the old
+//     or the new entry of a key that both files hold, never neither. A
+//     shard that loses many entries is rebuilt into a map of its new size
+//     (a Go map never shrinks) and swapped in.
+//
+// The file store's reloads run one at a time (filewatch calls OnChange
+// from one goroutine) and are the only writer of its index, so what
+// apply reads under a shard's read lock still holds when it takes the
+// write lock.
+type fileReload struct {
+	x   *index
+	gen uint32
+	n   int // records read
+	// staged are the new and changed entries, by shard.
+	staged [indexShards][]stagedEntry
+	// ids and heads are a 64-bit hash of each record's id and the first
+	// 8 bytes of its key hash (SHA-256: uniform), sorted at the end to
+	// find a repeat. Two values with one number send the file to
+	// yaml.v3, which names both entries or reads it.
+	ids, heads []uint64
+	seed       maphash.Seed
+}
+
+type stagedEntry struct {
+	h Hash
+	e *entry
+}
+
+// reloadStats says what a reload changed.
+type reloadStats struct {
+	added, changed, removed int
+}
+
+func newFileReload(x *index, gen uint32, hint int) *fileReload {
+	return &fileReload{x: x, gen: gen, seed: maphash.MakeSeed(),
+		ids: make([]uint64, 0, hint), heads: make([]uint64, 0, hint)}
+}
+
+// read reads and checks the keystore file f (path names it in errors)
+// and stages its records. It returns the rest of the file (Keys nil).
+func (rl *fileReload) read(f *os.File, path string) (fileDoc, error) {
+	doc, err := scanDoc(f, rl.add)
+	if err == nil && rl.repeats() {
+		err = errNotCanonical
+	}
+	if errors.Is(err, errNotCanonical) {
+		// A layout the fast reader does not know, or a repeated id or
+		// hash: yaml.v3 reads the file whole, and names both entries.
+		rl.reset()
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return fileDoc{}, fmt.Errorf("keystore file: %w", err)
+		}
+		data, err := io.ReadAll(f)
+		if err != nil {
+			return fileDoc{}, fmt.Errorf("keystore file: %w", err)
+		}
+		doc, err := parseDoc(data)
+		if err != nil {
+			return fileDoc{}, fmt.Errorf("%s: %w", path, err)
+		}
+		for _, r := range doc.Keys {
+			rl.n++
+			rl.stage(r)
+		}
+		doc.Keys = nil
+		return doc, nil
+	}
+	if err != nil {
+		return fileDoc{}, fmt.Errorf("%s: %w", path, err)
+	}
+	if _, err := validateDoc(fileDoc{Consumers: doc.Consumers, AdminTokens: doc.AdminTokens}); err != nil {
+		return fileDoc{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return doc, nil
+}
+
+// add is scanDoc's callback: it checks r and stages it.
+func (rl *fileReload) add(r Record) error {
+	if err := ValidateRecord(r); err != nil {
+		return fmt.Errorf("keystore file: keys[%d]: %w", rl.n, err)
+	}
+	rl.ids = append(rl.ids, maphash.String(rl.seed, r.ID))
+	rl.heads = append(rl.heads, binary.LittleEndian.Uint64(r.Hash[:8]))
+	rl.n++
+	rl.stage(r)
+	return nil
+}
+
+// stage marks the live entry of r's hash as seen if it is what r would
+// make, and otherwise stages r's entry.
+func (rl *fileReload) stage(r Record) {
+	if e, ok := rl.x.entry(r.Hash); ok && rl.x.same(e, r) {
+		e.gen.Store(rl.gen)
+		return
+	}
+	s := &rl.staged[r.Hash[0]]
+	*s = append(*s, stagedEntry{r.Hash, rl.x.compact(r, rl.gen)})
+}
+
+// repeats reports whether two records had one id or one hash (or two
+// values one number).
+func (rl *fileReload) repeats() bool {
+	for _, v := range [][]uint64{rl.ids, rl.heads} {
+		slices.Sort(v)
+		for i := 1; i < len(v); i++ {
+			if v[i] == v[i-1] {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// reset forgets what was read.
+func (rl *fileReload) reset() {
+	rl.n = 0
+	rl.ids, rl.heads = rl.ids[:0], rl.heads[:0]
+	for i := range rl.staged {
+		rl.staged[i] = nil
+	}
+}
+
+// apply makes the index hold what was read: see fileReload. resolve,
+// when not nil, gives the limits of a staged record and of a seen one
+// whose consumer is in recons (its consumer changed).
+func (rl *fileReload) apply(resolve func(Record) *policy.Effective, recons map[uint32]bool) reloadStats {
+	var st reloadStats
+	x, gen := rl.x, rl.gen
+	var gone []Hash
+	var redo []stagedEntry
+	for i := range x.shards {
+		s := &x.shards[i]
+		staged := rl.staged[i]
+		rl.staged[i] = nil
+		for _, p := range staged { // not yet published: written in place
+			// Copied now, so that the strings a reload keeps sit together
+			// and not one in each page of the strings it read and dropped
+			// (which would keep every such page in use).
+			p.e.id, p.e.name = strings.Clone(p.e.id), strings.Clone(p.e.name)
+			if resolve != nil {
+				p.e.limits = resolve(x.record(p.h, p.e))
+			}
+		}
+		gone, redo = gone[:0], redo[:0]
+		s.mu.RLock()
+		size := len(s.m)
+		for h, e := range s.m {
+			switch {
+			case e.gen.Load() != gen:
+				gone = append(gone, h)
+			case recons[e.consumer]:
+				redo = append(redo, stagedEntry{h, e})
+			}
+		}
+		replaced := 0
+		for _, p := range staged {
+			if _, ok := s.m[p.h]; ok {
+				replaced++
+			}
+		}
+		s.mu.RUnlock()
+		for j, p := range redo {
+			c := x.compact(x.record(p.h, p.e), gen)
+			c.limits = resolve(x.record(p.h, c))
+			redo[j].e = c
+		}
+		st.added += len(staged) - replaced
+		st.changed += replaced + len(redo)
+		st.removed += len(gone) - replaced
+		if len(gone)-replaced > 64 && 4*(len(gone)-replaced) > size {
+			// Rebuilt at its new size, then swapped in.
+			m := make(map[Hash]*entry, size-len(gone)+len(staged))
+			s.mu.RLock()
+			for h, e := range s.m {
+				if e.gen.Load() == gen {
+					m[h] = e
+				}
+			}
+			s.mu.RUnlock()
+			for _, p := range redo {
+				m[p.h] = p.e
+			}
+			for _, p := range staged {
+				m[p.h] = p.e
+			}
+			s.mu.Lock()
+			s.m = m
+			s.mu.Unlock()
+			continue
+		}
+		if len(gone)+len(staged)+len(redo) == 0 {
+			continue
+		}
+		s.mu.Lock()
+		for _, h := range gone {
+			delete(s.m, h)
+		}
+		for _, p := range redo {
+			s.m[p.h] = p.e
+		}
+		for _, p := range staged {
+			s.m[p.h] = p.e
+		}
+		s.mu.Unlock()
+	}
+	return st
+}
+
+// changedConsumers returns the numbers, in x's string table, of the
+// consumers that old and cur hold differently (added, removed or
+// changed) and that some key names.
+func (x *index) changedConsumers(old, cur map[string]Consumer) map[uint32]bool {
+	out := make(map[uint32]bool)
+	mark := func(id string) {
+		if n, ok := x.strs.lookup(id); ok && id != "" {
+			out[n] = true
+		}
+	}
+	for id, c := range cur {
+		if o, ok := old[id]; !ok || !reflect.DeepEqual(o, c) {
+			mark(id)
+		}
+	}
+	for id := range old {
+		if _, ok := cur[id]; !ok {
+			mark(id)
+		}
+	}
+	return out
+}
