@@ -37,8 +37,10 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"maps"
 	"runtime/pprof"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -60,6 +62,7 @@ func main() {
 	reloadProf := flag.String("reloadprofile", "", "load-file: write PREFIX.cpu (the reload's CPU profile) and PREFIX.before.heap, PREFIX.after.heap")
 	revoke := flag.Float64("revoke", 0, "load-file: the fraction of keys the reloaded file revokes")
 	replace := flag.Float64("replace", 0, "load-file: the fraction of keys the reloaded file replaces by new ones")
+	page := flag.Int("page", 0, "load-redis: the store's PageSize (HSCAN COUNT); 0 is its default")
 	flag.Parse()
 	if *prof != "" {
 		f, err := os.Create(*prof)
@@ -81,7 +84,7 @@ func main() {
 	case "fill-redis":
 		err = fillRedis(*addr, *n)
 	case "load-redis":
-		err = loadRedis(*addr)
+		err = loadRedis(*addr, *page)
 	case "churn":
 		err = churn(*addr, *rate, *dur)
 	default:
@@ -343,7 +346,7 @@ func fillRedis(addr string, n int) error {
 	return a.AnnounceAll(ctx)
 }
 
-func loadRedis(addr string) error {
+func loadRedis(addr string, page int) error {
 	c := client(addr)
 	defer c.Close()
 	ctx := context.Background()
@@ -355,7 +358,7 @@ func loadRedis(addr string) error {
 	}
 	base := rss()
 	start, c0 := time.Now(), cpu()
-	s, err := keystore.OpenRedis(keystore.RedisConfig{Client: c})
+	s, err := keystore.OpenRedis(keystore.RedisConfig{Client: c, PageSize: page})
 	if err != nil {
 		return err
 	}
@@ -369,12 +372,27 @@ func loadRedis(addr string) error {
 		return err
 	}
 	var longest redis.SlowLog
+	byCmd := map[string][]time.Duration{}
 	for _, l := range logs {
 		if l.Duration > longest.Duration {
 			longest = l
 		}
+		if len(l.Args) > 0 {
+			name := strings.ToUpper(l.Args[0])
+			byCmd[name] = append(byCmd[name], l.Duration)
+		}
 	}
 	fmt.Printf("redis load: %d commands logged, longest %s: %v\n", len(logs), longest.Duration, longest.Args[:min(len(longest.Args), 5)])
+	if len(logs) == 100000 {
+		fmt.Println("redis load: SLOWLOG was full (100000): the earliest commands are not counted")
+	}
+	for _, name := range slices.Sorted(maps.Keys(byCmd)) {
+		d := byCmd[name]
+		slices.Sort(d)
+		over := len(d) - sort.Search(len(d), func(i int) bool { return d[i] > 2*time.Millisecond })
+		fmt.Printf("redis load: %-8s %6d commands: median %s, p99 %s, max %s; %d over 2 ms\n",
+			name, len(d), d[len(d)/2], d[min(len(d)-1, len(d)*99/100)], d[len(d)-1], over)
+	}
 	_ = c.Do(ctx, "CONFIG", "SET", "slowlog-log-slower-than", "10000").Err()
 	return s.Close()
 }
