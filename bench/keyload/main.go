@@ -48,7 +48,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/keygate/keygate/config"
 	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/policy"
 )
 
 func main() {
@@ -62,6 +64,7 @@ func main() {
 	reloadProf := flag.String("reloadprofile", "", "load-file: write PREFIX.cpu (the reload's CPU profile) and PREFIX.before.heap, PREFIX.after.heap")
 	revoke := flag.Float64("revoke", 0, "load-file: the fraction of keys the reloaded file revokes")
 	replace := flag.Float64("replace", 0, "load-file: the fraction of keys the reloaded file replaces by new ones")
+	limits := flag.Bool("limits", false, "load-file: resolve each key's limit as keygate does with its default config (each key then holds its resolved limit)")
 	page := flag.Int("page", 0, "load-redis: the store's PageSize (HSCAN COUNT); 0 is its default")
 	flag.Parse()
 	if *prof != "" {
@@ -80,7 +83,7 @@ func main() {
 	case "gen-file":
 		err = genFile(*file, *n)
 	case "load-file":
-		err = loadFile(*file, *revoke, *replace, *reloadProf)
+		err = loadFile(*file, *revoke, *replace, *reloadProf, *limits)
 	case "fill-redis":
 		err = fillRedis(*addr, *n)
 	case "load-redis":
@@ -186,11 +189,18 @@ func report(what string, took, cpuTime time.Duration, base int64, s sizer) {
 		what, n, took.Round(time.Millisecond), cpuTime.Round(time.Millisecond), float64(after-base)/float64(n), float64(settled-base)/float64(n), float64(ms.HeapInuse)/float64(n))
 }
 
-func loadFile(path string, revoke, replace float64, prof string) error {
+func loadFile(path string, revoke, replace float64, prof string, limits bool) error {
+	var res *policy.Resolver
+	if limits {
+		var err error
+		if res, err = config.Default().Resolver(); err != nil {
+			return err
+		}
+	}
 	base := rss()
 	start, c0 := time.Now(), cpu()
 	reloaded := make(chan int, 4)
-	s, err := keystore.OpenFile(keystore.FileConfig{Path: path, PollInterval: 100 * time.Millisecond, NoWatch: true,
+	s, err := keystore.OpenFile(keystore.FileConfig{Path: path, PollInterval: 100 * time.Millisecond, NoWatch: true, Limits: res,
 		OnReload: func(n int, err error) {
 			if err != nil {
 				fmt.Fprintln(os.Stderr, "keyload: reload:", err)
