@@ -72,7 +72,7 @@ func newFileReload(x *index, gen uint32, hint int) *fileReload {
 // read reads and checks the keystore file f (path names it in errors)
 // and stages its records. It returns the rest of the file (Keys nil).
 func (rl *fileReload) read(f *os.File, path string) (fileDoc, error) {
-	doc, err := scanDoc(f, rl.add)
+	doc, err := scanDocReusing(f, rl.reuse, rl.add)
 	if err == nil && rl.repeats() {
 		err = errNotCanonical
 	}
@@ -105,6 +105,16 @@ func (rl *fileReload) read(f *os.File, path string) (fileDoc, error) {
 		return fileDoc{}, fmt.Errorf("%s: %w", path, err)
 	}
 	return doc, nil
+}
+
+// reuse gives the reader the id and name strings of the live entry of
+// h, so that an unchanged record allocates nothing.
+func (rl *fileReload) reuse(h Hash) (id, name string, ok bool) {
+	e, ok := rl.x.entry(h)
+	if !ok {
+		return "", "", false
+	}
+	return e.id, e.name, true
 }
 
 // add is scanDoc's callback: it checks r and stages it.

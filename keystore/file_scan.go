@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/bits"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -43,6 +44,18 @@ var errNotCanonical = errors.New("keystore file: not in the layout the fast read
 // file stays reachable) and, shared by every record that has them, its
 // context, consumer, plan, product, env and status.
 func scanDoc(r io.Reader, key func(Record) error) (fileDoc, error) {
+	return scanDocReusing(r, nil, key)
+}
+
+// reuseFunc returns the id and name of a record already held for hash h,
+// if any: a record with that hash and the same id and name gets these
+// strings instead of copies (a reload of an unchanged record then
+// allocates nothing).
+type reuseFunc func(h Hash) (id, name string, ok bool)
+
+// scanDocReusing is scanDoc, with reuse (when not nil) supplying the id
+// and name strings of records already held.
+func scanDocReusing(r io.Reader, reuse reuseFunc, key func(Record) error) (fileDoc, error) {
 	br := bufio.NewReaderSize(r, 1<<16)
 	var rest bytes.Buffer
 	var cur recordLines
@@ -53,7 +66,7 @@ func scanDoc(r io.Reader, key func(Record) error) (fileDoc, error) {
 		if cur.len() == 0 {
 			return nil
 		}
-		rec, err := scanRecord(&cur, &in)
+		rec, err := scanRecord(&cur, &in, reuse)
 		cur.reset()
 		if err != nil {
 			return err
@@ -206,12 +219,14 @@ func (in *interner) str(b []byte) string {
 
 // scanRecord reads the lines of one record: "  - field: value" and then
 // "    field: value" lines. A record with other lines, or values that are
-// not plain, is decoded by yaml.v3.
-func scanRecord(lines *recordLines, in *interner) (Record, error) {
+// not plain, is decoded by yaml.v3. reuse may be nil.
+func scanRecord(lines *recordLines, in *interner, reuse reuseFunc) (Record, error) {
 	if name, _, ok := bytes.Cut(lines.line(0)[4:], []byte(":")); !ok || fieldBit(name) == 0 {
 		return Record{}, errNotCanonical // not a mapping that starts with a field
 	}
-	var r Record
+	// The values first, by field; then the record (so that the hash is
+	// known when the id and name are set).
+	var vals [numFields][]byte
 	var seen uint16
 	for i := range lines.len() {
 		line := lines.line(i)
@@ -230,15 +245,39 @@ func scanRecord(lines *recordLines, in *interner) (Record, error) {
 		if !ok || !plainValue(value) {
 			return yamlRecord(lines)
 		}
-		value = bytes.TrimRight(value, " ")
 		bit := fieldBit(name)
 		if bit == 0 || seen&bit != 0 {
 			return yamlRecord(lines) // unknown or repeated: yaml.v3 says which
 		}
 		seen |= bit
-		if err := setField(&r, bit, value, in); err != nil {
+		vals[bits.TrailingZeros16(bit)] = bytes.TrimRight(value, " ")
+	}
+	var r Record
+	for f := range numFields {
+		bit := uint16(1) << f
+		if seen&bit == 0 || bit == fieldID || bit == fieldName {
+			continue
+		}
+		if err := setField(&r, bit, vals[f], in); err != nil {
 			return yamlRecord(lines)
 		}
+	}
+	id, name := vals[bits.TrailingZeros16(fieldID)], vals[bits.TrailingZeros16(fieldName)]
+	if reuse != nil && seen&fieldHash != 0 {
+		if heldID, heldName, ok := reuse(r.Hash); ok {
+			if string(id) == heldID {
+				r.ID = heldID
+			}
+			if string(name) == heldName {
+				r.Name = heldName
+			}
+		}
+	}
+	if r.ID == "" && seen&fieldID != 0 {
+		_ = setField(&r, fieldID, id, in)
+	}
+	if r.Name == "" && seen&fieldName != 0 {
+		_ = setField(&r, fieldName, name, in)
 	}
 	return r, nil
 }
@@ -258,6 +297,7 @@ const (
 	fieldReplacedBy
 	fieldConsumer
 	fieldPlan
+	numFields = iota
 )
 
 // fieldBit is the bit of a record field in scanRecord's set of fields
