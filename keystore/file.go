@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -190,6 +191,13 @@ func (s *FileStore) update(exists bool) error {
 	}
 	st := rl.apply(resolve, recons)
 	s.cons = cons
+	if 4*(st.added+st.changed+st.removed) >= rl.n+st.removed {
+		// A reload that replaced a quarter of the keys or more (rare: a
+		// file rewritten by other means) leaves the old entries and maps
+		// as garbage as large as what it keeps; the runtime would hand
+		// that memory back to the OS over minutes.
+		debug.FreeOSMemory()
+	}
 	if st.removed > 0 {
 		s.log.Warn("keystore: reload removed keys; revoke keys instead of deleting them (a file truncated between two records looks like this too)",
 			zap.String("path", s.path), zap.Int("removed", st.removed), zap.Int("keys", rl.n))

@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"hash/maphash"
 	"io"
+	"iter"
 	"os"
 	"reflect"
 	"slices"
-	"strings"
 
 	"github.com/keygate/keygate/policy"
 )
@@ -45,7 +45,7 @@ type fileReload struct {
 	gen uint32
 	n   int // records read
 	// staged are the new and changed entries, by shard.
-	staged [indexShards][]stagedEntry
+	staged [indexShards]stagedList
 	// ids and heads are a 64-bit hash of each record's id and the first
 	// 8 bytes of its key hash (SHA-256: uniform), sorted at the end to
 	// find a repeat. Two values with one number send the file to
@@ -57,6 +57,37 @@ type fileReload struct {
 type stagedEntry struct {
 	h Hash
 	e *entry
+}
+
+// stagedList is a list in chunks of at most stagedChunk entries, so
+// that a reload staging a million entries never copies them and leaves
+// at most one partly used chunk a shard.
+type stagedList struct {
+	chunks [][]stagedEntry
+	n      int
+}
+
+const stagedChunk = 256
+
+func (l *stagedList) add(p stagedEntry) {
+	if k := len(l.chunks); k == 0 || len(l.chunks[k-1]) == cap(l.chunks[k-1]) {
+		l.chunks = append(l.chunks, make([]stagedEntry, 0, min(stagedChunk, 8<<k)))
+	}
+	k := len(l.chunks) - 1
+	l.chunks[k] = append(l.chunks[k], p)
+	l.n++
+}
+
+func (l *stagedList) all() iter.Seq[stagedEntry] {
+	return func(yield func(stagedEntry) bool) {
+		for _, c := range l.chunks {
+			for _, p := range c {
+				if !yield(p) {
+					return
+				}
+			}
+		}
+	}
 }
 
 // reloadStats says what a reload changed.
@@ -136,8 +167,7 @@ func (rl *fileReload) stage(r Record) {
 		e.gen.Store(rl.gen)
 		return
 	}
-	s := &rl.staged[r.Hash[0]]
-	*s = append(*s, stagedEntry{r.Hash, rl.x.compact(r, rl.gen)})
+	rl.staged[r.Hash[0]].add(stagedEntry{r.Hash, rl.x.compact(r, rl.gen)})
 }
 
 // repeats reports whether two records had one id or one hash (or two
@@ -159,7 +189,7 @@ func (rl *fileReload) reset() {
 	rl.n = 0
 	rl.ids, rl.heads = rl.ids[:0], rl.heads[:0]
 	for i := range rl.staged {
-		rl.staged[i] = nil
+		rl.staged[i] = stagedList{}
 	}
 }
 
@@ -174,14 +204,10 @@ func (rl *fileReload) apply(resolve func(Record) *policy.Effective, recons map[u
 	for i := range x.shards {
 		s := &x.shards[i]
 		staged := rl.staged[i]
-		rl.staged[i] = nil
-		for _, p := range staged { // not yet published: written in place
-			// Copied now, so that the strings a reload keeps sit together
-			// and not one in each page of the strings it read and dropped
-			// (which would keep every such page in use).
-			p.e.id, p.e.name = strings.Clone(p.e.id), strings.Clone(p.e.name)
-			if resolve != nil {
-				p.e.limits = resolve(x.record(p.h, p.e))
+		rl.staged[i] = stagedList{}
+		if resolve != nil {
+			for p := range staged.all() {
+				p.e.limits = resolve(x.record(p.h, p.e)) // not yet published: written in place
 			}
 		}
 		gone, redo = gone[:0], redo[:0]
@@ -196,7 +222,7 @@ func (rl *fileReload) apply(resolve func(Record) *policy.Effective, recons map[u
 			}
 		}
 		replaced := 0
-		for _, p := range staged {
+		for p := range staged.all() {
 			if _, ok := s.m[p.h]; ok {
 				replaced++
 			}
@@ -207,12 +233,12 @@ func (rl *fileReload) apply(resolve func(Record) *policy.Effective, recons map[u
 			c.limits = resolve(x.record(p.h, c))
 			redo[j].e = c
 		}
-		st.added += len(staged) - replaced
+		st.added += staged.n - replaced
 		st.changed += replaced + len(redo)
 		st.removed += len(gone) - replaced
 		if len(gone)-replaced > 64 && 4*(len(gone)-replaced) > size {
 			// Rebuilt at its new size, then swapped in.
-			m := make(map[Hash]*entry, size-len(gone)+len(staged))
+			m := make(map[Hash]*entry, size-len(gone)+staged.n)
 			s.mu.RLock()
 			for h, e := range s.m {
 				if e.gen.Load() == gen {
@@ -223,7 +249,7 @@ func (rl *fileReload) apply(resolve func(Record) *policy.Effective, recons map[u
 			for _, p := range redo {
 				m[p.h] = p.e
 			}
-			for _, p := range staged {
+			for p := range staged.all() {
 				m[p.h] = p.e
 			}
 			s.mu.Lock()
@@ -231,7 +257,7 @@ func (rl *fileReload) apply(resolve func(Record) *policy.Effective, recons map[u
 			s.mu.Unlock()
 			continue
 		}
-		if len(gone)+len(staged)+len(redo) == 0 {
+		if len(gone)+staged.n+len(redo) == 0 {
 			continue
 		}
 		s.mu.Lock()
@@ -241,7 +267,7 @@ func (rl *fileReload) apply(resolve func(Record) *policy.Effective, recons map[u
 		for _, p := range redo {
 			s.m[p.h] = p.e
 		}
-		for _, p := range staged {
+		for p := range staged.all() {
 			s.m[p.h] = p.e
 		}
 		s.mu.Unlock()
