@@ -52,6 +52,13 @@ type fileReload struct {
 	// yaml.v3, which names both entries or reads it.
 	ids, heads []uint64
 	seed       maphash.Seed
+	// last is what reuse looked up last (the entry of lastH, if lastOK),
+	// so that stage, which comes next for the same record, need not look
+	// it up again; lastSet says it is there. (The index does not change
+	// while the file is read, so a lookup stays true.)
+	lastH           Hash
+	last            *entry
+	lastOK, lastSet bool
 }
 
 type stagedEntry struct {
@@ -142,6 +149,7 @@ func (rl *fileReload) read(f *os.File, path string) (fileDoc, error) {
 // h, so that an unchanged record allocates nothing.
 func (rl *fileReload) reuse(h Hash) (id, name string, ok bool) {
 	e, ok := rl.x.entry(h)
+	rl.lastH, rl.last, rl.lastOK, rl.lastSet = h, e, ok, true
 	if !ok {
 		return "", "", false
 	}
@@ -163,7 +171,12 @@ func (rl *fileReload) add(r Record) error {
 // stage marks the live entry of r's hash as seen if it is what r would
 // make, and otherwise stages r's entry.
 func (rl *fileReload) stage(r Record) {
-	if e, ok := rl.x.entry(r.Hash); ok && rl.x.same(e, r) {
+	e, ok := rl.last, rl.lastOK
+	if !rl.lastSet || r.Hash != rl.lastH {
+		e, ok = rl.x.entry(r.Hash)
+	}
+	rl.last, rl.lastOK, rl.lastSet = nil, false, false
+	if ok && rl.x.same(e, r) {
 		e.gen.Store(rl.gen)
 		return
 	}
