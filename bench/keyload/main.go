@@ -5,9 +5,9 @@
 // empty process it is measured against holds nothing else:
 //
 //	keyload -mode gen-file -keys 1000000 -file /tmp/keys.yaml
-//	keyload -mode load-file -file /tmp/keys.yaml [-revoke 0.01 -replace 0.01] [-reloadprofile /tmp/reload]
+//	keyload -mode load-file -file /tmp/keys.yaml [-revoke 0.01 -replace 0.01] [-limits] [-reloadprofile /tmp/reload]
 //	keyload -mode fill-redis -keys 1000000 -redis 127.0.0.1:6379
-//	keyload -mode load-redis -redis 127.0.0.1:6379
+//	keyload -mode load-redis -redis 127.0.0.1:6379 [-page 100]
 //	keyload -mode churn -redis 127.0.0.1:6379 -rate 100 -duration 30s
 //
 // load-file loads the file, then makes the store reload it: the file is
