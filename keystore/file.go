@@ -5,10 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime/debug"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -78,6 +79,7 @@ type FileStore struct {
 
 	snap atomic.Pointer[index] // see index; set by the first load
 	gen  uint32                // the current reload (see update)
+	cons map[string]Consumer   // the consumers of the last good load
 
 	watch *filewatch.Watcher
 }
@@ -120,57 +122,33 @@ func OpenFile(cfg FileConfig) (*FileStore, error) {
 	return s, nil
 }
 
-// reload reads the file and, if it is good, swaps it in.
+// reload reads the file: the first time into a new index, then into
+// the live one (update).
 func (s *FileStore) reload() error {
 	_, statErr := os.Stat(s.path)
 	exists := statErr == nil
 	if s.snap.Load() != nil {
 		return s.update(exists)
 	}
-	x, err := s.read()
-	if err == nil && x.len() == 0 && s.Len() > 0 {
-		what := "is empty or lists no keys"
-		if !exists {
-			what = "is missing"
-		}
-		err = fmt.Errorf("keystore file %s: %s after %d keys were served; a keystore never shrinks to nothing (revoke keys, do not delete them), so it is taken for a truncated, emptied or deleted file: %w", s.path, what, s.Len(), ErrKeystoreVanished)
-	}
+	x, cons, err := s.read()
 	if err != nil {
-		n := s.Len()
-		if s.snap.Load() != nil {
-			s.log.Error("keystore: reload failed; serving the last good keystore",
-				zap.String("path", s.path), zap.Int("keys", n), zap.Error(err))
-		}
 		if s.onReload != nil {
-			s.onReload(n, err)
+			s.onReload(0, err)
 		}
 		return err
 	}
-	if old := s.snap.Load(); old != nil {
-		removed := old.len() - x.len() + x.added(old)
-		if removed > 0 {
-			s.log.Warn("keystore: reload removed keys; revoke keys instead of deleting them (a file truncated between two records looks like this too)",
-				zap.String("path", s.path), zap.Int("removed", removed), zap.Int("keys", x.len()))
-		}
-	}
+	s.cons = cons
+	s.snap.Store(x)
 	n := x.len()
-	prev := s.snap.Swap(x)
-	if prev == nil {
-		s.log.Info("keystore: loaded", zap.String("path", s.path), zap.Int("keys", n), zap.Bool("exists", exists))
-	} else {
-		s.log.Info("keystore: reloaded", zap.String("path", s.path), zap.Int("keys", n), zap.Bool("exists", exists))
-	}
+	s.log.Info("keystore: loaded", zap.String("path", s.path), zap.Int("keys", n), zap.Bool("exists", exists))
 	if s.onReload != nil {
 		s.onReload(n, nil)
 	}
 	return nil
 }
 
-// update reloads the file into the index in place, so that a reload
-// needs no second index: it checks the whole file first (a bad file
-// changes nothing), then reads it again from the same open file (a file
-// renamed over it meanwhile is the next reload's) and stores each record,
-// and then removes the records that the file no longer has.
+// update reloads the file into the live index, reading it once: see
+// fileReload. A bad file changes nothing.
 func (s *FileStore) update(exists bool) error {
 	x := s.snap.Load()
 	fail := func(err error) error {
@@ -182,8 +160,9 @@ func (s *FileStore) update(exists bool) error {
 		}
 		return err
 	}
+	s.gen++
+	rl := newFileReload(x, s.gen, x.len()+x.len()/16)
 	f, err := os.Open(s.path)
-	n := 0
 	var doc fileDoc
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -191,44 +170,41 @@ func (s *FileStore) update(exists bool) error {
 		return fail(fmt.Errorf("keystore file: %w", err))
 	default:
 		defer f.Close()
-		if n, doc, err = checkFile(f, s.path); err != nil {
+		if doc, err = rl.read(f, s.path); err != nil {
 			return fail(err)
 		}
 	}
-	if n == 0 && s.Len() > 0 {
+	if rl.n == 0 && s.Len() > 0 {
 		what := "is empty or lists no keys"
 		if !exists {
 			what = "is missing"
 		}
 		return fail(fmt.Errorf("keystore file %s: %s after %d keys were served; a keystore never shrinks to nothing (revoke keys, do not delete them), so it is taken for a truncated, emptied or deleted file: %w", s.path, what, s.Len(), ErrKeystoreVanished))
 	}
-	s.gen++
 	cons := consumerMap(doc.Consumers)
-	now := time.Now()
-	put := func(r Record) error {
-		x.put(s.limits.resolve(r, cons, now), s.gen)
-		return nil
+	var resolve func(Record) *policy.Effective
+	var recons map[uint32]bool
+	if s.limits.res != nil {
+		now := time.Now()
+		resolve = func(r Record) *policy.Effective { return s.limits.resolve(r, cons, now).Limits }
+		recons = x.changedConsumers(s.cons, cons)
 	}
-	if doc.Keys != nil {
-		for _, r := range doc.Keys {
-			_ = put(r)
-		}
-	} else if f != nil {
-		if _, err := f.Seek(0, io.SeekStart); err != nil {
-			return fail(fmt.Errorf("keystore file: %w", err))
-		}
-		if _, err := scanDoc(f, put); err != nil {
-			// The same bytes passed the check: only a read error gets
-			// here. What was stored stays; the next reload completes it.
-			return fail(err)
-		}
+	st := rl.apply(resolve, recons)
+	s.cons = cons
+	if 4*(st.added+st.changed+st.removed) >= rl.n+st.removed {
+		// A reload that replaced a quarter of the keys or more (rare: a
+		// file rewritten by other means) leaves the old entries and maps
+		// as garbage as large as what it keeps; the runtime would hand
+		// that memory back to the OS over minutes.
+		debug.FreeOSMemory()
 	}
-	if removed := x.sweep(s.gen); removed > 0 {
+	if st.removed > 0 {
 		s.log.Warn("keystore: reload removed keys; revoke keys instead of deleting them (a file truncated between two records looks like this too)",
-			zap.String("path", s.path), zap.Int("removed", removed), zap.Int("keys", x.len()))
+			zap.String("path", s.path), zap.Int("removed", st.removed), zap.Int("keys", rl.n))
 	}
-	n = x.len()
-	s.log.Info("keystore: reloaded", zap.String("path", s.path), zap.Int("keys", n), zap.Bool("exists", exists))
+	n := x.len()
+	s.log.Info("keystore: reloaded", zap.String("path", s.path), zap.Int("keys", n), zap.Bool("exists", exists),
+		zap.Int("added", st.added), zap.Int("changed", st.changed), zap.Int("removed", st.removed))
 	if s.onReload != nil {
 		s.onReload(n, nil)
 	}
@@ -238,28 +214,29 @@ func (s *FileStore) update(exists bool) error {
 // read reads the file into a new index, streaming it through the fast
 // reader (file_scan.go): no copy of the file or list of its records is
 // held, only the index and the ids seen (to refuse a duplicate). A file
-// the fast reader does not know is read by yaml.v3.
-func (s *FileStore) read() (*index, error) {
+// the fast reader does not know is read by yaml.v3. It returns the
+// file's consumers too.
+func (s *FileStore) read() (*index, map[string]Consumer, error) {
 	f, err := os.Open(s.path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return newIndex(), nil
+		return newIndex(), nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("keystore file: %w", err)
+		return nil, nil, fmt.Errorf("keystore file: %w", err)
 	}
 	defer f.Close()
 	if st, err := f.Stat(); err == nil {
-		// About 300 bytes a record as FileAdmin writes them.
-		hint := int(st.Size() / 300)
+		// About 270 bytes a record as FileAdmin writes them.
+		hint := int(st.Size() / 270)
 		x := newIndex()
 		x.reserve(hint)
-		if x, err := s.scan(f, x); !errors.Is(err, errNotCanonical) {
-			return x, err
+		if x, cons, err := s.scan(f, x); !errors.Is(err, errNotCanonical) {
+			return x, cons, err
 		}
 	}
 	doc, err := readDoc(s.path)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	cons := consumerMap(doc.Consumers)
 	now := time.Now()
@@ -268,48 +245,53 @@ func (s *FileStore) read() (*index, error) {
 	for _, r := range doc.Keys {
 		x.put(s.limits.resolve(r, cons, now), 0)
 	}
-	return x, nil
+	return x, cons, nil
 }
 
 // scan streams f through the fast reader into x. The consumers come
 // after the keys in the file, so limits are resolved once all is read.
-func (s *FileStore) scan(f *os.File, x *index) (*index, error) {
+func (s *FileStore) scan(f *os.File, x *index) (*index, map[string]Consumer, error) {
 	// Ids seen, by a 64-bit hash of the id (no copy of the ids): two
 	// ids with one hash are told apart by the slow path.
 	seed := maphash.MakeSeed()
-	ids := make(map[uint64]int32, x.cap())
+	ids := make([]uint64, 0, x.cap())
 	i := 0
 	doc, err := scanDoc(f, func(r Record) error {
 		if err := ValidateRecord(r); err != nil {
 			return fmt.Errorf("keystore file: keys[%d]: %w", i, err)
 		}
-		id := maphash.String(seed, r.ID)
-		if _, dup := ids[id]; dup {
-			return errNotCanonical // a duplicate id, or two ids with one hash: yaml.v3 path
-		}
 		if _, dup := x.get(r.Hash); dup {
 			return errNotCanonical // the yaml.v3 path names both entries
 		}
-		ids[id] = int32(i)
+		ids = append(ids, maphash.String(seed, r.ID))
 		i++
 		x.put(r, 0)
 		return nil
 	})
+	if err == nil {
+		slices.Sort(ids)
+		for j := 1; j < len(ids); j++ {
+			if ids[j] == ids[j-1] {
+				err = errNotCanonical // a repeated id, or two ids with one hash: the yaml.v3 path
+				break
+			}
+		}
+	}
 	if errors.Is(err, errNotCanonical) {
-		return nil, err
+		return nil, nil, err
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", s.path, err)
+		return nil, nil, fmt.Errorf("%s: %w", s.path, err)
 	}
 	if _, err := validateDoc(fileDoc{Consumers: doc.Consumers, AdminTokens: doc.AdminTokens}); err != nil {
-		return nil, fmt.Errorf("%s: %w", s.path, err)
+		return nil, nil, fmt.Errorf("%s: %w", s.path, err)
 	}
+	cons := consumerMap(doc.Consumers)
 	if s.limits.res != nil {
-		cons := consumerMap(doc.Consumers)
 		now := time.Now()
-		x.each(func(r Record) Record { return s.limits.resolve(r, cons, now) })
+		x.resolveUnpublished(func(r Record) *policy.Effective { return s.limits.resolve(r, cons, now).Limits })
 	}
-	return x, nil
+	return x, cons, nil
 }
 
 // Lookup returns the record whose key hashes to h. It reports found for

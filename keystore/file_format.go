@@ -172,7 +172,7 @@ func writeRecord(buf *bytes.Buffer, r Record) bool {
 	fs = append(fs, field{"replaced_by", r.ReplacedBy}, field{"consumer", r.Consumer}, field{"plan", r.Plan})
 	for _, f := range fs {
 		omit := f.value == "" && (f.name == "name" || f.name == "context" || f.name == "replaced_by" || f.name == "consumer" || f.name == "plan")
-		if !omit && (!plainValue(f.value) || strings.TrimSpace(f.value) != f.value || !yamlPrintable(f.value)) {
+		if !omit && (!plainValue([]byte(f.value)) || strings.TrimSpace(f.value) != f.value || !yamlPrintable([]byte(f.value))) {
 			return false
 		}
 	}

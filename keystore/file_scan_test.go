@@ -71,6 +71,13 @@ func TestFastReaderMatchesYAML(t *testing.T) {
 		"zero indent":         "version: 1\nkeys:\n- id: " + r.ID + "\n  hash: " + h + "\n  product: registry\n  env: test\n  status: active\n",
 		"bad time":            strings.Replace(w, "created_at: ", "created_at: yesterday", 1),
 		"other time format":   strings.Replace(w, r.CreatedAt.Format(time.RFC3339), "2026-01-02 03:04:05", 1),
+		"february 30":         strings.Replace(w, r.CreatedAt.Format(time.RFC3339), "2026-02-30T00:00:00Z", 1),
+		"hour 24":             strings.Replace(w, r.CreatedAt.Format(time.RFC3339), "2026-01-02T24:00:00Z", 1),
+		"leap second":         strings.Replace(w, r.CreatedAt.Format(time.RFC3339), "2016-12-31T23:59:60Z", 1),
+		"lower-case t and z":  strings.Replace(w, r.CreatedAt.Format(time.RFC3339), "2026-01-02t03:04:05z", 1),
+		"time with offset":    strings.Replace(w, r.CreatedAt.Format(time.RFC3339), "2026-01-02T03:04:05+02:00", 1),
+		"sign in a time":      strings.Replace(w, r.CreatedAt.Format(time.RFC3339), "2026-01-02T03:04:-5Z", 1),
+		"a line over 64 KiB":  strings.Replace(w, "name: two words", "name: "+strings.Repeat("long ", 20000), 1),
 		"version 2":           strings.Replace(w, "version: 1", "version: 2", 1),
 		"keys twice":          w + "keys:\n  - id: x\n",
 		"only comments":       "# nothing\n",
@@ -98,6 +105,7 @@ func FuzzFastReader(f *testing.F) {
 	f.Add(good)
 	f.Add([]byte("version: 1\nkeys:\n  - id: a\n    hash: sha256:" + strings.Repeat("ab", 32) + "\n    product: registry\n    env: test\n    status: active\n"))
 	f.Add([]byte("version: 1\nkeys:\n  - id: a\n    name: 'x'\n"))
+	f.Add([]byte("version: 1\nkeys:\n  - id: a\n    created_at: 2026-02-29T23:59:59Z\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		sameParse(t, data)
 	})

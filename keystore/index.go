@@ -4,6 +4,8 @@ package keystore
 // compact records. See index for the memory budget.
 
 import (
+	"reflect"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,8 +55,10 @@ type entry struct {
 	extra                   *entryExtra
 	limits                  *policy.Effective
 	context, consumer, plan uint32
-	// gen is the full pass that last saw the entry (see RedisStore).
-	gen     uint32
+	// gen is the full pass that last saw the entry (see RedisStore and
+	// fileReload). A file reload marks an unchanged entry as seen by
+	// storing to it while lookups read the entry's other fields.
+	gen     atomic.Uint32
 	product uint8
 	env     uint8
 	status  uint8
@@ -125,8 +129,8 @@ func (x *index) compact(r Record, gen uint32) *entry {
 		product:  enumOf(products[:], r.Product),
 		env:      enumOf(envs[:], r.Env),
 		status:   enumOf(statuses[:], r.Status),
-		gen:      gen,
 	}
+	e.gen.Store(gen)
 	if r.Override != nil || len(r.Permissions) > 0 || len(r.AllowedCIDRs) > 0 {
 		e.extra = &entryExtra{override: r.Override, permissions: r.Permissions, allowedCIDRs: r.AllowedCIDRs}
 	}
@@ -198,7 +202,7 @@ func (x *index) sweep(gen uint32) int {
 		s := &x.shards[i]
 		s.mu.Lock()
 		for h, e := range s.m {
-			if e.gen != gen {
+			if e.gen.Load() != gen {
 				delete(s.m, h)
 				n++
 			}
@@ -220,34 +224,44 @@ func (x *index) len() int {
 	return n
 }
 
-// each replaces every record r by f(r), one shard at a time.
-func (x *index) each(f func(Record) Record) {
+// resolveUnpublished sets every entry's limits to f of its record, in
+// place. Only for an index no lookup can reach yet (a first load).
+func (x *index) resolveUnpublished(f func(Record) *policy.Effective) {
 	for i := range x.shards {
-		s := &x.shards[i]
-		s.mu.Lock()
-		for h, e := range s.m {
-			s.m[h] = x.compact(f(x.record(h, e)), e.gen)
+		for h, e := range x.shards[i].m {
+			e.limits = f(x.record(h, e))
 		}
-		s.mu.Unlock()
 	}
 }
 
-// added counts the hashes of x that old does not hold.
-func (x *index) added(old *index) int {
-	n := 0
-	for i := range x.shards {
-		s, o := &x.shards[i], &old.shards[i]
-		s.mu.RLock()
-		o.mu.RLock()
-		for h := range s.m {
-			if _, ok := o.m[h]; !ok {
-				n++
-			}
-		}
-		o.mu.RUnlock()
-		s.mu.RUnlock()
+// entry returns the entry of h.
+func (x *index) entry(h Hash) (*entry, bool) {
+	s := x.shard(h)
+	s.mu.RLock()
+	e, ok := s.m[h]
+	s.mu.RUnlock()
+	return e, ok
+}
+
+// same reports whether e is what compact would make of r, leaving
+// aside gen and limits (which a store resolves after reading records).
+func (x *index) same(e *entry, r Record) bool {
+	strs := x.strs.load()
+	expires := int64(0)
+	if !r.ExpiresAt.IsZero() {
+		expires = r.ExpiresAt.UnixNano()
 	}
-	return n
+	if e.id != r.ID || e.name != r.Name || e.expires != expires ||
+		e.product != enumOf(products[:], r.Product) || e.env != enumOf(envs[:], r.Env) || e.status != enumOf(statuses[:], r.Status) ||
+		strs[e.context] != r.Context || strs[e.consumer] != r.Consumer || strs[e.plan] != r.Plan {
+		return false
+	}
+	extra := r.Override != nil || len(r.Permissions) > 0 || len(r.AllowedCIDRs) > 0
+	if e.extra == nil || !extra {
+		return e.extra == nil && !extra
+	}
+	return reflect.DeepEqual(e.extra.override, r.Override) &&
+		slices.Equal(e.extra.permissions, r.Permissions) && slices.Equal(e.extra.allowedCIDRs, r.AllowedCIDRs)
 }
 
 // update applies f to every entry whose consumer is id (a consumer
@@ -262,7 +276,7 @@ func (x *index) update(consumer string, f func(Record) Record) {
 		s.mu.Lock()
 		for h, e := range s.m {
 			if e.consumer == n {
-				s.m[h] = x.compact(f(x.record(h, e)), e.gen)
+				s.m[h] = x.compact(f(x.record(h, e)), e.gen.Load())
 			}
 		}
 		s.mu.Unlock()

@@ -153,3 +153,54 @@ func BenchmarkIndexLoad(b *testing.B) {
 		})
 	}
 }
+
+// TestIndexSameSeesEveryField: a reload keeps an entry when its record
+// is unchanged (index.same), so same must tell apart two records that
+// differ in any field the request path reads, and must not tell apart
+// two that differ only in what the index does not hold.
+func TestIndexSameSeesEveryField(t *testing.T) {
+	t.Parallel()
+	base := randomRecord(t, 1)
+	base.ExpiresAt = time.Date(2027, 1, 2, 3, 4, 5, 0, time.UTC)
+	base.Override = &policy.Override{Rate: 5, Per: time.Second}
+	base.Permissions, base.AllowedCIDRs = []string{"extraction:read"}, []string{"10.0.0.0/8"}
+	tests := []struct {
+		name string
+		edit func(*Record)
+		same bool
+	}{
+		{"identical", func(*Record) {}, true},
+		{"created, revoked, replaced by (admin only)", func(r *Record) {
+			r.CreatedAt, r.RevokedAt, r.ReplacedBy = time.Unix(1, 0), time.Unix(2, 0), "key_00000000000000ff"
+		}, true},
+		{"an equal override, another pointer", func(r *Record) { o := *r.Override; r.Override = &o }, true},
+		{"id", func(r *Record) { r.ID = "key_00000000000000aa" }, false},
+		{"name", func(r *Record) { r.Name = "other" }, false},
+		{"product", func(r *Record) { r.Product = Registry }, false},
+		{"env", func(r *Record) { r.Env = Test }, false},
+		{"context", func(r *Record) { r.Context = "00000000-0000-4000-8000-000000000000" }, false},
+		{"status", func(r *Record) { r.Status = Revoked }, false},
+		{"expiry", func(r *Record) { r.ExpiresAt = r.ExpiresAt.Add(time.Nanosecond) }, false},
+		{"no expiry", func(r *Record) { r.ExpiresAt = time.Time{} }, false},
+		{"consumer", func(r *Record) { r.Consumer = "con_00000000000000aa" }, false},
+		{"plan", func(r *Record) { r.Plan = "team" }, false},
+		{"override", func(r *Record) { r.Override = &policy.Override{Rate: 6, Per: time.Second} }, false},
+		{"no override", func(r *Record) { r.Override = nil }, false},
+		{"permissions", func(r *Record) { r.Permissions = []string{"extraction:write"} }, false},
+		{"addresses", func(r *Record) { r.AllowedCIDRs = nil }, false},
+		{"nothing extra", func(r *Record) { r.Override, r.Permissions, r.AllowedCIDRs = nil, nil, nil }, false},
+	}
+	x := newIndex()
+	x.put(base, 1)
+	e, _ := x.entry(base.Hash)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := base
+			tc.edit(&r)
+			if got := x.same(e, r); got != tc.same {
+				t.Errorf("same = %v, want %v", got, tc.same)
+			}
+		})
+	}
+}

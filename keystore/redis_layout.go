@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/crc32"
-	"strings"
 	"time"
 )
 
@@ -181,12 +180,13 @@ func setJSONField(r *Record, name, v string) bool {
 			}
 		}
 	default:
-		if fieldBit(name) == 0 {
+		bit := fieldBit([]byte(name))
+		if bit == 0 {
 			return false // unknown (encoding/json matches names case-insensitively)
 		}
-		// A copy: a slice of v would keep the whole stored value alive
-		// as long as the record.
-		err = setField(r, name, strings.Clone(v))
+		// setField copies v: a slice of it would keep the whole stored
+		// value alive as long as the record.
+		err = setField(r, bit, []byte(v), nil)
 	}
 	return err == nil
 }

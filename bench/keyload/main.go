@@ -5,10 +5,19 @@
 // empty process it is measured against holds nothing else:
 //
 //	keyload -mode gen-file -keys 1000000 -file /tmp/keys.yaml
-//	keyload -mode load-file -file /tmp/keys.yaml
+//	keyload -mode load-file -file /tmp/keys.yaml [-revoke 0.01 -replace 0.01] [-limits] [-reloadprofile /tmp/reload]
 //	keyload -mode fill-redis -keys 1000000 -redis 127.0.0.1:6379
-//	keyload -mode load-redis -redis 127.0.0.1:6379
+//	keyload -mode load-redis -redis 127.0.0.1:6379 [-page 100]
 //	keyload -mode churn -redis 127.0.0.1:6379 -rate 100 -duration 30s
+//
+// load-file loads the file, then makes the store reload it: the file is
+// touched, or rewritten with -revoke and -replace (the fractions of keys
+// revoked and of keys replaced by a new one) and renamed over the old one,
+// as FileAdmin does. It reports the reload's wall and CPU time, the peak
+// RSS during it and the RSS right after it; -reloadprofile writes a CPU
+// profile of the reload and heap profiles from before and after it (read
+// the reload's allocations with pprof -sample_index=alloc_space
+// -diff_base PREFIX.before.heap PREFIX.after.heap).
 //
 // churn issues and revokes keys through the admin at -rate changes a
 // second (half each) while two replicas' stores run, and reports how long
@@ -25,11 +34,13 @@ import (
 	"encoding/hex"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -37,7 +48,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/keygate/keygate/config"
 	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/policy"
 )
 
 func main() {
@@ -48,6 +61,11 @@ func main() {
 	rate := flag.Int("rate", 100, "changes per second (churn)")
 	dur := flag.Duration("duration", 30*time.Second, "how long to churn (churn)")
 	prof := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
+	reloadProf := flag.String("reloadprofile", "", "load-file: write PREFIX.cpu (the reload's CPU profile) and PREFIX.before.heap, PREFIX.after.heap")
+	revoke := flag.Float64("revoke", 0, "load-file: the fraction of keys the reloaded file revokes")
+	replace := flag.Float64("replace", 0, "load-file: the fraction of keys the reloaded file replaces by new ones")
+	limits := flag.Bool("limits", false, "load-file: resolve each key's limit as keygate does with its default config (each key then holds its resolved limit)")
+	page := flag.Int("page", 0, "load-redis: the store's PageSize (HSCAN COUNT); 0 is its default")
 	flag.Parse()
 	if *prof != "" {
 		f, err := os.Create(*prof)
@@ -65,11 +83,11 @@ func main() {
 	case "gen-file":
 		err = genFile(*file, *n)
 	case "load-file":
-		err = loadFile(*file)
+		err = loadFile(*file, *revoke, *replace, *reloadProf, *limits)
 	case "fill-redis":
 		err = fillRedis(*addr, *n)
 	case "load-redis":
-		err = loadRedis(*addr)
+		err = loadRedis(*addr, *page)
 	case "churn":
 		err = churn(*addr, *rate, *dur)
 	default:
@@ -127,10 +145,20 @@ func genFile(path string, n int) error {
 }
 
 // rss is the process's resident set, in bytes.
-func rss() int64 {
+func rss() int64 { return procStatus("VmRSS:") }
+
+// peakRSS is the process's peak resident set since it started or since
+// the last resetPeakRSS, in bytes.
+func peakRSS() int64 { return procStatus("VmHWM:") }
+
+// resetPeakRSS makes peakRSS start again from the current RSS (Linux
+// 4.0 and later; otherwise peakRSS keeps the process's peak).
+func resetPeakRSS() { _ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) }
+
+func procStatus(field string) int64 {
 	b, _ := os.ReadFile("/proc/self/status")
 	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+		if v, ok := strings.CutPrefix(l, field); ok {
 			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
 			return kb << 10
 		}
@@ -161,27 +189,147 @@ func report(what string, took, cpuTime time.Duration, base int64, s sizer) {
 		what, n, took.Round(time.Millisecond), cpuTime.Round(time.Millisecond), float64(after-base)/float64(n), float64(settled-base)/float64(n), float64(ms.HeapInuse)/float64(n))
 }
 
-func loadFile(path string) error {
+func loadFile(path string, revoke, replace float64, prof string, limits bool) error {
+	var res *policy.Resolver
+	if limits {
+		var err error
+		if res, err = config.Default().Resolver(); err != nil {
+			return err
+		}
+	}
 	base := rss()
 	start, c0 := time.Now(), cpu()
 	reloaded := make(chan int, 4)
-	s, err := keystore.OpenFile(keystore.FileConfig{Path: path, PollInterval: 100 * time.Millisecond, NoWatch: true,
-		OnReload: func(n int, err error) { reloaded <- n }})
+	s, err := keystore.OpenFile(keystore.FileConfig{Path: path, PollInterval: 100 * time.Millisecond, NoWatch: true, Limits: res,
+		OnReload: func(n int, err error) {
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "keyload: reload:", err)
+			}
+			reloaded <- n
+		}})
 	if err != nil {
 		return err
 	}
 	took, c1 := time.Since(start), cpu()
 	<-reloaded
+	fmt.Printf("file load: peak RSS above the empty process %.0f B/key\n", float64(peakRSS()-base)/float64(s.Len()))
 	report("file load", took, c1-c0, base, s)
-	// Reload: touch the file and time until the store swapped it in.
-	now := time.Now()
+	// Reload: rewrite or touch the file and time until the store took it.
+	what := "touched"
+	if revoke > 0 || replace > 0 {
+		what = fmt.Sprintf("%.3g%% of keys revoked, %.3g%% replaced", revoke*100, replace*100)
+		if err := mutateFile(path, revoke, replace); err != nil {
+			return err
+		}
+	}
+	// What the rewrite left is not the reload's.
+	runtime.GC()
+	debug.FreeOSMemory()
+	if prof != "" {
+		if err := writeHeap(prof + ".before.heap"); err != nil {
+			return err
+		}
+		f, err := os.Create(prof + ".cpu")
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+	}
+	resetPeakRSS()
 	start, c0 = time.Now(), cpu()
-	if err := os.Chtimes(path, now, now); err != nil {
+	if what == "touched" {
+		now := time.Now()
+		err = os.Chtimes(path, now, now)
+	} else {
+		err = os.Rename(path+".new", path)
+	}
+	if err != nil {
 		return err
 	}
 	<-reloaded
-	report("file reload", time.Since(start), cpu()-c0, base, s)
+	took, c1 = time.Since(start), cpu()
+	if prof != "" {
+		pprof.StopCPUProfile()
+	}
+	peak := peakRSS()
+	if prof != "" {
+		if err := writeHeap(prof + ".after.heap"); err != nil {
+			return err
+		}
+	}
+	fmt.Printf("file reload (%s): peak RSS above the empty process %.0f B/key\n", what, float64(peak-base)/float64(s.Len()))
+	report("file reload", took, c1-c0, base, s)
 	return s.Close()
+}
+
+// writeHeap writes a heap profile as of now (a heap profile shows the
+// heap as of the last GC).
+func writeHeap(path string) error {
+	runtime.GC()
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+// mutateFile writes path+".new": path with the fraction revoke of its
+// keys revoked and the fraction replace given a new hash and id (a key
+// removed and another added), spread evenly over the file.
+func mutateFile(path string, revoke, replace float64) error {
+	in, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.Create(path + ".new")
+	if err != nil {
+		return err
+	}
+	sc := bufio.NewScanner(in)
+	sc.Buffer(make([]byte, 1<<16), 1<<20)
+	w := bufio.NewWriterSize(out, 1<<20)
+	i := -1
+	var revokeAcc, replaceAcc float64
+	doRevoke, doReplace := false, false
+	for sc.Scan() {
+		l := sc.Text()
+		switch {
+		case strings.HasPrefix(l, "  - id: "):
+			i++
+			revokeAcc += revoke
+			replaceAcc += replace
+			doRevoke, doReplace = revokeAcc >= 1, replaceAcc >= 1
+			if doRevoke {
+				revokeAcc--
+			}
+			if doReplace {
+				replaceAcc--
+				l = "  - id: key_" + randomHex(8)
+			}
+		case doReplace && strings.HasPrefix(l, "    hash: "):
+			var h keystore.Hash
+			_, _ = rand.Read(h[:])
+			l = "    hash: " + h.String()
+		case doRevoke && l == "    status: active":
+			l = "    status: revoked"
+		}
+		w.WriteString(l)
+		w.WriteByte('\n')
+	}
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	return out.Close()
 }
 
 func client(addr string) *redis.Client {
@@ -208,7 +356,7 @@ func fillRedis(addr string, n int) error {
 	return a.AnnounceAll(ctx)
 }
 
-func loadRedis(addr string) error {
+func loadRedis(addr string, page int) error {
 	c := client(addr)
 	defer c.Close()
 	ctx := context.Background()
@@ -220,7 +368,7 @@ func loadRedis(addr string) error {
 	}
 	base := rss()
 	start, c0 := time.Now(), cpu()
-	s, err := keystore.OpenRedis(keystore.RedisConfig{Client: c})
+	s, err := keystore.OpenRedis(keystore.RedisConfig{Client: c, PageSize: page})
 	if err != nil {
 		return err
 	}
@@ -234,12 +382,27 @@ func loadRedis(addr string) error {
 		return err
 	}
 	var longest redis.SlowLog
+	byCmd := map[string][]time.Duration{}
 	for _, l := range logs {
 		if l.Duration > longest.Duration {
 			longest = l
 		}
+		if len(l.Args) > 0 {
+			name := strings.ToUpper(l.Args[0])
+			byCmd[name] = append(byCmd[name], l.Duration)
+		}
 	}
 	fmt.Printf("redis load: %d commands logged, longest %s: %v\n", len(logs), longest.Duration, longest.Args[:min(len(longest.Args), 5)])
+	if len(logs) == 100000 {
+		fmt.Println("redis load: SLOWLOG was full (100000): the earliest commands are not counted")
+	}
+	for _, name := range slices.Sorted(maps.Keys(byCmd)) {
+		d := byCmd[name]
+		slices.Sort(d)
+		over := len(d) - sort.Search(len(d), func(i int) bool { return d[i] > 2*time.Millisecond })
+		fmt.Printf("redis load: %-8s %6d commands: median %s, p99 %s, max %s; %d over 2 ms\n",
+			name, len(d), d[len(d)/2], d[min(len(d)-1, len(d)*99/100)], d[len(d)-1], over)
+	}
 	_ = c.Do(ctx, "CONFIG", "SET", "slowlog-log-slower-than", "10000").Err()
 	return s.Close()
 }
