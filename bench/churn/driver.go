@@ -103,7 +103,8 @@ func runDriver(ctx context.Context, cfg driverConfig, stdout io.Writer) error {
 	for n := 0; ctx.Err() == nil; {
 		for ; !start.Add(time.Duration(n) * interval).After(time.Now()); n++ {
 			if n%2 == 0 {
-				wg.Go(func() { d.issue(n / 2) })
+				i := n / 2 // n moves on while the issue runs
+				wg.Go(func() { d.issue(i) })
 				continue
 			}
 			// Revoke the oldest key whose lifetime is over, if there is
