@@ -178,8 +178,24 @@ func (t *directTransport) put(pc *directConn) {
 	if t.idle == nil {
 		t.idle = map[string][]*directConn{}
 	}
-	t.idle[pc.host] = append(t.idle[pc.host], pc)
+	list := append(t.idle[pc.host], pc)
+	// The pool is a stack: the connections idle longest are at its
+	// bottom. Those past the idle timeout are closed here, as
+	// http.Transport's idle timer would close them.
+	var old []*directConn
+	for len(old) < len(list)-1 && pc.idleAt.Sub(list[len(old)].idleAt) >= t.idleTimeout {
+		old = append(old, list[len(old)])
+	}
+	if len(old) > 0 {
+		n := copy(list, list[len(old):])
+		clear(list[n:])
+		list = list[:n]
+	}
+	t.idle[pc.host] = list
 	t.mu.Unlock()
+	for _, c := range old {
+		_ = c.c.Close()
+	}
 }
 
 // directConn is one upstream connection, used by one request at a time.

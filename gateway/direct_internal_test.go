@@ -425,3 +425,42 @@ func TestDirectTransportEarlyAnswerToAStalledUpload(t *testing.T) {
 	}
 	t.Logf("answered after %s", time.Since(start))
 }
+
+// TestDirectTransportClosesConnectionsIdleTooLong: a connection idle past
+// the idle timeout is closed when another goes back to the pool, rather
+// than held open until the upstream drops it.
+func TestDirectTransportClosesConnectionsIdleTooLong(t *testing.T) {
+	closed := make(chan struct{}, 4)
+	up := newRawUpstream(t, func(req *http.Request, c net.Conn) bool {
+		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		return true
+	})
+	_, direct := transports(0)
+	defer direct.CloseIdleConnections()
+	direct.idleTimeout = 200 * time.Millisecond
+	url := "http://" + up.ln.Addr().String() + "/sync"
+	// Two connections at once, so that two are pooled.
+	c1, _ := direct.get(context.Background(), up.ln.Addr().String())
+	c2, _ := direct.get(context.Background(), up.ln.Addr().String())
+	direct.put(c1)
+	time.Sleep(300 * time.Millisecond)
+	go func() {
+		var b [1]byte
+		_ = c1.c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c1.c.Read(b[:]); err != nil {
+			closed <- struct{}{}
+		}
+	}()
+	direct.put(c2)
+	select {
+	case <-closed:
+	case <-time.After(3 * time.Second):
+		t.Fatal("the connection idle past the timeout is still open")
+	}
+	if n := len(direct.idle[up.ln.Addr().String()]); n != 1 {
+		t.Fatalf("%d pooled connections, want 1", n)
+	}
+	if o := roundTrip(direct, memRequest(t, "GET", url, nil, nil)); o.err || o.status != 200 {
+		t.Fatalf("%+v", o)
+	}
+}
