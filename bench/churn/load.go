@@ -12,9 +12,10 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
+
+	"github.com/keygate/keygate/bench/internal/benchproc"
 )
 
 const boundary = "----keygatechurn7MA4YWxkTrZu0gW"
@@ -38,59 +39,10 @@ func multipartBody(size int) []byte {
 
 // --- process accounting ------------------------------------------------
 
-// tree is pid and all its descendants.
-func tree(pid int) []int {
-	children := map[int][]int{}
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if f := statFields(p); len(f) > 2 {
-			pp, _ := strconv.Atoi(f[1])
-			children[pp] = append(children[pp], p)
-		}
-	}
-	out := []int{pid}
-	for i := 0; i < len(out); i++ {
-		out = append(out, children[out[i]]...)
-	}
-	return out
-}
-
-// statFields are /proc/pid/stat's fields after the command name, starting
-// with the state (field 3).
-func statFields(pid int) []string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return nil
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return nil
-	}
-	return strings.Fields(string(b[i+1:]))
-}
-
-// cpuTicks is utime+stime of the process tree, in clock ticks (1/100 s).
-func cpuTicks(pid int) int64 {
-	var sum int64
-	for _, p := range tree(pid) {
-		f := statFields(p)
-		if len(f) > 12 {
-			u, _ := strconv.ParseInt(f[11], 10, 64)
-			s, _ := strconv.ParseInt(f[12], 10, 64)
-			sum += u + s
-		}
-	}
-	return sum
-}
-
 // selfTicks is this process's own CPU time (the open-loop client), in
 // clock ticks, without its children.
 func selfTicks() int64 {
-	f := statFields(os.Getpid())
+	f := benchproc.StatFields(os.Getpid())
 	if len(f) <= 12 {
 		return 0
 	}
@@ -98,8 +50,6 @@ func selfTicks() int64 {
 	s, _ := strconv.ParseInt(f[12], 10, 64)
 	return u + s
 }
-
-const tickMicros = 10000 // USER_HZ is 100 on Linux
 
 // cpuMeter reads the CPU time of named processes over an interval.
 type cpuMeter struct {
@@ -121,7 +71,7 @@ func (m *cpuMeter) read() []int64 {
 		if p == 0 {
 			out[i] = selfTicks()
 		} else {
-			out[i] = cpuTicks(p)
+			out[i] = benchproc.CPUTicks(p)
 		}
 	}
 	return out
@@ -135,7 +85,7 @@ func (m *cpuMeter) end() (map[string]int64, time.Duration) {
 	after := m.read()
 	out := map[string]int64{}
 	for i, n := range m.names {
-		out[n] = (after[i] - m.before[i]) * tickMicros
+		out[n] = (after[i] - m.before[i]) * benchproc.TickMicros
 	}
 	return out, time.Since(m.start)
 }
@@ -177,7 +127,7 @@ wrk.headers["X-Api-Key"] = %q
 // closedLoop runs wrk -t2 -c32 against replica 1 and reads the CPU time
 // of every process around it.
 func (b *bench) closedLoop(ctx context.Context, m *cpuMeter) (closedResult, error) {
-	wrk := lookPath("wrk")
+	wrk := benchproc.LookPath("wrk")
 	if wrk == "" {
 		return closedResult{}, fmt.Errorf("wrk is not installed: run bench/install-peers.sh")
 	}

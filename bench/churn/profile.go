@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/keygate/keygate/bench/internal/benchproc"
+
 	"github.com/keygate/keygate/cli"
 )
 
@@ -71,7 +73,7 @@ func (b *bench) profileStop(name string) error {
 	}
 	for _, r := range b.replicas {
 		deadline := time.Now().Add(10 * time.Second)
-		for !fileExists(b.profilePath(r)) {
+		for !benchproc.FileExists(b.profilePath(r)) {
 			if time.Now().After(deadline) {
 				return fmt.Errorf("%s wrote no profile; its log:\n%s", r.name, b.logTail(r.name))
 			}

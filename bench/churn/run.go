@@ -20,6 +20,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/keygate/keygate/bench/internal/benchproc"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/keygate/keygate/keystore"
@@ -124,17 +126,6 @@ func (b *bench) logf(format string, args ...any) {
 	fmt.Fprintf(b.stderr, "bench-churn: "+format+"\n", args...)
 }
 
-// freeAddr returns a loopback address with a port that was free a moment
-// ago.
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
-}
-
 // start runs a process with its output in dir/name.log.
 func (b *bench) start(name string, env []string, args ...string) (*exec.Cmd, error) {
 	logf, err := os.Create(filepath.Join(b.dir, name+".log"))
@@ -158,22 +149,9 @@ func (b *bench) start(name string, env []string, args ...string) (*exec.Cmd, err
 
 func (b *bench) stopAll() {
 	for i := len(b.procs) - 1; i >= 0; i-- {
-		stop(b.procs[i])
+		benchproc.Stop(b.procs[i])
 	}
 	b.procs = nil
-}
-
-// stop ends a process group the bench started, and waits for it.
-func stop(c *exec.Cmd) {
-	_ = syscall.Kill(-c.Process.Pid, syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { _ = c.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
-		<-done
-	}
 }
 
 func (b *bench) forget(c *exec.Cmd) {
@@ -188,44 +166,11 @@ func (b *bench) logTail(name string) string {
 	return string(logs)
 }
 
-func lookPath(names ...string) string {
-	for _, n := range names {
-		if p, err := exec.LookPath(n); err == nil {
-			return p
-		}
-		if p := "/usr/sbin/" + n; fileExists(p) {
-			return p
-		}
-	}
-	return ""
-}
-
-func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
-
-// moduleRoot finds the directory of keygate's go.mod from the working
-// directory up.
-func moduleRoot() (string, error) {
-	d, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if b, err := os.ReadFile(filepath.Join(d, "go.mod")); err == nil && bytes.Contains(b, []byte("module github.com/keygate/keygate\n")) {
-			return d, nil
-		}
-		p := filepath.Dir(d)
-		if p == d {
-			return "", errors.New("keygate's go.mod not found above the working directory")
-		}
-		d = p
-	}
-}
-
 func (b *bench) buildKeygate() (string, error) {
 	if b.o.KeygateBin != "" {
 		return b.o.KeygateBin, nil
 	}
-	root, err := moduleRoot()
+	root, err := benchproc.ModuleRoot()
 	if err != nil {
 		return "", err
 	}
@@ -239,11 +184,11 @@ func (b *bench) buildKeygate() (string, error) {
 }
 
 func (b *bench) startRedis() error {
-	exe := lookPath("redis-server")
+	exe := benchproc.LookPath("redis-server")
 	if exe == "" {
 		return errors.New("redis-server is not installed: run make deps")
 	}
-	addr, err := freeAddr()
+	addr, err := benchproc.FreeAddr()
 	if err != nil {
 		return err
 	}
@@ -367,7 +312,7 @@ func (b *bench) startAll(ctx context.Context) error {
 	if err := b.fill(ctx, b.o.Keys); err != nil {
 		return err
 	}
-	up, err := freeAddr()
+	up, err := benchproc.FreeAddr()
 	if err != nil {
 		return err
 	}
@@ -381,7 +326,7 @@ func (b *bench) startAll(ctx context.Context) error {
 	for i := range 2 {
 		r := &replica{name: fmt.Sprintf("replica%d", i+1)}
 		for _, p := range []*string{&r.addr, &r.admin, &r.ops} {
-			if *p, err = freeAddr(); err != nil {
+			if *p, err = benchproc.FreeAddr(); err != nil {
 				return err
 			}
 		}

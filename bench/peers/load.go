@@ -15,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/keygate/keygate/bench/internal/benchproc"
 )
 
 const boundary = "----keygatebench7MA4YWxkTrZu0gW"
@@ -93,61 +95,10 @@ func filler(n int) []byte {
 
 // --- process accounting ------------------------------------------------
 
-// tree is pid and all its descendants.
-func tree(pid int) []int {
-	children := map[int][]int{}
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if f := statFields(p); len(f) > 2 {
-			pp, _ := strconv.Atoi(f[1])
-			children[pp] = append(children[pp], p)
-		}
-	}
-	out := []int{pid}
-	for i := 0; i < len(out); i++ {
-		out = append(out, children[out[i]]...)
-	}
-	return out
-}
-
-// statFields are /proc/pid/stat's fields after the command name, starting
-// with the state (field 3).
-func statFields(pid int) []string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return nil
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return nil
-	}
-	return strings.Fields(string(b[i+1:]))
-}
-
-// cpuTicks is utime+stime of the process tree, in clock ticks (1/100 s).
-func cpuTicks(pid int) int64 {
-	var sum int64
-	for _, p := range tree(pid) {
-		f := statFields(p)
-		if len(f) > 12 {
-			u, _ := strconv.ParseInt(f[11], 10, 64)
-			s, _ := strconv.ParseInt(f[12], 10, 64)
-			sum += u + s
-		}
-	}
-	return sum
-}
-
-const tickMicros = 10000 // USER_HZ is 100 on Linux
-
 // memKiB sums a /proc/pid/status field (VmHWM, VmRSS) over the tree.
 func memKiB(pid int, field string) int64 {
 	var sum int64
-	for _, p := range tree(pid) {
+	for _, p := range benchproc.Tree(pid) {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p))
 		if err != nil {
 			continue
@@ -164,7 +115,7 @@ func memKiB(pid int, field string) int64 {
 
 // resetHWM resets the peak RSS of the tree (Linux clear_refs 5).
 func resetHWM(pid int) {
-	for _, p := range tree(pid) {
+	for _, p := range benchproc.Tree(pid) {
 		_ = os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", p), []byte("5"), 0)
 	}
 }
@@ -203,7 +154,7 @@ wrk.headers["X-Api-Key"] = %q
 
 // closedLoop runs wrk -t2 -c32 against t and reads t's CPU time around it.
 func (b *bench) closedLoop(ctx context.Context, t *target, size int) (closedResult, error) {
-	wrk := lookPath("wrk")
+	wrk := benchproc.LookPath("wrk")
 	if wrk == "" {
 		return closedResult{}, errNoWrk
 	}
@@ -213,9 +164,9 @@ func (b *bench) closedLoop(ctx context.Context, t *target, size int) (closedResu
 	}
 	secs := max(1, int(b.o.Duration/time.Second))
 	cmd := exec.CommandContext(ctx, wrk, "-t2", "-c32", fmt.Sprintf("-d%ds", secs), "-s", script, b.scheme()+t.addr+"/sync")
-	before := cpuTicks(t.root.Process.Pid)
+	before := benchproc.CPUTicks(t.root.Process.Pid)
 	out, err := cmd.CombinedOutput()
-	after := cpuTicks(t.root.Process.Pid)
+	after := benchproc.CPUTicks(t.root.Process.Pid)
 	if err != nil {
 		return closedResult{}, fmt.Errorf("wrk %s: %w\n%s", t.name, err, out)
 	}
@@ -238,7 +189,7 @@ func (b *bench) closedLoop(ctx context.Context, t *target, size int) (closedResu
 		}
 	}
 	if total > 0 {
-		r.cpuPerReq = float64((after-before)*tickMicros) / float64(total)
+		r.cpuPerReq = float64((after-before)*benchproc.TickMicros) / float64(total)
 	}
 	return r, nil
 }

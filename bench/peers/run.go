@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"text/template"
 	"time"
+
+	"github.com/keygate/keygate/bench/internal/benchproc"
 )
 
 // Options are the bench's knobs (see the flags in main.go).
@@ -158,17 +160,6 @@ func (b *bench) want(name string) bool {
 	return slices.Contains(strings.Split(b.o.Targets, ","), name)
 }
 
-// freeAddr returns a loopback address with a port that was free a moment
-// ago.
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
-}
-
 // start runs a process with its output in dir/name.log.
 func (b *bench) start(name string, args ...string) (*exec.Cmd, error) {
 	logf, err := os.Create(filepath.Join(b.dir, name+".log"))
@@ -194,22 +185,9 @@ func (b *bench) start(name string, args ...string) (*exec.Cmd, error) {
 
 func (b *bench) stopAll() {
 	for i := len(b.procs) - 1; i >= 0; i-- {
-		stop(b.procs[i])
+		benchproc.Stop(b.procs[i])
 	}
 	b.procs = nil
-}
-
-// stop ends a process group the bench started, and waits for it.
-func stop(c *exec.Cmd) {
-	_ = syscall.Kill(-c.Process.Pid, syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { _ = c.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
-		<-done
-	}
 }
 
 // restart starts t afresh on the same address, so that what a phase
@@ -218,7 +196,7 @@ func (b *bench) restart(t *target) error {
 	if t.args == nil {
 		return nil
 	}
-	stop(t.root)
+	benchproc.Stop(t.root)
 	b.procs = slices.DeleteFunc(b.procs, func(c *exec.Cmd) bool { return c == t.root })
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -230,7 +208,7 @@ func (b *bench) restart(t *target) error {
 			t.root = c
 			return nil
 		}
-		stop(c)
+		benchproc.Stop(c)
 		b.procs = slices.DeleteFunc(b.procs, func(x *exec.Cmd) bool { return x == c })
 		if time.Now().After(deadline) {
 			return err
@@ -280,44 +258,11 @@ func tail(b []byte, n int) []byte {
 	return b
 }
 
-func lookPath(names ...string) string {
-	for _, n := range names {
-		if p, err := exec.LookPath(n); err == nil {
-			return p
-		}
-		if p := "/usr/sbin/" + n; fileExists(p) {
-			return p
-		}
-	}
-	return ""
-}
-
-func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
-
-// moduleRoot finds the directory of keygate's go.mod from the working
-// directory up.
-func moduleRoot() (string, error) {
-	d, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if b, err := os.ReadFile(filepath.Join(d, "go.mod")); err == nil && bytes.Contains(b, []byte("module github.com/keygate/keygate\n")) {
-			return d, nil
-		}
-		p := filepath.Dir(d)
-		if p == d {
-			return "", errors.New("keygate's go.mod not found above the working directory")
-		}
-		d = p
-	}
-}
-
 func (b *bench) buildKeygate() (string, error) {
 	if b.o.KeygateBin != "" {
 		return b.o.KeygateBin, nil
 	}
-	root, err := moduleRoot()
+	root, err := benchproc.ModuleRoot()
 	if err != nil {
 		return "", err
 	}
@@ -333,7 +278,7 @@ func (b *bench) buildKeygate() (string, error) {
 // keygateConfig writes a config for a keygate on listen with the given
 // limiter backend, and returns its path and spool dir.
 func (b *bench) keygateConfig(name, listen, upstream, backend, redisAddr string) (string, string, error) {
-	admin, err := freeAddr()
+	admin, err := benchproc.FreeAddr()
 	if err != nil {
 		return "", "", err
 	}
@@ -406,7 +351,7 @@ func (b *bench) writeConf(name, tmpl string, d confData) (string, error) {
 // startAll starts the upstream, then every wanted target, and checks each
 // answers the bench request with 200.
 func (b *bench) startAll() error {
-	upAddr, err := freeAddr()
+	upAddr, err := benchproc.FreeAddr()
 	if err != nil {
 		return err
 	}
@@ -444,7 +389,7 @@ func (b *bench) startAll() error {
 		if !b.want(name) {
 			return nil
 		}
-		addr, err := freeAddr()
+		addr, err := benchproc.FreeAddr()
 		if err != nil {
 			return err
 		}
@@ -473,7 +418,7 @@ func (b *bench) startAll() error {
 	}
 	peer := func(bin, conf, tmpl string, args func(conf string) []string) func(string) ([]string, error) {
 		return func(addr string) ([]string, error) {
-			exe := lookPath(bin)
+			exe := benchproc.LookPath(bin)
 			if exe == "" {
 				if b.o.Smoke {
 					return nil, nil
@@ -536,11 +481,11 @@ func (b *bench) startAll() error {
 }
 
 func (b *bench) startRedis() (string, error) {
-	exe := lookPath("redis-server")
+	exe := benchproc.LookPath("redis-server")
 	if exe == "" {
 		return "", errors.New("redis-server is not installed: run make deps")
 	}
-	addr, err := freeAddr()
+	addr, err := benchproc.FreeAddr()
 	if err != nil {
 		return "", err
 	}
@@ -570,7 +515,7 @@ func (b *bench) startRedis() (string, error) {
 // CPU profiler on, loads it with wrk at 256 B then 100 KiB, and stops it
 // so that the profile is written.
 func (b *bench) profile(ctx context.Context, stdout io.Writer) error {
-	upAddr, err := freeAddr()
+	upAddr, err := benchproc.FreeAddr()
 	if err != nil {
 		return err
 	}
@@ -581,7 +526,7 @@ func (b *bench) profile(ctx context.Context, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	addr, err := freeAddr()
+	addr, err := benchproc.FreeAddr()
 	if err != nil {
 		return err
 	}
@@ -650,7 +595,7 @@ func filepathAbs(p string) (string, error) {
 	if filepath.IsAbs(p) {
 		return p, nil
 	}
-	root, err := moduleRoot()
+	root, err := benchproc.ModuleRoot()
 	if err != nil {
 		return filepath.Abs(p)
 	}

@@ -33,6 +33,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/keygate/keygate/bench/internal/benchproc"
 )
 
 var (
@@ -202,7 +204,7 @@ func serveRoleTLS(addr, certFile, keyFile string, stderr io.Writer, h http.Handl
 // startDirectTLS starts the upstream handler on a TLS listener of its own
 // as target direct (the ceiling of TLS mode's tables).
 func (b *bench) startDirectTLS() error {
-	addr, err := freeAddr()
+	addr, err := benchproc.FreeAddr()
 	if err != nil {
 		return err
 	}
@@ -284,7 +286,7 @@ func h2Result(out []byte) (rps float64, done, errs int64, err error) {
 // h2Loop runs h2load -c32 -m10 -t2 against t for the bench duration with
 // the same multipart body as wrk, and reads t's CPU time around it.
 func (b *bench) h2Loop(ctx context.Context, t *target, size int) (closedResult, error) {
-	h2load := lookPath("h2load")
+	h2load := benchproc.LookPath("h2load")
 	if h2load == "" {
 		return closedResult{}, errNoH2load
 	}
@@ -301,9 +303,9 @@ func (b *bench) h2Loop(ctx context.Context, t *target, size int) (closedResult, 
 	defer cancel()
 	cmd := exec.CommandContext(ctx, h2load, "-c32", "-m10", "-t2", "-D", strconv.Itoa(secs), "-d", bp,
 		"-H", "content-type: "+ctype, "-H", "x-api-key: "+b.key, "https://"+t.addr+"/sync")
-	before := cpuTicks(t.root.Process.Pid)
+	before := benchproc.CPUTicks(t.root.Process.Pid)
 	out, err := cmd.CombinedOutput()
-	after := cpuTicks(t.root.Process.Pid)
+	after := benchproc.CPUTicks(t.root.Process.Pid)
 	if err != nil {
 		if ctx.Err() != nil {
 			err = fmt.Errorf("%w: no end within a minute of the run's %ds; the target stopped answering the streams in flight", err, secs)
@@ -316,7 +318,7 @@ func (b *bench) h2Loop(ctx context.Context, t *target, size int) (closedResult, 
 	}
 	r := closedResult{rps: rps, errors: errs}
 	if done > 0 {
-		r.cpuPerReq = float64((after-before)*tickMicros) / float64(done)
+		r.cpuPerReq = float64((after-before)*benchproc.TickMicros) / float64(done)
 	}
 	return r, nil
 }

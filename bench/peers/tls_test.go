@@ -16,6 +16,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/keygate/keygate/bench/internal/benchproc"
 )
 
 // TestSmokeTLS runs the bench in TLS smoke mode: every installed target
@@ -31,7 +33,7 @@ func TestSmokeTLS(t *testing.T) {
 	// build without -race, as keygate and the peers are: the race
 	// detector would slow their TLS stacks tenfold, and what they serve
 	// is not what this test checks for races (the bench driver is).
-	root, err := moduleRoot()
+	root, err := benchproc.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
