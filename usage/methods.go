@@ -42,25 +42,6 @@ func (s *RedisStore) methodsKey(id, d string) string {
 }
 func (s *RedisStore) lastKeyAuthKey() string { return s.Prefix + "usage:last_api_key" }
 
-// flushMethods adds the deltas' counts by method to the daily hashes and
-// raises the last API-key uses.
-func (s *RedisStore) flushMethods(ctx context.Context, p redis.Pipeliner, d *Delta, now time.Time) {
-	if d.APIKey == 0 && d.Bearer == 0 {
-		return
-	}
-	k := s.methodsKey(d.ID, day(now))
-	if d.APIKey != 0 {
-		p.HIncrBy(ctx, k, "api_key", d.APIKey)
-	}
-	if d.Bearer != 0 {
-		p.HIncrBy(ctx, k, "bearer", d.Bearer)
-	}
-	p.Expire(ctx, k, MethodRetention+24*time.Hour)
-	if !d.LastAPIKey.IsZero() {
-		p.ZAddGT(ctx, s.lastKeyAuthKey(), redis.Z{Score: float64(d.LastAPIKey.UnixMilli()), Member: d.ID})
-	}
-}
-
 // Methods reads ids' counts by method over the last since (whole days,
 // today included, at most MaxMethodWindow) in one pipeline.
 func (s *RedisStore) Methods(ctx context.Context, ids []string, since time.Duration, now time.Time) (map[string]MethodCounts, error) {

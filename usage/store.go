@@ -65,10 +65,13 @@ func sum(hs []Hour) Counts {
 }
 
 // RedisStore writes per-key hourly hashes PREFIX usage:{ID}:YYYYMMDDHH
-// (fields admitted, rate, quota, context, product, concurrency, bytes_in;
-// expiring after Retention) and the sorted set PREFIX usage:last (member
-// the key id, score its last use in unix ms, raised with ZADD GT so that
-// replicas flushing out of order never move it back).
+// (fields admitted, rate, quota, context, product, concurrency,
+// forbidden_*, bytes_in; expiring Retention after they are created) and
+// daily hashes by method PREFIX usage:{ID}:methods:YYYYMMDD (api_key,
+// bearer; MethodRetention plus a day), and the sorted sets PREFIX
+// usage:last and usage:last_api_key (member the key id, score its last
+// use in unix ms, raised with ZADD GT so that replicas flushing out of
+// order never move it back).
 type RedisStore struct {
 	Client redis.UniversalClient
 	Prefix string
@@ -77,62 +80,139 @@ type RedisStore struct {
 func (s *RedisStore) bucket(id, h string) string { return s.Prefix + "usage:{" + id + "}:" + h }
 func (s *RedisStore) lastKey() string            { return s.Prefix + "usage:last" }
 
-// FlushBatch is how many keys' deltas one transaction of a Redis flush
-// carries: a few hundred short commands, well under a millisecond of
-// Redis's time.
+// FlushBatch is how many keys' deltas one script call of a Redis flush
+// carries: a few hundred short commands inside Redis, well under a
+// millisecond of its time.
 const FlushBatch = 100
 
-// Flush sends the deltas. A hash is created by HINCRBY and given its TTL
-// by the EXPIRE after it: in a plain pipeline, a connection cut between
-// the two (a write timeout while Redis is slow) would leave a hash that
-// never expires. So on a single Redis (a *redis.Client, Sentinel's
-// included) the deltas go in transactions (MULTI/EXEC, one round trip
-// each) of FlushBatch keys: Redis discards a transaction whose EXEC it
-// never received, so each batch is written whole or not at all. A
-// Cluster refuses a transaction over several hash slots (and go-redis a
-// cross-slot TxPipeline), so a Cluster or a Ring gets one plain pipeline,
-// which a cut connection can still leave with a hash without TTL.
+// flushScript adds deltas to usage hashes, each hash's HINCRBYs followed
+// by its EXPIRE in one script call. Redis runs a script whole or, when
+// its call never arrived whole (a connection cut by a write timeout),
+// not at all, so a flush cut at any point leaves no hash without its TTL;
+// and a flush costs Redis and the gateway one command per batch of keys
+// instead of about seven per key (the MULTI/EXEC it replaces queued and
+// answered every command twice).
+//
+// KEYS: per key, its hour's hash and its day's hash by method.
+// ARGV: the hour hash's TTL and the day hash's TTL, in seconds; then per
+// key: n, n field and value pairs for the hour's hash, and the requests
+// by API key and by bearer token for the day's hash (0 and 0: the day's
+// hash is not touched).
+var flushScript = redis.NewScript(`
+local a = 3
+for i = 1, #KEYS, 2 do
+  local n = tonumber(ARGV[a])
+  for j = a + 1, a + 2 * n, 2 do
+    if redis.call('HINCRBY', KEYS[i], ARGV[j], ARGV[j + 1]) == tonumber(ARGV[j + 1]) then
+      redis.call('EXPIRE', KEYS[i], ARGV[1])
+    end
+  end
+  a = a + 2 * n + 1
+  local api, bearer = ARGV[a], ARGV[a + 1]
+  a = a + 2
+  if api ~= '0' and redis.call('HINCRBY', KEYS[i + 1], 'api_key', api) == tonumber(api) then
+    redis.call('EXPIRE', KEYS[i + 1], ARGV[2])
+  end
+  if bearer ~= '0' and redis.call('HINCRBY', KEYS[i + 1], 'bearer', bearer) == tonumber(bearer) then
+    redis.call('EXPIRE', KEYS[i + 1], ARGV[2])
+  end
+end
+return 0
+`)
+
+// Flush sends the deltas in one pipeline: on a single Redis (a
+// *redis.Client, Sentinel's included) one flushScript call per
+// FlushBatch keys, on a Cluster or a Ring one per key (its two hashes
+// share the key's hash slot; a script may not span slots), and the last
+// uses as ZADD GT of many members per sorted set. A script Redis lost
+// (a restart, a failover) is sent again whole, once.
 func (s *RedisStore) Flush(ctx context.Context, ds []Delta, now time.Time) error {
-	h := hour(now)
-	if _, single := s.Client.(*redis.Client); !single {
-		_, err := s.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i := range ds {
-				s.flushOne(ctx, p, &ds[i], h, now)
-			}
-			return nil
-		})
-		return err
+	if len(ds) == 0 {
+		return nil
 	}
-	for len(ds) > 0 {
-		batch := ds[:min(len(ds), FlushBatch)]
-		ds = ds[len(batch):]
-		_, err := s.Client.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			for i := range batch {
-				s.flushOne(ctx, p, &batch[i], h, now)
+	batch := 1
+	if _, single := s.Client.(*redis.Client); single {
+		batch = FlushBatch
+	}
+	h, d := hour(now), day(now)
+	cmds, err := s.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for rest := ds; len(rest) > 0; {
+			b := rest[:min(len(rest), batch)]
+			rest = rest[len(b):]
+			keys, args := s.flushArgs(b, h, d)
+			flushScript.EvalSha(ctx, p, keys, args...)
+		}
+		s.zaddLast(ctx, p, s.lastKey(), ds, func(d *Delta) time.Time { return d.LastUsed })
+		s.zaddLast(ctx, p, s.lastKeyAuthKey(), ds, func(d *Delta) time.Time { return d.LastAPIKey })
+		return nil
+	})
+	if err == nil {
+		return nil
+	}
+	// Only the scripts Redis did not know were not run: send those again
+	// with their source. Any other error fails the flush.
+	var again []*redis.Cmd
+	for _, c := range cmds {
+		if e := c.Err(); e != nil {
+			sc, ok := c.(*redis.Cmd)
+			if !ok || !redis.HasErrorPrefix(e, "NOSCRIPT") {
+				return e
 			}
-			return nil
-		})
-		if err != nil {
-			return err
+			again = append(again, sc)
 		}
 	}
-	return nil
+	_, err = s.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, c := range again {
+			args := c.Args() // evalsha, sha, numkeys, keys…, args…
+			n := int(args[2].(int))
+			keys := make([]string, n)
+			for i := range keys {
+				keys[i] = args[3+i].(string)
+			}
+			flushScript.Eval(ctx, p, keys, args[3+n:]...)
+		}
+		return nil
+	})
+	return err
 }
 
-// flushOne queues one key's delta: its hourly hash and its TTL, its last
-// use, and its counts by method.
-func (s *RedisStore) flushOne(ctx context.Context, p redis.Pipeliner, d *Delta, h string, now time.Time) {
-	k := s.bucket(d.ID, h)
-	for f := 0; f <= int(numOutcomes); f++ {
-		if v := *d.ptr(f); v != 0 {
-			p.HIncrBy(ctx, k, fieldName(f), v)
+// flushArgs are flushScript's keys and arguments for the keys of b.
+func (s *RedisStore) flushArgs(b []Delta, h, d string) ([]string, []any) {
+	keys := make([]string, 0, 2*len(b))
+	args := make([]any, 0, 2+6*len(b))
+	args = append(args, int64(Retention/time.Second), int64((MethodRetention+24*time.Hour)/time.Second))
+	for i := range b {
+		dl := &b[i]
+		keys = append(keys, s.bucket(dl.ID, h), s.methodsKey(dl.ID, d))
+		at := len(args)
+		args = append(args, 0)
+		n := 0
+		for f := 0; f <= int(numOutcomes); f++ {
+			if v := *dl.ptr(f); v != 0 {
+				args = append(args, fieldName(f), v)
+				n++
+			}
+		}
+		args[at] = n
+		args = append(args, dl.APIKey, dl.Bearer)
+	}
+	return keys, args
+}
+
+// zaddLast raises each delta's last use in the sorted set key (ZADD GT,
+// so that replicas flushing out of order never move it back), in one
+// command of many members per FlushBatch keys.
+func (s *RedisStore) zaddLast(ctx context.Context, p redis.Pipeliner, key string, ds []Delta, at func(*Delta) time.Time) {
+	zs := make([]redis.Z, 0, min(len(ds), FlushBatch))
+	for i := range ds {
+		if t := at(&ds[i]); !t.IsZero() {
+			zs = append(zs, redis.Z{Score: float64(t.UnixMilli()), Member: ds[i].ID})
+		}
+		if len(zs) == FlushBatch || i == len(ds)-1 && len(zs) > 0 {
+			p.ZAddGT(ctx, key, zs...)
+			zs = make([]redis.Z, 0, min(len(ds)-i-1, FlushBatch))
 		}
 	}
-	p.Expire(ctx, k, Retention)
-	if !d.LastUsed.IsZero() {
-		p.ZAddGT(ctx, s.lastKey(), redis.Z{Score: float64(d.LastUsed.UnixMilli()), Member: d.ID})
-	}
-	s.flushMethods(ctx, p, d, now)
 }
 
 func fieldName(f int) string {

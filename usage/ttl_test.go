@@ -3,6 +3,7 @@ package usage_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,6 +26,11 @@ func TestRedisFlushCutLeavesNoKeyWithoutTTL(t *testing.T) {
 	now := time.Date(2026, 11, 24, 10, 30, 0, 0, time.UTC)
 	failed := 0
 	for round := range 8 {
+		// Redis has run what reached it of the last round's flush (some
+		// hundred script calls) before this round's short timeouts start.
+		if err := check.Ping(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
 		client := srv.Client(t, func(o *redis.Options) { o.WriteTimeout, o.ReadTimeout = 50*time.Millisecond, 50*time.Millisecond })
 		if err := client.Ping(ctx).Err(); err != nil { // the connection is up before Redis hangs
 			t.Fatal(err)
@@ -36,6 +42,13 @@ func TestRedisFlushCutLeavesNoKeyWithoutTTL(t *testing.T) {
 			c.Record(fmt.Sprintf("key_%d_%0*d", round, 5+round, i), usage.ByAPIKey, usage.Admitted, 1000, now)
 		}
 		s := &usage.RedisStore{Client: client, Prefix: "kg:"}
+		if round == 0 { // Redis knows the flush's script, so that what reaches it runs
+			warm := usage.NewCounters(0)
+			warm.Record("warm", usage.ByAPIKey, usage.Admitted, 1, now)
+			if err := s.Flush(ctx, warm.Drain(), now); err != nil {
+				t.Fatal(err)
+			}
+		}
 		srv.Freeze()
 		if err := s.Flush(ctx, c.Drain(), now); err != nil {
 			failed++
@@ -65,6 +78,9 @@ func TestRedisFlushCutLeavesNoKeyWithoutTTL(t *testing.T) {
 		}
 	}
 	t.Logf("%d of 8 flushes cut; %d usage hashes written", failed, keys)
+	if keys <= 1 {
+		t.Fatal("no part of a cut flush reached Redis: the test cut nothing that ran")
+	}
 	if len(noTTL) > 0 {
 		t.Errorf("%d usage hashes have no TTL, e.g. %v", len(noTTL), noTTL[:min(3, len(noTTL))])
 	}
@@ -103,5 +119,55 @@ func TestRedisClusterFlush(t *testing.T) {
 		if ttl, err := client.PTTL(ctx, "kg:usage:{"+id+"}:"+now.UTC().Format("2006010215")).Result(); err != nil || ttl <= 0 {
 			t.Errorf("%s: TTL %v, %v", id, ttl, err)
 		}
+	}
+}
+
+// TestRedisFlushGivesEveryHashItsTTL: whichever outcome or method first
+// creates a key's hour hash or day hash, in whichever flush, the hash has
+// its TTL (about Retention for the hour's, MethodRetention plus a day for
+// the day's), and a later flush that adds new fields keeps one.
+func TestRedisFlushGivesEveryHashItsTTL(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	ctx := context.Background()
+	s := &usage.RedisStore{Client: client, Prefix: "kg:"}
+	now := time.Date(2026, 11, 24, 10, 30, 0, 0, time.UTC)
+	flush := func(id string, m usage.Method, o usage.Outcome) {
+		t.Helper()
+		c := usage.NewCounters(0)
+		c.Record(id, m, o, 7, now)
+		if err := s.Flush(ctx, c.Drain(), now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	flush("a", usage.ByAPIKey, usage.RefusedRate)
+	flush("a", usage.ByAPIKey, usage.Admitted)
+	flush("b", usage.ByToken, usage.Admitted)
+	flush("b", usage.ByAPIKey, usage.RefusedQuota)
+	flush("c", usage.ByToken, usage.RefusedContext)
+	keys, err := client.Keys(ctx, "kg:usage:{*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 6 { // each key: an hour's hash and a day's hash by method
+		t.Errorf("usage hashes %v, want 6", keys)
+	}
+	for _, k := range keys {
+		ttl, err := client.TTL(ctx, k).Result()
+		want := usage.Retention
+		if strings.Contains(k, ":methods:") {
+			want = usage.MethodRetention + 24*time.Hour
+		}
+		if err != nil || ttl <= want-time.Minute || ttl > want {
+			t.Errorf("%s: TTL %v, %v; want about %v", k, ttl, err, want)
+		}
+	}
+	got, _, err := s.Read(ctx, []string{"a", "b", "c"}, time.Hour, now)
+	if err != nil || got.Admitted != 2 || got.Rate != 1 || got.Quota != 1 || got.Context != 1 || got.BytesIn != 5*7 {
+		t.Errorf("read back %+v, %v", got, err)
+	}
+	m, err := s.Methods(ctx, []string{"a", "b", "c"}, 24*time.Hour, now)
+	if err != nil || m["a"].APIKey != 2 || m["b"].APIKey != 1 || m["b"].Bearer != 1 || m["c"].Bearer != 1 {
+		t.Errorf("methods %+v, %v", m, err)
 	}
 }
