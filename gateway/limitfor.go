@@ -17,7 +17,7 @@ func (g *Gateway) limitFor(p *auth.Principal) (policy.Limit, string) {
 		if e.Next != nil {
 			e = e.At(time.Now())
 		}
-		return e.Limit, e.ID
+		return e.Limit, e.Bucket(p.ID)
 	}
 	lim, ok := g.cfg.Limits[p.Env]
 	if !ok {

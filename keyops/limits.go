@@ -153,7 +153,7 @@ func describe(e *policy.Effective, sub policy.Subject) *Limit {
 			"rate": name(e.Sources.Rate), "per": name(e.Sources.Per),
 			"burst": name(e.Sources.Burst), "quota": name(e.Sources.Quota),
 		},
-		Bucket: e.ID, Scope: string(e.Scope),
+		Bucket: e.Bucket(sub.KeyID), Scope: string(e.Scope),
 	}
 	if e.Next != nil {
 		t := e.Until.UTC()

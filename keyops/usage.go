@@ -197,7 +197,8 @@ func (s *Service) readUsage(ctx context.Context, id string, ids []string, since 
 
 func (s *Service) quota(ctx context.Context, sub policy.Subject) (*QuotaStatus, error) {
 	e := s.limits.Resolve(sub, s.now())
-	q := &QuotaStatus{Limit: e.Limit.Quota.String(), Bucket: e.ID}
+	bucket := e.Bucket(sub.KeyID)
+	q := &QuotaStatus{Limit: e.Limit.Quota.String(), Bucket: bucket}
 	if !e.Limit.Quota.Enabled() {
 		return q, nil
 	}
@@ -205,7 +206,7 @@ func (s *Service) quota(ctx context.Context, sub policy.Subject) (*QuotaStatus, 
 		q.Note = "per replica (ratelimit.backend local): not readable here"
 		return q, nil
 	}
-	used, reset, err := s.quotaReader(ctx, e.ID)
+	used, reset, err := s.quotaReader(ctx, bucket)
 	if err != nil {
 		return nil, err
 	}

@@ -110,7 +110,7 @@ func TestConsumersOnEveryBackend(t *testing.T) {
 				}
 			}
 			waitAll("the consumer's scope-consumer plan", func(e *policy.Effective) bool {
-				return e.ID == con.ID && e.Limit.Quota.Requests == 30 && e.Sources.Rate == policy.FromConsumerPlan
+				return e.Bucket(rec.ID) == con.ID && e.Limit.Quota.Requests == 30 && e.Sources.Rate == policy.FromConsumerPlan
 			})
 			if _, err := admin.UpdateConsumer(ctx, con.ID, func(c keystore.Consumer) (keystore.Consumer, error) {
 				c.Override = &policy.Override{Quota: &policy.Quota{Requests: 60, Per: time.Hour}}
@@ -119,7 +119,7 @@ func TestConsumersOnEveryBackend(t *testing.T) {
 				t.Fatal(err)
 			}
 			waitAll("the consumer's override", func(e *policy.Effective) bool {
-				return e.ID == con.ID && e.Limit.Quota.Requests == 60 && e.Sources.Quota == policy.FromConsumerOverride
+				return e.Bucket(rec.ID) == con.ID && e.Limit.Quota.Requests == 60 && e.Sources.Quota == policy.FromConsumerOverride
 			})
 			until := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
 			if _, err := admin.UpdateKey(ctx, rec.ID, func(r keystore.Record) (keystore.Record, error) {
@@ -129,7 +129,7 @@ func TestConsumersOnEveryBackend(t *testing.T) {
 				t.Fatal(err)
 			}
 			waitAll("the key's plan and temporary override", func(e *policy.Effective) bool {
-				return e.ID == rec.ID && e.Limit.Rate == 500 && e.Limit.Burst == 400 && e.Until.Equal(until) && e.Next != nil && e.Next.Limit.Rate == 200
+				return e.Bucket(rec.ID) == rec.ID && e.Limit.Rate == 500 && e.Limit.Burst == 400 && e.Until.Equal(until) && e.Next != nil && e.Next.Limit.Rate == 200
 			})
 			if _, err := admin.UpdateKey(ctx, rec.ID, func(r keystore.Record) (keystore.Record, error) {
 				r.Context = ctxOther
@@ -165,7 +165,7 @@ func TestConsumersOnEveryBackend(t *testing.T) {
 				t.Fatal(err)
 			}
 			waitAll("a deleted consumer counts as none", func(e *policy.Effective) bool {
-				return e.ID == rec.ID && e.Limit.Rate == 50 && e.Sources.Rate == policy.FromEnvDefault
+				return e.Bucket(rec.ID) == rec.ID && e.Limit.Rate == 50 && e.Sources.Rate == policy.FromEnvDefault
 			})
 		})
 	}

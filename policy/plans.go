@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/keygate/keygate/internal/fieldpath"
@@ -141,8 +143,10 @@ type Subject struct {
 type Effective struct {
 	// Limit is what the key is allowed.
 	Limit Limit
-	// ID is the limiter id: the key id, or the consumer id (and the
-	// plan's name, for a key's own plan) when the plan's scope is consumer.
+	// ID is the limiter id when the plan's scope is consumer: the
+	// consumer id (and the plan's name, for a key's own plan); "" when
+	// the bucket is the key's own (see Bucket). Keys whose limits resolve
+	// alike share one Effective.
 	ID string
 	// Until is when an override this limit depends on expires; zero
 	// means never. At and after Until, Next applies.
@@ -165,6 +169,15 @@ type FieldSources struct {
 	Rate, Per, Burst, Quota Source
 }
 
+// Bucket is the limiter id (the bucket and quota counter) of the key
+// keyID under e: e.ID, or keyID when the bucket is the key's own.
+func (e *Effective) Bucket(keyID string) string {
+	if e.ID == "" {
+		return keyID
+	}
+	return e.ID
+}
+
 // At returns the effective limit at now: e itself until Until, then its
 // successors. The common case (no expiry) costs one comparison.
 func (e *Effective) At(now time.Time) *Effective {
@@ -183,6 +196,27 @@ type Resolver struct {
 	// defaults are the shared Access of a key of each product that no
 	// rule narrows.
 	defaults map[string]*Access
+	// shared holds the Effective of each kind of key that no override and
+	// no rule of its own sets apart (see Resolve), so that a million keys
+	// on a few plans hold a few limits, not a million.
+	shared *sharedLimits
+}
+
+// sharedLimits is a Resolver's bounded memo of shared Effectives.
+type sharedLimits struct {
+	m sync.Map // sharedKey → *Effective
+	n atomic.Int64
+}
+
+// maxShared bounds the shared Effectives of a Resolver: a deployment with
+// more kinds of key (each consumer with a plan of consumer scope is one)
+// resolves the rest one by one, as before.
+const maxShared = 4096
+
+// sharedKey is what the Effective of a key without overrides, permissions
+// or address rules of its own (nor its consumer's) depends on.
+type sharedKey struct {
+	env, keyPlan, product, consumerID, consumerPlan string
 }
 
 // NewResolver builds a resolver; envs must hold "live" and "test" (as a
@@ -202,6 +236,7 @@ func NewResolver(envs map[string]Limit, plans map[string]Plan) (*Resolver, error
 	}
 	r.ops = BuiltinOperations()
 	r.defaultAccess()
+	r.shared = &sharedLimits{}
 	return r, nil
 }
 
@@ -214,6 +249,7 @@ func (r *Resolver) WithOperations(ops *Operations) *Resolver {
 		c.ops = ops
 	}
 	c.defaultAccess()
+	c.shared = &sharedLimits{} // r's hold r's operations
 	return &c
 }
 
@@ -264,6 +300,29 @@ func (r *Resolver) CheckPlan(name string) error {
 // plan adds ":" and the plan name, so that the keys on it never share a
 // bucket with keys on another limit. Otherwise it is the key's id.
 func (r *Resolver) Resolve(s Subject, now time.Time) *Effective {
+	// A key with no override, permissions or address rules of its own or
+	// its consumer's resolves the same at any time as every other such key
+	// of its env, plan, product and consumer: they share one Effective.
+	if r.shared != nil && s.KeyOverride == nil && s.KeyPermissions == nil && len(s.KeyCIDRs) == 0 && len(s.Products) == 1 &&
+		(s.ConsumerID == "" || s.ConsumerOverride == nil && s.ConsumerPermissions == nil && len(s.ConsumerCIDRs) == 0) {
+		k := sharedKey{env: s.Env, keyPlan: s.KeyPlan, product: s.Products[0], consumerID: s.ConsumerID, consumerPlan: s.ConsumerPlan}
+		if e, ok := r.shared.m.Load(k); ok {
+			return e.(*Effective)
+		}
+		e := r.resolve(s, now)
+		if r.shared.n.Load() < maxShared {
+			if old, loaded := r.shared.m.LoadOrStore(k, e); loaded {
+				return old.(*Effective)
+			}
+			r.shared.n.Add(1)
+		}
+		return e
+	}
+	return r.resolve(s, now)
+}
+
+// resolve is Resolve without sharing.
+func (r *Resolver) resolve(s Subject, now time.Time) *Effective {
 	e := r.resolveAt(s, now)
 	head := e
 	acc := r.access(s, e.Plan)
@@ -296,7 +355,7 @@ func nextExpiry(s Subject, now time.Time) time.Time {
 
 // resolveAt resolves s at one instant, ignoring Until and Next.
 func (r *Resolver) resolveAt(s Subject, now time.Time) *Effective {
-	e := &Effective{ID: s.KeyID, Scope: ScopeKey}
+	e := &Effective{Scope: ScopeKey}
 	var set FieldSources
 	apply := func(o *Override, src Source) {
 		if !o.ActiveAt(now) {

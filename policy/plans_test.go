@@ -197,8 +197,8 @@ func TestResolve(t *testing.T) {
 			if e.Sources != c.src {
 				t.Errorf("sources = %+v, want %+v", e.Sources, c.src)
 			}
-			if e.ID != c.id || e.Plan != c.plan {
-				t.Errorf("id, plan = %q, %q; want %q, %q", e.ID, e.Plan, c.id, c.plan)
+			if e.Bucket(c.s.KeyID) != c.id || e.Plan != c.plan {
+				t.Errorf("bucket, plan = %q, %q; want %q, %q", e.Bucket(c.s.KeyID), e.Plan, c.id, c.plan)
 			}
 			if !e.Until.Equal(c.until) {
 				t.Errorf("until = %s, want %s", e.Until, c.until)
@@ -305,5 +305,65 @@ func TestOverrideJSON(t *testing.T) {
 		if (err == nil) != c.ok || q != c.want {
 			t.Errorf("ParseQuota(%q) = %+v, %v", c.in, q, err)
 		}
+	}
+}
+
+// TestResolveSharesAlikeKeys: keys that no override, permission or
+// address rule sets apart share one resolved limit (a million keys on a
+// few plans hold a few), each still with its own bucket; any key that
+// has one of those gets its own, and a consumer-scoped plan's bucket is
+// the consumer's.
+func TestResolveSharesAlikeKeys(t *testing.T) {
+	r := testResolver(t)
+	now := time.Now()
+	ext := []string{"extraction"}
+	sub := func(id string, mod func(*policy.Subject)) policy.Subject {
+		s := policy.Subject{KeyID: id, Env: "live", KeyPlan: "pro", Products: ext}
+		if mod != nil {
+			mod(&s)
+		}
+		return s
+	}
+	a := r.Resolve(sub("key_a", nil), now)
+	b := r.Resolve(sub("key_b", nil), now)
+	if a != b {
+		t.Error("two keys of one env, plan and product resolve to two limits")
+	}
+	if a.Bucket("key_a") != "key_a" || b.Bucket("key_b") != "key_b" {
+		t.Errorf("buckets %q, %q; want each key's own", a.Bucket("key_a"), b.Bucket("key_b"))
+	}
+	for _, c := range []struct {
+		name   string
+		mod    func(*policy.Subject)
+		shared bool   // shares a's limit
+		alike  bool   // key_y with the same change shares key_x's
+		bucket string // of key_x
+		rate   float64
+	}{
+		{"another plan", func(s *policy.Subject) { s.KeyPlan = "free" }, false, true, "key_x", 1},
+		{"another env", func(s *policy.Subject) { s.KeyPlan, s.Env = "", "test" }, false, true, "key_x", 5},
+		{"another product", func(s *policy.Subject) { s.Products = []string{"registry"} }, false, true, "key_x", 200},
+		{"its own override", func(s *policy.Subject) { s.KeyOverride = &policy.Override{Rate: 7} }, false, false, "key_x", 7},
+		{"its own permissions", func(s *policy.Subject) { s.KeyPermissions = []string{"extraction:sync"} }, false, false, "key_x", 200},
+		{"its own addresses", func(s *policy.Subject) { s.KeyCIDRs = []string{"10.0.0.0/8"} }, false, false, "key_x", 200},
+		{"a consumer", func(s *policy.Subject) { s.ConsumerID = "con_c" }, false, true, "key_x", 200},
+		{"a consumer-scoped plan", func(s *policy.Subject) { s.KeyPlan, s.ConsumerID, s.ConsumerPlan = "", "con_c", "team" }, false, true, "con_c", 20},
+		{"the consumer's override", func(s *policy.Subject) {
+			s.KeyPlan, s.ConsumerID, s.ConsumerPlan, s.ConsumerOverride = "", "con_c", "team", &policy.Override{Rate: 9}
+		}, false, false, "con_c", 9},
+		{"nothing else", nil, true, true, "key_x", 200},
+	} {
+		e := r.Resolve(sub("key_x", c.mod), now)
+		if (e == a) != c.shared || e.Bucket("key_x") != c.bucket || e.Limit.Rate != c.rate {
+			t.Errorf("%s: shared %v, bucket %q, rate %v; want %v, %q, %v", c.name, e == a, e.Bucket("key_x"), e.Limit.Rate, c.shared, c.bucket, c.rate)
+		}
+		if y := r.Resolve(sub("key_y", c.mod), now); (y == e) != c.alike {
+			t.Errorf("%s: key_y shares key_x's limit: %v, want %v", c.name, y == e, c.alike)
+		}
+	}
+	// Operations of another configuration make another resolver: it
+	// shares nothing with r.
+	if r.WithOperations(policy.BuiltinOperations()).Resolve(sub("key_a", nil), now) == a {
+		t.Error("a resolver from WithOperations returned r's shared limit")
 	}
 }
