@@ -130,6 +130,12 @@ func (x *index) compact(r Record, gen uint32) *entry {
 		env:      enumOf(envs[:], r.Env),
 		status:   enumOf(statuses[:], r.Status),
 	}
+	if r.Name != "" {
+		// One allocation for both, so that the collector marks one
+		// object per key for them, not two.
+		both := r.ID + r.Name
+		e.id, e.name = both[:len(r.ID)], both[len(r.ID):]
+	}
 	e.gen.Store(gen)
 	if r.Override != nil || len(r.Permissions) > 0 || len(r.AllowedCIDRs) > 0 {
 		e.extra = &entryExtra{override: r.Override, permissions: r.Permissions, allowedCIDRs: r.AllowedCIDRs}
