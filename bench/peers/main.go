@@ -20,6 +20,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/pprof"
 	"strings"
 	"sync"
@@ -149,16 +150,35 @@ func serveRole(addr string, stderr io.Writer, h http.Handler) int {
 // a CPU profile of it until it exits on SIGTERM.
 func keygateRole(args []string, cpuProfile string, stdout, stderr io.Writer) int {
 	if cpuProfile != "" {
+		// The CPU profile starts on SIGUSR1, after the bench's warm-up, so
+		// that it shows the measured load only; it is written when keygate
+		// stops. SIGUSR2 writes the live heap's profile to cpuProfile.heap.
 		f, err := os.Create(cpuProfile)
 		if err != nil {
 			fmt.Fprintln(stderr, err)
 			return 1
 		}
 		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			fmt.Fprintln(stderr, err)
-			return 1
-		}
+		var started sync.Once
+		ch := make(chan os.Signal, 2)
+		signal.Notify(ch, syscall.SIGUSR1, syscall.SIGUSR2)
+		go func() {
+			for s := range ch {
+				if s == syscall.SIGUSR1 {
+					started.Do(func() {
+						if err := pprof.StartCPUProfile(f); err != nil {
+							fmt.Fprintln(stderr, err)
+						}
+					})
+					continue
+				}
+				if h, err := os.Create(cpuProfile + ".heap"); err == nil {
+					runtime.GC()
+					_ = pprof.Lookup("heap").WriteTo(h, 0)
+					_ = h.Close()
+				}
+			}
+		}()
 		defer pprof.StopCPUProfile()
 	}
 	return cli.Main(args, strings.NewReader(""), stdout, stderr)

@@ -563,6 +563,10 @@ func (b *bench) profile(ctx context.Context, stdout io.Writer) error {
 	if err := b.warmKeys(ctx, t); err != nil {
 		return err
 	}
+	// The profile covers the loads below, not the start or the warm-up.
+	if err := kg.Process.Signal(syscall.SIGUSR1); err != nil {
+		return err
+	}
 	if b.o.ProfileLarge {
 		for range 5 {
 			r, err := b.large(ctx, t, true)
@@ -586,9 +590,28 @@ func (b *bench) profile(ctx context.Context, stdout io.Writer) error {
 		}
 		fmt.Fprintf(stdout, "keygate %s: %.0f rps, %.0f CPU µs/req\n", sizeName(size), r.rps, r.cpuPerReq)
 	}
+	heap := writeHeapProfile(kg, out)
 	b.stopAll()
-	fmt.Fprintf(stdout, "CPU profile: %s (go tool pprof -top %s)\n", out, out)
+	fmt.Fprintf(stdout, "CPU profile: %s (go tool pprof -top %s)%s\n", out, out, heap)
 	return nil
+}
+
+// writeHeapProfile asks the keygate role kg to write its live heap's
+// profile next to the CPU profile out, and waits for it (up to 10 s); it
+// returns a note for the bench's output.
+func writeHeapProfile(kg *exec.Cmd, out string) string {
+	_ = os.Remove(out + ".heap")
+	if err := kg.Process.Signal(syscall.SIGUSR2); err != nil {
+		return ""
+	}
+	for range 100 {
+		time.Sleep(100 * time.Millisecond)
+		if st, err := os.Stat(out + ".heap"); err == nil && st.Size() > 0 {
+			time.Sleep(100 * time.Millisecond) // the write's end
+			return fmt.Sprintf("; live heap: %s.heap", out)
+		}
+	}
+	return ""
 }
 
 func filepathAbs(p string) (string, error) {
