@@ -120,30 +120,41 @@ end
 return 0
 `)
 
-// Flush sends the deltas in one pipeline: on a single Redis (a
-// *redis.Client, Sentinel's included) one flushScript call per
-// FlushBatch keys, on a Cluster or a Ring one per key (its two hashes
-// share the key's hash slot; a script may not span slots), and the last
-// uses as ZADD GT of many members per sorted set. A script Redis lost
-// (a restart, a failover) is sent again whole, once.
+// Flush sends the deltas in one round trip (a pipeline) per FlushBatch
+// keys, so that Redis answers each well within the client's read
+// timeout however many keys a flush holds: on a single Redis (a
+// *redis.Client, Sentinel's included) one flushScript call for the batch,
+// on a Cluster or a Ring one per key (its two hashes share the key's hash
+// slot; a script may not span slots), and the batch's last uses as one
+// ZADD GT of many members per sorted set. A script Redis lost (a restart,
+// a failover) is sent again whole, once.
 func (s *RedisStore) Flush(ctx context.Context, ds []Delta, now time.Time) error {
-	if len(ds) == 0 {
-		return nil
-	}
-	batch := 1
-	if _, single := s.Client.(*redis.Client); single {
-		batch = FlushBatch
-	}
+	_, single := s.Client.(*redis.Client)
 	h, d := hour(now), day(now)
+	for len(ds) > 0 {
+		b := ds[:min(len(ds), FlushBatch)]
+		ds = ds[len(b):]
+		if err := s.flushBatch(ctx, b, single, h, d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// flushBatch sends one batch of deltas in one pipeline.
+func (s *RedisStore) flushBatch(ctx context.Context, b []Delta, single bool, h, d string) error {
 	cmds, err := s.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for rest := ds; len(rest) > 0; {
-			b := rest[:min(len(rest), batch)]
-			rest = rest[len(b):]
+		if single {
 			keys, args := s.flushArgs(b, h, d)
 			flushScript.EvalSha(ctx, p, keys, args...)
+		} else {
+			for i := range b {
+				keys, args := s.flushArgs(b[i:i+1], h, d)
+				flushScript.EvalSha(ctx, p, keys, args...)
+			}
 		}
-		s.zaddLast(ctx, p, s.lastKey(), ds, func(d *Delta) time.Time { return d.LastUsed })
-		s.zaddLast(ctx, p, s.lastKeyAuthKey(), ds, func(d *Delta) time.Time { return d.LastAPIKey })
+		s.zaddLast(ctx, p, s.lastKey(), b, func(d *Delta) time.Time { return d.LastUsed })
+		s.zaddLast(ctx, p, s.lastKeyAuthKey(), b, func(d *Delta) time.Time { return d.LastAPIKey })
 		return nil
 	})
 	if err == nil {
@@ -164,7 +175,7 @@ func (s *RedisStore) Flush(ctx context.Context, ds []Delta, now time.Time) error
 	_, err = s.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, c := range again {
 			args := c.Args() // evalsha, sha, numkeys, keys…, args…
-			n := int(args[2].(int))
+			n := args[2].(int)
 			keys := make([]string, n)
 			for i := range keys {
 				keys[i] = args[3+i].(string)
@@ -201,17 +212,16 @@ func (s *RedisStore) flushArgs(b []Delta, h, d string) ([]string, []any) {
 
 // zaddLast raises each delta's last use in the sorted set key (ZADD GT,
 // so that replicas flushing out of order never move it back), in one
-// command of many members per FlushBatch keys.
+// command of many members.
 func (s *RedisStore) zaddLast(ctx context.Context, p redis.Pipeliner, key string, ds []Delta, at func(*Delta) time.Time) {
-	zs := make([]redis.Z, 0, min(len(ds), FlushBatch))
+	zs := make([]redis.Z, 0, len(ds))
 	for i := range ds {
 		if t := at(&ds[i]); !t.IsZero() {
 			zs = append(zs, redis.Z{Score: float64(t.UnixMilli()), Member: ds[i].ID})
 		}
-		if len(zs) == FlushBatch || i == len(ds)-1 && len(zs) > 0 {
-			p.ZAddGT(ctx, key, zs...)
-			zs = make([]redis.Z, 0, min(len(ds)-i-1, FlushBatch))
-		}
+	}
+	if len(zs) > 0 {
+		p.ZAddGT(ctx, key, zs...)
 	}
 }
 
