@@ -129,7 +129,7 @@ func (a *API) wrap(rt Route) http.Handler {
 		}
 		key := r.Header.Get("Idempotency-Key")
 		if key == "" || !isWrite(r.Method) {
-			a.serve(w, req, rt)
+			a.serve(w, req, rt, false)
 			return
 		}
 		if len(key) > 255 || strings.ContainsFunc(key, func(c rune) bool { return c < 0x21 || c > 0x7e }) {
@@ -170,7 +170,7 @@ func (a *API) wrap(rt Route) http.Handler {
 				_ = a.idem.abandon(ctx, ikey)
 			}
 		}()
-		status, stored, location := a.serve(w, req, rt)
+		status, stored, location := a.serve(w, req, rt, true)
 		finished = true
 		if status >= 500 {
 			if err := a.idem.abandon(ctx, ikey); err != nil {
@@ -192,8 +192,9 @@ func contentTypeOf(status int) string {
 }
 
 // serve runs the handler and writes its answer. It returns the status,
-// the body to replay and the Location.
-func (a *API) serve(w http.ResponseWriter, r *request, rt Route) (int, []byte, string) {
+// the body to replay (made only when keep is set: a call with an
+// Idempotency-Key) and the Location.
+func (a *API) serve(w http.ResponseWriter, r *request, rt Route, keep bool) (int, []byte, string) {
 	res, err := rt.handle(r)
 	if err != nil {
 		pe := a.problemOf(r.Request, err)
@@ -229,7 +230,7 @@ func (a *API) serve(w http.ResponseWriter, r *request, rt Route) (int, []byte, s
 	b = append(b, '\n')
 	writeBody(w, res.status, b, "application/json")
 	stored := b
-	if res.replay != nil {
+	if res.replay != nil && keep {
 		if stored, err = json.Marshal(res.replay); err != nil {
 			return http.StatusInternalServerError, nil, ""
 		}

@@ -336,12 +336,19 @@ func (a *RedisAdmin) announce(ctx context.Context, recs ...Record) error {
 }
 
 // announceItems appends a change to the log, where replicas catch up
-// from, and publishes it, which wakes them at once.
+// from, and publishes it, which wakes them at once: both in one round
+// trip (a pipeline, XADD first). A PUBLISH whose XADD failed wakes the
+// replicas for nothing: they find no new entry in the log.
 func (a *RedisAdmin) announceItems(ctx context.Context, items string) error {
 	k := a.keys()
-	err := a.Client.XAdd(ctx, &redis.XAddArgs{Stream: k.log, MaxLen: redisLogLen, Approx: true, Values: []string{"c", items}}).Err()
-	if err == nil {
-		err = a.Client.Publish(ctx, k.channel, items).Err()
+	var xadd *redis.StringCmd
+	_, err := a.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		xadd = p.XAdd(ctx, &redis.XAddArgs{Stream: k.log, MaxLen: redisLogLen, Approx: true, Values: []string{"c", items}})
+		p.Publish(ctx, k.channel, items)
+		return nil
+	})
+	if xadd != nil && xadd.Err() != nil {
+		err = xadd.Err() // the one that matters
 	}
 	if err != nil {
 		return fmt.Errorf("keystore: change stored but not announced (replicas pick it up at their next full resync): %w", err)
