@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -240,22 +241,59 @@ func (a *RedisAdmin) RevokeAdminToken(ctx context.Context, id string) (AdminToke
 }
 
 // LookupAdminToken returns the admin token whose token hashes to h: one
-// HGET by hash, the same for a known and an unknown token.
+// HGET by hash, the same for a known and an unknown token. The record is
+// read at every call, so a revocation counts at once; only its decoding
+// is remembered (decodedTokens), for as long as the stored text is the
+// same.
 func (a *RedisAdmin) LookupAdminToken(ctx context.Context, h Hash) (AdminToken, bool, error) {
 	tokens, _ := a.adminTokenKeys()
-	v, err := a.Client.HGet(ctx, tokens, h.String()).Result()
+	field := h.String()
+	v, err := a.Client.HGet(ctx, tokens, field).Result()
 	if errors.Is(err, redis.Nil) {
 		return AdminToken{}, false, nil
 	}
 	if err != nil {
 		return AdminToken{}, false, fmt.Errorf("keystore: %w", err)
 	}
-	t, err := decodeAdminToken(h.String(), v)
-	if err != nil {
-		return AdminToken{}, false, err
+	t, ok := a.decodedTokens.get(v)
+	if !ok || !t.Hash.Equal(h) {
+		if t, err = decodeAdminToken(field, v); err != nil {
+			return AdminToken{}, false, err
+		}
+		a.decodedTokens.put(v, t)
 	}
 	if !t.Hash.Equal(h) {
 		return AdminToken{}, false, nil
 	}
+	t.Scopes = slices.Clone(t.Scopes)
 	return t, true, nil
+}
+
+// tokenDecodings remembers admin token records decoded from their stored
+// JSON, by that text: an admin API call's token check then costs its
+// HGET, not a JSON decoding too. It holds at most maxDecodedTokens (a
+// store has few tokens; when full, it starts over). The zero value is
+// empty and ready; it is safe for concurrent use.
+type tokenDecodings struct {
+	mu sync.Mutex
+	m  map[string]AdminToken
+}
+
+const maxDecodedTokens = 64
+
+func (d *tokenDecodings) get(v string) (AdminToken, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	t, ok := d.m[v]
+	return t, ok
+}
+
+func (d *tokenDecodings) put(v string, t AdminToken) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.m == nil || len(d.m) >= maxDecodedTokens {
+		d.m = make(map[string]AdminToken)
+	}
+	t.Scopes = slices.Clone(t.Scopes)
+	d.m[v] = t
 }

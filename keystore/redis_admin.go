@@ -33,9 +33,10 @@ type RedisAdmin struct {
 	// batch of an import; default 1000.
 	PageSize int
 
-	keysOnce sync.Once
-	keysV    *redisKeys
-	migrated atomic.Bool
+	keysOnce      sync.Once
+	keysV         *redisKeys
+	migrated      atomic.Bool
+	decodedTokens tokenDecodings
 }
 
 func (a *RedisAdmin) now() time.Time {
