@@ -113,8 +113,9 @@ func fillRedis(tb testing.TB, client redis.UniversalClient, n int) {
 	}
 }
 
-// post sends one admin call and decodes its JSON answer into v.
-func (r *redisReplica) post(tb testing.TB, c *http.Client, path, body string, want int, v any) {
+// post sends one admin call and decodes its JSON answer into v; headers
+// are "Name: value" pairs.
+func (r *redisReplica) post(tb testing.TB, c *http.Client, path, body string, want int, v any, headers ...string) {
 	var rd io.Reader = http.NoBody
 	if body != "" {
 		rd = strings.NewReader(body)
@@ -126,6 +127,10 @@ func (r *redisReplica) post(tb testing.TB, c *http.Client, path, body string, wa
 	req.Header.Set("Authorization", "Bearer "+r.token)
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	for _, h := range headers {
+		k, v, _ := strings.Cut(h, ": ")
+		req.Header.Set(k, v)
 	}
 	resp, err := c.Do(req)
 	if err != nil {

@@ -41,7 +41,8 @@ func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 // is the token check, the id claim with the record (one pipeline), the
 // change log with its wake-up (one pipeline) and the audit stream; a
 // revocation is the token check, the id index, the record, its
-// compare-and-set, the change log and the audit stream.
+// compare-and-set, the change log and the audit stream. An
+// Idempotency-Key adds its claim and its record.
 func TestRedisAdminCallCost(t *testing.T) {
 	t.Parallel()
 	const wantIssue, wantRevoke = 4, 6
@@ -85,6 +86,23 @@ func TestRedisAdminCallCost(t *testing.T) {
 		}
 		if issue, revoke := n1-n0, n2-n1; issue > wantIssue || revoke > wantRevoke {
 			t.Errorf("%d keys: an issue took %d Redis round trips (want at most %d), a revocation %d (want at most %d)", keys, issue, wantIssue, revoke, wantRevoke)
+		}
+		// With an Idempotency-Key: its claim and its record, one round
+		// trip each; a retry is answered from the record alone (the
+		// token check, the claim that finds it, and reading it).
+		n3 := hook.n.Load()
+		r.post(t, c, "/v1/keys", body, http.StatusCreated, &issued, "Idempotency-Key: cost-1")
+		n4 := hook.n.Load()
+		var replayed struct {
+			ID string `json:"id"`
+		}
+		r.post(t, c, "/v1/keys", body, http.StatusCreated, &replayed, "Idempotency-Key: cost-1")
+		n5 := hook.n.Load()
+		if replayed.ID != issued.ID {
+			t.Fatalf("the retry issued %s, the first call %s", replayed.ID, issued.ID)
+		}
+		if idem, replay := n4-n3, n5-n4; idem > wantIssue+2 || replay > 3 {
+			t.Errorf("%d keys: an issue with an Idempotency-Key took %d round trips (want at most %d), its replay %d (want at most 3)", keys, idem, wantIssue+2, replay)
 		}
 		after := commands()
 		for _, cmd := range []string{"hscan", "hgetall", "scan", "keys", "hkeys", "hvals", "hlen", "xrange", "xrevrange"} {

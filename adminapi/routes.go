@@ -137,7 +137,8 @@ func (a *API) wrap(rt Route) http.Handler {
 			return
 		}
 		ikey := p.ID + "\x00" + key
-		prev, conflict, mismatch, err := a.idem.begin(r.Context(), ikey, fingerprint(r, req.body))
+		fp := fingerprint(r, req.body)
+		prev, conflict, mismatch, err := a.idem.begin(r.Context(), ikey, fp)
 		switch {
 		case err != nil:
 			a.log.Error("admin api idempotency store failed", zap.Error(err))
@@ -178,7 +179,7 @@ func (a *API) wrap(rt Route) http.Handler {
 			}
 			return
 		}
-		if err := a.idem.finish(ctx, ikey, status, stored, location); err != nil {
+		if err := a.idem.finish(ctx, ikey, fp, status, stored, location); err != nil {
 			a.log.Warn("admin api idempotency store failed: a retry of this request may be refused (409) until its claim expires", zap.Error(err))
 		}
 	})
