@@ -152,6 +152,7 @@ type Ops interface {
 	ListKeys(ctx context.Context, f keyops.KeyFilter) ([]keystore.Record, error)
 	GetKey(ctx context.Context, id string) (keystore.Record, error)
 	ShowKey(ctx context.Context, id string) (keyops.KeyDetail, error)
+	DescribeKey(ctx context.Context, rec keystore.Record) (keyops.KeyDetail, error)
 	UpdateKey(ctx context.Context, a keyops.Actor, id string, u keyops.KeyUpdate) (keystore.Record, error)
 	RevokeKey(ctx context.Context, a keyops.Actor, id string) (keystore.Record, error)
 	RotateKey(ctx context.Context, a keyops.Actor, id string, grace time.Duration) (string, keystore.Record, error)

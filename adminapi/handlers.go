@@ -413,8 +413,10 @@ const (
 	noteReplayed = "this is a replay of an earlier request with the same Idempotency-Key: the key was shown once, in the first response, and cannot be shown again; no new key was issued"
 )
 
+// detail is the detail of rec, the record a change returned (it is not
+// read again).
 func (a *API) detail(r *request, rec keystore.Record) keyops.KeyDetail {
-	d, err := a.deps.Ops.ShowKey(r.Context(), rec.ID)
+	d, err := a.deps.Ops.DescribeKey(r.Context(), rec)
 	if err != nil {
 		return keyops.KeyDetail{RecordView: rec.View(a.now())}
 	}

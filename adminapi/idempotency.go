@@ -23,7 +23,7 @@ import (
 // and calls finish or abandon.
 type idemStore interface {
 	begin(ctx context.Context, key string, fp [32]byte) (prev *idemEntry, conflict, mismatch bool, err error)
-	finish(ctx context.Context, key string, status int, body []byte, location string) error
+	finish(ctx context.Context, key string, fp [32]byte, status int, body []byte, location string) error
 	abandon(ctx context.Context, key string) error
 }
 
@@ -109,7 +109,7 @@ func (s *idempotency) begin(_ context.Context, key string, fp [32]byte) (prev *i
 	return nil, false, false, nil
 }
 
-func (s *idempotency) finish(_ context.Context, key string, status int, body []byte, location string) error {
+func (s *idempotency) finish(_ context.Context, key string, _ [32]byte, status int, body []byte, location string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e, ok := s.entries[key]; ok {
@@ -185,19 +185,18 @@ func (s *redisIdempotency) begin(ctx context.Context, key string, fp [32]byte) (
 	return nil, true, false, nil
 }
 
-func (s *redisIdempotency) finish(ctx context.Context, key string, status int, body []byte, location string) error {
-	rk := s.rkey(key)
-	b, err := s.client.Get(ctx, rk).Bytes()
+// finish replaces the claim begin made with the finished record, in one
+// SET … XX (only while the claim is there, as the in-memory store does).
+func (s *redisIdempotency) finish(ctx context.Context, key string, fp [32]byte, status int, body []byte, location string) error {
+	out, _ := json.Marshal(idemRecord{Fingerprint: hex.EncodeToString(fp[:]), Done: true, Status: status, Body: body, Location: location})
+	set, err := s.client.SetXX(ctx, s.rkey(key), out, s.ttl).Result()
 	if err != nil {
 		return fmt.Errorf("adminapi: idempotency: %w", err)
 	}
-	var rec idemRecord
-	if err := json.Unmarshal(b, &rec); err != nil {
-		return fmt.Errorf("adminapi: idempotency record %s: %w", rk, err)
+	if !set {
+		return errors.New("adminapi: idempotency: the claim was gone (expired or abandoned)")
 	}
-	rec.Done, rec.Status, rec.Body, rec.Location = true, status, body, location
-	out, _ := json.Marshal(rec)
-	return s.client.Set(ctx, rk, out, s.ttl).Err()
+	return nil
 }
 
 func (s *redisIdempotency) abandon(ctx context.Context, key string) error {

@@ -129,7 +129,7 @@ func (a *API) wrap(rt Route) http.Handler {
 		}
 		key := r.Header.Get("Idempotency-Key")
 		if key == "" || !isWrite(r.Method) {
-			a.serve(w, req, rt)
+			a.serve(w, req, rt, false)
 			return
 		}
 		if len(key) > 255 || strings.ContainsFunc(key, func(c rune) bool { return c < 0x21 || c > 0x7e }) {
@@ -137,7 +137,8 @@ func (a *API) wrap(rt Route) http.Handler {
 			return
 		}
 		ikey := p.ID + "\x00" + key
-		prev, conflict, mismatch, err := a.idem.begin(r.Context(), ikey, fingerprint(r, req.body))
+		fp := fingerprint(r, req.body)
+		prev, conflict, mismatch, err := a.idem.begin(r.Context(), ikey, fp)
 		switch {
 		case err != nil:
 			a.log.Error("admin api idempotency store failed", zap.Error(err))
@@ -170,7 +171,7 @@ func (a *API) wrap(rt Route) http.Handler {
 				_ = a.idem.abandon(ctx, ikey)
 			}
 		}()
-		status, stored, location := a.serve(w, req, rt)
+		status, stored, location := a.serve(w, req, rt, true)
 		finished = true
 		if status >= 500 {
 			if err := a.idem.abandon(ctx, ikey); err != nil {
@@ -178,7 +179,7 @@ func (a *API) wrap(rt Route) http.Handler {
 			}
 			return
 		}
-		if err := a.idem.finish(ctx, ikey, status, stored, location); err != nil {
+		if err := a.idem.finish(ctx, ikey, fp, status, stored, location); err != nil {
 			a.log.Warn("admin api idempotency store failed: a retry of this request may be refused (409) until its claim expires", zap.Error(err))
 		}
 	})
@@ -192,8 +193,9 @@ func contentTypeOf(status int) string {
 }
 
 // serve runs the handler and writes its answer. It returns the status,
-// the body to replay and the Location.
-func (a *API) serve(w http.ResponseWriter, r *request, rt Route) (int, []byte, string) {
+// the body to replay (made only when keep is set: a call with an
+// Idempotency-Key) and the Location.
+func (a *API) serve(w http.ResponseWriter, r *request, rt Route, keep bool) (int, []byte, string) {
 	res, err := rt.handle(r)
 	if err != nil {
 		pe := a.problemOf(r.Request, err)
@@ -229,7 +231,7 @@ func (a *API) serve(w http.ResponseWriter, r *request, rt Route) (int, []byte, s
 	b = append(b, '\n')
 	writeBody(w, res.status, b, "application/json")
 	stored := b
-	if res.replay != nil {
+	if res.replay != nil && keep {
 		if stored, err = json.Marshal(res.replay); err != nil {
 			return http.StatusInternalServerError, nil, ""
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -132,4 +133,46 @@ func TestShowKeyWarns(t *testing.T) {
 	if err != nil || len(d.Warnings) != 1 || !strings.Contains(d.Warnings[0], "retired") || d.Limit.Sources["rate"] != "env default (test)" {
 		t.Errorf("show: %+v %v %v", d.Limit, d.Warnings, err)
 	}
+}
+
+// TestDescribeKeyIsShowKey: the detail the admin API answers a change
+// with, made from the record the change returned, is what `keys show`
+// reads from the store right after it: limits, permissions and warnings
+// of a key with a consumer, a plan and an override, after each kind of
+// change.
+func TestDescribeKeyIsShowKey(t *testing.T) {
+	t.Parallel()
+	s, _ := newService(t)
+	ctx := context.Background()
+	cli := keyops.Actor{ID: "cli:support"}
+	same := func(change string, rec keystore.Record, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", change, err)
+		}
+		described, err := s.DescribeKey(ctx, rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		shown, err := s.ShowKey(ctx, rec.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(described, shown) {
+			t.Errorf("%s: described %+v, shown %+v", change, described, shown)
+		}
+	}
+	con, err := s.CreateConsumer(ctx, cli, keyops.ConsumerSpec{Name: "Acme", Plan: "team", Contexts: []string{ctxA}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rec, err := s.IssueKey(ctx, cli, keystore.IssueRequest{Product: keystore.Extraction, Env: keystore.Live, Context: ctxA, Consumer: con.ID})
+	same("issue", rec, err)
+	pro, rate, until := "pro", 500.0, time.Now().Add(time.Hour)
+	up, err := s.UpdateKey(ctx, cli, rec.ID, keyops.KeyUpdate{Limits: keyops.LimitUpdate{Plan: &pro, Rate: &rate, Until: &until}})
+	same("update", up, err)
+	_, repl, err := s.RotateKey(ctx, cli, rec.ID, time.Hour)
+	same("rotate", repl, err)
+	rev, err := s.RevokeKey(ctx, cli, repl.ID)
+	same("revoke", rev, err)
 }

@@ -133,6 +133,15 @@ func (s *Service) ShowKey(ctx context.Context, id string) (KeyDetail, error) {
 	if err != nil {
 		return KeyDetail{}, err
 	}
+	return s.DescribeKey(ctx, rec)
+}
+
+// DescribeKey is ShowKey for a record the caller holds already, such as
+// the one IssueKey, RevokeKey, UpdateKey or RotateKey returned: it reads
+// the key's consumer (if it has one), not the key again. The admin API
+// answers every change with the key's detail; re-reading the key for it
+// cost two Redis round trips per change.
+func (s *Service) DescribeKey(ctx context.Context, rec keystore.Record) (KeyDetail, error) {
 	var con *keystore.Consumer
 	if rec.Consumer != "" {
 		c, err := s.store.GetConsumer(ctx, rec.Consumer)

@@ -17,11 +17,11 @@ import (
 
 // RedisAdmin changes the Redis keystore for the `keygate keys` command and
 // announces every change, so running gateways see it within a second.
-// A change to a record is an optimistic transaction (WATCH/MULTI) on the
-// record's bucket, a single Cluster slot. A rotation first stores the
-// replacement (it is not announced, and nobody holds its key yet) and
-// then rotates the old record; if that fails, it deletes the
-// replacement again. It is safe for concurrent use; its fields must not
+// A change to a record is an optimistic compare-and-set of its field in
+// the record's bucket (a Lua script, a single Cluster slot). A rotation
+// first stores the replacement (it is not announced, and nobody holds
+// its key yet) and then rotates the old record; if that fails, it
+// deletes the replacement again. It is safe for concurrent use; its fields must not
 // change after its first use.
 type RedisAdmin struct {
 	Client redis.UniversalClient
@@ -33,9 +33,10 @@ type RedisAdmin struct {
 	// batch of an import; default 1000.
 	PageSize int
 
-	keysOnce sync.Once
-	keysV    *redisKeys
-	migrated atomic.Bool
+	keysOnce      sync.Once
+	keysV         *redisKeys
+	migrated      atomic.Bool
+	decodedTokens tokenDecodings
 }
 
 func (a *RedisAdmin) now() time.Time {
@@ -215,10 +216,28 @@ func (a *RedisAdmin) AnnounceAll(ctx context.Context) error {
 	return a.announceItems(ctx, "*")
 }
 
-// change applies f to the record with id inside a transaction on its
-// bucket and announces the records it returns. f returns the record
-// itself, changed, first; any further records are new (a replacement)
-// and are stored before the transaction, and deleted again if it fails.
+// casRecord sets field ARGV[1] of the hash KEYS[1] to ARGV[3] if it
+// still holds ARGV[2], and returns 1; otherwise (another change came
+// first) it changes nothing and returns 0.
+var casRecord = redis.NewScript(`if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+  return 1
+end
+return 0`)
+
+// maxChangeTries bounds the retries of a change that keeps losing to
+// others on the same record.
+const maxChangeTries = 20
+
+// change applies f to the record with id and announces the records it
+// returns. f returns the record itself, changed, first; any further
+// records are new (a replacement) and are stored before the record is
+// changed, and deleted again if that fails. The record is changed by a
+// compare-and-set (casRecord, one EVALSHA on its bucket's slot): if
+// another change came between the read and the write, f runs again on
+// the newer record. Only a change of the same record conflicts, and it
+// costs two round trips where WATCH, MULTI and EXEC on the bucket took
+// three.
 func (a *RedisAdmin) change(ctx context.Context, id string, f func(Record) ([]Record, error)) error {
 	if err := a.migrate(ctx); err != nil {
 		return err
@@ -236,58 +255,68 @@ func (a *RedisAdmin) change(ctx context.Context, id string, f func(Record) ([]Re
 		return fmt.Errorf("keystore: id index of %s: %w", id, err)
 	}
 	bucket := k.recordsOf(h)
-	var changed []Record
-	for attempt := 0; attempt < 20; attempt++ {
-		var created []Record
-		err = a.Client.Watch(ctx, func(tx *redis.Tx) error {
-			v, err := tx.HGet(ctx, bucket, hs).Result()
-			if err != nil {
-				return fmt.Errorf("keystore: record of %s: %w", id, err)
-			}
-			old, err := decodeRecord(hs, v)
-			if err != nil {
-				return err
-			}
-			if changed, err = f(old); err != nil {
-				return err
-			}
-			if changed[0].Hash != h {
-				return fmt.Errorf("keystore: change of %s changed its hash", id)
-			}
-			if err := ValidateRecord(changed[0]); err != nil {
-				return err
-			}
-			nv, err := encodeRecord(changed[0])
-			if err != nil {
-				return err
-			}
-			for _, r := range changed[1:] {
-				if err := a.writeNew(ctx, r); err != nil {
-					return err
-				}
-				created = append(created, r)
-			}
-			_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
-				p.HSet(ctx, bucket, hs, nv)
-				return nil
-			})
+	for range maxChangeTries {
+		changed, done, err := a.changeOnce(ctx, id, bucket, h, f)
+		if err != nil {
 			return err
-		}, bucket)
-		if err != nil && len(created) > 0 {
+		}
+		if done {
+			return a.announce(ctx, changed...)
+		}
+	}
+	return redis.TxFailedErr
+}
+
+// changeOnce is one try of change: done is false when another change of
+// the record came first.
+func (a *RedisAdmin) changeOnce(ctx context.Context, id, bucket string, h Hash, f func(Record) ([]Record, error)) (changed []Record, done bool, err error) {
+	hs := h.String()
+	v, err := a.Client.HGet(ctx, bucket, hs).Result()
+	if err != nil {
+		return nil, false, fmt.Errorf("keystore: record of %s: %w", id, err)
+	}
+	old, err := decodeRecord(hs, v)
+	if err != nil {
+		return nil, false, err
+	}
+	if changed, err = f(old); err != nil {
+		return nil, false, err
+	}
+	if changed[0].Hash != h {
+		return nil, false, fmt.Errorf("keystore: change of %s changed its hash", id)
+	}
+	if err := ValidateRecord(changed[0]); err != nil {
+		return nil, false, err
+	}
+	nv, err := encodeRecord(changed[0])
+	if err != nil {
+		return nil, false, err
+	}
+	var created []Record
+	defer func() {
+		if !done && len(created) > 0 {
 			a.deleteNew(context.WithoutCancel(ctx), created)
 		}
-		if !errors.Is(err, redis.TxFailedErr) {
-			break
+	}()
+	for _, r := range changed[1:] {
+		if err := a.writeNew(ctx, r); err != nil {
+			return nil, false, err
 		}
+		created = append(created, r)
 	}
+	set, err := casRecord.Run(ctx, a.Client, []string{bucket}, hs, v, nv).Int()
 	if err != nil {
-		return err
+		return nil, false, fmt.Errorf("keystore: %w", err)
 	}
-	return a.announce(ctx, changed...)
+	return changed, set == 1, nil
 }
 
 // writeNew stores a new record whose id must be unused: it claims the id
-// in the id index, then stores the record.
+// in the id index (HSETNX) and stores the record, in one pipeline (one
+// round trip; on a Cluster, the two go to their slots' nodes at once).
+// If the id turns out to be another record's, it deletes the record
+// again: nobody holds its key, and it was not announced. If either
+// write failed, it undoes the other.
 func (a *RedisAdmin) writeNew(ctx context.Context, r Record) error {
 	if err := ValidateRecord(r); err != nil {
 		return err
@@ -297,19 +326,30 @@ func (a *RedisAdmin) writeNew(ctx context.Context, r Record) error {
 		return err
 	}
 	k := a.keys()
-	ok, err := a.Client.HSetNX(ctx, k.idsOf(r.ID), r.ID, r.Hash.String()).Result()
+	hs := r.Hash.String()
+	var claim *redis.BoolCmd
+	var store *redis.IntCmd
+	_, err = a.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		claim = p.HSetNX(ctx, k.idsOf(r.ID), r.ID, hs)
+		store = p.HSet(ctx, k.recordsOf(r.Hash), hs, v)
+		return nil
+	})
+	undo := context.WithoutCancel(ctx)
 	if err != nil {
+		if claim.Err() == nil && claim.Val() {
+			_ = a.Client.HDel(undo, k.idsOf(r.ID), r.ID).Err()
+		}
+		if store.Err() == nil {
+			_ = a.Client.HDel(undo, k.recordsOf(r.Hash), hs).Err()
+		}
 		return fmt.Errorf("keystore: %w", err)
 	}
-	if !ok {
+	if !claim.Val() {
 		// Ours after all when a retry of HSETNX found its own first try.
-		if hs, err := a.Client.HGet(ctx, k.idsOf(r.ID), r.ID).Result(); err != nil || hs != r.Hash.String() {
+		if got, err := a.Client.HGet(ctx, k.idsOf(r.ID), r.ID).Result(); err != nil || got != hs {
+			_ = a.Client.HDel(undo, k.recordsOf(r.Hash), hs).Err()
 			return fmt.Errorf("keystore: id %s already in use", r.ID)
 		}
-	}
-	if err := a.Client.HSet(ctx, k.recordsOf(r.Hash), r.Hash.String(), v).Err(); err != nil {
-		_ = a.Client.HDel(context.WithoutCancel(ctx), k.idsOf(r.ID), r.ID).Err()
-		return fmt.Errorf("keystore: %w", err)
 	}
 	return nil
 }
@@ -336,12 +376,19 @@ func (a *RedisAdmin) announce(ctx context.Context, recs ...Record) error {
 }
 
 // announceItems appends a change to the log, where replicas catch up
-// from, and publishes it, which wakes them at once.
+// from, and publishes it, which wakes them at once: both in one round
+// trip (a pipeline, XADD first). A PUBLISH whose XADD failed wakes the
+// replicas for nothing: they find no new entry in the log.
 func (a *RedisAdmin) announceItems(ctx context.Context, items string) error {
 	k := a.keys()
-	err := a.Client.XAdd(ctx, &redis.XAddArgs{Stream: k.log, MaxLen: redisLogLen, Approx: true, Values: []string{"c", items}}).Err()
-	if err == nil {
-		err = a.Client.Publish(ctx, k.channel, items).Err()
+	var xadd *redis.StringCmd
+	_, err := a.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		xadd = p.XAdd(ctx, &redis.XAddArgs{Stream: k.log, MaxLen: redisLogLen, Approx: true, Values: []string{"c", items}})
+		p.Publish(ctx, k.channel, items)
+		return nil
+	})
+	if xadd != nil && xadd.Err() != nil {
+		err = xadd.Err() // the one that matters
 	}
 	if err != nil {
 		return fmt.Errorf("keystore: change stored but not announced (replicas pick it up at their next full resync): %w", err)

@@ -56,3 +56,47 @@ func TestRedisServesWhileLoading(t *testing.T) {
 	released = true
 	testkit.Eventually(t, 2*time.Second, "ready after the load", func() error { return testkit.True(s.Ready(), "not ready") })
 }
+
+// TestRedisWriteNewClaimsTheID: a new record whose id another record
+// holds is refused and leaves nothing behind, the holder untouched; a
+// write that finds its own earlier claim (a retry) goes through.
+func TestRedisWriteNewClaimsTheID(t *testing.T) {
+	t.Parallel()
+	rs := redistest.Start(t)
+	c := rs.Client(t)
+	admin := &RedisAdmin{Client: c}
+	ctx := context.Background()
+	_, holder, err := admin.Issue(ctx, IssueRequest{Product: Registry, Env: Live})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, clash, err := NewRecord(IssueRequest{Product: Registry, Env: Live}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	clash.ID = holder.ID
+	if err := admin.writeNew(ctx, clash); err == nil {
+		t.Fatal("a record with a used id was stored")
+	}
+	k := admin.keys()
+	if n, err := c.HExists(ctx, k.recordsOf(clash.Hash), clash.Hash.String()).Result(); err != nil || n {
+		t.Errorf("the refused record is left in its bucket (%v, %v)", n, err)
+	}
+	if got, err := admin.Get(ctx, holder.ID); err != nil || got.Hash != holder.Hash {
+		t.Errorf("the id's holder: %+v, %v", got, err)
+	}
+
+	_, retry, err := NewRecord(IssueRequest{Product: Registry, Env: Live}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.HSet(ctx, k.idsOf(retry.ID), retry.ID, retry.Hash.String()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.writeNew(ctx, retry); err != nil {
+		t.Fatalf("a retry that finds its own claim: %v", err)
+	}
+	if got, err := admin.Get(ctx, retry.ID); err != nil || got.Hash != retry.Hash {
+		t.Errorf("after the retry: %+v, %v", got, err)
+	}
+}

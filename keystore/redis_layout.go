@@ -41,10 +41,11 @@ type redisKeys struct {
 	channel, log, consumers string
 	// legacyRecords and legacyIDs are the previous layout's hashes.
 	legacyRecords, legacyIDs string
-	// tokenBase starts the admin token hashes.
-	tokenBase string
-	records   [redisBuckets]string
-	ids       [redisBuckets]string
+	// adminTokens and adminTokenIDs are the admin token hashes (see
+	// admintoken_stores.go).
+	adminTokens, adminTokenIDs string
+	records                    [redisBuckets]string
+	ids                        [redisBuckets]string
 }
 
 // redisLogLen is about how many changes the log keeps. A replica that
@@ -62,7 +63,8 @@ func newRedisKeys(prefix string) *redisKeys {
 		consumers:     base + "{ks}:consumers",
 		legacyRecords: base + "{ks}:records",
 		legacyIDs:     base + "{ks}:ids",
-		tokenBase:     base + "{ks}:",
+		adminTokens:   base + "{ks}:admin_tokens",
+		adminTokenIDs: base + "{ks}:admin_token_ids",
 	}
 	for b := range redisBuckets {
 		tag := fmt.Sprintf("{ks:%02x}:", b)
