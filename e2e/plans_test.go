@@ -120,6 +120,13 @@ func TestSupportRaisesOneKeysLimit(t *testing.T) {
 	// still exactly one EVALSHA per admitted request. The Redis keystore's
 	// background work (the change log's polls, a paged resync every resync_interval) and pub/sub pings
 	// are not on the request path and do not grow with requests.
+	flushes := func() (n float64) {
+		for _, g := range gs {
+			n += g.metric("keygate_usage_flushes_total", "outcome", "ok")
+		}
+		return n
+	}
+	flushesBefore := flushes()
 	before, othersBefore := commandCalls(t, rs)
 	began := time.Now()
 	const n = 30
@@ -129,12 +136,18 @@ func TestSupportRaisesOneKeysLimit(t *testing.T) {
 		}
 	}
 	after, othersAfter := commandCalls(t, rs)
+	// A usage flush is a script call too (one per replica per second that
+	// had requests), not on the request path. Its metric moves just after
+	// Redis ran it, so a flush at the edge of the run may be subtracted
+	// without having been counted: up to one per replica too few, never
+	// too many.
+	after -= int(flushes() - flushesBefore)
 	// The keystore polls its change log (XRANGE) every 500 ms per replica
 	// when no message wakes it: background work that grows with time, not
 	// with requests.
 	polls := len(gs) * (int(time.Since(began)/(500*time.Millisecond)) + 2)
-	if after-before != n {
-		t.Errorf("EVALSHA calls = %d for %d admitted requests, want exactly one each", after-before, n)
+	if d := after - before; d > n || d < n-len(gs) {
+		t.Errorf("EVALSHA calls = %d for %d admitted requests, want exactly one each", d, n)
 	}
 	insideScript := map[string]int{"get": 2, "set": 1, "time": 1, "incrby": 1, "pexpire": 1, "pttl": 1}
 	for name, c := range othersAfter {

@@ -239,9 +239,12 @@ func TestOneRedisRoundTripPerAdmittedRequest(t *testing.T) {
 	after, othersAfter := commandCalls(t, rs)
 	flushed := int(flushes() - flushesBefore)
 	elapsed := time.Since(start).Seconds()
-	// The flushes below are scripts too: one call per flush.
+	// The flushes below are scripts too: one call per flush. A flush's
+	// metric moves just after Redis ran it, so one at the edge of the run
+	// may be subtracted without having been counted: up to one per
+	// replica too few, never too many.
 	t.Logf("%d admitted requests: %d EVALSHA calls", n, after-before-flushed)
-	if after-before-flushed != n {
+	if d := after - before - flushed; d > n || d < n-len(gs) {
 		t.Errorf("EVALSHA calls = %d for %d admitted requests (and %d flushes), want exactly one each", after-before, n, flushed)
 	}
 	// Redis counts the commands a script runs inside EVALSHA as well; those
