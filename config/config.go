@@ -79,7 +79,8 @@ type ServerConfig struct {
 	// comes after a large file; empty means the system temp dir.
 	SpoolDir string `yaml:"spool_dir"`
 	// SpoolMemoryBytes is how much of such an upload is held in memory
-	// before spilling to SpoolDir.
+	// before spilling to SpoolDir, beyond the 64 KiB the multipart
+	// parser's window holds anyway.
 	SpoolMemoryBytes int `yaml:"spool_memory_bytes"`
 	// ReadHeaderTimeout bounds how long a client may take to send headers.
 	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`

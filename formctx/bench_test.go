@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -96,4 +97,32 @@ func randomBytes(n int, seed uint64) []byte {
 func textBytes(n int) []byte {
 	line := []byte("%PDF-1.7 benchmark payload 0123456789abcdefghijklmnopqrstuvwxyz ")
 	return bytes.Repeat(line, n/len(line)+1)[:n]
+}
+
+// BenchmarkReadWhole is the gateway's small-body path: a body of a known
+// length read whole into one buffer (256 B and 100 KiB, context first).
+func BenchmarkReadWhole(b *testing.B) {
+	for _, size := range []int{256, 100 << 10} {
+		file := randomBytes(size, 2)
+		head := "--" + curlBoundary + "\r\nContent-Disposition: form-data; name=\"contextId\"\r\n\r\n" + testCtx +
+			"\r\n--" + curlBoundary + "\r\nContent-Disposition: form-data; name=\"files\"; filename=\"doc.pdf\"\r\n\r\n"
+		body := append(append([]byte(head), file...), "\r\n--"+curlBoundary+"--\r\n"...)
+		ct := "multipart/form-data; boundary=" + curlBoundary
+		b.Run(strconv.Itoa(size), func(b *testing.B) {
+			cfg := Config{MaxBytes: 64 * mib, TempDir: b.TempDir()}
+			buf := make([]byte, len(body))
+			b.ReportAllocs()
+			b.SetBytes(int64(len(body)))
+			for b.Loop() {
+				fb, err := Read(bytes.NewReader(body), ct, cfg)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := io.ReadFull(fb, buf); err != nil {
+					b.Fatal(err)
+				}
+				fb.Close()
+			}
+		})
+	}
 }

@@ -251,14 +251,15 @@ type Body struct {
 	closed   atomic.Bool
 	released bool
 
-	src      source
-	eof      bool // src has returned io.EOF
-	empty    int  // consecutive empty reads from src
-	spool    spool
-	streamed bool  // Read has returned: new bytes no longer go to the spool
-	spoolLen int64 // total bytes held in the spool (the prefix)
-	replayed int64 // bytes of the spool handed out
-	start    int   // p.win[start:p.end] is read but not handed out
+	src       source
+	eof       bool // src has returned io.EOF
+	empty     int  // consecutive empty reads from src
+	spool     spool
+	streamed  bool  // Read has returned: new bytes no longer go to the spool
+	spoolLen  int64 // total bytes held in the spool (the prefix but what the window still held)
+	prefixLen int64 // bytes read before Read returned
+	replayed  int64 // bytes of the spool handed out
+	start     int   // p.win[start:p.end] is read but not handed out
 
 	bufs        *buffers
 	p           parser
@@ -299,13 +300,17 @@ func Read(body io.Reader, contentType string, cfg Config) (*Body, error) {
 		return nil, fmt.Errorf("formctx: spooling body: %w", err)
 	}
 	b.spoolLen = b.spool.len()
+	b.prefixLen = b.spoolLen + int64(b.p.end)
 	b.streamed = true
-	b.start = b.p.end
+	b.start = 0 // the window holds the rest of the prefix, not spooled
 	return b, nil
 }
 
 // findContext reads and parses until the first context part has ended.
-// Every byte it reads lands in the spool.
+// Every byte it reads is kept: in the window, or in the spool once the
+// window has to make room (see makeRoom). A body whose context part comes
+// within the first window's worth, as most do, is never copied to the
+// spool: Body.Read hands the window out as it is.
 func (b *Body) findContext() error {
 	for {
 		if err := b.p.parse(b.eof); err != nil {
@@ -324,39 +329,42 @@ func (b *Body) findContext() error {
 }
 
 // fill reads once from the client into the window, after making room.
-// Before Read returns, what it reads also goes to the spool.
 func (b *Body) fill() error {
 	p := &b.p
-	b.makeRoom()
+	if err := b.makeRoom(); err != nil {
+		return err
+	}
 	if p.end == len(p.win) {
 		return ErrMalformed // cannot happen: maxHeadBytes leaves room
 	}
 	n, err := b.src.read(p.win[p.end:])
-	if n > 0 && !b.streamed {
-		if _, werr := b.spool.Write(p.win[p.end : p.end+n]); werr != nil {
-			return fmt.Errorf("formctx: spooling body: %w", werr)
-		}
-	}
 	p.end += n
-	if !b.streamed {
-		b.start = p.end
-	}
 	return b.readResult(n, err)
 }
 
 // makeRoom compacts the window when less than minRead is free, keeping
 // what is not handed out yet and the two bytes before pos, which tell what
-// precedes a boundary.
-func (b *Body) makeRoom() {
+// precedes a boundary. Before Read returns (the prefix), the bytes it
+// drops go to the spool first: the window's first byte is always the
+// first one not spooled.
+func (b *Body) makeRoom() error {
 	p := &b.p
 	keep := p.pos - 2
 	if b.streamed {
 		keep = min(keep, b.start)
 	}
 	if keep > 0 && len(p.win)-p.end < minRead {
+		if !b.streamed {
+			if _, err := b.spool.Write(p.win[:keep]); err != nil {
+				return fmt.Errorf("formctx: spooling body: %w", err)
+			}
+		}
 		p.compact(keep)
-		b.start -= keep
+		if b.streamed {
+			b.start -= keep
+		}
 	}
+	return nil
 }
 
 // readResult records the outcome of a read of n bytes from the client.
@@ -394,7 +402,7 @@ func (b *Body) Spilled() bool { return b.spool.spilled }
 
 // PrefixBytes returns how many bytes Read consumed before it found the
 // context part (they include read-ahead past it).
-func (b *Body) PrefixBytes() int64 { return b.spoolLen }
+func (b *Body) PrefixBytes() int64 { return b.prefixLen }
 
 // Read reads the body: first the bytes Read consumed, then the rest of the
 // client body. It returns io.EOF only once the client body has ended with a
@@ -529,7 +537,10 @@ func (b *Body) direct(p []byte) (int, bool) {
 		b.start != pp.end-1 || pp.end-pp.pos > m-1 || pp.pos < 2 {
 		return 0, false
 	}
-	b.makeRoom()
+	if err := b.makeRoom(); err != nil { // streaming: it spools nothing, cannot fail
+		b.fail(err)
+		return 0, true
+	}
 	k := min(len(p)-1, len(pp.win)-pp.end) // what does not fit the window is not read
 	if k < 2*m+2 {
 		return 0, false

@@ -85,7 +85,8 @@ func TestRead(t *testing.T) {
 		{name: "closing boundary without CRLF", body: okBody[:len(okBody)-2], ct: okCT},
 		{name: "CRLF inside context value", body: first(build(t, ctxField("contextId", "a\r\nb"))), ct: okCT, wantReadErr: ErrContextValue},
 		{name: "quoted boundary", body: okBody, ct: `multipart/form-data; boundary="` + testBoundary + `"`},
-		{name: "small memory spills", body: okBody, ct: okCT, cfg: Config{MemoryBytes: 100}, wantSpilled: true},
+		{name: "small memory spills", body: first(build(t, fileField(100_000), ctxField("contextId", testCtx))), ct: okCT, cfg: Config{MemoryBytes: 100}, wantSpilled: true},
+		{name: "small memory, prefix within the window: nothing spooled", body: okBody, ct: okCT, cfg: Config{MemoryBytes: 100}, wantSpilled: false},
 	}
 	for _, tc := range tests {
 		for _, rd := range splitReaders {
@@ -374,6 +375,40 @@ func TestConfigValidate(t *testing.T) {
 			}
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("Validate = %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestPrefixInTheWindowIsNotSpooled: a body whose context part comes
+// within the first window's worth is handed out from the window, never
+// copied to the spool; one whose prefix outgrows the window spools what
+// the window had to drop, and either way Read yields the body byte-exact.
+func TestPrefixInTheWindowIsNotSpooled(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		fields  []field
+		spooled bool
+	}{
+		{"context first, 100 KB file", []field{ctxField("contextId", testCtx), fileField(100_000)}, false},
+		{"context after a 200 KB file", []field{fileField(200_000), ctxField("contextId", testCtx)}, true},
+	} {
+		body, ct := build(t, tc.fields...)
+		t.Run(tc.name, func(t *testing.T) {
+			fb, err := Read(bytes.NewReader(body), ct, Config{MaxBytes: mib, TempDir: t.TempDir()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer fb.Close()
+			if got := fb.spool.len() > 0; got != tc.spooled {
+				t.Errorf("spooled %d bytes; want spooling %v", fb.spool.len(), tc.spooled)
+			}
+			if fb.PrefixBytes() < fb.spool.len() || fb.PrefixBytes() > int64(len(body)) {
+				t.Errorf("PrefixBytes %d, spool %d, body %d", fb.PrefixBytes(), fb.spool.len(), len(body))
+			}
+			got, err := io.ReadAll(fb)
+			if err != nil || !bytes.Equal(got, body) {
+				t.Errorf("read %d bytes (%v), want the %d-byte body exactly", len(got), err, len(body))
 			}
 		})
 	}
