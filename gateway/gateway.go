@@ -547,27 +547,41 @@ func (g *Gateway) finish(r *http.Request, w *recorder, st *state, start time.Tim
 		// pool: every core encodes the fields before Write returns.
 		fp := accessFields.Get().(*[]zap.Field)
 		fields := (*fp)[:0]
+		// The redacting core scans every string field for credentials,
+		// except the Verbatim ones: values the gateway made itself that
+		// cannot hold one (a trace id of 32 hex digits, names from fixed
+		// sets). What came from a client (the path, the remote address,
+		// an unknown method, the key id, refusal texts) is scanned.
+		method := zap.String("method", r.Method)
+		if knownMethod(r.Method) {
+			method = redact.Verbatim("method", r.Method)
+		}
 		fields = append(fields,
-			zap.String("trace_id", st.trace.ID),
-			zap.String("method", r.Method),
+			redact.Verbatim("trace_id", st.trace.ID),
+			method,
 			zap.String("path", safePath(r.URL.EscapedPath())),
-			zap.String("route", route),
+			redact.Verbatim("route", route),
 			zap.Int("status", status),
 			zap.Int64("bytes_in", st.bytesIn.Load()),
 			zap.Int64("bytes_out", w.bytes),
 			zap.Float64("latency_ms", millis(latency(st, start, elapsed))),
 			zap.Float64("duration_ms", millis(elapsed)),
-			zap.String("remote", remoteString(r, st.client)),
+			zap.String("remote", st.remote(r)),
 		)
 		if st.authed {
+			am := zap.String("auth", string(st.principal.Method))
+			switch st.principal.Method {
+			case auth.MethodAPIKey, auth.MethodOAuth2, auth.MethodBearer:
+				am = redact.Verbatim("auth", string(st.principal.Method))
+			}
 			fields = append(fields,
 				zap.String("key_id", st.principal.ID),
-				zap.String("auth", string(st.principal.Method)),
-				zap.String("product", st.route.product()),
+				am,
+				redact.Verbatim("product", st.route.product()),
 				zap.String("env", st.principal.Env))
 		}
 		if st.upstream != nil {
-			fields = append(fields, zap.String("upstream", st.upstream.name), zap.Float64("upstream_latency_ms", millis(st.upLatency)))
+			fields = append(fields, redact.Verbatim("upstream", st.upstream.name), zap.Float64("upstream_latency_ms", millis(st.upLatency)))
 		}
 		if st.reason != "" {
 			fields = append(fields, zap.String("reason", st.reason), zap.String("error", st.errMessage))

@@ -64,9 +64,25 @@ func Fields(fs []zapcore.Field) []zapcore.Field {
 	return out
 }
 
+// Verbatim is zap.String for a value the program made itself that cannot
+// hold a credential: a name from a fixed set (a route, a product, a known
+// HTTP method) or an id in a checked form (a trace id of 32 hex digits).
+// Core writes it without scanning it; the caller vouches for it, so never
+// give it text that came from a client as it came. Every core encodes it
+// exactly as it would zap.String(key, val).
+func Verbatim(key, val string) zap.Field {
+	return zap.Field{Key: key, Type: zapcore.StringType, String: val, Interface: verbatim{}}
+}
+
+// verbatim marks a Verbatim field (zap ignores Interface for strings).
+type verbatim struct{}
+
 func field(f zapcore.Field) (zapcore.Field, bool) {
 	switch f.Type {
 	case zapcore.StringType:
+		if _, ok := f.Interface.(verbatim); ok {
+			break
+		}
 		if r := String(f.String); r != f.String {
 			f.String = r
 			return f, true
