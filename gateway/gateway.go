@@ -234,6 +234,7 @@ type state struct {
 	errMessage string
 	idle       idleBody
 	small      *smallBuf // the whole /sync body, when readSmall read it
+	tiny       smallBuf  // small's memory when the body is tiny
 	// hv backs the single values of the headers the gateway sets on the
 	// response and on the upstream request (hvTraceID…): one allocation
 	// with the state instead of one per header.
@@ -416,9 +417,9 @@ func (g *Gateway) serve(w *recorder, r *http.Request, st *state) refusal {
 			return refusal{kind: refContext}
 		}
 		sp.end("ok", nil)
-		buf, release, ok, err := g.readSmall(body, r.ContentLength)
-		if release != nil {
-			defer release()
+		buf, ok, err := g.readSmall(body, r.ContentLength, &st.tiny)
+		if ok {
+			defer g.releaseSmall(buf)
 		}
 		switch {
 		case err != nil:
