@@ -44,11 +44,31 @@ func (c *core) Write(e zapcore.Entry, fs []zapcore.Field) error {
 // field with the redacted text.
 func Fields(fs []zapcore.Field) []zapcore.Field {
 	var out []zapcore.Field
-	for i, f := range fs {
-		g, changed := field(f)
-		if !changed {
+	for i := range fs {
+		// The common fields are looked at in place: a string without a
+		// secret, a Verbatim one, and the kinds that hold no text (numbers,
+		// bools, times, durations; binary is written as base64) are kept
+		// without copying them through field.
+		f := &fs[i]
+		keep := false
+		switch f.Type {
+		case zapcore.StringType:
+			_, v := f.Interface.(verbatim)
+			keep = v || !Contains(f.String)
+		case zapcore.ByteStringType, zapcore.ErrorType, zapcore.StringerType,
+			zapcore.ArrayMarshalerType, zapcore.ObjectMarshalerType, zapcore.InlineMarshalerType, zapcore.ReflectType:
+		default:
+			keep = true
+		}
+		var g zapcore.Field
+		if !keep {
+			var changed bool
+			g, changed = field(*f)
+			keep = !changed
+		}
+		if keep {
 			if out != nil {
-				out[i] = f
+				out[i] = *f
 			}
 			continue
 		}
