@@ -137,3 +137,46 @@ func TestVerbatim(t *testing.T) {
 		t.Errorf("Core left a key in a string field: %s", got)
 	}
 }
+
+// FuzzFields: for any text, Fields masks it in every kind of field that
+// carries text (string, byte string, error, Stringer) exactly as String
+// does, leaves a Verbatim field and the numbers alone, returns fs itself
+// when nothing changed, and leaves no secret in an array's text.
+func FuzzFields(f *testing.F) {
+	for _, s := range []string{"", key, "Bearer " + jwt, "kga_abc", "kgA_0", "/sync", "127.0.0.1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		fs := []zapcore.Field{
+			zap.String("s", s),
+			zap.ByteString("b", []byte(s)),
+			zap.Error(errors.New(s)),
+			zap.Stringer("st", stringer(s)),
+			redact.Verbatim("v", s),
+			zap.Int("n", len(s)),
+		}
+		out := redact.Fields(fs)
+		if !redact.Contains(s) {
+			if &out[0] != &fs[0] {
+				t.Fatalf("Fields copied fields without a secret (%q)", s)
+			}
+		} else {
+			want := redact.String(s)
+			for _, g := range out[:4] {
+				if g.Type != zapcore.StringType || g.String != want {
+					t.Errorf("%s: %+v, want the string %q", g.Key, g, want)
+				}
+			}
+			if out[4].String != s || out[5].Integer != int64(len(s)) {
+				t.Errorf("Fields changed %+v or %+v", out[4], out[5])
+			}
+		}
+		// An array is scanned as its JSON text, which may join what
+		// String alone would not mask ("kga_0" is too short; quoted it
+		// is not): either as it was or masked.
+		a := redact.Fields([]zapcore.Field{zap.Strings("a", []string{s})})[0]
+		if a.Type != zapcore.ArrayMarshalerType && (a.Type != zapcore.StringType || redact.Contains(a.String)) {
+			t.Errorf("array: %+v still holds a secret", a)
+		}
+	})
+}
