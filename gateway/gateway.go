@@ -235,6 +235,7 @@ type state struct {
 	idle       idleBody
 	small      *smallBuf // the whole /sync body, when readSmall read it
 	tiny       smallBuf  // small's memory when the body is tiny
+	rec        recorder  // the response as ServeHTTP wraps it
 	// hv backs the single values of the headers the gateway sets on the
 	// response and on the upstream request (hvTraceID…): one allocation
 	// with the state instead of one per header.
@@ -278,7 +279,8 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// st) in its own goroutine after the handler returns.
 	st := &state{trace: newTrace(r.Header.Get("Traceparent")), route: match(r.URL)}
 	st.client = g.cfg.TrustedProxies.ClientAddr(r)
-	rec := &recorder{ResponseWriter: w}
+	st.rec.ResponseWriter = w
+	rec := &st.rec
 	h := w.Header()
 	st.value(h, "X-Trace-Id", hvTraceID, st.trace.ID)
 	if g.cfg.HSTS != "" && r.TLS != nil {
