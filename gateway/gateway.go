@@ -502,9 +502,24 @@ func (b *watchedBody) Read(p []byte) (int, error) {
 func (b *watchedBody) Close() error { return b.rc.Close() }
 
 func (st *state) setRateHeaders(h http.Header, d ratelimit.Decision) {
-	st.value(h, "Ratelimit-Limit", hvRateLimit, strconv.FormatInt(d.Limit, 10))
-	st.value(h, "Ratelimit-Remaining", hvRateRemaining, strconv.FormatInt(max(d.Remaining, 0), 10))
-	st.value(h, "Ratelimit-Reset", hvRateReset, strconv.FormatInt(ceilSeconds(d.Reset, 0), 10))
+	limit, remaining, reset := d.Limit, max(d.Remaining, 0), ceilSeconds(d.Reset, 0)
+	small := func(n int64) bool { return 0 <= n && n < 100 } // strconv's own strings: no allocation
+	if small(limit) && small(remaining) && small(reset) {
+		st.value(h, "Ratelimit-Limit", hvRateLimit, strconv.FormatInt(limit, 10))
+		st.value(h, "Ratelimit-Remaining", hvRateRemaining, strconv.FormatInt(remaining, 10))
+		st.value(h, "Ratelimit-Reset", hvRateReset, strconv.FormatInt(reset, 10))
+		return
+	}
+	// One string for the three numbers instead of one each.
+	var buf [3 * 20]byte
+	b := strconv.AppendInt(buf[:0], limit, 10)
+	i := len(b)
+	b = strconv.AppendInt(b, remaining, 10)
+	j := len(b)
+	s := string(strconv.AppendInt(b, reset, 10))
+	st.value(h, "Ratelimit-Limit", hvRateLimit, s[:i])
+	st.value(h, "Ratelimit-Remaining", hvRateRemaining, s[i:j])
+	st.value(h, "Ratelimit-Reset", hvRateReset, s[j:])
 }
 
 func ceilSeconds(d time.Duration, min int64) int64 {
