@@ -535,6 +535,13 @@ func safePath(p string) string {
 	if len(p) > 64 {
 		p = p[:64] + "..."
 	}
+	printable := true // ASCII without controls, which strings.Map leaves as it is
+	for i := 0; i < len(p) && printable; i++ {
+		printable = 0x20 <= p[i] && p[i] < 0x7f
+	}
+	if printable {
+		return p
+	}
 	return strings.Map(func(r rune) rune {
 		if r < 0x20 || r == 0x7f {
 			return '?'
