@@ -5,9 +5,14 @@ import "bytes"
 // maxParams bounds the parameters of one header value; more is refused.
 const maxParams = 8
 
+// text is a header value as the parsers below take it: a part's header
+// line ([]byte) or the request's Content-Type (string, parsed in place so
+// that the boundary is a substring of it and nothing is copied).
+type text interface{ ~string | ~[]byte }
+
 // param is one parameter of a header value, sliced from the value.
-type param struct {
-	name, value []byte
+type param[S text] struct {
+	name, value S
 	quoted      bool
 }
 
@@ -24,7 +29,7 @@ func isTchar(c byte) bool {
 	return false
 }
 
-func tokenEnd(s []byte, i int) int {
+func tokenEnd[S text](s S, i int) int {
 	for i < len(s) && isTchar(s[i]) {
 		i++
 	}
@@ -42,25 +47,25 @@ func tokenEnd(s []byte, i int) int {
 // ASCII case-insensitively) and there are at most maxParams of them. The
 // caller trims the value's leading and trailing whitespace. ok is false for
 // anything else.
-func parseValue(s []byte, slash bool, ps *[maxParams]param) (typ []byte, n int, ok bool) {
+func parseValue[S text](s S, slash bool, ps *[maxParams]param[S]) (typ S, n int, ok bool) {
 	i := tokenEnd(s, 0)
 	if i == 0 {
-		return nil, 0, false
+		return s[:0], 0, false
 	}
 	if slash {
 		if i >= len(s) || s[i] != '/' {
-			return nil, 0, false
+			return s[:0], 0, false
 		}
 		j := tokenEnd(s, i+1)
 		if j == i+1 {
-			return nil, 0, false
+			return s[:0], 0, false
 		}
 		i = j
 	}
 	typ = s[:i]
 	for i < len(s) {
 		if s[i] != ';' {
-			return nil, 0, false
+			return s[:0], 0, false
 		}
 		i++
 		for i < len(s) && (s[i] == ' ' || s[i] == '\t') {
@@ -68,36 +73,36 @@ func parseValue(s []byte, slash bool, ps *[maxParams]param) (typ []byte, n int, 
 		}
 		j := tokenEnd(s, i)
 		if j == i || j >= len(s) || s[j] != '=' {
-			return nil, 0, false
+			return s[:0], 0, false
 		}
-		p := param{name: s[i:j]}
+		p := param[S]{name: s[i:j]}
 		i = j + 1
 		if i < len(s) && s[i] == '"' {
 			k := i + 1
 			for ; k < len(s) && s[k] != '"'; k++ {
 				if c := s[k]; c == '\\' || c < 0x20 && c != '\t' || c == 0x7f {
-					return nil, 0, false
+					return s[:0], 0, false
 				}
 			}
 			if k >= len(s) {
-				return nil, 0, false
+				return s[:0], 0, false
 			}
 			p.value, p.quoted = s[i+1:k], true
 			i = k + 1
 		} else {
 			j = tokenEnd(s, i)
 			if j == i {
-				return nil, 0, false
+				return s[:0], 0, false
 			}
 			p.value = s[i:j]
 			i = j
 		}
 		if n == len(ps) {
-			return nil, 0, false
+			return s[:0], 0, false
 		}
 		for _, q := range ps[:n] {
 			if equalFold(q.name, p.name) {
-				return nil, 0, false
+				return s[:0], 0, false
 			}
 		}
 		ps[n] = p
@@ -132,7 +137,7 @@ func equalFold[A, B ~string | ~[]byte](a A, b B) bool {
 // upstream would call equal is equal.
 func EqualContext(a, b string) bool { return equalFold(a, b) }
 
-func trimOWS(s []byte) []byte {
+func trimOWS[S text](s S) S {
 	for len(s) > 0 && (s[0] == ' ' || s[0] == '\t') {
 		s = s[1:]
 	}
@@ -148,15 +153,15 @@ func trimOWS(s []byte) []byte {
 // the header) and at most a charset of utf-8 or us-ascii besides; the
 // boundary must be 1 to 70 RFC 2046 bchars not ending in a space.
 func formBoundary(contentType string) (string, bool) {
-	var ps [maxParams]param
-	typ, n, ok := parseValue(trimOWS([]byte(contentType)), true, &ps)
+	var ps [maxParams]param[string]
+	typ, n, ok := parseValue(trimOWS(contentType), true, &ps)
 	if !ok || !equalFold(typ, "multipart/form-data") {
 		return "", false
 	}
-	var boundary []byte
+	var boundary string
 	for _, p := range ps[:n] {
 		switch {
-		case string(p.name) == "boundary":
+		case p.name == "boundary":
 			boundary = p.value
 		case equalFold(p.name, "charset"):
 			if !equalFold(p.value, "utf-8") && !equalFold(p.value, "us-ascii") {
@@ -172,14 +177,15 @@ func formBoundary(contentType string) (string, bool) {
 	if !validBoundary(boundary) {
 		return "", false
 	}
-	return string(boundary), true
+	return boundary, true
 }
 
-func validBoundary(b []byte) bool {
+func validBoundary(b string) bool {
 	if len(b) == 0 || len(b) > maxBoundaryLen || b[len(b)-1] == ' ' {
 		return false
 	}
-	for _, c := range b {
+	for i := 0; i < len(b); i++ {
+		c := b[i]
 		switch {
 		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
 			continue
@@ -242,7 +248,7 @@ func partHeaders(blk []byte) (isCtx bool, err error) {
 	if !haveCD {
 		return false, ErrDisposition
 	}
-	var ps [maxParams]param
+	var ps [maxParams]param[[]byte]
 	typ, n, ok := parseValue(cd, false, &ps)
 	if !ok || !equalFold(typ, "form-data") {
 		return false, ErrDisposition

@@ -39,11 +39,13 @@ type parser struct {
 
 	ctx       string // the first context part's value
 	justFound bool   // ctx was set during this parse call
+
+	dashBuf [2 + maxBoundaryLen]byte // dash's memory
 }
 
 func (p *parser) init(boundary string, win, val []byte, maxField int, skip *[256]uint8) {
-	p.dash = make([]byte, 0, 2+len(boundary))
-	p.dash = append(append(p.dash, "--"...), boundary...)
+	// In dashBuf: no allocation for a boundary formBoundary accepts.
+	p.dash = append(append(p.dashBuf[:0], "--"...), boundary...)
 	p.anchor = p.dash[len(p.dash)-min(len(p.dash), anchorLen):]
 	p.rare = uint8(rareByte(p.dash))
 	p.win, p.val, p.maxField, p.skip = win, val, maxField, skip

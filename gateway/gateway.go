@@ -234,6 +234,8 @@ type state struct {
 	errMessage string
 	idle       idleBody
 	small      *smallBuf // the whole /sync body, when readSmall read it
+	tiny       smallBuf  // small's memory when the body is tiny
+	rec        recorder  // the response as ServeHTTP wraps it
 	// hv backs the single values of the headers the gateway sets on the
 	// response and on the upstream request (hvTraceID…): one allocation
 	// with the state instead of one per header.
@@ -277,7 +279,8 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// st) in its own goroutine after the handler returns.
 	st := &state{trace: newTrace(r.Header.Get("Traceparent")), route: match(r.URL)}
 	st.client = g.cfg.TrustedProxies.ClientAddr(r)
-	rec := &recorder{ResponseWriter: w}
+	st.rec.ResponseWriter = w
+	rec := &st.rec
 	h := w.Header()
 	st.value(h, "X-Trace-Id", hvTraceID, st.trace.ID)
 	if g.cfg.HSTS != "" && r.TLS != nil {
@@ -416,9 +419,9 @@ func (g *Gateway) serve(w *recorder, r *http.Request, st *state) refusal {
 			return refusal{kind: refContext}
 		}
 		sp.end("ok", nil)
-		buf, release, ok, err := g.readSmall(body, r.ContentLength)
-		if release != nil {
-			defer release()
+		buf, ok, err := g.readSmall(body, r.ContentLength, &st.tiny)
+		if ok {
+			defer g.releaseSmall(buf)
 		}
 		switch {
 		case err != nil:
@@ -499,9 +502,24 @@ func (b *watchedBody) Read(p []byte) (int, error) {
 func (b *watchedBody) Close() error { return b.rc.Close() }
 
 func (st *state) setRateHeaders(h http.Header, d ratelimit.Decision) {
-	st.value(h, "Ratelimit-Limit", hvRateLimit, strconv.FormatInt(d.Limit, 10))
-	st.value(h, "Ratelimit-Remaining", hvRateRemaining, strconv.FormatInt(max(d.Remaining, 0), 10))
-	st.value(h, "Ratelimit-Reset", hvRateReset, strconv.FormatInt(ceilSeconds(d.Reset, 0), 10))
+	limit, remaining, reset := d.Limit, max(d.Remaining, 0), ceilSeconds(d.Reset, 0)
+	small := func(n int64) bool { return 0 <= n && n < 100 } // strconv's own strings: no allocation
+	if small(limit) && small(remaining) && small(reset) {
+		st.value(h, "Ratelimit-Limit", hvRateLimit, strconv.FormatInt(limit, 10))
+		st.value(h, "Ratelimit-Remaining", hvRateRemaining, strconv.FormatInt(remaining, 10))
+		st.value(h, "Ratelimit-Reset", hvRateReset, strconv.FormatInt(reset, 10))
+		return
+	}
+	// One string for the three numbers instead of one each.
+	var buf [3 * 20]byte
+	b := strconv.AppendInt(buf[:0], limit, 10)
+	i := len(b)
+	b = strconv.AppendInt(b, remaining, 10)
+	j := len(b)
+	s := string(strconv.AppendInt(b, reset, 10))
+	st.value(h, "Ratelimit-Limit", hvRateLimit, s[:i])
+	st.value(h, "Ratelimit-Remaining", hvRateRemaining, s[i:j])
+	st.value(h, "Ratelimit-Reset", hvRateReset, s[j:])
 }
 
 func ceilSeconds(d time.Duration, min int64) int64 {
@@ -516,6 +534,13 @@ func ceilSeconds(d time.Duration, min int64) int64 {
 func safePath(p string) string {
 	if len(p) > 64 {
 		p = p[:64] + "..."
+	}
+	printable := true // ASCII without controls, which strings.Map leaves as it is
+	for i := 0; i < len(p) && printable; i++ {
+		printable = 0x20 <= p[i] && p[i] < 0x7f
+	}
+	if printable {
+		return p
 	}
 	return strings.Map(func(r rune) rune {
 		if r < 0x20 || r == 0x7f {
@@ -547,27 +572,41 @@ func (g *Gateway) finish(r *http.Request, w *recorder, st *state, start time.Tim
 		// pool: every core encodes the fields before Write returns.
 		fp := accessFields.Get().(*[]zap.Field)
 		fields := (*fp)[:0]
+		// The redacting core scans every string field for credentials,
+		// except the Verbatim ones: values the gateway made itself that
+		// cannot hold one (a trace id of 32 hex digits, names from fixed
+		// sets). What came from a client (the path, the remote address,
+		// an unknown method, the key id, refusal texts) is scanned.
+		method := zap.String("method", r.Method)
+		if knownMethod(r.Method) {
+			method = redact.Verbatim("method", r.Method)
+		}
 		fields = append(fields,
-			zap.String("trace_id", st.trace.ID),
-			zap.String("method", r.Method),
+			redact.Verbatim("trace_id", st.trace.ID),
+			method,
 			zap.String("path", safePath(r.URL.EscapedPath())),
-			zap.String("route", route),
+			redact.Verbatim("route", route),
 			zap.Int("status", status),
 			zap.Int64("bytes_in", st.bytesIn.Load()),
 			zap.Int64("bytes_out", w.bytes),
 			zap.Float64("latency_ms", millis(latency(st, start, elapsed))),
 			zap.Float64("duration_ms", millis(elapsed)),
-			zap.String("remote", remoteString(r, st.client)),
+			zap.String("remote", st.remote(r)),
 		)
 		if st.authed {
+			am := zap.String("auth", string(st.principal.Method))
+			switch st.principal.Method {
+			case auth.MethodAPIKey, auth.MethodOAuth2, auth.MethodBearer:
+				am = redact.Verbatim("auth", string(st.principal.Method))
+			}
 			fields = append(fields,
 				zap.String("key_id", st.principal.ID),
-				zap.String("auth", string(st.principal.Method)),
-				zap.String("product", st.route.product()),
+				am,
+				redact.Verbatim("product", st.route.product()),
 				zap.String("env", st.principal.Env))
 		}
 		if st.upstream != nil {
-			fields = append(fields, zap.String("upstream", st.upstream.name), zap.Float64("upstream_latency_ms", millis(st.upLatency)))
+			fields = append(fields, redact.Verbatim("upstream", st.upstream.name), zap.Float64("upstream_latency_ms", millis(st.upLatency)))
 		}
 		if st.reason != "" {
 			fields = append(fields, zap.String("reason", st.reason), zap.String("error", st.errMessage))

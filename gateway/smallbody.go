@@ -44,10 +44,15 @@ var errBodyTooLong = errors.New("gateway: body longer than its Content-Length")
 // the handler returned, and closes the reader when it is done). The
 // buffer goes back to the pool only when all are released, so no reader
 // ever sees it reused.
+//
+// A tiny body's smallBuf lives in the request's state (state.tiny), and
+// its first reader is the bytes.Reader inside it, so neither is allocated
+// on its own.
 type smallBuf struct {
 	b      []byte // len: the body's length; cap: smallBodyMax when pooled
 	pooled bool
 	refs   atomic.Int32
+	first  bytes.Reader // a tiny body's first reader (see firstReader)
 }
 
 var smallBufs = sync.Pool{New: func() any { return &smallBuf{b: make([]byte, 0, smallBodyMax), pooled: true} }}
@@ -57,6 +62,17 @@ func (s *smallBuf) release() {
 		s.b = s.b[:0]
 		smallBufs.Put(s)
 	}
+}
+
+// firstReader is reader for the body's first attempt upstream; call it
+// once per body. A tiny body's is the bytes.Reader inside s, so that no
+// reader is allocated for it.
+func (s *smallBuf) firstReader() io.ReadCloser {
+	if s.pooled {
+		return s.reader()
+	}
+	s.first.Reset(s.b)
+	return io.NopCloser(&s.first)
 }
 
 // reader returns a new reader of the body; a pooled buffer's holds a
@@ -86,33 +102,29 @@ func (r *smallReader) Close() error {
 	return nil
 }
 
-// readSmall reads body whole when its length n allows. ok=false means the
-// body is to be streamed; err is a failed read (a failed check among
-// them), which the caller answers like a failure found while streaming.
-// release gives back the reservation and the request's buffer reference
-// once the request is over.
-func (g *Gateway) readSmall(body io.Reader, n int64) (buf *smallBuf, release func(), ok bool, err error) {
+// readSmall reads body whole when its length n allows, a tiny body into
+// tiny. ok=false means the body is to be streamed; err is a failed read (a
+// failed check among them), which the caller answers like a failure found
+// while streaming. With ok, the caller gives buf back with releaseSmall
+// once the request is over, err or not.
+func (g *Gateway) readSmall(body io.Reader, n int64, tiny *smallBuf) (buf *smallBuf, ok bool, err error) {
 	if n < 0 || n > smallBodyMax {
-		return nil, nil, false, nil
+		return nil, false, nil
 	}
 	if g.smallHeld.Add(n) > smallBodyBudget {
 		g.smallHeld.Add(-n)
-		return nil, nil, false, nil
+		return nil, false, nil
 	}
-	var sb *smallBuf
+	sb := tiny
 	if n <= tinyBodyMax {
-		sb = &smallBuf{b: make([]byte, n)}
+		sb.b = make([]byte, n)
 	} else {
 		sb = smallBufs.Get().(*smallBuf)
 		sb.refs.Store(1)
 		sb.b = sb.b[:n]
 	}
-	release = func() {
-		g.smallHeld.Add(-n)
-		sb.release()
-	}
 	if _, err = io.ReadFull(body, sb.b); err != nil {
-		return nil, release, true, err
+		return sb, true, err
 	}
 	var one [1]byte
 	m, err := body.Read(one[:])
@@ -121,17 +133,25 @@ func (g *Gateway) readSmall(body io.Reader, n int64) (buf *smallBuf, release fun
 	}
 	switch {
 	case m > 0:
-		return nil, release, true, errBodyTooLong
+		return sb, true, errBodyTooLong
 	case err == io.EOF:
-		return sb, release, true, nil
+		return sb, true, nil
 	default:
-		return nil, release, true, err
+		return sb, true, err
 	}
 }
 
+// releaseSmall gives back what readSmall took: the reservation of the
+// body's bytes and the request's reference to a pooled buffer.
+func (g *Gateway) releaseSmall(sb *smallBuf) {
+	g.smallHeld.Add(-int64(len(sb.b))) // before release: it may reset b
+	sb.release()
+}
+
 // memBody gives the transport a fresh in-memory reader of a body read by
-// readSmall, for each attempt (GetBody serves retries).
+// readSmall, for each attempt (GetBody serves retries). It is called once
+// per body (rewrite, once per request).
 func memBody(req *http.Request, b *smallBuf) {
-	req.Body = b.reader()
+	req.Body = b.firstReader()
 	req.GetBody = func() (io.ReadCloser, error) { return b.reader(), nil }
 }

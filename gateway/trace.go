@@ -11,29 +11,35 @@ type trace struct {
 	ID     string // 32 lower-case hex digits
 	SpanID string // 16 lower-case hex digits
 	Flags  string // 2 hex digits
+	parent string // the traceparent for the upstream (header)
 }
 
 // newTrace continues a valid incoming traceparent or starts a new trace.
-// Both ids come from one read of the random source and one string.
+// Both ids come from one read of the random source, and the ids, the
+// flags and the traceparent sent upstream are all one string.
 func newTrace(traceparent string) trace {
 	var b [24]byte
-	var h [48]byte
+	var h [55]byte // 00-<trace id>-<span id>-<flags>
 	id, flags, ok := parseTraceparent(traceparent)
 	if ok {
 		_, _ = rand.Read(b[16:])
-		hex.Encode(h[32:], b[16:])
-		return trace{ID: id, SpanID: string(h[32:]), Flags: flags}
+		copy(h[3:35], id)
+	} else {
+		_, _ = rand.Read(b[:])
+		hex.Encode(h[3:35], b[:16])
+		flags = "01"
 	}
-	_, _ = rand.Read(b[:])
-	hex.Encode(h[:], b[:])
+	copy(h[:3], "00-")
+	h[35] = '-'
+	hex.Encode(h[36:52], b[16:])
+	h[52] = '-'
+	copy(h[53:], flags)
 	s := string(h[:])
-	return trace{ID: s[:32], SpanID: s[32:], Flags: "01"}
+	return trace{ID: s[3:35], SpanID: s[36:52], Flags: s[53:], parent: s}
 }
 
 // header is the traceparent sent upstream: same trace, keygate's span.
-func (t trace) header() string {
-	return "00-" + t.ID + "-" + t.SpanID + "-" + t.Flags
-}
+func (t trace) header() string { return t.parent }
 
 // parseTraceparent accepts version 00 traceparents as W3C Trace Context
 // defines them: 00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>, with
