@@ -70,17 +70,15 @@ profile: deps
 	$(GO) run ./bench/peers -profile $(PROFILE) $(BENCH_PEERS_FLAGS)
 	$(GO) tool pprof -top -nodecount=40 $(PROFILE) | head -50
 
-## fuzz: each fuzz target for FUZZTIME (default 3m)
+## fuzz: every fuzz target of every package (go test -list finds them), each for
+##       FUZZTIME (default 3m)
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./keystore
-	$(GO) test -run '^$$' -fuzz '^FuzzRead$$' -fuzztime $(FUZZTIME) ./formctx
-	$(GO) test -run '^$$' -fuzz '^FuzzFind$$' -fuzztime $(FUZZTIME) ./formctx
-	$(GO) test -run '^$$' -fuzz '^FuzzDifferential$$' -fuzztime $(FUZZTIME) ./differential
-	$(GO) test -run '^$$' -fuzz '^FuzzTracker$$' -fuzztime $(FUZZTIME) ./framing
-	$(GO) test -run '^$$' -fuzz '^FuzzString$$' -fuzztime $(FUZZTIME) ./redact
-	$(GO) test -run '^$$' -fuzz '^FuzzTable$$' -fuzztime $(FUZZTIME) ./cli
-	$(GO) test -run '^$$' -fuzz '^FuzzUnmarshal$$' -fuzztime $(FUZZTIME) ./internal/strictjson
-	$(GO) test -run '^$$' -fuzz '^FuzzBody$$' -fuzztime $(FUZZTIME) ./adminapi
+	@for pkg in $$($(GO) list ./...); do \
+		for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
+			echo "== $$pkg $$f"; \
+			$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+		done; \
+	done
 
 ## lint: go.mod and go.sum tidy (go mod tidy -diff prints what tidy would change and
 ##       fails), go vet, then golangci-lint (.golangci.yml gives the reason beside each choice)
