@@ -145,7 +145,9 @@ const (
 func TestAccessLineIsTheScannedOne(t *testing.T) {
 	p := newAccessPair(t)
 	ct, small := form(t, part{"contextId", ctxA}, part{"id", "1"}, part{"files", strings.Repeat("x", 256)})
-	spilledCT, spilled := form(t, part{"files", strings.Repeat("y", 4<<10)}, part{"contextId", ctxA})
+	// The context after a file larger than the parser's 64 KiB window and
+	// the 1 KiB of spool memory: the prefix goes to a temp file.
+	spilledCT, spilled := form(t, part{"files", strings.Repeat("y", 100<<10)}, part{"contextId", ctxA})
 	wrongCT, wrongCtx := form(t, part{"contextId", ctxB}, part{"files", "z"})
 	for _, c := range []struct {
 		name, method, target, ct string
