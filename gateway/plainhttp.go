@@ -5,11 +5,14 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/keygate/keygate/internal/statuswriter"
 	"github.com/keygate/keygate/redact"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 // PlainHTTP guards the plain-HTTP listener. It never forwards anything: a
@@ -40,6 +43,44 @@ func NewExposedCounter(reg prometheus.Registerer) *prometheus.CounterVec {
 		reg.MustRegister(c)
 	}
 	return c
+}
+
+// LogPlainAccess wraps the plain-HTTP listener's handler (ACME http-01
+// answers in front of PlainHTTP) so that every request it answers gets an
+// access line, as the API listener's do: message "request" on log, with
+// listener "plain_http", the trace id the answer carries (none for an
+// ACME answer), method, path (64 bytes at most), status, bytes out,
+// duration and remote. Nothing is forwarded from this listener, so the
+// line has no key id, upstream or bytes in; a credential in the path is
+// masked by the redacting core, as in every other line.
+func LogPlainAccess(log *zap.Logger, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := statuswriter.Wrap(w)
+		next.ServeHTTP(sw, r)
+		ce := log.Check(zapcore.InfoLevel, "request")
+		if ce == nil {
+			return
+		}
+		status := sw.Status()
+		if status == 0 {
+			status = http.StatusOK
+		}
+		fields := make([]zap.Field, 0, 9)
+		if id := w.Header().Get("X-Trace-Id"); id != "" {
+			fields = append(fields, zap.String("trace_id", id))
+		}
+		fields = append(fields,
+			zap.String("listener", "plain_http"),
+			zap.String("method", r.Method),
+			zap.String("path", safePath(r.URL.EscapedPath())),
+			zap.Int("status", status),
+			zap.Int64("bytes_out", sw.Bytes()),
+			zap.Float64("duration_ms", millis(time.Since(start))),
+			zap.String("remote", remoteString(r, peerAddr(r))),
+		)
+		ce.Write(fields...)
+	})
 }
 
 func (p *PlainHTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {

@@ -287,7 +287,8 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (s *Server, err erro
 		}
 		plain := &gateway.PlainHTTP{HTTPSPort: strconv.Itoa(port(s.apiLn)), Auth: authn, Logger: s.log.Named("plain_http"), Exposed: exposed}
 		s.plain = &http.Server{
-			Handler:                      s.obs.listener(listenerPlainHTTP, framing.Guard(s.tls.HTTPChallengeHandler(plain), gateway.RefuseFraming(s.log.Named("plain_http"), "plain_http", refused))),
+			Handler: s.obs.listener(listenerPlainHTTP, framing.Guard(gateway.LogPlainAccess(s.log.Named("access"), s.tls.HTTPChallengeHandler(plain)),
+				gateway.RefuseFraming(s.log.Named("plain_http"), "plain_http", refused))),
 			ConnContext:                  framing.ConnContext,
 			DisableGeneralOptionsHandler: true,
 			ReadHeaderTimeout:            sc.ReadHeaderTimeout,

@@ -162,6 +162,38 @@ func TestPlainHTTPListener(t *testing.T) {
 			t.Errorf("Location = %q, want %q", got, want)
 		}
 	})
+
+	t.Run("every answer has an access line, and no credential in it", func(t *testing.T) {
+		// A key in the path is refused (kind url) and masked in the line.
+		assertError(t, h.get(h.Plain, "/sync/"+h.LiveKey, cred{}), 400, "HTTPS required")
+		r := h.get(h.Plain, "/registry/schemas?page=3", cred{})
+		var lines []map[string]any
+		for _, l := range strings.Split(h.Logs.String(), "\n") {
+			var m map[string]any
+			if json.Unmarshal([]byte(l), &m) == nil && m["logger"] == "access" && m["listener"] == "plain_http" {
+				lines = append(lines, m)
+			}
+			if strings.Contains(l, h.LiveKey) {
+				t.Errorf("a key sent in clear is in the log: %s", l)
+			}
+		}
+		byStatus := map[float64]int{}
+		for _, m := range lines {
+			byStatus[m["status"].(float64)]++
+			if m["msg"] != "request" || m["method"] == nil || m["remote"] != "127.0.0.1" || m["duration_ms"] == nil || m["bytes_out"] == nil {
+				t.Errorf("access line lacks a field: %v", m)
+			}
+		}
+		// The earlier subtests: three refusals (400) and one redirect
+		// (308); this one: a refusal and a redirect.
+		if byStatus[400] != 4 || byStatus[308] != 2 {
+			t.Errorf("plain-HTTP access lines by status %v, want 4 × 400 and 2 × 308", byStatus)
+		}
+		last := lines[len(lines)-1]
+		if last["path"] != "/registry/schemas" || last["trace_id"] != r.Header.Get("X-Trace-Id") || last["trace_id"] == "" {
+			t.Errorf("the redirect's line %v: want path /registry/schemas and trace id %q", last, r.Header.Get("X-Trace-Id"))
+		}
+	})
 }
 
 func TestAdminListener(t *testing.T) {

@@ -1,5 +1,6 @@
-// Package statuswriter remembers the status of a response, for the one
-// log line per request that the admin API and the portal write.
+// Package statuswriter remembers the status of a response and the bytes
+// of its body, for the one log line per request that the admin API, the
+// portal and the plain-HTTP listener write.
 package statuswriter
 
 import "net/http"
@@ -9,6 +10,7 @@ import "net/http"
 type Writer struct {
 	http.ResponseWriter
 	status int
+	bytes  int64
 }
 
 // Wrap wraps w.
@@ -27,8 +29,13 @@ func (w *Writer) Write(b []byte) (int, error) {
 	if w.status == 0 {
 		w.status = http.StatusOK
 	}
-	return w.ResponseWriter.Write(b)
+	n, err := w.ResponseWriter.Write(b)
+	w.bytes += int64(n)
+	return n, err
 }
+
+// Bytes is how many bytes of the body were written so far.
+func (w *Writer) Bytes() int64 { return w.bytes }
 
 // Status is the status written so far; 0 for none.
 func (w *Writer) Status() int { return w.status }
