@@ -195,14 +195,25 @@ func (c *Counts) Add(o Counts) {
 
 // Drain returns the counts since the previous drain and starts afresh.
 func (c *Counters) Drain() []Delta {
-	var out []Delta
+	// Swap every shard's map first, so that the deltas go into one slice
+	// of the right size (with many keys, growing it was half of what a
+	// drain allocated).
+	var ms [numShards]map[string]*entry
+	n := 0
 	for i := range c.shards {
 		s := &c.shards[i]
 		s.mu.Lock()
-		m := s.m
-		s.m = make(map[string]*entry, len(m))
+		ms[i] = s.m
+		s.m = make(map[string]*entry, len(ms[i]))
 		s.mu.Unlock()
-		// Record adds under the read lock: once swapped, m is ours.
+		n += len(ms[i])
+	}
+	if n == 0 {
+		return nil
+	}
+	out := make([]Delta, 0, n)
+	// Record adds under the read lock: once swapped, a map is ours.
+	for _, m := range ms {
 		for id, e := range m {
 			d := Delta{ID: id, LastUsed: time.UnixMilli(e.last.Load()).UTC()}
 			for o := Outcome(0); o < numOutcomes; o++ {

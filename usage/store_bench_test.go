@@ -62,3 +62,23 @@ func benchFileStoreFlush(b *testing.B, rewrite bool) {
 		})
 	}
 }
+
+// BenchmarkCountersDrain is one interval of a gateway whose load is
+// spread over many keys: 7000 keys recorded once each, then drained.
+func BenchmarkCountersDrain(b *testing.B) {
+	now := time.Now()
+	ids := make([]string, 7000)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("key_%016x", i)
+	}
+	c := usage.NewCounters(0)
+	b.ReportAllocs()
+	for b.Loop() {
+		for _, id := range ids {
+			c.Record(id, usage.ByAPIKey, usage.Admitted, 256, now)
+		}
+		if got := len(c.Drain()); got != len(ids) {
+			b.Fatalf("drained %d keys", got)
+		}
+	}
+}
