@@ -4,18 +4,16 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/keygate/keygate/bench/internal/benchproc"
+	"github.com/keygate/keygate/bench/internal/openloop"
 )
 
 const boundary = "----keygatechurn7MA4YWxkTrZu0gW"
@@ -184,52 +182,16 @@ func (b *bench) openLoop(ctx context.Context, m *cpuMeter) (openResult, error) {
 	url := "http://" + b.replicas[0].addr + "/sync"
 	rps := b.o.OpenRate
 	n := int(b.o.Duration.Seconds() * float64(rps))
-	interval := time.Second / time.Duration(rps)
 	m.begin()
-	// Intended send times start a moment from now, so the workers are up.
-	base := time.Now().Add(50 * time.Millisecond)
-	at := func(i int) time.Time { return base.Add(time.Duration(i) * interval) }
-	lat := make([]time.Duration, n)
-	failed := make([]bool, n)
-	work := make(chan int, n)
-	var wg sync.WaitGroup
-	for range 512 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range work {
-				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-				req.Header.Set("Content-Type", contentType)
-				req.Header.Set("X-Api-Key", b.key)
-				resp, err := client.Do(req)
-				if err == nil {
-					_, _ = io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-				}
-				lat[i] = time.Since(at(i))
-				failed[i] = err != nil || resp.StatusCode != http.StatusOK
-			}
-		}()
-	}
-	for i := 0; i < n; {
-		now := time.Now()
-		for i < n && !at(i).After(now) {
-			work <- i
-			i++
-		}
-		time.Sleep(100 * time.Microsecond)
-	}
-	close(work)
-	wg.Wait()
+	lat, failed := openloop.Run(ctx, client, n, time.Second/time.Duration(rps), func(ctx context.Context, _ int) *http.Request {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+		req.Header.Set("Content-Type", contentType)
+		req.Header.Set("X-Api-Key", b.key)
+		return req
+	})
 	var r openResult
 	r.cpu, r.wall = m.end()
-	r.sent = n
-	for _, f := range failed {
-		if f {
-			r.errors++
-		}
-	}
-	slices.Sort(lat)
+	r.sent, r.errors = n, failed
 	if n > 0 {
 		r.p50, r.p99, r.max = lat[n/2], lat[min(n-1, n*99/100)], lat[n-1]
 	}

@@ -10,13 +10,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/keygate/keygate/bench/internal/benchproc"
+	"github.com/keygate/keygate/bench/internal/openloop"
 )
 
 const boundary = "----keygatebench7MA4YWxkTrZu0gW"
@@ -216,50 +216,13 @@ func (b *bench) openLoop(ctx context.Context, t *target, size, rps int) (openRes
 	url := b.scheme() + t.addr + "/sync"
 	b.warmOpen(ctx, client, url, body, ctype)
 	n := int(b.o.Duration.Seconds() * float64(rps))
-	interval := time.Second / time.Duration(rps)
-	// Intended send times start a moment from now, so the workers are up.
-	base := time.Now().Add(50 * time.Millisecond)
-	at := func(i int) time.Time { return base.Add(time.Duration(i) * interval) }
-	lat := make([]time.Duration, n)
-	failed := make([]bool, n)
-	work := make(chan int, n)
-	var wg sync.WaitGroup
-	for range 512 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range work {
-				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-				req.Header.Set("Content-Type", ctype)
-				req.Header.Set("X-Api-Key", b.keyAt(t, i))
-				resp, err := client.Do(req)
-				if err == nil {
-					_, _ = io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-				}
-				lat[i] = time.Since(at(i))
-				failed[i] = err != nil || resp.StatusCode != http.StatusOK
-			}
-		}()
-	}
-	for i := 0; i < n; {
-		now := time.Now()
-		for i < n && !at(i).After(now) {
-			work <- i
-			i++
-		}
-		time.Sleep(100 * time.Microsecond)
-	}
-	close(work)
-	wg.Wait()
-	var r openResult
-	r.sent = n
-	for _, f := range failed {
-		if f {
-			r.errors++
-		}
-	}
-	slices.Sort(lat)
+	lat, failed := openloop.Run(ctx, client, n, time.Second/time.Duration(rps), func(ctx context.Context, i int) *http.Request {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+		req.Header.Set("Content-Type", ctype)
+		req.Header.Set("X-Api-Key", b.keyAt(t, i))
+		return req
+	})
+	r := openResult{sent: n, errors: failed}
 	if n > 0 {
 		r.p50, r.p99 = lat[n/2], lat[min(n-1, n*99/100)]
 	}
