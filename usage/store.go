@@ -143,15 +143,22 @@ func (s *RedisStore) Flush(ctx context.Context, ds []Delta, now time.Time) error
 
 // flushBatch sends one batch of deltas in one pipeline.
 func (s *RedisStore) flushBatch(ctx context.Context, b []Delta, single bool, h, d string) error {
+	type call struct {
+		keys []string
+		args []any
+		cmd  *redis.Cmd
+	}
+	per := len(b) // keys per script call
+	if !single {
+		per = 1
+	}
+	calls := make([]call, 0, len(b)/per)
 	cmds, err := s.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		if single {
-			keys, args := s.flushArgs(b, h, d)
-			flushScript.EvalSha(ctx, p, keys, args...)
-		} else {
-			for i := range b {
-				keys, args := s.flushArgs(b[i:i+1], h, d)
-				flushScript.EvalSha(ctx, p, keys, args...)
-			}
+		for i := 0; i < len(b); i += per {
+			c := call{}
+			c.keys, c.args = s.flushArgs(b[i:i+per], h, d)
+			c.cmd = flushScript.EvalSha(ctx, p, c.keys, c.args...)
+			calls = append(calls, c)
 		}
 		s.zaddLast(ctx, p, s.lastKey(), b, func(d *Delta) time.Time { return d.LastUsed })
 		s.zaddLast(ctx, p, s.lastKeyAuthKey(), b, func(d *Delta) time.Time { return d.LastAPIKey })
@@ -160,27 +167,18 @@ func (s *RedisStore) flushBatch(ctx context.Context, b []Delta, single bool, h, 
 	if err == nil {
 		return nil
 	}
-	// Only the scripts Redis did not know were not run: send those again
-	// with their source. Any other error fails the flush.
-	var again []*redis.Cmd
+	// Only the script calls Redis answered NOSCRIPT did nothing: send
+	// those again with the source. Any other error fails the flush.
 	for _, c := range cmds {
-		if e := c.Err(); e != nil {
-			sc, ok := c.(*redis.Cmd)
-			if !ok || !redis.HasErrorPrefix(e, "NOSCRIPT") {
-				return e
-			}
-			again = append(again, sc)
+		if e := c.Err(); e != nil && !redis.HasErrorPrefix(e, "NOSCRIPT") {
+			return e
 		}
 	}
 	_, err = s.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, c := range again {
-			args := c.Args() // evalsha, sha, numkeys, keys…, args…
-			n := args[2].(int)
-			keys := make([]string, n)
-			for i := range keys {
-				keys[i] = args[3+i].(string)
+		for _, c := range calls {
+			if c.cmd.Err() != nil {
+				flushScript.Eval(ctx, p, c.keys, c.args...)
 			}
-			flushScript.Eval(ctx, p, keys, args[3+n:]...)
 		}
 		return nil
 	})
