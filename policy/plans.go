@@ -298,7 +298,9 @@ func (r *Resolver) CheckPlan(name string) error {
 // has no override of its own in effect, and the plan in effect (the key's,
 // else the consumer's) has scope consumer; a key's own consumer-scoped
 // plan adds ":" and the plan name, so that the keys on it never share a
-// bucket with keys on another limit. Otherwise it is the key's id.
+// bucket with keys on another limit. Otherwise it is the key's id:
+// Effective.ID is then empty and Effective.Bucket gives the key's id, so
+// that keys which resolve alike can share one Effective.
 func (r *Resolver) Resolve(s Subject, now time.Time) *Effective {
 	// A key with no override, permissions or address rules of its own or
 	// its consumer's resolves the same at any time as every other such key
