@@ -57,12 +57,19 @@ type Pipeliner interface {
 
 // call is one decision waiting for Redis.
 type call struct {
-	ctx  context.Context // the caller's: a decision whose caller left is not sent
-	keys []string
-	args []any
-	res  []int64
-	err  error
-	done chan struct{}
+	ctx context.Context // the caller's: a decision whose caller left is not sent
+	// deadline is when the decision times out: Redis's answer must be
+	// back by then, or the decision fails with errTimeout. The batch's
+	// call is bounded by its earliest decision's deadline, so no caller
+	// waits for Redis longer than the limiter's timeout, queued or not,
+	// without a timer of its own.
+	deadline time.Time
+	keys     []string
+	kbuf     [2]string // keys' array
+	args     []any
+	res      []int64
+	err      error
+	done     chan struct{}
 }
 
 var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1), args: make([]any, 4)} }}
@@ -72,8 +79,7 @@ var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}
 type batcher struct {
 	client  Scripter
 	pipe    Pipeliner
-	combine bool          // one script call for a whole batch (a single Redis)
-	timeout time.Duration // bounds each send
+	combine bool // one script call for a whole batch (a single Redis)
 	mu      sync.Mutex
 	queue   []*call
 	senders int
@@ -85,8 +91,8 @@ type batcher struct {
 // that) and must not be reused. The caller's ctx bounds its own wait, and a
 // decision whose caller's ctx has ended before it is sent is dropped (it
 // would spend a token and quota on a request that is never served); a
-// pipeline once sent is finished for every call in it, under the
-// batcher's own timeout.
+// pipeline once sent is finished for every call in it, by the earliest
+// deadline among them.
 func (b *batcher) run(ctx context.Context, c *call) (res []int64, finished bool, err error) {
 	c.ctx = ctx
 	b.mu.Lock()
@@ -149,17 +155,32 @@ func (b *batcher) take(batch []*call) []*call {
 	return batch
 }
 
+// errTimeout is a decision whose deadline passed before Redis answered
+// it, or before it could be sent (the pipeline ahead of it took the
+// time). It is a context.DeadlineExceeded, as a timed-out call is.
+var errTimeout = fmt.Errorf("ratelimit: Redis did not answer in time: %w", context.DeadlineExceeded)
+
 // send runs a batch. A lone decision, or a whole batch when the batcher
 // combines, is one plain script call (EVALSHA, or EVAL when Redis lost
 // the script); otherwise the batch is one pipeline of EVALSHAs, each
 // retried alone (with EVAL) when Redis lost the script.
 func (b *batcher) send(batch []*call) {
 	live := batch[:0]
+	var deadline time.Time
+	now := time.Now()
 	for _, c := range batch {
 		if err := c.ctx.Err(); err != nil { // the caller left: not sent
 			c.err = err
 			c.done <- struct{}{}
 			continue
+		}
+		if !now.Before(c.deadline) { // its time went on the pipeline ahead
+			c.err = errTimeout
+			c.done <- struct{}{}
+			continue
+		}
+		if deadline.IsZero() || c.deadline.Before(deadline) {
+			deadline = c.deadline
 		}
 		live = append(live, c)
 	}
@@ -167,7 +188,7 @@ func (b *batcher) send(batch []*call) {
 	if len(batch) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
+	ctx, cancel := context.WithDeadlineCause(context.Background(), deadline, errTimeout)
 	defer cancel()
 	if len(batch) == 1 {
 		c := batch[0]

@@ -1,6 +1,7 @@
 package ratelimit_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -184,5 +185,57 @@ func TestRedisFrozenNeverHangsAndRecovers(t *testing.T) {
 			s.Thaw()
 			waitRedis(t, r, lim)
 		})
+	}
+}
+
+// TestFrozenRedisHoldsNoDecisionPastTheTimeout: decisions that queue
+// behind a pipeline to a frozen Redis each fail once their own timeout
+// has passed, not after the pipeline ahead's timeout plus their own (the
+// wait a request would add before its fallback answer).
+func TestFrozenRedisHoldsNoDecisionPastTheTimeout(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t)
+	const timeout = 100 * time.Millisecond
+	// The client's own read timeout is long: only the limiter's bounds
+	// the wait.
+	r, err := ratelimit.NewRedis(ratelimit.RedisConfig{Client: newClient(t, 5*time.Second, s.Addr), Timeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := policy.Limit{Rate: 10, Per: time.Second, Burst: 10}
+	if _, err := r.Allow(context.Background(), "key_before", lim); err != nil {
+		t.Fatal(err)
+	}
+	s.Freeze()
+	defer s.Thaw()
+	type result struct {
+		took time.Duration
+		err  error
+	}
+	results := make(chan result, 17)
+	decide := func(id string) {
+		start := time.Now()
+		_, err := r.Allow(context.Background(), id, lim)
+		results <- result{time.Since(start), err}
+	}
+	go decide("key_first") // in flight, unanswered
+	time.Sleep(5 * time.Millisecond)
+	for i := range 16 { // queued behind it
+		go decide(fmt.Sprintf("key_queued_%d", i))
+	}
+	for range 17 {
+		select {
+		case res := <-results:
+			if res.err == nil {
+				t.Error("a decision with Redis frozen, want a timeout")
+			}
+			// Queued behind the first pipeline and then sent with a fresh
+			// timeout, a decision would wait about 195 ms.
+			if res.took > timeout+60*time.Millisecond {
+				t.Errorf("a decision took %v with a %v timeout", res.took, timeout)
+			}
+		case <-time.After(2 * time.Second):
+			t.Fatal("a decision did not return within 2 s")
+		}
 	}
 }

@@ -162,7 +162,7 @@ func NewRedis(cfg RedisConfig) (*Redis, error) {
 		// Only a single Redis holds every key: a Cluster or a Ring may
 		// hold two ids' keys in two slots, which one script cannot touch.
 		_, single := cfg.Client.(*redis.Client)
-		r.batch = &batcher{client: cfg.Client, pipe: p, combine: single, timeout: cfg.Timeout}
+		r.batch = &batcher{client: cfg.Client, pipe: p, combine: single}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout)
 	defer cancel()
@@ -202,14 +202,23 @@ var errReply = errors.New("ratelimit: unexpected reply from rate limit script")
 // hash tag so that one script touches one slot, and contain nothing but
 // the prefix and the id.
 func (r *Redis) redisKeys(id string) []string {
-	return []string{r.bucketPrefix + id + "}", r.quotaPrefix + id + "}"}
+	var keys [2]string
+	r.fillKeys(&keys, id)
+	return keys[:]
+}
+
+// fillKeys sets keys to id's bucket and quota keys, both in one
+// allocation.
+func (r *Redis) fillKeys(keys *[2]string, id string) {
+	both := r.bucketPrefix + id + "}" + r.quotaPrefix + id + "}"
+	n := len(r.bucketPrefix) + len(id) + 1
+	keys[0], keys[1] = both[:n], both[n:]
 }
 
 // eval runs the script once (EVALSHA, or EVAL when Redis lost the
-// script) under the configured timeout.
+// script) under the configured timeout: the batcher's deadline for the
+// decision, or a context of its own without a batcher.
 func (r *Redis) eval(ctx context.Context, id string, lim policy.Limit) (Decision, error) {
-	ctx, cancel := context.WithTimeout(ctx, r.timeout)
-	defer cancel()
 	var qReq, qPer int64
 	if lim.Quota.Enabled() {
 		qReq, qPer = lim.Quota.Requests, max(1, lim.Quota.Per.Milliseconds())
@@ -219,15 +228,19 @@ func (r *Redis) eval(ctx context.Context, id string, lim policy.Limit) (Decision
 	var err error
 	if r.batch != nil {
 		c := callPool.Get().(*call)
-		c.keys = r.redisKeys(id)
+		c.deadline = time.Now().Add(r.timeout)
+		r.fillKeys(&c.kbuf, id)
+		c.keys = c.kbuf[:]
 		c.args[0], c.args[1], c.args[2], c.args[3] = lim.Burst, interval, qReq, qPer
 		var finished bool
 		res, finished, err = r.batch.run(ctx, c)
 		if finished {
-			c.ctx, c.keys, c.res, c.err = nil, nil, nil, nil
+			c.ctx, c.keys, c.kbuf, c.res, c.err = nil, nil, [2]string{}, nil, nil
 			callPool.Put(c)
 		}
 	} else {
+		ctx, cancel := context.WithTimeout(ctx, r.timeout)
+		defer cancel()
 		res, err = gcra.Run(ctx, r.client, r.redisKeys(id), lim.Burst, interval, qReq, qPer).Int64Slice()
 	}
 	if err != nil {
