@@ -124,6 +124,9 @@ func resetHWM(pid int) {
 
 type closedResult struct {
 	rps, cpuPerReq float64
+	// redisCPUPerReq is the target's redis-server's CPU per request (0
+	// without one).
+	redisCPUPerReq float64
 	errors         int64
 }
 
@@ -164,9 +167,9 @@ func (b *bench) closedLoop(ctx context.Context, t *target, size int) (closedResu
 	}
 	secs := max(1, int(b.o.Duration/time.Second))
 	cmd := exec.CommandContext(ctx, wrk, "-t2", "-c32", fmt.Sprintf("-d%ds", secs), "-s", script, b.scheme()+t.addr+"/sync")
-	before := benchproc.CPUTicks(t.root.Process.Pid)
+	before, redisBefore := benchproc.CPUTicks(t.root.Process.Pid), t.redisTicks()
 	out, err := cmd.CombinedOutput()
-	after := benchproc.CPUTicks(t.root.Process.Pid)
+	after, redisAfter := benchproc.CPUTicks(t.root.Process.Pid), t.redisTicks()
 	if err != nil {
 		return closedResult{}, fmt.Errorf("wrk %s: %w\n%s", t.name, err, out)
 	}
@@ -190,8 +193,17 @@ func (b *bench) closedLoop(ctx context.Context, t *target, size int) (closedResu
 	}
 	if total > 0 {
 		r.cpuPerReq = float64((after-before)*benchproc.TickMicros) / float64(total)
+		r.redisCPUPerReq = float64((redisAfter-redisBefore)*benchproc.TickMicros) / float64(total)
 	}
 	return r, nil
+}
+
+// redisTicks is the CPU time of t's redis-server, 0 without one.
+func (t *target) redisTicks() int64 {
+	if t.redis == nil {
+		return 0
+	}
+	return benchproc.CPUTicks(t.redis.Process.Pid)
 }
 
 var errNoWrk = fmt.Errorf("wrk is not installed: run bench/install-peers.sh")

@@ -15,14 +15,17 @@ type results struct {
 	closed map[string]map[int][]closedResult
 	open   map[string]map[int][]openResult
 	large  map[string]map[bool][]largeResult
-	noWrk  bool
+	// withRedis are the targets with a redis-server of their own.
+	withRedis map[string]bool
+	noWrk     bool
 }
 
 // measure runs every rep, in alternating target order.
 func (b *bench) measure(ctx context.Context) (*results, error) {
-	res := &results{closed: map[string]map[int][]closedResult{}, open: map[string]map[int][]openResult{}, large: map[string]map[bool][]largeResult{}}
+	res := &results{closed: map[string]map[int][]closedResult{}, open: map[string]map[int][]openResult{}, large: map[string]map[bool][]largeResult{}, withRedis: map[string]bool{}}
 	for _, t := range b.targets {
 		res.order = append(res.order, t.name)
+		res.withRedis[t.name] = t.redis != nil
 		res.closed[t.name], res.open[t.name], res.large[t.name] = map[int][]closedResult{}, map[int][]openResult{}, map[bool][]largeResult{}
 	}
 	for rep := range b.o.Reps {
@@ -44,7 +47,7 @@ func (b *bench) measure(ctx context.Context) (*results, error) {
 				default:
 					res.closed[t.name][size] = append(res.closed[t.name][size], c)
 				}
-				b.logf("rep %d %-13s %-7s closed: %.0f rps, %.1f CPU µs/req, %d errors", rep+1, t.name, sizeName(size), c.rps, c.cpuPerReq, c.errors)
+				b.logf("rep %d %-13s %-7s closed: %.0f rps, %.1f CPU µs/req (redis-server %.1f), %d errors", rep+1, t.name, sizeName(size), c.rps, c.cpuPerReq, c.redisCPUPerReq, c.errors)
 				o, err := b.openLoop(ctx, t, size, rate(b.o, size))
 				if err != nil {
 					return nil, err
@@ -145,6 +148,32 @@ func printTables(w io.Writer, o Options, r *results) {
 			fmt.Fprintf(w, " %s | %s | %.0f |", ratio(rps(name, s), rps("direct", s)), ratio(rps(name, s), rps("bare", s)), cpu(name, s))
 		}
 		fmt.Fprintf(w, " %d |\n", errs(name))
+	}
+	anyRedis := false
+	for _, name := range r.order {
+		anyRedis = anyRedis || r.withRedis[name]
+	}
+	if anyRedis {
+		fmt.Fprint(w, "\nThe Redis-limiter targets' redis-server shares the two cores: its own CPU µs/req in the same runs, beside the target's.\n\n| target |")
+		for _, s := range sz {
+			fmt.Fprintf(w, " %s target | redis-server | both |", sizeName(s))
+		}
+		fmt.Fprint(w, "\n|---|")
+		for range sz {
+			fmt.Fprint(w, "---|---|---|")
+		}
+		fmt.Fprint(w, "\n")
+		for _, name := range r.order {
+			if !r.withRedis[name] {
+				continue
+			}
+			fmt.Fprintf(w, "| %s |", name)
+			for _, s := range sz {
+				rc := median(r.closed[name][s], func(c closedResult) float64 { return c.redisCPUPerReq })
+				fmt.Fprintf(w, " %.0f | %.0f | %.0f |", cpu(name, s), rc, cpu(name, s)+rc)
+			}
+			fmt.Fprint(w, "\n")
+		}
 	}
 	fmt.Fprint(w, "\nDirect upstream, absolute:")
 	for _, s := range sz {

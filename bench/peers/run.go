@@ -82,6 +82,9 @@ type target struct {
 	args []string
 	// spool is keygate's spool dir (empty for others).
 	spool string
+	// redis is the redis-server of a Redis-limiter target (nil for others):
+	// its CPU per request is reported beside the target's.
+	redis *exec.Cmd
 }
 
 // bench holds what a run started, to stop it at the end.
@@ -461,8 +464,9 @@ func (b *bench) startAll() error {
 			continue
 		}
 		redisAddr := ""
+		var redisProc *exec.Cmd
 		if backend == "redis" {
-			if redisAddr, err = b.startRedis(); err != nil {
+			if redisAddr, redisProc, err = b.startRedis(); err != nil {
 				return err
 			}
 		}
@@ -475,23 +479,25 @@ func (b *bench) startAll() error {
 			return err
 		}
 		b.targets[len(b.targets)-1].spool = spool
+		b.targets[len(b.targets)-1].redis = redisProc
 		b.keysNoteRedis(name, redisAddr)
 	}
 	return nil
 }
 
-func (b *bench) startRedis() (string, error) {
+func (b *bench) startRedis() (string, *exec.Cmd, error) {
 	exe := benchproc.LookPath("redis-server")
 	if exe == "" {
-		return "", errors.New("redis-server is not installed: run make deps")
+		return "", nil, errors.New("redis-server is not installed: run make deps")
 	}
 	addr, err := benchproc.FreeAddr()
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	_, port, _ := net.SplitHostPort(addr)
-	if _, err := b.start("redis", exe, "--bind", "127.0.0.1", "--port", port, "--save", "", "--appendonly", "no", "--dir", b.dir); err != nil {
-		return "", err
+	proc, err := b.start("redis", exe, "--bind", "127.0.0.1", "--port", port, "--save", "", "--appendonly", "no", "--dir", b.dir)
+	if err != nil {
+		return "", nil, err
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -501,11 +507,11 @@ func (b *bench) startRedis() (string, error) {
 			line, _ := bufio.NewReader(c).ReadString('\n')
 			c.Close()
 			if strings.HasPrefix(line, "+PONG") {
-				return addr, nil
+				return addr, proc, nil
 			}
 		}
 		if time.Now().After(deadline) {
-			return "", fmt.Errorf("redis-server on %s did not start", addr)
+			return "", nil, fmt.Errorf("redis-server on %s did not start", addr)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -533,7 +539,7 @@ func (b *bench) profile(ctx context.Context, stdout io.Writer) error {
 	backend, redisAddr := "local", ""
 	if b.o.ProfileRedis {
 		backend = "redis"
-		if redisAddr, err = b.startRedis(); err != nil {
+		if redisAddr, _, err = b.startRedis(); err != nil {
 			return err
 		}
 	}
