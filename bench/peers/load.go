@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -155,8 +156,27 @@ wrk.headers["X-Api-Key"] = %q
 	return sp, os.WriteFile(sp, []byte(lua), 0o600)
 }
 
+// warmUp runs wrk for Warmup against t, once after each start, and
+// throws its figures away.
+func (b *bench) warmUp(ctx context.Context, t *target, size int) error {
+	if t.warm || b.o.Warmup <= 0 {
+		return nil
+	}
+	t.warm = true
+	_, err := b.wrkFor(ctx, t, size, b.o.Warmup)
+	if errors.Is(err, errNoWrk) && b.o.Smoke {
+		return nil
+	}
+	return err
+}
+
 // closedLoop runs wrk -t2 -c32 against t and reads t's CPU time around it.
 func (b *bench) closedLoop(ctx context.Context, t *target, size int) (closedResult, error) {
+	return b.wrkFor(ctx, t, size, b.o.Duration)
+}
+
+// wrkFor runs wrk -t2 -c32 against t for d and reads t's CPU time around it.
+func (b *bench) wrkFor(ctx context.Context, t *target, size int, d time.Duration) (closedResult, error) {
 	wrk := benchproc.LookPath("wrk")
 	if wrk == "" {
 		return closedResult{}, errNoWrk
@@ -165,7 +185,7 @@ func (b *bench) closedLoop(ctx context.Context, t *target, size int) (closedResu
 	if err != nil {
 		return closedResult{}, err
 	}
-	secs := max(1, int(b.o.Duration/time.Second))
+	secs := max(1, int(d/time.Second))
 	cmd := exec.CommandContext(ctx, wrk, "-t2", "-c32", fmt.Sprintf("-d%ds", secs), "-s", script, b.scheme()+t.addr+"/sync")
 	before, redisBefore := benchproc.CPUTicks(t.root.Process.Pid), t.redisTicks()
 	out, err := cmd.CombinedOutput()

@@ -37,6 +37,9 @@ func (b *bench) measure(ctx context.Context) (*results, error) {
 			if err := b.warmKeys(ctx, t); err != nil {
 				return nil, err
 			}
+			if err := b.warmUp(ctx, t, sizes(b.o)[0]); err != nil {
+				return nil, err
+			}
 			for _, size := range sizes(b.o) {
 				c, err := b.closedLoop(ctx, t, size)
 				switch {
@@ -129,7 +132,7 @@ func printTables(w io.Writer, o Options, r *results) {
 		}
 		return n
 	}
-	fmt.Fprintf(w, "Closed loop: `wrk -t2 -c32`, %s per run, median of %d rep(s) in alternating order; rps as a ratio to the upstream served directly and to the bare `httputil.ReverseProxy`; CPU µs/req of the proxy's process tree.\n\n", o.Duration, o.Reps)
+	fmt.Fprintf(w, "Closed loop: `wrk -t2 -c32`, %s per run, median of %d rep(s) in alternating order%s; rps as a ratio to the upstream served directly and to the bare `httputil.ReverseProxy`; CPU µs/req of the proxy's process tree.\n\n", o.Duration, o.Reps, warmNote(o))
 	if r.noWrk {
 		fmt.Fprint(w, "(wrk is not installed: closed loop skipped)\n\n")
 	}
@@ -221,4 +224,12 @@ func printTables(w io.Writer, o Options, r *results) {
 		}
 		fmt.Fprintf(w, "| %s | %.2f s | %s | %.2f s | %s | %.0f | %.0f |\n", name, el(name, true), ratio(el(name, true), el("bare", true)), el(name, false), ratio(el(name, false), el("bare", false)), rss, spool)
 	}
+}
+
+// warmNote says how targets were warmed, for the tables' headings.
+func warmNote(o Options) string {
+	if o.Warmup <= 0 {
+		return ", no warm-up"
+	}
+	return fmt.Sprintf(", each target warmed by an unmeasured %s run after every start", o.Warmup)
 }

@@ -53,6 +53,10 @@ type Options struct {
 	RoleBin string
 	// Keys, when positive, adds the many-keys targets (keys.go).
 	Keys int
+	// Warmup is a closed-loop run, not measured, that every target gets
+	// after each start before its measured loads: each is measured warm
+	// (heap grown, pools and caches filled), as a running proxy is.
+	Warmup time.Duration
 }
 
 var (
@@ -85,6 +89,8 @@ type target struct {
 	// redis is the redis-server of a Redis-limiter target (nil for others):
 	// its CPU per request is reported beside the target's.
 	redis *exec.Cmd
+	// warm is false from each start until its warm-up run.
+	warm bool
 }
 
 // bench holds what a run started, to stop it at the end.
@@ -104,7 +110,7 @@ type bench struct {
 // Run starts every target, measures them, and prints the tables.
 func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	if o.Smoke {
-		o.Reps, o.Duration, o.LargeMiB, o.LargeN, o.LargeRounds = 1, time.Second, 1, 2, 1
+		o.Reps, o.Duration, o.LargeMiB, o.LargeN, o.LargeRounds, o.Warmup = 1, time.Second, 1, 2, 1, 0
 	}
 	o.LargeRounds = max(o.LargeRounds, 1)
 	if o.Reps < 1 {
@@ -208,7 +214,7 @@ func (b *bench) restart(t *target) error {
 			return err
 		}
 		if err = b.waitReady(t.name, t.addr); err == nil {
-			t.root = c
+			t.root, t.warm = c, false
 			return nil
 		}
 		benchproc.Stop(c)

@@ -399,6 +399,9 @@ func (b *bench) measureTLS(ctx context.Context) (*tlsResults, error) {
 			slices.Reverse(ts)
 		}
 		for _, t := range ts {
+			if err := b.warmUp(ctx, t, sizes(b.o)[0]); err != nil {
+				return nil, err
+			}
 			for _, size := range sizes(b.o) {
 				for _, p := range tlsProtos {
 					run, missing := b.closedLoop, errNoWrk
@@ -435,8 +438,8 @@ func printTLSTables(w io.Writer, o Options, r *tlsResults) {
 	secs := max(1, int(o.Duration/time.Second))
 	fmt.Fprintf(w, "TLS 1.3 (only), one self-signed ECDSA P-256 certificate for every target, HTTP/1.1 and HTTP/2 offered by ALPN; the upstream behind the proxies is plain HTTP. "+
 		"direct is the upstream's handler on a Go TLS listener of its own (the ceiling); bare is the tuned `httputil.ReverseProxy` on a Go `http.Server` with TLS. "+
-		"Median of %d rep(s) in alternating order, %ds per run; rps as a ratio to direct, to bare and to caddy; CPU µs/req of the target's process tree; errors are every run's non-2xx answers and failed requests. "+
-		"Large uploads are not run in TLS mode.\n\n", o.Reps, secs)
+		"Median of %d rep(s) in alternating order%s, %ds per run; rps as a ratio to direct, to bare and to caddy; CPU µs/req of the target's process tree; errors are every run's non-2xx answers and failed requests. "+
+		"Large uploads are not run in TLS mode.\n\n", o.Reps, warmNote(o), secs)
 	for _, s := range r.skipped {
 		fmt.Fprintf(w, "(%s: skipped)\n\n", s)
 	}
