@@ -57,51 +57,55 @@ func (j *jsonWriter) time(t time.Time) {
 
 func (j *jsonWriter) int(n int64) { j.b = strconv.AppendInt(j.b, n, 10) }
 
+// counts appends c's non-zero fields: an absent field reads back as
+// zero, and most hours of most keys count one or two outcomes of ten.
 func (j *jsonWriter) counts(c Counts) {
 	j.raw("{")
+	first := true
 	for i, name := range countNames {
-		if i > 0 {
+		v := *c.ptr(i)
+		if v == 0 {
+			continue
+		}
+		if !first {
 			j.raw(",")
 		}
+		first = false
 		j.str(name)
 		j.raw(":")
-		j.int(*c.ptr(i))
+		j.int(v)
 	}
 	j.raw("}")
 }
 
-func (j *jsonWriter) methodCounts(c MethodCounts) {
-	j.raw(`{"api_key":`)
-	j.int(c.APIKey)
-	j.raw(`,"bearer":`)
-	j.int(c.Bearer)
-	if !c.LastAPIKey.IsZero() {
-		j.raw(`,"last_api_key_at":`)
-		j.time(c.LastAPIKey)
-	}
-	j.raw("}")
+// period appends a bucket's name: its number, in quotes.
+func (j *jsonWriter) period(p uint32) {
+	j.b = append(j.b, '"')
+	j.b = strconv.AppendUint(j.b, uint64(p), 10)
+	j.b = append(j.b, '"')
 }
 
-// nested appends a map of id to map of period to value.
-func nested[V any](j *jsonWriter, m map[string]map[string]V, value func(*jsonWriter, V)) {
+// section appends a map of id to map of period to value, with a member
+// for each key whose list is not nil.
+func section[T any](j *jsonWriter, d *usageData, list func(*keyUsage) []T, member func(*jsonWriter, *T)) {
 	j.raw("{")
 	first := true
-	for id, periods := range m {
+	for id, k := range d.keys {
+		l := list(k)
+		if l == nil {
+			continue
+		}
 		if !first {
 			j.raw(",")
 		}
 		first = false
 		j.str(id)
 		j.raw(":{")
-		inner := true
-		for p, v := range periods {
-			if !inner {
+		for i := range l {
+			if i > 0 {
 				j.raw(",")
 			}
-			inner = false
-			j.str(p)
-			j.raw(":")
-			value(j, v)
+			member(j, &l[i])
 		}
 		j.raw("}")
 		j.flush(false)
@@ -109,10 +113,16 @@ func nested[V any](j *jsonWriter, m map[string]map[string]V, value func(*jsonWri
 	j.raw("}")
 }
 
-func (j *jsonWriter) times(m map[string]time.Time) {
+// times appends a map of id to time, with a member for each key whose
+// time is set.
+func (j *jsonWriter) times(d *usageData, at func(*keyUsage) time.Time) {
 	j.raw("{")
 	first := true
-	for id, t := range m {
+	for id, k := range d.keys {
+		t := at(k)
+		if t.IsZero() {
+			continue
+		}
 		if !first {
 			j.raw(",")
 		}
@@ -125,21 +135,38 @@ func (j *jsonWriter) times(m map[string]time.Time) {
 	j.raw("}")
 }
 
-// writeFileData writes d to w as the usage file's JSON (the document
-// json.Marshal(d) would make, but for the order of map keys).
-func writeFileData(w io.Writer, d *fileData) error {
+// writeFileData writes d to w as the usage file's JSON: the document
+// json.Marshal would make of the fileData that compacts to d, but for
+// the order of map keys.
+func writeFileData(w io.Writer, d *usageData) error {
 	j := &jsonWriter{w: w, b: make([]byte, 0, 80<<10)}
 	j.raw(`{"buckets":`)
-	nested(j, d.Buckets, (*jsonWriter).counts)
+	section(j, d, func(k *keyUsage) []hourCounts { return k.hours }, func(j *jsonWriter, h *hourCounts) {
+		j.period(h.hour)
+		j.raw(":")
+		j.counts(h.c)
+	})
 	j.raw(`,"last_used_at":`)
-	j.times(d.LastUsed)
-	if len(d.Methods) > 0 {
-		j.raw(`,"methods":`)
-		nested(j, d.Methods, (*jsonWriter).methodCounts)
+	j.times(d, func(k *keyUsage) time.Time { return k.lastUsed })
+	methods, lastAPIKey := false, false
+	for _, k := range d.keys {
+		methods = methods || k.days != nil
+		lastAPIKey = lastAPIKey || !k.lastAPIKey.IsZero()
 	}
-	if len(d.LastAPIKey) > 0 {
+	if methods {
+		j.raw(`,"methods":`)
+		section(j, d, func(k *keyUsage) []dayCounts { return k.days }, func(j *jsonWriter, m *dayCounts) {
+			j.period(m.day)
+			j.raw(`:{"api_key":`)
+			j.int(m.apiKey)
+			j.raw(`,"bearer":`)
+			j.int(m.bearer)
+			j.raw("}")
+		})
+	}
+	if lastAPIKey {
 		j.raw(`,"last_api_key_at":`)
-		j.times(d.LastAPIKey)
+		j.times(d, func(k *keyUsage) time.Time { return k.lastAPIKey })
 	}
 	j.raw("}")
 	j.flush(true)

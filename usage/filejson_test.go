@@ -3,10 +3,21 @@ package usage
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"reflect"
 	"testing"
 	"time"
 )
+
+// write is writeFileData of what f compacts to.
+func write(t testing.TB, w io.Writer, f *fileData) error {
+	t.Helper()
+	d, err := f.compact()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return writeFileData(w, d)
+}
 
 // decoded is what json.Unmarshal makes of b.
 func decoded(t testing.TB, b []byte) fileData {
@@ -18,11 +29,12 @@ func decoded(t testing.TB, b []byte) fileData {
 	return d
 }
 
-// TestWriteFileDataIsJSONMarshal: the usage file's own writer makes a
-// document that reads back exactly as encoding/json's does: every field
-// of Counts (set by reflection, so a new field cannot be forgotten),
-// counts by method with and without a last use, ids that need escaping,
-// times in UTC and another zone, and empty sections.
+// TestWriteFileDataIsJSONMarshal: a file read into memory and written
+// again by the usage file's own writer reads back exactly as
+// encoding/json's document of the file does: every field of Counts (set
+// by reflection, so a new field cannot be forgotten), counts by method,
+// ids that need escaping, times in UTC and another zone, and empty
+// sections.
 func TestWriteFileDataIsJSONMarshal(t *testing.T) {
 	var c Counts
 	v := reflect.ValueOf(&c).Elem()
@@ -45,7 +57,7 @@ func TestWriteFileDataIsJSONMarshal(t *testing.T) {
 			},
 			LastUsed: map[string]time.Time{"key_0123456789abcdef": at, "key_\"quoted\\\n\t<&>": zone},
 			Methods: map[string]map[string]MethodCounts{
-				"key_0123456789abcdef": {"20261124": {APIKey: 3, Bearer: 4, LastAPIKey: at}, "20261123": {Bearer: 1}},
+				"key_0123456789abcdef": {"20261124": {APIKey: 3, Bearer: 4}, "20261123": {Bearer: 1}},
 			},
 			LastAPIKey: map[string]time.Time{"key_0123456789abcdef": zone},
 		}},
@@ -53,7 +65,7 @@ func TestWriteFileDataIsJSONMarshal(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var ours bytes.Buffer
-			if err := writeFileData(&ours, &tt.d); err != nil {
+			if err := write(t, &ours, &tt.d); err != nil {
 				t.Fatal(err)
 			}
 			std, err := json.Marshal(&tt.d)
@@ -81,7 +93,7 @@ func TestWriteFileDataStreams(t *testing.T) {
 		d.LastUsed[id] = time.Unix(int64(i), 0).UTC()
 	}
 	w := &chunks{}
-	if err := writeFileData(w, &d); err != nil {
+	if err := write(t, w, &d); err != nil {
 		t.Fatal(err)
 	}
 	if w.n < 5 || w.max > 80<<10 {
@@ -112,7 +124,7 @@ func FuzzWriteFileDataID(f *testing.F) {
 	f.Fuzz(func(t *testing.T, id string) {
 		d := fileData{Buckets: map[string]map[string]Counts{id: {"2026112410": {Admitted: 1}}}, LastUsed: map[string]time.Time{id: time.Unix(1, 0).UTC()}}
 		var ours bytes.Buffer
-		if err := writeFileData(&ours, &d); err != nil {
+		if err := write(t, &ours, &d); err != nil {
 			t.Fatal(err)
 		}
 		std, _ := json.Marshal(&d)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -81,4 +82,50 @@ func BenchmarkCountersDrain(b *testing.B) {
 			b.Fatalf("drained %d keys", got)
 		}
 	}
+}
+
+// BenchmarkFileStoreMemory is what a file store holds in memory for the
+// keys used in the last 7 days: 100k keys, each used in 1 hour or in 24
+// hours (of one day), with their counts by method and last uses. It
+// reports the live heap per key after a collection, and each op is one
+// more hour's flush of every key (the merge, not a rewrite).
+func BenchmarkFileStoreMemory(b *testing.B) {
+	for _, hours := range []int{1, 24} {
+		b.Run(fmt.Sprintf("hours=%d", hours), func(b *testing.B) {
+			const keys = 100_000
+			ctx := context.Background()
+			start := time.Date(2026, 11, 24, 0, 30, 0, 0, time.UTC)
+			ds := make([]usage.Delta, keys)
+			for i := range ds {
+				ds[i] = usage.Delta{ID: fmt.Sprintf("key_%016x", i), Counts: usage.Counts{Admitted: 3, BytesIn: 900},
+					LastUsed: start, APIKey: 3, LastAPIKey: start}
+			}
+			before := liveHeap()
+			s := &usage.FileStore{Path: filepath.Join(b.TempDir(), "keys.yaml.usage.json")}
+			for h := range hours {
+				if err := s.Flush(ctx, ds, start.Add(time.Duration(h)*time.Hour)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			perKey := float64(liveHeap()-before) / keys
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				if err := s.Flush(ctx, ds, start.Add(time.Duration(hours-1+i%2)*time.Hour)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(perKey, "heap-B/key")
+			runtime.KeepAlive(s)
+		})
+	}
+}
+
+// liveHeap is the heap in use after a full collection.
+func liveHeap() int64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
 }

@@ -3,6 +3,7 @@ package usage_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -355,5 +356,83 @@ func TestFlusherFlushesOnClose(t *testing.T) {
 	got, _, _ := (&usage.FileStore{Path: path}).Read(context.Background(), []string{"k"}, time.Hour, time.Now())
 	if got.Admitted != 1 {
 		t.Fatalf("read %+v", got)
+	}
+}
+
+// TestFileStoreRefusesABadPeriod: a usage file whose bucket names are not
+// hours (10 digits) or days (8 digits) is an error, not counts put in
+// the wrong hour or dropped without a word.
+func TestFileStoreRefusesABadPeriod(t *testing.T) {
+	for _, tc := range []struct {
+		name, file string
+		ok         bool
+	}{
+		{"good", `{"buckets":{"k":{"2026112410":{"admitted":1}}},"methods":{"k":{"20261124":{"api_key":1,"bearer":0}}}}`, true},
+		{"dashes", `{"buckets":{"k":{"2026-11-24":{"admitted":1}}}}`, false},
+		{"an hour too long", `{"buckets":{"k":{"20261124101":{"admitted":1}}}}`, false},
+		{"a sign", `{"buckets":{"k":{"+026112410":{"admitted":1}}}}`, false},
+		{"a day too short", `{"methods":{"k":{"2026112":{"api_key":1,"bearer":0}}}}`, false},
+		{"an hour as a day", `{"methods":{"k":{"2026112410":{"api_key":1,"bearer":0}}}}`, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "keys.yaml.usage.json")
+			if err := os.WriteFile(path, []byte(tc.file), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			s := &usage.FileStore{Path: path}
+			got, _, err := s.Read(context.Background(), []string{"k"}, 0, time.Date(2026, 11, 24, 10, 30, 0, 0, time.UTC))
+			if tc.ok && (err != nil || got.Admitted != 1) {
+				t.Errorf("Read = %+v, %v; want 1 admitted", got, err)
+			}
+			if !tc.ok && err == nil {
+				t.Errorf("Read = %+v, want an error", got)
+			}
+			if err := s.Flush(context.Background(), []usage.Delta{{ID: "k", Counts: usage.Counts{Admitted: 1}}}, time.Now()); (err == nil) != tc.ok {
+				t.Errorf("Flush = %v", err)
+			}
+		})
+	}
+}
+
+// TestFileStoreDropsOldHoursKeepsLastUse: hours past Retention and days
+// past MethodRetention leave the store and the file once an hour's flush
+// prunes them; a key's last use stays.
+func TestFileStoreDropsOldHoursKeepsLastUse(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "keys.yaml.usage.json")
+	s := &usage.FileStore{Path: path}
+	t0 := time.Date(2026, 10, 1, 10, 30, 0, 0, time.UTC)
+	if err := s.Flush(ctx, []usage.Delta{{ID: "key_old", Counts: usage.Counts{Admitted: 5}, LastUsed: t0, APIKey: 5, LastAPIKey: t0}}, t0); err != nil {
+		t.Fatal(err)
+	}
+	for _, later := range []time.Duration{8 * 24 * time.Hour, 32 * 24 * time.Hour} {
+		now := t0.Add(later)
+		if err := s.Flush(ctx, []usage.Delta{{ID: "key_new", Counts: usage.Counts{Admitted: 1}, LastUsed: now}}, now); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for name, st := range map[string]*usage.FileStore{"the store": s, "the file": {Path: path}} {
+			got, last, err := st.Read(ctx, []string{"key_old"}, 0, now)
+			if err != nil || got != (usage.Counts{}) || !last["key_old"].Equal(t0) {
+				t.Errorf("%s, %v later: %+v, last use %v, %v; want no counts and the last use", name, later, got, last, err)
+			}
+			m, err := st.Methods(ctx, []string{"key_old"}, usage.MaxMethodWindow, now)
+			wantAPI := int64(5) // within MethodRetention at 8 days
+			if later > usage.MethodRetention {
+				wantAPI = 0
+			}
+			if err != nil || m["key_old"].APIKey != wantAPI || !m["key_old"].LastAPIKey.Equal(t0) {
+				t.Errorf("%s, %v later: methods %+v, %v; want %d by API key and the last use", name, later, m["key_old"], err, wantAPI)
+			}
+		}
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), "20261001") {
+		t.Errorf("the file still holds 2026-10-01's buckets: %s", b)
 	}
 }
