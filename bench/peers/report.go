@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -183,6 +184,9 @@ func printTables(w io.Writer, o Options, r *results) {
 		fmt.Fprintf(w, " %s %.0f rps;", sizeName(s), rps("direct", s))
 	}
 	fmt.Fprint(w, "\n\n")
+	if o.Reps > 1 {
+		repSpread(w, "Closed-loop rps of every rep", r.order, sz, func(name string, size int) []closedResult { return r.closed[name][size] })
+	}
 
 	p := func(name string, size int, f func(openResult) time.Duration) float64 {
 		return median(r.open[name][size], func(o openResult) float64 { return float64(f(o)) / float64(time.Millisecond) })
@@ -232,4 +236,31 @@ func warmNote(o Options) string {
 		return ", no warm-up"
 	}
 	return fmt.Sprintf(", each target warmed by an unmeasured %s run after every start", o.Warmup)
+}
+
+// repSpread prints the closed-loop rps of every rep, in rep order, by
+// target and size: a median hides how far the reps were apart, and on a
+// shared machine that is what says how much a ratio can be trusted.
+func repSpread(w io.Writer, heading string, order []string, sz []int, of func(name string, size int) []closedResult) {
+	fmt.Fprintf(w, "%s, in rep order (the spread behind each median):\n\n| target |", heading)
+	for _, s := range sz {
+		fmt.Fprintf(w, " %s |", sizeName(s))
+	}
+	fmt.Fprint(w, "\n|---|")
+	for range sz {
+		fmt.Fprint(w, "---|")
+	}
+	fmt.Fprint(w, "\n")
+	for _, name := range order {
+		fmt.Fprintf(w, "| %s |", name)
+		for _, s := range sz {
+			reps := make([]string, 0, len(of(name, s)))
+			for _, c := range of(name, s) {
+				reps = append(reps, fmt.Sprintf("%.0f", c.rps))
+			}
+			fmt.Fprintf(w, " %s |", strings.Join(reps, ", "))
+		}
+		fmt.Fprint(w, "\n")
+	}
+	fmt.Fprint(w, "\n")
 }

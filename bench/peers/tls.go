@@ -481,6 +481,9 @@ func printTLSTables(w io.Writer, o Options, r *tlsResults) {
 			}
 		}
 		fmt.Fprint(w, "\n\n")
+		if o.Reps > 1 {
+			repSpread(w, p+" rps of every rep", r.order, sz, func(name string, size int) []closedResult { return r.closed[name][p][size] })
+		}
 	}
 
 	p := func(name string, size int, f func(openResult) time.Duration) float64 {
