@@ -137,15 +137,7 @@ func printTables(w io.Writer, o Options, r *results) {
 	if r.noWrk {
 		fmt.Fprint(w, "(wrk is not installed: closed loop skipped)\n\n")
 	}
-	fmt.Fprint(w, "| target |")
-	for _, s := range sz {
-		fmt.Fprintf(w, " %s × direct | × bare | CPU µs/req |", sizeName(s))
-	}
-	fmt.Fprint(w, " errors |\n|---|")
-	for range sz {
-		fmt.Fprint(w, "---|---|---|")
-	}
-	fmt.Fprint(w, "---|\n")
+	sizedHead(w, sz, func(s int) []string { return []string{sizeName(s) + " × direct", "× bare", "CPU µs/req"} }, "errors")
 	for _, name := range r.order {
 		fmt.Fprintf(w, "| %s |", name)
 		for _, s := range sz {
@@ -158,15 +150,8 @@ func printTables(w io.Writer, o Options, r *results) {
 		anyRedis = anyRedis || r.withRedis[name]
 	}
 	if anyRedis {
-		fmt.Fprint(w, "\nThe Redis-limiter targets' redis-server shares the two cores: its own CPU µs/req in the same runs, beside the target's.\n\n| target |")
-		for _, s := range sz {
-			fmt.Fprintf(w, " %s target | redis-server | both |", sizeName(s))
-		}
-		fmt.Fprint(w, "\n|---|")
-		for range sz {
-			fmt.Fprint(w, "---|---|---|")
-		}
-		fmt.Fprint(w, "\n")
+		fmt.Fprint(w, "\nThe Redis-limiter targets' redis-server shares the two cores: its own CPU µs/req in the same runs, beside the target's.\n\n")
+		sizedHead(w, sz, func(s int) []string { return []string{sizeName(s) + " target", "redis-server", "both"} })
 		for _, name := range r.order {
 			if !r.withRedis[name] {
 				continue
@@ -191,15 +176,10 @@ func printTables(w io.Writer, o Options, r *results) {
 	p := func(name string, size int, f func(openResult) time.Duration) float64 {
 		return median(r.open[name][size], func(o openResult) float64 { return float64(f(o)) / float64(time.Millisecond) })
 	}
-	fmt.Fprint(w, "Open loop: constant arrival rate, latency from the intended send time, ms (median over reps).\n\n| target |")
-	for _, s := range sz {
-		fmt.Fprintf(w, " %s @ %d/s p50 | p99 | p99 − bare |", sizeName(s), rate(o, s))
-	}
-	fmt.Fprint(w, "\n|---|")
-	for range sz {
-		fmt.Fprint(w, "---|---|---|")
-	}
-	fmt.Fprint(w, "\n")
+	fmt.Fprint(w, "Open loop: constant arrival rate, latency from the intended send time, ms (median over reps).\n\n")
+	sizedHead(w, sz, func(s int) []string {
+		return []string{fmt.Sprintf("%s @ %d/s p50", sizeName(s), rate(o, s)), "p99", "p99 − bare"}
+	})
 	p50 := func(o openResult) time.Duration { return o.p50 }
 	p99 := func(o openResult) time.Duration { return o.p99 }
 	for _, name := range r.order {
@@ -242,15 +222,8 @@ func warmNote(o Options) string {
 // target and size: a median hides how far the reps were apart, and on a
 // shared machine that is what says how much a ratio can be trusted.
 func repSpread(w io.Writer, heading string, order []string, sz []int, of func(name string, size int) []closedResult) {
-	fmt.Fprintf(w, "%s, in rep order (the spread behind each median):\n\n| target |", heading)
-	for _, s := range sz {
-		fmt.Fprintf(w, " %s |", sizeName(s))
-	}
-	fmt.Fprint(w, "\n|---|")
-	for range sz {
-		fmt.Fprint(w, "---|")
-	}
-	fmt.Fprint(w, "\n")
+	fmt.Fprintf(w, "%s, in rep order (the spread behind each median):\n\n", heading)
+	sizedHead(w, sz, func(s int) []string { return []string{sizeName(s)} })
 	for _, name := range order {
 		fmt.Fprintf(w, "| %s |", name)
 		for _, s := range sz {
@@ -263,4 +236,21 @@ func repSpread(w io.Writer, heading string, order []string, sz []int, of func(na
 		fmt.Fprint(w, "\n")
 	}
 	fmt.Fprint(w, "\n")
+}
+
+// sizedHead prints a Markdown table's heading row and rule: the target
+// column, cols of each size in turn, then the tail columns.
+func sizedHead(w io.Writer, sz []int, cols func(size int) []string, tail ...string) {
+	fmt.Fprint(w, "| target |")
+	n := len(tail)
+	for _, s := range sz {
+		for _, c := range cols(s) {
+			fmt.Fprintf(w, " %s |", c)
+			n++
+		}
+	}
+	for _, c := range tail {
+		fmt.Fprintf(w, " %s |", c)
+	}
+	fmt.Fprint(w, "\n|---|"+strings.Repeat("---|", n)+"\n")
 }

@@ -448,15 +448,10 @@ func printTLSTables(w io.Writer, o Options, r *tlsResults) {
 		protoH2: fmt.Sprintf("`h2load -c32 -m10 -t2 -D %d -d body.bin -H 'content-type: multipart/form-data; boundary=…' -H 'x-api-key: …' https://127.0.0.1:PORT/sync`", secs),
 	}
 	for _, p := range tlsProtos {
-		fmt.Fprintf(w, "%s over TLS 1.3, closed loop: %s.\n\n| target |", p, cmds[p])
-		for _, s := range sz {
-			fmt.Fprintf(w, " %s × direct | × bare | × caddy | CPU µs/req | errors |", sizeName(s))
-		}
-		fmt.Fprint(w, "\n|---|")
-		for range sz {
-			fmt.Fprint(w, "---|---|---|---|---|")
-		}
-		fmt.Fprint(w, "\n")
+		fmt.Fprintf(w, "%s over TLS 1.3, closed loop: %s.\n\n", p, cmds[p])
+		sizedHead(w, sz, func(s int) []string {
+			return []string{sizeName(s) + " × direct", "× bare", "× caddy", "CPU µs/req", "errors"}
+		})
 		rps := func(name string, size int) float64 {
 			return median(r.closed[name][p][size], func(c closedResult) float64 { return c.rps })
 		}
@@ -489,15 +484,10 @@ func printTLSTables(w io.Writer, o Options, r *tlsResults) {
 	p := func(name string, size int, f func(openResult) time.Duration) float64 {
 		return median(r.open[name][size], func(o openResult) float64 { return float64(f(o)) / float64(time.Millisecond) })
 	}
-	fmt.Fprintf(w, "Open loop over TLS 1.3, HTTP/1.1 keep-alive (Go client trusting the bench's certificate; its %d connections opened before the clock starts, and no more: handshakes are not what it measures): constant arrival rate, latency from the intended send time, ms (median over reps).\n\n| target |", tlsOpenConns)
-	for _, s := range sz {
-		fmt.Fprintf(w, " %s @ %d/s p50 | p99 | p99 − bare | errors |", sizeName(s), rate(o, s))
-	}
-	fmt.Fprint(w, "\n|---|")
-	for range sz {
-		fmt.Fprint(w, "---|---|---|---|")
-	}
-	fmt.Fprint(w, "\n")
+	fmt.Fprintf(w, "Open loop over TLS 1.3, HTTP/1.1 keep-alive (Go client trusting the bench's certificate; its %d connections opened before the clock starts, and no more: handshakes are not what it measures): constant arrival rate, latency from the intended send time, ms (median over reps).\n\n", tlsOpenConns)
+	sizedHead(w, sz, func(s int) []string {
+		return []string{fmt.Sprintf("%s @ %d/s p50", sizeName(s), rate(o, s)), "p99", "p99 − bare", "errors"}
+	})
 	p50 := func(o openResult) time.Duration { return o.p50 }
 	p99 := func(o openResult) time.Duration { return o.p99 }
 	for _, name := range r.order {
