@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/golang-lru/v2/simplelru"
 	"golang.org/x/time/rate"
 )
 
@@ -42,18 +41,20 @@ type LocalConfig struct {
 // its share of MaxKeys, since ids do not hash evenly, while a count of
 // all ids (an atomic, touched only when an id is added or forgotten)
 // keeps the total within MaxKeys: a new id past it makes its shard
-// forget its least recently used id. The zero value is not usable: build one with NewLocal. It is
-// safe for concurrent use.
+// forget its least recently used id. A shard keeps its ids' state in
+// chunks of slots linked by index, with no pointer among them for the
+// collector to follow. The zero value is not usable: build one with
+// NewLocal. It is safe for concurrent use.
 type Local struct {
 	now    func() time.Time
-	seed   maphash.Seed
+	seeds  [2]maphash.Seed
 	shards []localShard
 	max    int64
 	count  atomic.Int64 // ids kept, over all shards
 
 	// inUse, when set (by tests), is told when a decision starts and
 	// ends using the bucket of an id.
-	inUse func(id string, e *localEntry, start bool)
+	inUse func(id string, e *localSlot, start bool)
 }
 
 // localShards is the number of shards of a Local; one shard below
@@ -64,16 +65,48 @@ const (
 )
 
 type localShard struct {
-	mu      sync.Mutex
-	entries *simplelru.LRU[string, *localEntry]
-	_       [40]byte // keep shards on separate cache lines
+	mu sync.Mutex
+	// ids maps an id's hash to its slot. Neither holds a pointer, so the
+	// collector has nothing to follow in them: with 100k ids an LRU of
+	// list elements, entries and limiters was about 2.7 objects per id
+	// for it to mark on every cycle (see BenchmarkLocalHeap).
+	ids   map[localID]int32
+	slots localSlots
+	// head and tail are the most and least recently used slots, free
+	// the first unused one (a list through next); -1 for none.
+	head, tail, free int32
+	size, max        int32
+	_                [68]byte // 128 bytes a shard: no two share a cache line
 }
 
-type localEntry struct {
-	lim    policy.Limit
-	bucket *rate.Limiter
-	qStart time.Time // start of the current quota window; zero when none
-	qUsed  int64
+// localID is an id's 128-bit hash under two random seeds. Two ids that
+// share one (about one chance in 2^128 for each pair) would share a
+// bucket; keeping the id itself would give the collector a pointer per
+// id to follow.
+type localID struct{ a, b uint64 }
+
+// localSlot is the state of one id: its place in the shard's recency
+// list, its bucket and its quota window.
+type localSlot struct {
+	id         localID
+	prev, next int32
+	used       bool // the bucket was set up for lim (see Allow)
+	lim        policy.Limit
+	bucket     rate.Limiter
+	qStart     time.Time // start of the current quota window; zero when none
+	qUsed      int64
+}
+
+// localChunk is how many slots are allocated at a time: a shard grows
+// with the ids it sees, one object per localChunk of them.
+const localChunk = 256
+
+// localSlots are a shard's slots, in chunks that never move, so that a
+// slot (and the mutex inside its rate.Limiter) is never copied.
+type localSlots [][]localSlot
+
+func (c localSlots) at(i int32) *localSlot {
+	return &c[uint32(i)/localChunk][uint32(i)%localChunk]
 }
 
 // NewLocal returns a Local ready for use.
@@ -88,17 +121,15 @@ func NewLocal(cfg LocalConfig) *Local {
 	if cfg.MaxKeys >= localShardMin {
 		n = localShards
 	}
-	l := &Local{now: cfg.Now, seed: maphash.MakeSeed(), shards: make([]localShard, n), max: int64(cfg.MaxKeys)}
+	l := &Local{now: cfg.Now, seeds: [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}, shards: make([]localShard, n), max: int64(cfg.MaxKeys)}
 	per := cfg.MaxKeys
 	if n > 1 {
 		per = cfg.MaxKeys/n + cfg.MaxKeys/(4*n)
 	}
 	for i := range l.shards {
-		c, err := simplelru.NewLRU[string, *localEntry](per, func(string, *localEntry) { l.count.Add(-1) })
-		if err != nil { // only for a non-positive size, excluded above
-			panic(err)
-		}
-		l.shards[i].entries = c
+		s := &l.shards[i]
+		s.ids = map[localID]int32{}
+		s.head, s.tail, s.free, s.max = -1, -1, -1, int32(per)
 	}
 	return l
 }
@@ -110,7 +141,7 @@ func (l *Local) Len() int {
 	for i := range l.shards {
 		s := &l.shards[i]
 		s.mu.Lock()
-		n += s.entries.Len()
+		n += int(s.size)
 		s.mu.Unlock()
 	}
 	return n
@@ -124,18 +155,23 @@ func (l *Local) Allow(_ context.Context, id string, lim policy.Limit) (Decision,
 	if err := check(id, lim); err != nil {
 		return Decision{}, err
 	}
-	s := l.shard(id)
+	k := localID{maphash.String(l.seeds[0], id), maphash.String(l.seeds[1], id)}
+	s := &l.shards[k.a&uint64(len(l.shards)-1)] // 1 or localShards
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := l.entry(s, id)
+	e := l.entry(s, k)
 	if l.inUse != nil {
 		l.inUse(id, e, true)
 		defer l.inUse(id, e, false)
 	}
 	now := l.now()
 
-	if e.bucket == nil || e.lim.Rate != lim.Rate || e.lim.Per != lim.Per || e.lim.Burst != lim.Burst {
-		e.bucket = rate.NewLimiter(perSecond(lim), lim.Burst)
+	if !e.used || e.lim.Rate != lim.Rate || e.lim.Per != lim.Per || e.lim.Burst != lim.Burst {
+		// A full bucket, as rate.NewLimiter makes: one last filled at
+		// the zero time holds its burst at the next look.
+		e.bucket.SetLimitAt(time.Time{}, perSecond(lim))
+		e.bucket.SetBurstAt(time.Time{}, lim.Burst)
+		e.used = true
 	}
 	if e.lim.Quota.Per != lim.Quota.Per {
 		e.qStart, e.qUsed = time.Time{}, 0
@@ -187,26 +223,74 @@ func (l *Local) Allow(_ context.Context, id string, lim policy.Limit) (Decision,
 	return combine(lim, int64(math.Floor(tokens+1e-9)), fill(tokens), lim.Quota.Requests-qUsed, qReset), nil
 }
 
-func (l *Local) shard(id string) *localShard {
-	if len(l.shards) == 1 {
-		return &l.shards[0]
+// entry returns the slot of k in its shard s, most recently used now,
+// taking a fresh one when k has none: the shard's least recently used
+// id is forgotten first when the shard or the Local is full. The shard's
+// lock is held.
+func (l *Local) entry(s *localShard, k localID) *localSlot {
+	if i, ok := s.ids[k]; ok {
+		if i != s.head {
+			s.unlink(i)
+			s.pushFront(i)
+		}
+		return s.slots.at(i)
 	}
-	return &l.shards[maphash.String(l.seed, id)%uint64(len(l.shards))]
+	if s.size > 0 && (s.size >= s.max || l.count.Load() >= l.max) {
+		s.forget(s.tail)
+		l.count.Add(-1)
+	}
+	i := s.free
+	if i >= 0 {
+		s.free = s.slots.at(i).next
+	} else {
+		n := int32(len(s.slots)) * localChunk
+		s.slots = append(s.slots, make([]localSlot, localChunk))
+		for j := n + localChunk - 1; j > n; j-- { // the rest of the chunk is free
+			s.slots.at(j).next, s.free = s.free, j
+		}
+		i = n
+	}
+	e := s.slots.at(i)
+	e.id, e.used, e.lim, e.qStart, e.qUsed = k, false, policy.Limit{}, time.Time{}, 0
+	s.ids[k] = i
+	s.size++
+	l.count.Add(1)
+	s.pushFront(i)
+	return e
 }
 
-// entry returns the state of id in its shard s, creating it when
-// needed. The shard's lock is held.
-func (l *Local) entry(s *localShard, id string) *localEntry {
-	if e, ok := s.entries.Get(id); ok {
-		return e
+// forget frees slot i, which holds an id.
+func (s *localShard) forget(i int32) {
+	e := s.slots.at(i)
+	s.unlink(i)
+	delete(s.ids, e.id)
+	e.next, s.free = s.free, i
+	s.size--
+}
+
+func (s *localShard) unlink(i int32) {
+	e := s.slots.at(i)
+	if e.prev >= 0 {
+		s.slots.at(e.prev).next = e.next
+	} else {
+		s.head = e.next
 	}
-	if l.count.Load() >= l.max {
-		s.entries.RemoveOldest()
+	if e.next >= 0 {
+		s.slots.at(e.next).prev = e.prev
+	} else {
+		s.tail = e.prev
 	}
-	e := &localEntry{}
-	l.count.Add(1)
-	s.entries.Add(id, e)
-	return e
+}
+
+func (s *localShard) pushFront(i int32) {
+	e := s.slots.at(i)
+	e.prev, e.next = -1, s.head
+	if s.head >= 0 {
+		s.slots.at(s.head).prev = i
+	} else {
+		s.tail = i
+	}
+	s.head = i
 }
 
 // perSecond is lim's rate in tokens per second.

@@ -22,11 +22,11 @@ func TestLocalNoIdHasTwoLiveBuckets(t *testing.T) {
 		t.Run(strconv.Itoa(maxKeys), func(t *testing.T) {
 			t.Parallel()
 			l := NewLocal(LocalConfig{MaxKeys: maxKeys})
-			var live sync.Map // id -> *atomic.Pointer[localEntry]
+			var live sync.Map // id -> *atomic.Pointer[localSlot]
 			var overlaps atomic.Int64
-			l.inUse = func(id string, e *localEntry, start bool) {
-				p, _ := live.LoadOrStore(id, new(atomic.Pointer[localEntry]))
-				cur := p.(*atomic.Pointer[localEntry])
+			l.inUse = func(id string, e *localSlot, start bool) {
+				p, _ := live.LoadOrStore(id, new(atomic.Pointer[localSlot]))
+				cur := p.(*atomic.Pointer[localSlot])
 				if start {
 					if !cur.CompareAndSwap(nil, e) {
 						overlaps.Add(1)

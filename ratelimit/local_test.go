@@ -247,3 +247,38 @@ func ExampleLocal() {
 	// allowed=true limit=2 remaining=0 retry-after=0s reason=""
 	// allowed=false limit=2 remaining=0 retry-after=1s reason="rate"
 }
+
+// TestLocalForgetsTheLeastRecentlyUsed: when a full Local meets a new
+// id, the id it forgets is the one used longest ago (a refused request
+// is a use too), and a forgotten id starts afresh: a full bucket and an
+// unused quota.
+func TestLocalForgetsTheLeastRecentlyUsed(t *testing.T) {
+	t.Parallel()
+	l := ratelimit.NewLocal(ratelimit.LocalConfig{MaxKeys: 3})
+	lim := policy.Limit{Rate: 1, Per: time.Hour, Burst: 1, Quota: policy.Quota{Requests: 1, Per: time.Hour}}
+	steps := []struct {
+		id      string
+		allowed bool
+	}{
+		{"a", true}, {"b", true}, {"c", true}, // a is the least recent
+		{"a", false}, // now b is
+		{"d", true},  // forgets b
+		{"a", false}, // a is remembered; c is now the least recent
+		{"b", true},  // b was forgotten: afresh; forgets c
+		{"c", true},  // c was forgotten: afresh; forgets d
+		{"a", false},
+		{"b", false},
+	}
+	for i, s := range steps {
+		d, err := l.Allow(context.Background(), s.id, lim)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed != s.allowed {
+			t.Fatalf("step %d (%s): allowed %v, want %v", i, s.id, d.Allowed, s.allowed)
+		}
+	}
+	if n := l.Len(); n != 3 {
+		t.Fatalf("Len = %d, want 3", n)
+	}
+}
