@@ -63,6 +63,12 @@ type keyUsage struct {
 	days       []dayCounts
 	lastUsed   time.Time
 	lastAPIKey time.Time
+	// hour and day are where a key's first hour and day are kept (hours
+	// and days point into them until they outgrow them): most keys are
+	// then one object for the collector to mark, not three. (A nil list
+	// is one the file does not have, an empty one one it has empty.)
+	hour [1]hourCounts
+	day  [1]dayCounts
 }
 
 type hourCounts struct {
@@ -164,7 +170,10 @@ func (f *fileData) compact() (*usageData, error) {
 	d := newUsageData()
 	for id, hs := range f.Buckets {
 		k := d.key(id)
-		k.hours = make([]hourCounts, 0, len(hs))
+		k.hours = k.hour[:0]
+		if len(hs) > 1 {
+			k.hours = make([]hourCounts, 0, len(hs))
+		}
 		for name, c := range hs {
 			h, err := period(name, 10)
 			if err != nil {
@@ -176,7 +185,10 @@ func (f *fileData) compact() (*usageData, error) {
 	}
 	for id, ds := range f.Methods {
 		k := d.key(id)
-		k.days = make([]dayCounts, 0, len(ds))
+		k.days = k.day[:0]
+		if len(ds) > 1 {
+			k.days = make([]dayCounts, 0, len(ds))
+		}
 		for name, c := range ds {
 			dd, err := period(name, 8)
 			if err != nil {
@@ -234,6 +246,9 @@ func (s *FileStore) Flush(_ context.Context, ds []Delta, now time.Time) error {
 		x := &ds[i]
 		k := s.data.key(x.ID)
 		var c *hourCounts
+		if k.hours == nil {
+			k.hours = k.hour[:0]
+		}
 		k.hours, c = at(k.hours, h, hourOf)
 		c.c.Add(x.Counts)
 		if x.LastUsed.After(k.lastUsed) {
@@ -241,6 +256,9 @@ func (s *FileStore) Flush(_ context.Context, ds []Delta, now time.Time) error {
 		}
 		if x.APIKey != 0 || x.Bearer != 0 {
 			var m *dayCounts
+			if k.days == nil {
+				k.days = k.day[:0]
+			}
 			k.days, m = at(k.days, today, dayOf)
 			m.apiKey += x.APIKey
 			m.bearer += x.Bearer

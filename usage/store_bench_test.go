@@ -100,14 +100,15 @@ func BenchmarkFileStoreMemory(b *testing.B) {
 				ds[i] = usage.Delta{ID: fmt.Sprintf("key_%016x", i), Counts: usage.Counts{Admitted: 3, BytesIn: 900},
 					LastUsed: start, APIKey: 3, LastAPIKey: start}
 			}
-			before := liveHeap()
+			before, objsBefore := liveHeap()
 			s := &usage.FileStore{Path: filepath.Join(b.TempDir(), "keys.yaml.usage.json")}
 			for h := range hours {
 				if err := s.Flush(ctx, ds, start.Add(time.Duration(h)*time.Hour)); err != nil {
 					b.Fatal(err)
 				}
 			}
-			perKey := float64(liveHeap()-before) / keys
+			after, objsAfter := liveHeap()
+			perKey, objsPerKey := float64(after-before)/keys, float64(objsAfter-objsBefore)/keys
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := range b.N {
@@ -117,15 +118,17 @@ func BenchmarkFileStoreMemory(b *testing.B) {
 			}
 			b.StopTimer()
 			b.ReportMetric(perKey, "heap-B/key")
+			b.ReportMetric(objsPerKey, "heap-objects/key")
 			runtime.KeepAlive(s)
 		})
 	}
 }
 
-// liveHeap is the heap in use after a full collection.
-func liveHeap() int64 {
+// liveHeap is the heap in use after a full collection: bytes and
+// objects.
+func liveHeap() (int64, int64) {
 	runtime.GC()
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
-	return int64(m.HeapAlloc)
+	return int64(m.HeapAlloc), int64(m.HeapObjects)
 }
