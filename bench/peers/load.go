@@ -129,6 +129,10 @@ type closedResult struct {
 	// without one).
 	redisCPUPerReq float64
 	errors         int64
+	// steal is the share of the machine's CPU time the hypervisor gave
+	// to other guests during the run (/proc/stat): a rep run slow for
+	// that says so.
+	steal float64
 }
 
 var (
@@ -188,12 +192,14 @@ func (b *bench) wrkFor(ctx context.Context, t *target, size int, d time.Duration
 	secs := max(1, int(d/time.Second))
 	cmd := exec.CommandContext(ctx, wrk, "-t2", "-c32", fmt.Sprintf("-d%ds", secs), "-s", script, b.scheme()+t.addr+"/sync")
 	before, redisBefore := benchproc.CPUTicks(t.root.Process.Pid), t.redisTicks()
+	total0, steal0 := benchproc.MachineTicks()
 	out, err := cmd.CombinedOutput()
+	total1, steal1 := benchproc.MachineTicks()
 	after, redisAfter := benchproc.CPUTicks(t.root.Process.Pid), t.redisTicks()
 	if err != nil {
 		return closedResult{}, fmt.Errorf("wrk %s: %w\n%s", t.name, err, out)
 	}
-	var r closedResult
+	r := closedResult{steal: benchproc.StealShare(total0, steal0, total1, steal1)}
 	if m := reRPS.FindSubmatch(out); m != nil {
 		r.rps, _ = strconv.ParseFloat(string(m[1]), 64)
 	}

@@ -51,7 +51,7 @@ func (b *bench) measure(ctx context.Context) (*results, error) {
 				default:
 					res.closed[t.name][size] = append(res.closed[t.name][size], c)
 				}
-				b.logf("rep %d %-13s %-7s closed: %.0f rps, %.1f CPU µs/req (redis-server %.1f), %d errors", rep+1, t.name, sizeName(size), c.rps, c.cpuPerReq, c.redisCPUPerReq, c.errors)
+				b.logf("rep %d %-13s %-7s closed: %.0f rps, %.1f CPU µs/req (redis-server %.1f), steal %.1f%%, %d errors", rep+1, t.name, sizeName(size), c.rps, c.cpuPerReq, c.redisCPUPerReq, 100*c.steal, c.errors)
 				o, err := b.openLoop(ctx, t, size, rate(b.o, size))
 				if err != nil {
 					return nil, err
@@ -222,14 +222,18 @@ func warmNote(o Options) string {
 // target and size: a median hides how far the reps were apart, and on a
 // shared machine that is what says how much a ratio can be trusted.
 func repSpread(w io.Writer, heading string, order []string, sz []int, of func(name string, size int) []closedResult) {
-	fmt.Fprintf(w, "%s, in rep order (the spread behind each median):\n\n", heading)
+	fmt.Fprintf(w, "%s, in rep order (the spread behind each median), each with the share of the machine's CPU time the hypervisor gave to other guests during it (steal, /proc/stat) where it was 1%% or more:\n\n", heading)
 	sizedHead(w, sz, func(s int) []string { return []string{sizeName(s)} })
 	for _, name := range order {
 		fmt.Fprintf(w, "| %s |", name)
 		for _, s := range sz {
 			reps := make([]string, 0, len(of(name, s)))
 			for _, c := range of(name, s) {
-				reps = append(reps, fmt.Sprintf("%.0f", c.rps))
+				rep := fmt.Sprintf("%.0f", c.rps)
+				if c.steal >= 0.01 {
+					rep += fmt.Sprintf(" (steal %.0f%%)", 100*c.steal)
+				}
+				reps = append(reps, rep)
 			}
 			fmt.Fprintf(w, " %s |", strings.Join(reps, ", "))
 		}

@@ -304,7 +304,9 @@ func (b *bench) h2Loop(ctx context.Context, t *target, size int) (closedResult, 
 	cmd := exec.CommandContext(ctx, h2load, "-c32", "-m10", "-t2", "-D", strconv.Itoa(secs), "-d", bp,
 		"-H", "content-type: "+ctype, "-H", "x-api-key: "+b.key, "https://"+t.addr+"/sync")
 	before := benchproc.CPUTicks(t.root.Process.Pid)
+	total0, steal0 := benchproc.MachineTicks()
 	out, err := cmd.CombinedOutput()
+	total1, steal1 := benchproc.MachineTicks()
 	after := benchproc.CPUTicks(t.root.Process.Pid)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -316,7 +318,7 @@ func (b *bench) h2Loop(ctx context.Context, t *target, size int) (closedResult, 
 	if err != nil {
 		return closedResult{}, fmt.Errorf("h2load %s: %w\n%s", t.name, err, out)
 	}
-	r := closedResult{rps: rps, errors: errs}
+	r := closedResult{rps: rps, errors: errs, steal: benchproc.StealShare(total0, steal0, total1, steal1)}
 	if done > 0 {
 		r.cpuPerReq = float64((after-before)*benchproc.TickMicros) / float64(done)
 	}
@@ -417,7 +419,7 @@ func (b *bench) measureTLS(ctx context.Context) (*tlsResults, error) {
 						return nil, err
 					}
 					res.closed[t.name][p][size] = append(res.closed[t.name][p][size], c)
-					b.logf("rep %d %-13s %-7s %-8s closed: %.0f rps, %.1f CPU µs/req, %d errors", rep+1, t.name, sizeName(size), p, c.rps, c.cpuPerReq, c.errors)
+					b.logf("rep %d %-13s %-7s %-8s closed: %.0f rps, %.1f CPU µs/req, steal %.1f%%, %d errors", rep+1, t.name, sizeName(size), p, c.rps, c.cpuPerReq, 100*c.steal, c.errors)
 				}
 				o, err := b.openLoop(ctx, t, size, rate(b.o, size))
 				if err != nil {

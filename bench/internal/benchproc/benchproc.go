@@ -71,6 +71,41 @@ func CPUTicks(pid int) int64 {
 	return sum
 }
 
+// MachineTicks is the machine's CPU time from /proc/stat, over all
+// CPUs, in clock ticks: all of it (idle included) and the part stolen
+// by the hypervisor for other guests (0, 0 when unreadable).
+func MachineTicks() (total, steal int64) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	line, _, _ := bytes.Cut(b, []byte("\n"))
+	f := strings.Fields(string(line))
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0, 0
+	}
+	for i, v := range f[1:] {
+		n, _ := strconv.ParseInt(v, 10, 64)
+		if i >= 8 { // guest and guest_nice are already in user and nice
+			break
+		}
+		total += n
+		if i == 7 {
+			steal = n
+		}
+	}
+	return total, steal
+}
+
+// StealShare is the share of the machine's CPU time stolen between two
+// MachineTicks readings (0 when none passed).
+func StealShare(total0, steal0, total1, steal1 int64) float64 {
+	if total1 <= total0 {
+		return 0
+	}
+	return float64(steal1-steal0) / float64(total1-total0)
+}
+
 // FreeAddr returns a loopback address with a port that was free a moment
 // ago.
 func FreeAddr() (string, error) {
