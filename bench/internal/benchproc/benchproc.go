@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"os/exec"
@@ -79,15 +80,23 @@ func MachineTicks() (total, steal int64) {
 	if err != nil {
 		return 0, 0
 	}
+	return parseStat(b)
+}
+
+// parseStat reads the first line of /proc/stat ("cpu" and at least
+// eight counters: user nice system idle iowait irq softirq steal); 0, 0
+// for anything else, or for a counter that is not a non-negative number.
+func parseStat(b []byte) (total, steal int64) {
 	line, _, _ := bytes.Cut(b, []byte("\n"))
 	f := strings.Fields(string(line))
 	if len(f) < 9 || f[0] != "cpu" {
 		return 0, 0
 	}
-	for i, v := range f[1:] {
-		n, _ := strconv.ParseInt(v, 10, 64)
-		if i >= 8 { // guest and guest_nice are already in user and nice
-			break
+	// guest and guest_nice (f[9:]) are already in user and nice.
+	for i, v := range f[1:9] {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 || total > math.MaxInt64-n {
+			return 0, 0
 		}
 		total += n
 		if i == 7 {

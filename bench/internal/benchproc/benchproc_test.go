@@ -24,3 +24,36 @@ func TestMachineTicks(t *testing.T) {
 		t.Fatalf("share: %v, want 0.25", f)
 	}
 }
+
+func TestParseStat(t *testing.T) {
+	for _, tc := range []struct {
+		in           string
+		total, steal int64
+	}{
+		{"cpu  3830037 6604 904733 2142060 18928 0 185146 40785 0 0\ncpu0 1 2 3\n", 7128293, 40785},
+		{"cpu 1 2 3 4 5 6 7 8", 36, 8},
+		{"cpu 1 2 3 4 5 6 7", 0, 0},                     // no steal field
+		{"cpu0 1 2 3 4 5 6 7 8", 0, 0},                  // not the total line
+		{"cpu 1 2 3 4 5 6 7 -8", 0, 0},                  // negative
+		{"cpu 1 2 3 4 5 6 7 x", 0, 0},                   // not a number
+		{"cpu 9223372036854775807 1 0 0 0 0 0 0", 0, 0}, // overflow
+		{"", 0, 0},
+	} {
+		if total, steal := parseStat([]byte(tc.in)); total != tc.total || steal != tc.steal {
+			t.Errorf("%q: %d, %d; want %d, %d", tc.in, total, steal, tc.total, tc.steal)
+		}
+	}
+}
+
+// FuzzParseStat: whatever the line, steal is within total and neither
+// is negative.
+func FuzzParseStat(f *testing.F) {
+	f.Add([]byte("cpu  3830037 6604 904733 2142060 18928 0 185146 40785 0 0\n"))
+	f.Add([]byte("cpu 1 2 3 4 5 6 7 8"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		total, steal := parseStat(b)
+		if total < 0 || steal < 0 || steal > total {
+			t.Fatalf("%q: total %d, steal %d", b, total, steal)
+		}
+	})
+}
