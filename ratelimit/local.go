@@ -68,7 +68,7 @@ type localShard struct {
 	mu sync.Mutex
 	// ids maps an id's hash to its slot. Neither holds a pointer, so the
 	// collector has nothing to follow in them: with 100k ids an LRU of
-	// list elements, entries and limiters was about 2.7 objects per id
+	// list elements, entries and limiters was 3 objects per id
 	// for it to mark on every cycle (see BenchmarkLocalHeap).
 	ids   map[localID]int32
 	slots localSlots
