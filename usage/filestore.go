@@ -164,39 +164,42 @@ type fileData struct {
 	LastAPIKey map[string]time.Time               `json:"last_api_key_at,omitempty"`
 }
 
+// periods turns one key's section of the file (period name, of digits
+// digits, to counts) into its list, sorted, in inline's memory when it
+// fits there. The list is never nil: the file has the section.
+func periods[T, C any](inline []T, named map[string]C, digits int, of func(*T) *uint32, elem func(uint32, C) T) ([]T, error) {
+	l := inline
+	if len(named) > cap(l) {
+		l = make([]T, 0, len(named))
+	}
+	for name, c := range named {
+		p, err := period(name, digits)
+		if err != nil {
+			return nil, err
+		}
+		l = append(l, elem(p, c))
+	}
+	slices.SortFunc(l, func(a, b T) int { return cmp.Compare(*of(&a), *of(&b)) })
+	return l, nil
+}
+
 // compact turns the file's document into its form in memory. A bucket
 // whose name is not a period is an error: nothing else writes one.
 func (f *fileData) compact() (*usageData, error) {
 	d := newUsageData()
 	for id, hs := range f.Buckets {
 		k := d.key(id)
-		k.hours = k.hour[:0]
-		if len(hs) > 1 {
-			k.hours = make([]hourCounts, 0, len(hs))
+		var err error
+		if k.hours, err = periods(k.hour[:0], hs, 10, hourOf, func(h uint32, c Counts) hourCounts { return hourCounts{h, c} }); err != nil {
+			return nil, fmt.Errorf("buckets of %q: %w", id, err)
 		}
-		for name, c := range hs {
-			h, err := period(name, 10)
-			if err != nil {
-				return nil, fmt.Errorf("buckets of %q: %w", id, err)
-			}
-			k.hours = append(k.hours, hourCounts{h, c})
-		}
-		slices.SortFunc(k.hours, func(a, b hourCounts) int { return cmp.Compare(a.hour, b.hour) })
 	}
 	for id, ds := range f.Methods {
 		k := d.key(id)
-		k.days = k.day[:0]
-		if len(ds) > 1 {
-			k.days = make([]dayCounts, 0, len(ds))
+		var err error
+		if k.days, err = periods(k.day[:0], ds, 8, dayOf, func(dd uint32, c MethodCounts) dayCounts { return dayCounts{dd, c.APIKey, c.Bearer} }); err != nil {
+			return nil, fmt.Errorf("methods of %q: %w", id, err)
 		}
-		for name, c := range ds {
-			dd, err := period(name, 8)
-			if err != nil {
-				return nil, fmt.Errorf("methods of %q: %w", id, err)
-			}
-			k.days = append(k.days, dayCounts{dd, c.APIKey, c.Bearer})
-		}
-		slices.SortFunc(k.days, func(a, b dayCounts) int { return cmp.Compare(a.day, b.day) })
 	}
 	for id, t := range f.LastUsed {
 		d.key(id).lastUsed = t
