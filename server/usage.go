@@ -21,7 +21,8 @@ import (
 // file KEYS_FILE.usage.json. client is the Redis client of the first case.
 func UsageStore(cfg config.Config, client redis.UniversalClient) usage.Store {
 	if cfg.Keystore.Backend == "redis" || cfg.RateLimit.Backend == "redis" {
-		return &usage.RedisStore{Client: client, Prefix: cfg.Redis.KeyPrefix}
+		return &usage.RedisStore{Client: client, Prefix: cfg.Redis.KeyPrefix,
+			LastUseStep: cfg.Usage.LastUsedResolution, LastUseKeys: cfg.Usage.MaxKeys}
 	}
 	return &usage.FileStore{Path: cfg.Keystore.File + ".usage.json"}
 }

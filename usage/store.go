@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -66,9 +67,20 @@ func sum(hs []Hour) Counts {
 // usage:last and usage:last_api_key (member the key id, score its last
 // use in unix ms, raised with ZADD GT so that replicas flushing out of
 // order never move it back).
+//
+// A replica writes a key's last use again only once it moved by
+// LastUseStep since the replica last wrote it, so the sorted sets lag a
+// key's true last use by at most LastUseStep (see lastUses).
 type RedisStore struct {
 	Client redis.UniversalClient
 	Prefix string
+	// LastUseStep is how far a last use may lag (0: every flush writes
+	// every key's); LastUseKeys bounds the keys remembered for it.
+	LastUseStep time.Duration
+	LastUseKeys int
+
+	lastOnce sync.Once
+	last     *lastUses
 }
 
 func (s *RedisStore) bucket(id, h string) string { return s.Prefix + "usage:{" + id + "}:" + h }
@@ -124,19 +136,23 @@ return 0
 // a failover) is sent again whole, once.
 func (s *RedisStore) Flush(ctx context.Context, ds []Delta, now time.Time) error {
 	_, single := s.Client.(*redis.Client)
+	s.lastOnce.Do(func() { s.last = newLastUses(s.LastUseStep, s.LastUseKeys) })
 	h, d := hour(now), day(now)
 	for len(ds) > 0 {
 		b := ds[:min(len(ds), FlushBatch)]
 		ds = ds[len(b):]
-		if err := s.flushBatch(ctx, b, single, h, d); err != nil {
+		anyDue, keyDue := s.last.due(b)
+		if err := s.flushBatch(ctx, b, single, h, d, anyDue, keyDue); err != nil {
 			return err
 		}
+		s.last.wrote(b, anyDue, keyDue, now)
 	}
 	return nil
 }
 
 // flushBatch sends one batch of deltas in one pipeline.
-func (s *RedisStore) flushBatch(ctx context.Context, b []Delta, single bool, h, d string) error {
+// anyDue and keyDue say whose last uses it writes (lastUses.due).
+func (s *RedisStore) flushBatch(ctx context.Context, b []Delta, single bool, h, d string, anyDue, keyDue []bool) error {
 	type call struct {
 		keys []string
 		args []any
@@ -154,8 +170,8 @@ func (s *RedisStore) flushBatch(ctx context.Context, b []Delta, single bool, h, 
 			c.cmd = flushScript.EvalSha(ctx, p, c.keys, c.args...)
 			calls = append(calls, c)
 		}
-		s.zaddLast(ctx, p, s.lastKey(), b, func(d *Delta) time.Time { return d.LastUsed })
-		s.zaddLast(ctx, p, s.lastKeyAuthKey(), b, func(d *Delta) time.Time { return d.LastAPIKey })
+		s.zaddLast(ctx, p, s.lastKey(), b, anyDue, func(d *Delta) time.Time { return d.LastUsed })
+		s.zaddLast(ctx, p, s.lastKeyAuthKey(), b, keyDue, func(d *Delta) time.Time { return d.LastAPIKey })
 		return nil
 	})
 	if err == nil {
@@ -202,13 +218,13 @@ func (s *RedisStore) flushArgs(b []Delta, h, d string) ([]string, []any) {
 	return keys, args
 }
 
-// zaddLast raises each delta's last use in the sorted set key (ZADD GT,
-// so that replicas flushing out of order never move it back), in one
-// command of many members.
-func (s *RedisStore) zaddLast(ctx context.Context, p redis.Pipeliner, key string, ds []Delta, at func(*Delta) time.Time) {
+// zaddLast raises the last use of each delta that is due in the sorted
+// set key (ZADD GT, so that replicas flushing out of order never move it
+// back), in one command of many members.
+func (s *RedisStore) zaddLast(ctx context.Context, p redis.Pipeliner, key string, ds []Delta, due []bool, at func(*Delta) time.Time) {
 	zs := make([]redis.Z, 0, len(ds))
 	for i := range ds {
-		if t := at(&ds[i]); !t.IsZero() {
+		if t := at(&ds[i]); due[i] && !t.IsZero() {
 			zs = append(zs, redis.Z{Score: float64(t.UnixMilli()), Member: ds[i].ID})
 		}
 	}
