@@ -151,7 +151,7 @@ func newLogger(c config.LogConfig, w, access io.Writer) (*zap.Logger, func(), er
 	}
 	encCfg := zap.NewProductionEncoderConfig()
 	encCfg.TimeKey = "ts"
-	encCfg.EncodeTime = zapcore.ISO8601TimeEncoder
+	encCfg.EncodeTime = encodeLogTime
 	encCfg.EncodeDuration = zapcore.MillisDurationEncoder
 	var enc zapcore.Encoder
 	if c.Format == "console" {
