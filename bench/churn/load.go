@@ -55,6 +55,8 @@ type cpuMeter struct {
 	pids   []int // 0: this process alone
 	before []int64
 	start  time.Time
+	// The machine's CPU ticks and the hypervisor's steal at begin.
+	total0, steal0 int64
 }
 
 func newCPUMeter() *cpuMeter { return &cpuMeter{} }
@@ -75,17 +77,22 @@ func (m *cpuMeter) read() []int64 {
 	return out
 }
 
-func (m *cpuMeter) begin() { m.before, m.start = m.read(), time.Now() }
+func (m *cpuMeter) begin() {
+	m.total0, m.steal0 = benchproc.MachineTicks()
+	m.before, m.start = m.read(), time.Now()
+}
 
-// end returns each process's CPU time since begin, in µs, by name, and
-// the wall time.
-func (m *cpuMeter) end() (map[string]int64, time.Duration) {
+// end returns each process's CPU time since begin, in µs, by name, the
+// wall time, and the share of the machine's CPU time the hypervisor stole
+// meanwhile (a slow spell of the host, which no process here caused).
+func (m *cpuMeter) end() (map[string]int64, time.Duration, float64) {
 	after := m.read()
 	out := map[string]int64{}
 	for i, n := range m.names {
 		out[n] = (after[i] - m.before[i]) * benchproc.TickMicros
 	}
-	return out, time.Since(m.start)
+	total1, steal1 := benchproc.MachineTicks()
+	return out, time.Since(m.start), benchproc.StealShare(m.total0, m.steal0, total1, steal1)
 }
 
 // --- closed loop (wrk) ----------------------------------------------------
@@ -96,6 +103,7 @@ type closedResult struct {
 	errors int64
 	cpu    map[string]int64 // µs by process
 	wall   time.Duration
+	steal  float64 // the hypervisor's share of the machine's CPU time
 }
 
 var (
@@ -138,7 +146,7 @@ func (b *bench) closedLoop(ctx context.Context, m *cpuMeter) (closedResult, erro
 	m.begin()
 	out, err := cmd.CombinedOutput()
 	var r closedResult
-	r.cpu, r.wall = m.end()
+	r.cpu, r.wall, r.steal = m.end()
 	if err != nil {
 		return closedResult{}, fmt.Errorf("wrk: %w\n%s", err, out)
 	}
@@ -168,6 +176,7 @@ type openResult struct {
 	sent, errors  int
 	cpu           map[string]int64
 	wall          time.Duration
+	steal         float64
 }
 
 // openLoop sends requests to replica 1 at a fixed rate for the bench
@@ -190,7 +199,7 @@ func (b *bench) openLoop(ctx context.Context, m *cpuMeter) (openResult, error) {
 		return req
 	})
 	var r openResult
-	r.cpu, r.wall = m.end()
+	r.cpu, r.wall, r.steal = m.end()
 	r.sent, r.errors = n, failed
 	if n > 0 {
 		r.p50, r.p99, r.max = lat[n/2], lat[min(n-1, n*99/100)], lat[n-1]

@@ -91,12 +91,12 @@ func (b *bench) phase(ctx context.Context, rep int, churn bool) (phaseResult, er
 		}
 	}
 	c := r.closed
-	b.logf("rep %d %-8s closed: %.0f rps, replica 1 %.1f CPU µs/req, %s; %d errors", rep+1, name, c.rps, perReq(c.cpu["replica1"], c.total), cores(c.cpu, c.wall), c.errors)
+	b.logf("rep %d %-8s closed: %.0f rps, replica 1 %.1f CPU µs/req, %s, steal %.1f%%; %d errors", rep+1, name, c.rps, perReq(c.cpu["replica1"], c.total), cores(c.cpu, c.wall), 100*c.steal, c.errors)
 	if r.open, err = b.openLoop(ctx, m); err != nil {
 		return r, err
 	}
 	o := r.open
-	b.logf("rep %d %-8s open %d/s: p50 %.2f ms, p99 %.2f ms, max %.1f ms, %s; %d/%d errors", rep+1, name, b.o.OpenRate, ms(o.p50), ms(o.p99), ms(o.max), cores(o.cpu, o.wall), o.errors, o.sent)
+	b.logf("rep %d %-8s open %d/s: p50 %.2f ms, p99 %.2f ms, max %.1f ms, %s, steal %.1f%%; %d/%d errors", rep+1, name, b.o.OpenRate, ms(o.p50), ms(o.p99), ms(o.max), cores(o.cpu, o.wall), 100*o.steal, o.errors, o.sent)
 	if drv != nil {
 		rep, err := b.stopDriver(drv, &drvOut)
 		if err != nil {
@@ -262,12 +262,12 @@ func printTables(w io.Writer, o Options, res []phaseResult) {
 		fmt.Fprintf(w, "| cores used by %s, closed loop | %.2f | %.2f | %+.2f |\n", n, median(pick(false, coresOf(n, true))), median(pick(true, coresOf(n, true))), median(pick(true, coresOf(n, true)))-median(pick(false, coresOf(n, true))))
 	}
 	fmt.Fprintf(w, "| load errors (non-2xx, socket) | %d | %d | |\n", errs[0], errs[1])
-	fmt.Fprint(w, "\nPer rep (closed-loop rps; open-loop p99 ms):")
+	fmt.Fprint(w, "\nPer rep (closed-loop rps; open-loop p99 ms; the hypervisor's steal where it was 1% or more of the machine's CPU time):")
 	for rep := range o.Reps {
 		var parts []string
 		for _, r := range res {
 			if r.rep == rep {
-				parts = append(parts, fmt.Sprintf("%s %.0f; %.2f", phaseName(r.churn), r.closed.rps, ms(r.open.p99)))
+				parts = append(parts, fmt.Sprintf("%s %.0f%s; %.2f%s", phaseName(r.churn), r.closed.rps, stealNote(r.closed.steal), ms(r.open.p99), stealNote(r.open.steal)))
 			}
 		}
 		fmt.Fprintf(w, " rep %d: %s.", rep+1, strings.Join(parts, ", "))
@@ -348,4 +348,13 @@ func adminName(a string) string {
 		return "replica 2's admin API (not the loaded one)"
 	}
 	return "each replica's admin API in turn"
+}
+
+// stealNote is " (steal N%)" when the hypervisor took 1% or more of the
+// machine's CPU time during a run, else "".
+func stealNote(steal float64) string {
+	if steal < 0.01 {
+		return ""
+	}
+	return fmt.Sprintf(" (steal %.0f%%)", 100*steal)
 }
