@@ -52,25 +52,34 @@ func (l *lastUses) id(key string) lastUseID {
 	return lastUseID{maphash.String(l.seeds[0], key), maphash.String(l.seeds[1], key)}
 }
 
-// due reports, for each delta, whether its last use and its last use by
-// API key must be written: they are set and moved by the step or more since
+// lastUseDue is, for each delta of a batch, whether its last use (any)
+// and its last use by API key must be written, and its id in the table.
+type lastUseDue struct {
+	any, apiKey []bool
+	ids         []lastUseID // nil without a step
+}
+
+// due says, for each delta, whether its last use and its last use by API
+// key must be written: they are set and moved by the step or more since
 // this replica last wrote them. With no step every set one is due.
-func (l *lastUses) due(ds []Delta) (anyDue, keyDue []bool) {
-	anyDue, keyDue = make([]bool, len(ds)), make([]bool, len(ds))
+func (l *lastUses) due(ds []Delta) lastUseDue {
+	d := lastUseDue{any: make([]bool, len(ds)), apiKey: make([]bool, len(ds))}
 	if l.step <= 0 {
 		for i := range ds {
-			anyDue[i], keyDue[i] = !ds[i].LastUsed.IsZero(), !ds[i].LastAPIKey.IsZero()
+			d.any[i], d.apiKey[i] = !ds[i].LastUsed.IsZero(), !ds[i].LastAPIKey.IsZero()
 		}
-		return anyDue, keyDue
+		return d
 	}
+	d.ids = make([]lastUseID, len(ds))
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for i := range ds {
-		w := l.lookup(l.id(ds[i].ID))
-		anyDue[i] = l.moved(ds[i].LastUsed, w.any)
-		keyDue[i] = l.moved(ds[i].LastAPIKey, w.apiKey)
+		d.ids[i] = l.id(ds[i].ID)
+		w := l.lookup(d.ids[i])
+		d.any[i] = l.moved(ds[i].LastUsed, w.any)
+		d.apiKey[i] = l.moved(ds[i].LastAPIKey, w.apiKey)
 	}
-	return anyDue, keyDue
+	return d
 }
 
 func (l *lastUses) moved(t time.Time, written int64) bool {
@@ -86,7 +95,7 @@ func (l *lastUses) lookup(id lastUseID) lastUse {
 
 // wrote records the last uses of ds that were due and are now in Redis;
 // now swaps the generations once a step has passed.
-func (l *lastUses) wrote(ds []Delta, anyDue, keyDue []bool, now time.Time) {
+func (l *lastUses) wrote(ds []Delta, d lastUseDue, now time.Time) {
 	if l.step <= 0 {
 		return
 	}
@@ -99,10 +108,10 @@ func (l *lastUses) wrote(ds []Delta, anyDue, keyDue []bool, now time.Time) {
 		l.prev, l.cur, l.rotatedAt = l.cur, make(map[lastUseID]lastUse, len(l.cur)), ms
 	}
 	for i := range ds {
-		if !anyDue[i] && !keyDue[i] {
+		if !d.any[i] && !d.apiKey[i] {
 			continue
 		}
-		id := l.id(ds[i].ID)
+		id := d.ids[i]
 		w, inCur := l.cur[id]
 		if !inCur {
 			if l.max > 0 && int64(len(l.cur)) >= l.max {
@@ -110,10 +119,10 @@ func (l *lastUses) wrote(ds []Delta, anyDue, keyDue []bool, now time.Time) {
 			}
 			w = l.prev[id]
 		}
-		if anyDue[i] {
+		if d.any[i] {
 			w.any = ds[i].LastUsed.UnixMilli()
 		}
-		if keyDue[i] {
+		if d.apiKey[i] {
 			w.apiKey = ds[i].LastAPIKey.UnixMilli()
 		}
 		l.cur[id] = w

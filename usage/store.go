@@ -141,18 +141,18 @@ func (s *RedisStore) Flush(ctx context.Context, ds []Delta, now time.Time) error
 	for len(ds) > 0 {
 		b := ds[:min(len(ds), FlushBatch)]
 		ds = ds[len(b):]
-		anyDue, keyDue := s.last.due(b)
-		if err := s.flushBatch(ctx, b, single, h, d, anyDue, keyDue); err != nil {
+		due := s.last.due(b)
+		if err := s.flushBatch(ctx, b, single, h, d, due); err != nil {
 			return err
 		}
-		s.last.wrote(b, anyDue, keyDue, now)
+		s.last.wrote(b, due, now)
 	}
 	return nil
 }
 
 // flushBatch sends one batch of deltas in one pipeline.
-// anyDue and keyDue say whose last uses it writes (lastUses.due).
-func (s *RedisStore) flushBatch(ctx context.Context, b []Delta, single bool, h, d string, anyDue, keyDue []bool) error {
+// due says whose last uses it writes (lastUses.due).
+func (s *RedisStore) flushBatch(ctx context.Context, b []Delta, single bool, h, d string, due lastUseDue) error {
 	type call struct {
 		keys []string
 		args []any
@@ -170,8 +170,8 @@ func (s *RedisStore) flushBatch(ctx context.Context, b []Delta, single bool, h, 
 			c.cmd = flushScript.EvalSha(ctx, p, c.keys, c.args...)
 			calls = append(calls, c)
 		}
-		s.zaddLast(ctx, p, s.lastKey(), b, anyDue, func(d *Delta) time.Time { return d.LastUsed })
-		s.zaddLast(ctx, p, s.lastKeyAuthKey(), b, keyDue, func(d *Delta) time.Time { return d.LastAPIKey })
+		s.zaddLast(ctx, p, s.lastKey(), b, due.any, func(d *Delta) time.Time { return d.LastUsed })
+		s.zaddLast(ctx, p, s.lastKeyAuthKey(), b, due.apiKey, func(d *Delta) time.Time { return d.LastAPIKey })
 		return nil
 	})
 	if err == nil {
@@ -218,14 +218,15 @@ func (s *RedisStore) flushArgs(b []Delta, h, d string) ([]string, []any) {
 	return keys, args
 }
 
-// zaddLast raises the last use of each delta that is due in the sorted
-// set key (ZADD GT, so that replicas flushing out of order never move it
-// back), in one command of many members.
+// zaddLast raises the last use of each delta that is due (a due one is
+// set: lastUses.due) in the sorted set key (ZADD GT, so that replicas
+// flushing out of order never move it back), in one command of many
+// members.
 func (s *RedisStore) zaddLast(ctx context.Context, p redis.Pipeliner, key string, ds []Delta, due []bool, at func(*Delta) time.Time) {
 	zs := make([]redis.Z, 0, len(ds))
 	for i := range ds {
-		if t := at(&ds[i]); due[i] && !t.IsZero() {
-			zs = append(zs, redis.Z{Score: float64(t.UnixMilli()), Member: ds[i].ID})
+		if due[i] {
+			zs = append(zs, redis.Z{Score: float64(at(&ds[i]).UnixMilli()), Member: ds[i].ID})
 		}
 	}
 	if len(zs) > 0 {

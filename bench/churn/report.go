@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/keygate/keygate/bench/internal/benchproc"
 )
 
 // phaseResult is one phase of one rep: a closed-loop run, then an
@@ -267,7 +269,7 @@ func printTables(w io.Writer, o Options, res []phaseResult) {
 		var parts []string
 		for _, r := range res {
 			if r.rep == rep {
-				parts = append(parts, fmt.Sprintf("%s %.0f%s; %.2f%s", phaseName(r.churn), r.closed.rps, stealNote(r.closed.steal), ms(r.open.p99), stealNote(r.open.steal)))
+				parts = append(parts, fmt.Sprintf("%s %.0f%s; %.2f%s", phaseName(r.churn), r.closed.rps, benchproc.StealNote(r.closed.steal), ms(r.open.p99), benchproc.StealNote(r.open.steal)))
 			}
 		}
 		fmt.Fprintf(w, " rep %d: %s.", rep+1, strings.Join(parts, ", "))
@@ -348,13 +350,4 @@ func adminName(a string) string {
 		return "replica 2's admin API (not the loaded one)"
 	}
 	return "each replica's admin API in turn"
-}
-
-// stealNote is " (steal N%)" when the hypervisor took 1% or more of the
-// machine's CPU time during a run, else "".
-func stealNote(steal float64) string {
-	if steal < 0.01 {
-		return ""
-	}
-	return fmt.Sprintf(" (steal %.0f%%)", 100*steal)
 }

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/keygate/keygate/bench/internal/benchproc"
 )
 
 // results are every rep's figures, by target name.
@@ -229,11 +231,7 @@ func repSpread(w io.Writer, heading string, order []string, sz []int, of func(na
 		for _, s := range sz {
 			reps := make([]string, 0, len(of(name, s)))
 			for _, c := range of(name, s) {
-				rep := fmt.Sprintf("%.0f", c.rps)
-				if c.steal >= 0.01 {
-					rep += fmt.Sprintf(" (steal %.0f%%)", 100*c.steal)
-				}
-				reps = append(reps, rep)
+				reps = append(reps, fmt.Sprintf("%.0f", c.rps)+benchproc.StealNote(c.steal))
 			}
 			fmt.Fprintf(w, " %s |", strings.Join(reps, ", "))
 		}

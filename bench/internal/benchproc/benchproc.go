@@ -115,6 +115,16 @@ func StealShare(total0, steal0, total1, steal1 int64) float64 {
 	return float64(steal1-steal0) / float64(total1-total0)
 }
 
+// StealNote is " (steal N%)" when the hypervisor took 1% or more of the
+// machine's CPU time during a run (a share from StealShare), else "": the
+// mark the benches' per-rep figures carry.
+func StealNote(share float64) string {
+	if share < 0.01 {
+		return ""
+	}
+	return fmt.Sprintf(" (steal %.0f%%)", 100*share)
+}
+
 // FreeAddr returns a loopback address with a port that was free a moment
 // ago.
 func FreeAddr() (string, error) {
