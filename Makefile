@@ -5,9 +5,15 @@ BIN     := bin/keygate
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/keygate/keygate/cli.Version=$(VERSION)
 FUZZTIME ?= 3m
-# TEST_FUZZTIME is how long `make test` runs each differential fuzz target
-# (multipart against real parsers, the framing tracker against net/http).
-TEST_FUZZTIME ?= 20s
+# TEST_FUZZ_DIFFERENTIAL and TEST_FUZZ_TRACKER are how many inputs `make
+# test` runs through each differential fuzz target (multipart against real
+# parsers, the framing tracker against net/http): about 20 s each on a
+# 2-core machine. A count, not a duration: with a duration Go's fuzz
+# coordinator (before Go 1.27) can fail a target that found nothing with
+# "context deadline exceeded" as the time runs out (go.dev/issue/75804).
+# A new interesting input is minimized for at most 2000 runs, not 60 s.
+TEST_FUZZ_DIFFERENTIAL ?= 80000x
+TEST_FUZZ_TRACKER ?= 400000x
 
 .PHONY: all build run test deps bench bench-peers bench-churn profile fuzz lint vuln clean
 
@@ -27,8 +33,8 @@ deps:
 ## test: the whole suite, race detector on
 test: deps
 	$(GO) test -race -count=1 -timeout 25m ./...
-	$(GO) test -run '^$$' -fuzz '^FuzzDifferential$$' -fuzztime $(TEST_FUZZTIME) ./differential
-	$(GO) test -run '^$$' -fuzz '^FuzzTracker$$' -fuzztime $(TEST_FUZZTIME) ./framing
+	$(GO) test -run '^$$' -fuzz '^FuzzDifferential$$' -fuzztime $(TEST_FUZZ_DIFFERENTIAL) -fuzzminimizetime 2000x ./differential
+	$(GO) test -run '^$$' -fuzz '^FuzzTracker$$' -fuzztime $(TEST_FUZZ_TRACKER) -fuzzminimizetime 2000x ./framing
 
 ## bench: hot-path benchmarks and the whole-gateway load comparison, with allocations
 bench: deps
