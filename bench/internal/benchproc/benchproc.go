@@ -17,6 +17,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/keygate/keygate/internal/testsupport/freeport"
 )
 
 // TickMicros is one clock tick of /proc/pid/stat in µs (USER_HZ is 100
@@ -126,14 +128,13 @@ func StealNote(share float64) string {
 }
 
 // FreeAddr returns a loopback address with a port that was free a moment
-// ago.
+// ago, below the kernel's ephemeral range (freeport.Loopback says why).
 func FreeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := freeport.Loopback()
 	if err != nil {
 		return "", err
 	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(p)), nil
 }
 
 // Stop ends a process group the bench started, and waits for it.

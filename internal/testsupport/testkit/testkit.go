@@ -26,6 +26,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/keygate/keygate/internal/testsupport/freeport"
 )
 
 // SyncBuffer collects output (a process's, a logger's) while it is being
@@ -48,35 +50,17 @@ func (b *SyncBuffer) String() string {
 	return b.buf.String()
 }
 
-// FreePort returns a loopback TCP port that was free a moment ago and
-// that no earlier call in this process returned: the kernel may hand a
-// port just closed out again at once, and a test that asks for two (an
-// API and an admin listener) must not get the same one twice.
+// FreePort returns a loopback TCP port that was free a moment ago, below
+// the kernel's ephemeral range, and that no earlier call in this process
+// returned (see freeport.Loopback).
 func FreePort(t testing.TB) int {
 	t.Helper()
-	given.mu.Lock()
-	defer given.mu.Unlock()
-	for range 100 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		_ = l.Close()
-		if !given.ports[port] {
-			given.ports[port] = true
-			return port
-		}
+	p, err := freeport.Loopback()
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal("testkit: no loopback port free that was not handed out before")
-	return 0
+	return p
 }
-
-// given is the ports FreePort has returned in this process.
-var given = struct {
-	mu    sync.Mutex
-	ports map[int]bool
-}{ports: map[int]bool{}}
 
 // FreeAddr is FreePort as "127.0.0.1:port".
 func FreeAddr(t testing.TB) string {
