@@ -57,10 +57,10 @@ bench-peers: deps
 	$(GO) run ./bench/peers $(BENCH_PEERS_FLAGS)
 
 ## bench-churn: 100 admin key changes/s (issue, then revoke) through two replicas' admin APIs on
-##              one Redis keystore of 100k keys while replica 1 is under full load: rps and
+##              one Redis keystore of 100k keys while both replicas are under full load: rps and
 ##              open-loop p99 against a baseline without churn, and how soon each revocation is
 ##              refused on both replicas; prints Markdown tables (installs wrk when missing).
-##              BENCH_CHURN_FLAGS="-duration 10s -limiter local -profile bench/out" to change it;
+##              BENCH_CHURN_FLAGS="-duration 10s -limiter local -load 1 -profile bench/out" to change it;
 ##              BENCH_SMOKE=1 (or -smoke) is a short run that only proves it works.
 BENCH_CHURN_FLAGS ?=
 bench-churn: deps

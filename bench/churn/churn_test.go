@@ -29,23 +29,43 @@ func TestSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts redis-server and two keygate processes, and builds keygate")
 	}
+	for _, tc := range []struct{ load, admin string }{
+		{"both", "both"}, // a fleet behind a load balancer
+		{"1", "2"},       // replica 2 serves only the driver
+	} {
+		t.Run("load="+tc.load+",admin="+tc.admin, func(t *testing.T) { smoke(t, tc.load, tc.admin) })
+	}
+}
+
+func smoke(t *testing.T, load, admin string) {
 	var out, errb bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	err := Run(ctx, Options{Smoke: true, Rate: 100, Limiter: "redis", Admin: "both", Size: 256, Lifetime: 500 * time.Millisecond, ProbeEvery: 20 * time.Millisecond}, &out, &errb)
+	err := Run(ctx, Options{Smoke: true, Rate: 100, Limiter: "redis", Load: load, Admin: admin, Size: 256, Lifetime: 500 * time.Millisecond, ProbeEvery: 20 * time.Millisecond}, &out, &errb)
 	t.Log(errb.String())
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := out.String()
 	t.Log("\n" + s)
-	for _, want := range []string{"| closed-loop rps |", "| open-loop p99 @ 500/s |", "| replica 1 |", "| replica 2 |", "Command: `go run ./bench/churn"} {
+	for _, want := range []string{"| closed-loop rps |", "| open-loop p99 @ 500/s |", "| replica 1 |", "| replica 2 |", "Command: `go run ./bench/churn", "-load " + load + " -admin " + admin} {
 		if !strings.Contains(s, want) {
 			t.Errorf("output lacks %q", want)
 		}
 	}
 	if !strings.Contains(s, "| load errors (non-2xx, socket) | 0 | 0 | |") {
 		t.Error("the load got errors")
+	}
+	// With the load spread, replica 2 serves half of it, not just the
+	// driver's calls: its baseline, without any churn, uses CPU.
+	if load == "both" {
+		m := regexp.MustCompile(`\| cores used by replica2, closed loop \| ([0-9.]+) \|`).FindStringSubmatch(s)
+		if m == nil {
+			t.Fatal("no replica 2 row")
+		}
+		if c, _ := strconv.ParseFloat(m[1], 64); c < 0.05 {
+			t.Errorf("replica 2 used %.2f cores in the baseline: the load did not reach it", c)
+		}
 	}
 	m := regexp.MustCompile(`(\d+) keys issued and (\d+) revoked .*; (\d+) admin errors;.* (\d+) new keys never accepted`).FindStringSubmatch(s)
 	if m == nil {

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/keygate/keygate/bench/internal/benchproc"
@@ -130,8 +131,17 @@ wrk.headers["X-Api-Key"] = %q
 	return sp, os.WriteFile(sp, []byte(lua), 0o600)
 }
 
-// closedLoop runs wrk -t2 -c32 against replica 1 and reads the CPU time
-// of every process around it.
+// loaded is the replicas the load goes to.
+func (b *bench) loaded() []*replica {
+	if b.o.Load == "both" {
+		return b.replicas
+	}
+	return b.replicas[:1]
+}
+
+// closedLoop runs wrk, 2 threads and 32 connections in all, against the
+// loaded replicas (one wrk -t1 -c16 each when both are), and reads the
+// CPU time of every process around it.
 func (b *bench) closedLoop(ctx context.Context, m *cpuMeter) (closedResult, error) {
 	wrk := benchproc.LookPath("wrk")
 	if wrk == "" {
@@ -142,28 +152,39 @@ func (b *bench) closedLoop(ctx context.Context, m *cpuMeter) (closedResult, erro
 		return closedResult{}, err
 	}
 	secs := max(1, int(b.o.Duration/time.Second))
-	cmd := exec.CommandContext(ctx, wrk, "-t2", "-c32", fmt.Sprintf("-d%ds", secs), "-s", script, "http://"+b.replicas[0].addr+"/sync")
+	targets := b.loaded()
+	threads, conns := 2/len(targets), 32/len(targets)
+	outs, errs := make([][]byte, len(targets)), make([]error, len(targets))
+	var wg sync.WaitGroup
 	m.begin()
-	out, err := cmd.CombinedOutput()
+	for i, rp := range targets {
+		cmd := exec.CommandContext(ctx, wrk, fmt.Sprintf("-t%d", threads), fmt.Sprintf("-c%d", conns), fmt.Sprintf("-d%ds", secs), "-s", script, "http://"+rp.addr+"/sync")
+		wg.Go(func() { outs[i], errs[i] = cmd.CombinedOutput() })
+	}
+	wg.Wait()
 	var r closedResult
 	r.cpu, r.wall, r.steal = m.end()
-	if err != nil {
-		return closedResult{}, fmt.Errorf("wrk: %w\n%s", err, out)
-	}
-	if m := reRPS.FindSubmatch(out); m != nil {
-		r.rps, _ = strconv.ParseFloat(string(m[1]), 64)
-	}
-	if m := reTotal.FindSubmatch(out); m != nil {
-		r.total, _ = strconv.ParseInt(string(m[1]), 10, 64)
-	}
-	if m := reNon2xx.FindSubmatch(out); m != nil {
-		n, _ := strconv.ParseInt(string(m[1]), 10, 64)
-		r.errors += n
-	}
-	if m := reSock.FindSubmatch(out); m != nil {
-		for _, s := range m[1:] {
-			n, _ := strconv.ParseInt(string(s), 10, 64)
+	for i, out := range outs {
+		if errs[i] != nil {
+			return closedResult{}, fmt.Errorf("wrk: %w\n%s", errs[i], out)
+		}
+		if m := reRPS.FindSubmatch(out); m != nil {
+			rps, _ := strconv.ParseFloat(string(m[1]), 64)
+			r.rps += rps
+		}
+		if m := reTotal.FindSubmatch(out); m != nil {
+			n, _ := strconv.ParseInt(string(m[1]), 10, 64)
+			r.total += n
+		}
+		if m := reNon2xx.FindSubmatch(out); m != nil {
+			n, _ := strconv.ParseInt(string(m[1]), 10, 64)
 			r.errors += n
+		}
+		if m := reSock.FindSubmatch(out); m != nil {
+			for _, s := range m[1:] {
+				n, _ := strconv.ParseInt(string(s), 10, 64)
+				r.errors += n
+			}
 		}
 	}
 	return r, nil
@@ -179,7 +200,7 @@ type openResult struct {
 	steal         float64
 }
 
-// openLoop sends requests to replica 1 at a fixed rate for the bench
+// openLoop sends requests to the loaded replicas (in turn) at a fixed rate for the bench
 // duration, each from its intended send time whatever the previous ones
 // are doing, and measures latency from that intended time (so queueing in
 // keygate, or in this client, counts).
@@ -188,12 +209,15 @@ func (b *bench) openLoop(ctx context.Context, m *cpuMeter) (openResult, error) {
 	tr := &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024, IdleConnTimeout: time.Minute, DisableCompression: true}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr, Timeout: 30 * time.Second}
-	url := "http://" + b.replicas[0].addr + "/sync"
+	var urls []string
+	for _, rp := range b.loaded() {
+		urls = append(urls, "http://"+rp.addr+"/sync")
+	}
 	rps := b.o.OpenRate
 	n := int(b.o.Duration.Seconds() * float64(rps))
 	m.begin()
-	lat, failed := openloop.Run(ctx, client, n, time.Second/time.Duration(rps), func(ctx context.Context, _ int) *http.Request {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	lat, failed := openloop.Run(ctx, client, n, time.Second/time.Duration(rps), func(ctx context.Context, i int) *http.Request {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, urls[i%len(urls)], bytes.NewReader(body))
 		req.Header.Set("Content-Type", contentType)
 		req.Header.Set("X-Api-Key", b.key)
 		return req

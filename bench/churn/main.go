@@ -52,9 +52,10 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.OpenRate, "open-rate", 1000, "open-loop arrival rate, requests/s (well under what replica 1 serves closed-loop, or the open loop measures a queue)")
 	fs.IntVar(&o.Size, "size", 256, "file size of the load's multipart /sync body, bytes")
 	fs.StringVar(&o.Admin, "admin", "both", "whose admin API the driver calls: both (alternately), 1 (the loaded replica's) or 2 (the other's)")
+	fs.StringVar(&o.Load, "load", "both", "whom the load goes to: both replicas (evenly, as a load balancer spreads a fleet's load) or 1 (replica 1; replica 2 only serves the driver)")
 	fs.StringVar(&o.Limiter, "limiter", "redis", "the replicas' rate limiter: redis or local")
 	fs.StringVar(&o.KeygateBin, "keygate", "", "keygate binary (default: built from ./cmd/keygate)")
-	fs.StringVar(&o.Profile, "profile", "", "a directory: write CPU profiles of both replicas over the first rep's closed-loop runs there (replica1-baseline.pprof, replica1-churn.pprof, replica2-…)")
+	fs.StringVar(&o.Profile, "profile", "", "a directory: write CPU profiles of both replicas over the last rep's closed-loop runs there (the keystore, change log and audit log are largest then) (replica1-baseline.pprof, replica1-churn.pprof, replica2-…)")
 	fs.BoolVar(&o.Smoke, "smoke", os.Getenv("BENCH_SMOKE") == "1", "1000 keys, 3 s runs, one rep: proves the bench works; measures nothing")
 	fs.BoolVar(&o.Keep, "keep", false, "keep the run's directory (logs, configs) and print its path")
 	if err := fs.Parse(args); err != nil {

@@ -54,7 +54,8 @@ func phaseName(churn bool) string {
 	return "baseline"
 }
 
-// phase runs one closed-loop and one open-loop run against replica 1,
+// phase runs one closed-loop and one open-loop run against the loaded
+// replicas,
 // with the churn driver running throughout when churn is set.
 func (b *bench) phase(ctx context.Context, rep int, churn bool) (phaseResult, error) {
 	r := phaseResult{rep: rep, churn: churn}
@@ -77,7 +78,7 @@ func (b *bench) phase(ctx context.Context, rep int, churn bool) (phaseResult, er
 		time.Sleep(b.o.Lifetime + time.Second)
 	}
 	name := phaseName(churn)
-	profiling := b.o.Profile != "" && rep == 0
+	profiling := b.o.Profile != "" && rep == b.o.Reps-1
 	if profiling {
 		if err := b.profileStart(); err != nil {
 			return r, err
@@ -93,7 +94,7 @@ func (b *bench) phase(ctx context.Context, rep int, churn bool) (phaseResult, er
 		}
 	}
 	c := r.closed
-	b.logf("rep %d %-8s closed: %.0f rps, replica 1 %.1f CPU µs/req, %s, steal %.1f%%; %d errors", rep+1, name, c.rps, perReq(c.cpu["replica1"], c.total), cores(c.cpu, c.wall), 100*c.steal, c.errors)
+	b.logf("rep %d %-8s closed: %.0f rps, %s %.1f CPU µs/req, %s, steal %.1f%%; %d errors", rep+1, name, c.rps, loadedName(b.o.Load), perReq(loadedCPU(b.o.Load, c.cpu), c.total), cores(c.cpu, c.wall), 100*c.steal, c.errors)
 	if r.open, err = b.openLoop(ctx, m); err != nil {
 		return r, err
 	}
@@ -228,7 +229,7 @@ func printTables(w io.Writer, o Options, res []phaseResult) {
 		return out
 	}
 	rps := func(r phaseResult) float64 { return r.closed.rps }
-	cpuReq := func(r phaseResult) float64 { return perReq(r.closed.cpu["replica1"], r.closed.total) }
+	cpuReq := func(r phaseResult) float64 { return perReq(loadedCPU(o.Load, r.closed.cpu), r.closed.total) }
 	p50 := func(r phaseResult) float64 { return ms(r.open.p50) }
 	p99 := func(r phaseResult) float64 { return ms(r.open.p99) }
 	coresOf := func(name string, closed bool) func(phaseResult) float64 {
@@ -247,15 +248,15 @@ func printTables(w io.Writer, o Options, res []phaseResult) {
 		}
 		errs[i] += r.closed.errors + int64(r.open.errors)
 	}
-	fmt.Fprintf(w, "Command: `go run ./bench/churn -keys %d -reps %d -duration %s -rate %d -open-rate %d -limiter %s -admin %s -size %d -lifetime %s -probe-every %s`\n\n",
-		o.Keys, o.Reps, o.Duration, o.Rate, o.OpenRate, o.Limiter, o.Admin, o.Size, o.Lifetime, o.ProbeEvery)
-	fmt.Fprintf(w, "Two replicas on one Redis keystore of %d keys (limiter: %s); the load goes to replica 1: closed loop `wrk -t2 -c32`, then open loop at %d/s, %s each, %d-byte file in a multipart `POST /sync`. Churn: %d admin changes/s (half issues, half revocations, each key revoked %s after both replicas accept it, through %s), each revoked key probed on both replicas every %s (after ten probes, up to five times that) until refused. Medians over %d rep(s), baseline and churn alternating.\n\n",
-		o.Keys, o.Limiter, o.OpenRate, o.Duration, o.Size, o.Rate, o.Lifetime, adminName(o.Admin), o.ProbeEvery, o.Reps)
+	fmt.Fprintf(w, "Command: `go run ./bench/churn -keys %d -reps %d -duration %s -rate %d -open-rate %d -limiter %s -load %s -admin %s -size %d -lifetime %s -probe-every %s`\n\n",
+		o.Keys, o.Reps, o.Duration, o.Rate, o.OpenRate, o.Limiter, o.Load, o.Admin, o.Size, o.Lifetime, o.ProbeEvery)
+	fmt.Fprintf(w, "Two replicas on one Redis keystore of %d keys (limiter: %s); the load goes to %s: closed loop %s, then open loop at %d/s, %s each, %d-byte file in a multipart `POST /sync`. Churn: %d admin changes/s (half issues, half revocations, each key revoked %s after both replicas accept it, through %s), each revoked key probed on both replicas every %s (after ten probes, up to five times that) until refused. Medians over %d rep(s), baseline and churn alternating.\n\n",
+		o.Keys, o.Limiter, loadTarget(o.Load), wrkName(o.Load), o.OpenRate, o.Duration, o.Size, o.Rate, o.Lifetime, adminName(o.Admin, o.Load), o.ProbeEvery, o.Reps)
 	fmt.Fprint(w, "| | baseline | churn | churn − baseline |\n|---|---|---|---|\n")
 	rb, rc := median(pick(false, rps)), median(pick(true, rps))
 	fmt.Fprintf(w, "| closed-loop rps | %.0f | %.0f | %s |\n", rb, rc, pct(rc, rb))
 	cb, cc := median(pick(false, cpuReq)), median(pick(true, cpuReq))
-	fmt.Fprintf(w, "| replica 1 CPU µs/req (admin calls and probes included) | %.1f | %.1f | %+.1f |\n", cb, cc, cc-cb)
+	fmt.Fprintf(w, "| %s CPU µs/req (admin calls and probes included) | %.1f | %.1f | %+.1f |\n", loadedName(o.Load), cb, cc, cc-cb)
 	pb, pc := median(pick(false, p50)), median(pick(true, p50))
 	fmt.Fprintf(w, "| open-loop p50 @ %d/s | %.2f ms | %.2f ms | %+.2f ms |\n", o.OpenRate, pb, pc, pc-pb)
 	qb, qc := median(pick(false, p99)), median(pick(true, p99))
@@ -318,7 +319,7 @@ func printTables(w io.Writer, o Options, res []phaseResult) {
 		ys := visSent[i]
 		fmt.Fprintf(w, "| replica %d | %d | %.1f ms | %.1f ms | %.1f ms | %d | %d | %.1f ms | %.1f ms | %.1f ms |\n", i+1, len(xs), quantile(xs, 0.5), quantile(xs, 0.99), quantile(xs, 1), over, notRefused[i], quantile(ys, 0.5), quantile(ys, 0.99), quantile(ys, 1))
 	}
-	fmt.Fprintf(w, "\nTimes run from the revocation's admin response to the replica's first 401 (its arrival at the driver), probes %s apart (after ten, up to five times that); the replica refused the key after the last probe it accepted and before that 401 arrived. The last columns are when the refusing probe was sent: the difference is that probe's own wait in the replica (replica 1 is the loaded one).\n", o.ProbeEvery)
+	fmt.Fprintf(w, "\nTimes run from the revocation's admin response to the replica's first 401 (its arrival at the driver), probes %s apart (after ten, up to five times that); the replica refused the key after the last probe it accepted and before that 401 arrived. The last columns are when the refusing probe was sent: the difference is that probe's own wait in the replica%s.\n", o.ProbeEvery, map[string]string{"1": " (replica 1 is the loaded one)"}[o.Load])
 }
 
 // pct is a against b as a signed percentage.
@@ -342,12 +343,43 @@ func statusList(m map[int]int) string {
 	return "answers " + strings.Join(parts, ", ")
 }
 
-func adminName(a string) string {
-	switch a {
-	case "1":
-		return "replica 1's admin API (the loaded one)"
-	case "2":
-		return "replica 2's admin API (not the loaded one)"
+// loadTarget, wrkName and loadedName describe the load's target in the
+// tables; loadedCPU is the CPU time of the replicas it goes to.
+func loadTarget(load string) string {
+	if load == "both" {
+		return "both replicas evenly"
 	}
-	return "each replica's admin API in turn"
+	return "replica 1"
+}
+
+func wrkName(load string) string {
+	if load == "both" {
+		return "`wrk -t1 -c16` on each"
+	}
+	return "`wrk -t2 -c32`"
+}
+
+func loadedName(load string) string {
+	if load == "both" {
+		return "replicas 1+2"
+	}
+	return "replica 1"
+}
+
+func loadedCPU(load string, cpu map[string]int64) int64 {
+	if load == "both" {
+		return cpu["replica1"] + cpu["replica2"]
+	}
+	return cpu["replica1"]
+}
+
+func adminName(a, load string) string {
+	if a == "both" {
+		return "each replica's admin API in turn"
+	}
+	role := map[bool]string{true: "the loaded one", false: "not the loaded one"}[a == "1"]
+	if load == "both" {
+		role = "both are loaded"
+	}
+	return fmt.Sprintf("replica %s's admin API (%s)", a, role)
 }

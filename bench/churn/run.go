@@ -29,14 +29,17 @@ import (
 
 // Options are the bench's knobs (see the flags in main.go).
 type Options struct {
-	Rate       int
-	Keys       int
-	Reps       int
-	Duration   time.Duration
-	OpenRate   int
-	Size       int
-	Limiter    string
-	Admin      string
+	Rate     int
+	Keys     int
+	Reps     int
+	Duration time.Duration
+	OpenRate int
+	Size     int
+	Limiter  string
+	Admin    string
+	// Load is whom the load goes to: "1" (replica 1) or "both" (spread
+	// evenly, as a load balancer in front of a fleet spreads it).
+	Load       string
 	KeygateBin string
 	Profile    string
 	Smoke      bool
@@ -85,6 +88,9 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	}
 	if o.Admin != "both" && o.Admin != "1" && o.Admin != "2" {
 		return fmt.Errorf("-admin: want both, 1 or 2, got %q", o.Admin)
+	}
+	if o.Load != "both" && o.Load != "1" {
+		return fmt.Errorf("-load: want both or 1, got %q", o.Load)
 	}
 	if o.Limiter != "redis" && o.Limiter != "local" {
 		return fmt.Errorf("-limiter: want redis or local, got %q", o.Limiter)
