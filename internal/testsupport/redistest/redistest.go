@@ -66,8 +66,9 @@ func Start(t testing.TB, extra ...string) *Server {
 		if err == nil {
 			break
 		}
-		// The port was picked by binding and releasing it; another
-		// listener may have taken it since. Pick again.
+		// The port was free when picked (below the ephemeral range, so no
+		// outgoing connection takes it); another test's listener may
+		// have taken it since. Pick again.
 		if attempt < 4 && errors.Is(err, errPortTaken) {
 			continue
 		}
