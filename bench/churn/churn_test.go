@@ -29,26 +29,26 @@ func TestSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts redis-server and two keygate processes, and builds keygate")
 	}
-	for _, tc := range []struct{ load, admin string }{
-		{"both", "both"}, // a fleet behind a load balancer
-		{"1", "2"},       // replica 2 serves only the driver
+	for _, tc := range []struct{ load, admin, audit string }{
+		{"both", "both", "file"}, // a fleet behind a load balancer
+		{"1", "2", "none"},       // replica 2 serves only the driver
 	} {
-		t.Run("load="+tc.load+",admin="+tc.admin, func(t *testing.T) { smoke(t, tc.load, tc.admin) })
+		t.Run("load="+tc.load+",admin="+tc.admin+",audit="+tc.audit, func(t *testing.T) { smoke(t, tc.load, tc.admin, tc.audit) })
 	}
 }
 
-func smoke(t *testing.T, load, admin string) {
+func smoke(t *testing.T, load, admin, audit string) {
 	var out, errb bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	err := Run(ctx, Options{Smoke: true, Rate: 100, Limiter: "redis", Load: load, Admin: admin, Size: 256, Lifetime: 500 * time.Millisecond, ProbeEvery: 20 * time.Millisecond}, &out, &errb)
+	err := Run(ctx, Options{Smoke: true, Rate: 100, Limiter: "redis", Load: load, Admin: admin, Audit: audit, Size: 256, Lifetime: 500 * time.Millisecond, ProbeEvery: 20 * time.Millisecond}, &out, &errb)
 	t.Log(errb.String())
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := out.String()
 	t.Log("\n" + s)
-	for _, want := range []string{"| closed-loop rps |", "| open-loop p99 @ 500/s |", "| replica 1 |", "| replica 2 |", "Command: `go run ./bench/churn", "-load " + load + " -admin " + admin} {
+	for _, want := range []string{"| closed-loop rps |", "| open-loop p99 @ 500/s |", "| replica 1 |", "| replica 2 |", "Command: `go run ./bench/churn", "-load " + load + " -admin " + admin + " -audit " + audit} {
 		if !strings.Contains(s, want) {
 			t.Errorf("output lacks %q", want)
 		}

@@ -53,6 +53,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.Size, "size", 256, "file size of the load's multipart /sync body, bytes")
 	fs.StringVar(&o.Admin, "admin", "both", "whose admin API the driver calls: both (alternately), 1 (the loaded replica's) or 2 (the other's)")
 	fs.StringVar(&o.Load, "load", "both", "whom the load goes to: both replicas (evenly, as a load balancer spreads a fleet's load) or 1 (replica 1; replica 2 only serves the driver)")
+	fs.StringVar(&o.Audit, "audit", "file", "the replicas' audit.file: file (a JSON-lines file, fsync'ed per event) or none (the Redis stream alone, as deploy/'s Kubernetes manifests set it)")
 	fs.StringVar(&o.Limiter, "limiter", "redis", "the replicas' rate limiter: redis or local")
 	fs.StringVar(&o.KeygateBin, "keygate", "", "keygate binary (default: built from ./cmd/keygate)")
 	fs.StringVar(&o.Profile, "profile", "", "a directory: write CPU profiles of both replicas over the last rep's closed-loop runs there (the keystore, change log and audit log are largest then) (replica1-baseline.pprof, replica1-churn.pprof, replica2-…)")

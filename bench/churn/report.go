@@ -248,10 +248,10 @@ func printTables(w io.Writer, o Options, res []phaseResult) {
 		}
 		errs[i] += r.closed.errors + int64(r.open.errors)
 	}
-	fmt.Fprintf(w, "Command: `go run ./bench/churn -keys %d -reps %d -duration %s -rate %d -open-rate %d -limiter %s -load %s -admin %s -size %d -lifetime %s -probe-every %s`\n\n",
-		o.Keys, o.Reps, o.Duration, o.Rate, o.OpenRate, o.Limiter, o.Load, o.Admin, o.Size, o.Lifetime, o.ProbeEvery)
-	fmt.Fprintf(w, "Two replicas on one Redis keystore of %d keys (limiter: %s); the load goes to %s: closed loop %s, then open loop at %d/s, %s each, %d-byte file in a multipart `POST /sync`. Churn: %d admin changes/s (half issues, half revocations, each key revoked %s after both replicas accept it, through %s), each revoked key probed on both replicas every %s (after ten probes, up to five times that) until refused. Medians over %d rep(s), baseline and churn alternating.\n\n",
-		o.Keys, o.Limiter, loadTarget(o.Load), wrkName(o.Load), o.OpenRate, o.Duration, o.Size, o.Rate, o.Lifetime, adminName(o.Admin, o.Load), o.ProbeEvery, o.Reps)
+	fmt.Fprintf(w, "Command: `go run ./bench/churn -keys %d -reps %d -duration %s -rate %d -open-rate %d -limiter %s -load %s -admin %s -audit %s -size %d -lifetime %s -probe-every %s`\n\n",
+		o.Keys, o.Reps, o.Duration, o.Rate, o.OpenRate, o.Limiter, o.Load, o.Admin, o.Audit, o.Size, o.Lifetime, o.ProbeEvery)
+	fmt.Fprintf(w, "Two replicas on one Redis keystore of %d keys (limiter: %s; audit: %s); the load goes to %s: closed loop %s, then open loop at %d/s, %s each, %d-byte file in a multipart `POST /sync`. Churn: %d admin changes/s (half issues, half revocations, each key revoked %s after both replicas accept it, through %s), each revoked key probed on both replicas every %s (after ten probes, up to five times that) until refused. Medians over %d rep(s), baseline and churn alternating.\n\n",
+		o.Keys, o.Limiter, auditName(o.Audit), loadTarget(o.Load), wrkName(o.Load), o.OpenRate, o.Duration, o.Size, o.Rate, o.Lifetime, adminName(o.Admin, o.Load), o.ProbeEvery, o.Reps)
 	fmt.Fprint(w, "| | baseline | churn | churn − baseline |\n|---|---|---|---|\n")
 	rb, rc := median(pick(false, rps)), median(pick(true, rps))
 	fmt.Fprintf(w, "| closed-loop rps | %.0f | %.0f | %s |\n", rb, rc, pct(rc, rb))
@@ -371,6 +371,13 @@ func loadedCPU(load string, cpu map[string]int64) int64 {
 		return cpu["replica1"] + cpu["replica2"]
 	}
 	return cpu["replica1"]
+}
+
+func auditName(a string) string {
+	if a == "none" {
+		return "the Redis stream alone, `audit.file: none`"
+	}
+	return "the Redis stream and a file, fsync'ed per event"
 }
 
 func adminName(a, load string) string {

@@ -39,7 +39,11 @@ type Options struct {
 	Admin    string
 	// Load is whom the load goes to: "1" (replica 1) or "both" (spread
 	// evenly, as a load balancer in front of a fleet spreads it).
-	Load       string
+	Load string
+	// Audit is the replicas' audit.file: "file" (one JSON-lines file,
+	// fsync'ed per event) or "none" (the Redis stream alone, as the
+	// Kubernetes manifests have it).
+	Audit      string
 	KeygateBin string
 	Profile    string
 	Smoke      bool
@@ -91,6 +95,9 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	}
 	if o.Load != "both" && o.Load != "1" {
 		return fmt.Errorf("-load: want both or 1, got %q", o.Load)
+	}
+	if o.Audit != "file" && o.Audit != "none" {
+		return fmt.Errorf("-audit: want file or none, got %q", o.Audit)
 	}
 	if o.Limiter != "redis" && o.Limiter != "local" {
 		return fmt.Errorf("-limiter: want redis or local, got %q", o.Limiter)
@@ -292,9 +299,17 @@ auth:
 admin_api: { enabled: true, listen: %q, tls: "off" }
 audit: { file: %q }
 log: { level: info, format: json }
-`, r.addr, r.ops, spool, b.upstream, b.upstream, b.redisAdr, b.o.Limiter, r.admin, filepath.Join(b.dir, "audit.jsonl"))
+`, r.addr, r.ops, spool, b.upstream, b.upstream, b.redisAdr, b.o.Limiter, r.admin, b.auditFile())
 	p := filepath.Join(b.dir, r.name+".yaml")
 	return p, os.WriteFile(p, []byte(cfg), 0o600)
+}
+
+// auditFile is the replicas' audit.file.
+func (b *bench) auditFile() string {
+	if b.o.Audit == "none" {
+		return "none"
+	}
+	return filepath.Join(b.dir, "audit.jsonl")
 }
 
 // cli runs a keygate CLI command and returns its stdout.
