@@ -255,12 +255,14 @@ func printTables(w io.Writer, o Options, res []phaseResult) {
 	fmt.Fprint(w, "| | baseline | churn | churn − baseline |\n|---|---|---|---|\n")
 	rb, rc := median(pick(false, rps)), median(pick(true, rps))
 	fmt.Fprintf(w, "| closed-loop rps | %.0f | %.0f | %s |\n", rb, rc, pct(rc, rb))
+	fmt.Fprintf(w, "| closed-loop rps, each rep's churn against its own baseline (median) | | | %+.1f%% |\n", 100*median(paired(res, func(r phaseResult) float64 { return r.closed.rps }, func(c, b float64) float64 { return c/b - 1 })))
 	cb, cc := median(pick(false, cpuReq)), median(pick(true, cpuReq))
 	fmt.Fprintf(w, "| %s CPU µs/req (admin calls and probes included) | %.1f | %.1f | %+.1f |\n", loadedName(o.Load), cb, cc, cc-cb)
 	pb, pc := median(pick(false, p50)), median(pick(true, p50))
 	fmt.Fprintf(w, "| open-loop p50 @ %d/s | %.2f ms | %.2f ms | %+.2f ms |\n", o.OpenRate, pb, pc, pc-pb)
 	qb, qc := median(pick(false, p99)), median(pick(true, p99))
 	fmt.Fprintf(w, "| open-loop p99 @ %d/s | %.2f ms | %.2f ms | %+.2f ms |\n", o.OpenRate, qb, qc, qc-qb)
+	fmt.Fprintf(w, "| open-loop p99, each rep's churn against its own baseline (median) | | | %+.2f ms |\n", median(paired(res, p99, func(c, b float64) float64 { return c - b })))
 	for _, n := range []string{"replica1", "replica2", "redis", "driver"} {
 		fmt.Fprintf(w, "| cores used by %s, closed loop | %.2f | %.2f | %+.2f |\n", n, median(pick(false, coresOf(n, true))), median(pick(true, coresOf(n, true))), median(pick(true, coresOf(n, true)))-median(pick(false, coresOf(n, true))))
 	}
@@ -320,6 +322,28 @@ func printTables(w io.Writer, o Options, res []phaseResult) {
 		fmt.Fprintf(w, "| replica %d | %d | %.1f ms | %.1f ms | %.1f ms | %d | %d | %.1f ms | %.1f ms | %.1f ms |\n", i+1, len(xs), quantile(xs, 0.5), quantile(xs, 0.99), quantile(xs, 1), over, notRefused[i], quantile(ys, 0.5), quantile(ys, 0.99), quantile(ys, 1))
 	}
 	fmt.Fprintf(w, "\nTimes run from the revocation's admin response to the replica's first 401 (its arrival at the driver), probes %s apart (after ten, up to five times that); the replica refused the key after the last probe it accepted and before that 401 arrived. The last columns are when the refusing probe was sent: the difference is that probe's own wait in the replica%s.\n", o.ProbeEvery, map[string]string{"1": " (replica 1 is the loaded one)"}[o.Load])
+}
+
+// paired is, for each rep that has both phases, diff(its churn figure,
+// its baseline figure): the phases of a rep run back to back, so the
+// machine's slow drift between reps (its baseline moves by a fifth here)
+// cancels out of each pair.
+func paired(res []phaseResult, f func(phaseResult) float64, diff func(churn, base float64) float64) []float64 {
+	base, churn := map[int]float64{}, map[int]float64{}
+	for _, r := range res {
+		if r.churn {
+			churn[r.rep] = f(r)
+		} else {
+			base[r.rep] = f(r)
+		}
+	}
+	var out []float64
+	for rep, c := range churn {
+		if b, ok := base[rep]; ok && b != 0 {
+			out = append(out, diff(c, b))
+		}
+	}
+	return out
 }
 
 // pct is a against b as a signed percentage.
