@@ -200,10 +200,10 @@ type openResult struct {
 	steal         float64
 }
 
-// openLoop sends requests to the loaded replicas (in turn) at a fixed rate for the bench
-// duration, each from its intended send time whatever the previous ones
-// are doing, and measures latency from that intended time (so queueing in
-// keygate, or in this client, counts).
+// openLoop sends requests to the loaded replicas (in turn) at a fixed
+// rate for the bench duration, each from its intended send time whatever
+// the previous ones are doing, and measures latency from that intended
+// time (so queueing in keygate, or in this client, counts).
 func (b *bench) openLoop(ctx context.Context, m *cpuMeter) (openResult, error) {
 	body := multipartBody(b.o.Size)
 	tr := &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024, IdleConnTimeout: time.Minute, DisableCompression: true}

@@ -55,8 +55,7 @@ func phaseName(churn bool) string {
 }
 
 // phase runs one closed-loop and one open-loop run against the loaded
-// replicas,
-// with the churn driver running throughout when churn is set.
+// replicas, with the churn driver running throughout when churn is set.
 func (b *bench) phase(ctx context.Context, rep int, churn bool) (phaseResult, error) {
 	r := phaseResult{rep: rep, churn: churn}
 	m := newCPUMeter()
@@ -94,7 +93,7 @@ func (b *bench) phase(ctx context.Context, rep int, churn bool) (phaseResult, er
 		}
 	}
 	c := r.closed
-	b.logf("rep %d %-8s closed: %.0f rps, %s %.1f CPU µs/req, %s, steal %.1f%%; %d errors", rep+1, name, c.rps, loadedName(b.o.Load), perReq(loadedCPU(b.o.Load, c.cpu), c.total), cores(c.cpu, c.wall), 100*c.steal, c.errors)
+	b.logf("rep %d %-8s closed: %.0f rps, %s %.1f CPU µs/req, %s, steal %.1f%%; %d errors", rep+1, name, c.rps, layouts[b.o.Load].name, perReq(layouts[b.o.Load].cpu(c.cpu), c.total), cores(c.cpu, c.wall), 100*c.steal, c.errors)
 	if r.open, err = b.openLoop(ctx, m); err != nil {
 		return r, err
 	}
@@ -229,7 +228,8 @@ func printTables(w io.Writer, o Options, res []phaseResult) {
 		return out
 	}
 	rps := func(r phaseResult) float64 { return r.closed.rps }
-	cpuReq := func(r phaseResult) float64 { return perReq(loadedCPU(o.Load, r.closed.cpu), r.closed.total) }
+	lay := layouts[o.Load]
+	cpuReq := func(r phaseResult) float64 { return perReq(lay.cpu(r.closed.cpu), r.closed.total) }
 	p50 := func(r phaseResult) float64 { return ms(r.open.p50) }
 	p99 := func(r phaseResult) float64 { return ms(r.open.p99) }
 	coresOf := func(name string, closed bool) func(phaseResult) float64 {
@@ -251,13 +251,13 @@ func printTables(w io.Writer, o Options, res []phaseResult) {
 	fmt.Fprintf(w, "Command: `go run ./bench/churn -keys %d -reps %d -duration %s -rate %d -open-rate %d -limiter %s -load %s -admin %s -audit %s -size %d -lifetime %s -probe-every %s`\n\n",
 		o.Keys, o.Reps, o.Duration, o.Rate, o.OpenRate, o.Limiter, o.Load, o.Admin, o.Audit, o.Size, o.Lifetime, o.ProbeEvery)
 	fmt.Fprintf(w, "Two replicas on one Redis keystore of %d keys (limiter: %s; audit: %s); the load goes to %s: closed loop %s, then open loop at %d/s, %s each, %d-byte file in a multipart `POST /sync`. Churn: %d admin changes/s (half issues, half revocations, each key revoked %s after both replicas accept it, through %s), each revoked key probed on both replicas every %s (after ten probes, up to five times that) until refused. Medians over %d rep(s), baseline and churn alternating.\n\n",
-		o.Keys, o.Limiter, auditName(o.Audit), loadTarget(o.Load), wrkName(o.Load), o.OpenRate, o.Duration, o.Size, o.Rate, o.Lifetime, adminName(o.Admin, o.Load), o.ProbeEvery, o.Reps)
+		o.Keys, o.Limiter, auditName(o.Audit), lay.target, lay.wrk, o.OpenRate, o.Duration, o.Size, o.Rate, o.Lifetime, adminName(o.Admin, o.Load), o.ProbeEvery, o.Reps)
 	fmt.Fprint(w, "| | baseline | churn | churn − baseline |\n|---|---|---|---|\n")
 	rb, rc := median(pick(false, rps)), median(pick(true, rps))
 	fmt.Fprintf(w, "| closed-loop rps | %.0f | %.0f | %s |\n", rb, rc, pct(rc, rb))
-	fmt.Fprintf(w, "| closed-loop rps, each rep's churn against its own baseline (median) | | | %+.1f%% |\n", 100*median(paired(res, func(r phaseResult) float64 { return r.closed.rps }, func(c, b float64) float64 { return c/b - 1 })))
+	fmt.Fprintf(w, "| closed-loop rps, each rep's churn against its own baseline (median) | | | %+.1f%% |\n", 100*median(paired(res, rps, func(c, b float64) float64 { return c/b - 1 })))
 	cb, cc := median(pick(false, cpuReq)), median(pick(true, cpuReq))
-	fmt.Fprintf(w, "| %s CPU µs/req (admin calls and probes included) | %.1f | %.1f | %+.1f |\n", loadedName(o.Load), cb, cc, cc-cb)
+	fmt.Fprintf(w, "| %s CPU µs/req (admin calls and probes included) | %.1f | %.1f | %+.1f |\n", lay.name, cb, cc, cc-cb)
 	pb, pc := median(pick(false, p50)), median(pick(true, p50))
 	fmt.Fprintf(w, "| open-loop p50 @ %d/s | %.2f ms | %.2f ms | %+.2f ms |\n", o.OpenRate, pb, pc, pc-pb)
 	qb, qc := median(pick(false, p99)), median(pick(true, p99))
@@ -321,7 +321,7 @@ func printTables(w io.Writer, o Options, res []phaseResult) {
 		ys := visSent[i]
 		fmt.Fprintf(w, "| replica %d | %d | %.1f ms | %.1f ms | %.1f ms | %d | %d | %.1f ms | %.1f ms | %.1f ms |\n", i+1, len(xs), quantile(xs, 0.5), quantile(xs, 0.99), quantile(xs, 1), over, notRefused[i], quantile(ys, 0.5), quantile(ys, 0.99), quantile(ys, 1))
 	}
-	fmt.Fprintf(w, "\nTimes run from the revocation's admin response to the replica's first 401 (its arrival at the driver), probes %s apart (after ten, up to five times that); the replica refused the key after the last probe it accepted and before that 401 arrived. The last columns are when the refusing probe was sent: the difference is that probe's own wait in the replica%s.\n", o.ProbeEvery, map[string]string{"1": " (replica 1 is the loaded one)"}[o.Load])
+	fmt.Fprintf(w, "\nTimes run from the revocation's admin response to the replica's first 401 (its arrival at the driver), probes %s apart (after ten, up to five times that); the replica refused the key after the last probe it accepted and before that 401 arrived. The last columns are when the refusing probe was sent: the difference is that probe's own wait in the replica%s.\n", o.ProbeEvery, lay.probe)
 }
 
 // paired is, for each rep that has both phases, diff(its churn figure,
@@ -367,34 +367,27 @@ func statusList(m map[int]int) string {
 	return "answers " + strings.Join(parts, ", ")
 }
 
-// loadTarget, wrkName and loadedName describe the load's target in the
-// tables; loadedCPU is the CPU time of the replicas it goes to.
-func loadTarget(load string) string {
-	if load == "both" {
-		return "both replicas evenly"
-	}
-	return "replica 1"
+// layout describes a -load value in the tables.
+type layout struct {
+	target string   // whom the load goes to
+	wrk    string   // the closed loop's clients
+	name   string   // the loaded replicas, as a row names them
+	procs  []string // their process names, whose CPU the load's requests cost
+	probe  string   // what the visibility table's note adds
 }
 
-func wrkName(load string) string {
-	if load == "both" {
-		return "`wrk -t1 -c16` on each"
-	}
-	return "`wrk -t2 -c32`"
+var layouts = map[string]layout{
+	"both": {"both replicas evenly", "`wrk -t1 -c16` on each", "replicas 1+2", []string{"replica1", "replica2"}, ""},
+	"1":    {"replica 1", "`wrk -t2 -c32`", "replica 1", []string{"replica1"}, " (replica 1 is the loaded one)"},
 }
 
-func loadedName(load string) string {
-	if load == "both" {
-		return "replicas 1+2"
+// cpu is the CPU time of the loaded replicas.
+func (l layout) cpu(byProc map[string]int64) int64 {
+	var t int64
+	for _, n := range l.procs {
+		t += byProc[n]
 	}
-	return "replica 1"
-}
-
-func loadedCPU(load string, cpu map[string]int64) int64 {
-	if load == "both" {
-		return cpu["replica1"] + cpu["replica2"]
-	}
-	return cpu["replica1"]
+	return t
 }
 
 func auditName(a string) string {

@@ -28,7 +28,7 @@ import (
 func Loopback() (int, error) {
 	given.mu.Lock()
 	defer given.mu.Unlock()
-	lo, hi := pool()
+	lo, hi := poolRange()
 	for range 1000 {
 		port := lo + rand.IntN(hi-lo)
 		if given.ports[port] {
@@ -50,6 +50,9 @@ var given = struct {
 	mu    sync.Mutex
 	ports map[int]bool
 }{ports: map[int]bool{}}
+
+// poolRange is pool, worked out once a process.
+var poolRange = sync.OnceValues(pool)
 
 // pool is the range Loopback draws from: [10000, the first ephemeral
 // port), or, when the ephemeral range starts too low to leave room, the

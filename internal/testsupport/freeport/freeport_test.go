@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/keygate/keygate/internal/testsupport/freeport"
+	"github.com/keygate/keygate/internal/testsupport/testkit"
 )
 
 // TestLoopback: every port handed out is different, lies outside the
@@ -15,10 +16,7 @@ func TestLoopback(t *testing.T) {
 	lo, hi := freeport.EphemeralRange()
 	seen := map[int]bool{}
 	for range 2000 {
-		p, err := freeport.Loopback()
-		if err != nil {
-			t.Fatal(err)
-		}
+		p := testkit.FreePort(t)
 		if seen[p] {
 			t.Fatalf("port %d handed out twice", p)
 		}
@@ -48,10 +46,7 @@ func TestLoopbackSkipsTaken(t *testing.T) {
 	})
 	taken := map[int]bool{}
 	for range 200 {
-		p, err := freeport.Loopback()
-		if err != nil {
-			t.Fatal(err)
-		}
+		p := testkit.FreePort(t)
 		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
 		if err != nil {
 			t.Fatal(err)
@@ -59,11 +54,7 @@ func TestLoopbackSkipsTaken(t *testing.T) {
 		held, taken[p] = append(held, l), true
 	}
 	for range 2000 {
-		p, err := freeport.Loopback()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if taken[p] {
+		if p := testkit.FreePort(t); taken[p] {
 			t.Fatalf("port %d handed out while a listener held it", p)
 		}
 	}
