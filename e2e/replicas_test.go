@@ -21,6 +21,13 @@ import (
 // Redis-backed limiter, as operators run them behind a load balancer.
 func replicas(t *testing.T, n int, redisAddr, keystoreBackend, limits string, extra string) []*gateway {
 	t.Helper()
+	return replicasLimited(t, n, redisAddr, keystoreBackend, limits, extra, "")
+}
+
+// replicasLimited is replicas with more lines for their ratelimit
+// section (each indented, ending in a newline).
+func replicasLimited(t *testing.T, n int, redisAddr, keystoreBackend, limits, extra, ratelimit string) []*gateway {
+	t.Helper()
 	shared := t.TempDir() + "/keys.yaml"
 	var gs []*gateway
 	for i := 0; i < n; i++ {
@@ -38,7 +45,7 @@ func replicas(t *testing.T, n int, redisAddr, keystoreBackend, limits string, ex
 		// keystore and ratelimit sections are set through extra-less edits:
 		g.rewriteConfig(func(c string) string {
 			c = strings.Replace(c, "keystore:\n  backend: file", "keystore:\n  backend: "+keystoreBackend+"\n  resync_interval: 2s", 1)
-			c = strings.Replace(c, "ratelimit:\n  backend: local", fmt.Sprintf("ratelimit:\n  backend: redis\n  replicas: %d\n  breaker_backoff: 500ms", n), 1)
+			c = strings.Replace(c, "ratelimit:\n  backend: local", fmt.Sprintf("ratelimit:\n%s  backend: redis\n  replicas: %d\n  breaker_backoff: 500ms", ratelimit, n), 1)
 			return c
 		})
 		gs = append(gs, g)
@@ -77,51 +84,69 @@ func (g *gateway) send(key string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-// TestReplicasShareOneLimit hammers one key at rate 5/s, burst 5, through
-// three replicas for 5 s. One limit across all of them admits about
-// burst + rate × elapsed, not three times that.
+// TestReplicasShareOneLimit hammers one key through three replicas for
+// 5 s. One limit across all of them admits about burst + rate × elapsed,
+// not three times that: with every request decided in Redis, and with
+// leases (ratelimit.lease), where a replica admits a busy key's requests
+// from cells it took from Redis beforehand.
 func TestReplicasShareOneLimit(t *testing.T) {
-	rs := redistest.Start(t)
-	gs := replicas(t, 3, rs.Addr, "file", `    live: { rate: 5, per: 1s, burst: 5 }
-    test: { rate: 5, per: 1s, burst: 5 }`, "")
-	key := gs[0].issue("--product", "extraction", "--env", "live", "--context", ctxA)
-	waitKey(t, gs, key)
+	for _, c := range []struct {
+		name        string
+		rate, burst int
+		lease       string
+	}{
+		{"every request in Redis", 5, 5, ""},
+		{"leases of 20ms", 100, 100, "  lease: 20ms\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rs := redistest.Start(t)
+			lim := fmt.Sprintf("{ rate: %d, per: 1s, burst: %d }", c.rate, c.burst)
+			gs := replicasLimited(t, 3, rs.Addr, "file", "    live: "+lim+"\n    test: "+lim, "", c.lease)
+			key := gs[0].issue("--product", "extraction", "--env", "live", "--context", ctxA)
+			waitKey(t, gs, key)
 
-	var admitted, refused, other atomic.Int64
-	start := time.Now()
-	stop := start.Add(5 * time.Second)
-	var wg sync.WaitGroup
-	for _, g := range gs {
-		for w := 0; w < 3; w++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for time.Now().Before(stop) {
-					switch s, _ := g.send(key); s {
-					case 200:
-						admitted.Add(1)
-					case 429:
-						refused.Add(1)
-					default:
-						other.Add(1)
-					}
+			var admitted, refused, other atomic.Int64
+			start := time.Now()
+			stop := start.Add(5 * time.Second)
+			var wg sync.WaitGroup
+			for _, g := range gs {
+				for range 3 {
+					wg.Go(func() {
+						for time.Now().Before(stop) {
+							switch s, _ := g.send(key); s {
+							case 200:
+								admitted.Add(1)
+							case 429:
+								refused.Add(1)
+							default:
+								other.Add(1)
+							}
+						}
+					})
 				}
-			}()
-		}
-	}
-	wg.Wait()
-	elapsed := time.Since(start).Seconds()
-	want := 5 + 5*elapsed
-	ratio := float64(admitted.Load()) / want
-	t.Logf("3 replicas, rate 5/s burst 5, %.2fs: admitted %d, refused %d, expected %.1f: ratio %.3f", elapsed, admitted.Load(), refused.Load(), want, ratio)
-	if other.Load() != 0 {
-		t.Errorf("%d answers were neither 200 nor 429", other.Load())
-	}
-	if refused.Load() == 0 {
-		t.Fatal("nothing was refused: the test did not reach the limit")
-	}
-	if ratio < 0.9 || ratio > 1.1 {
-		t.Errorf("admitted/expected = %.3f, want within 10%%", ratio)
+			}
+			wg.Wait()
+			elapsed := time.Since(start).Seconds()
+			want := float64(c.burst) + float64(c.rate)*elapsed
+			ratio := float64(admitted.Load()) / want
+			t.Logf("3 replicas, rate %d/s burst %d, %.2fs: admitted %d, refused %d, expected %.1f: ratio %.3f", c.rate, c.burst, elapsed, admitted.Load(), refused.Load(), want, ratio)
+			if other.Load() != 0 {
+				t.Errorf("%d answers were neither 200 nor 429", other.Load())
+			}
+			if refused.Load() == 0 {
+				t.Fatal("nothing was refused: the test did not reach the limit")
+			}
+			if ratio < 0.9 || ratio > 1.1 {
+				t.Errorf("admitted/expected = %.3f, want within 10%%", ratio)
+			}
+			var leased float64
+			for _, g := range gs {
+				leased += g.metric("keygate_ratelimit_leased_decisions_total")
+			}
+			if (c.lease != "") != (leased > 0) {
+				t.Errorf("%v requests admitted from leases, with lease %q", leased, c.lease)
+			}
+		})
 	}
 }
 

@@ -72,7 +72,7 @@ type call struct {
 	done     chan struct{}
 }
 
-var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1), args: make([]any, 4)} }}
+var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1), args: make([]any, nArgs)} }}
 
 // batcher queues decisions and sends them in pipelines. The zero value is
 // not usable; it is built by NewRedis when the client can pipeline.
@@ -202,7 +202,7 @@ func (b *batcher) send(batch []*call) {
 		// writes each id's keys once.
 		slices.SortStableFunc(batch, func(x, y *call) int { return strings.Compare(x.keys[0], y.keys[0]) })
 		keys := make([]string, 0, 2*len(batch))
-		args := make([]any, 0, 4*len(batch))
+		args := make([]any, 0, nArgs*len(batch))
 		for _, c := range batch {
 			keys = append(keys, c.keys...)
 			args = append(args, c.args...)

@@ -60,16 +60,37 @@ func BenchmarkRedisAllow(b *testing.B) {
 // BenchmarkRedisAllowConcurrent is 32 callers deciding at once, as a
 // loaded replica does: decisions in flight together share a script call.
 // "hot-key" sends every request with one key (as make bench-peers does),
-// "64-keys" spreads them. It reports Redis's own CPU per decision (from
+// "64-keys" spreads them; "-lease-20ms" puts the limiter behind leases
+// (ratelimit.lease: 20ms). It reports Redis's own CPU per decision (from
 // INFO cpu), which shares the machine with the gateway.
 func BenchmarkRedisAllowConcurrent(b *testing.B) {
+	// A limit with a quota is never leased: the lease cases, and one
+	// exact case to hold them against, have a rate only.
+	rateOnly := policy.Limit{Rate: benchLimit.Rate, Per: benchLimit.Per, Burst: benchLimit.Burst}
 	for _, c := range []struct {
-		name string
-		ids  []string
-	}{{"hot-key", []string{"key_hot"}}, {"64-keys", benchIDs()}} {
+		name  string
+		ids   []string
+		lim   policy.Limit
+		lease time.Duration
+	}{
+		{"hot-key", []string{"key_hot"}, benchLimit, 0},
+		{"64-keys", benchIDs(), benchLimit, 0},
+		{"hot-key-rate-only", []string{"key_hot"}, rateOnly, 0},
+		{"hot-key-rate-only-lease-20ms", []string{"key_hot"}, rateOnly, 20 * time.Millisecond},
+		{"64-keys-rate-only-lease-20ms", benchIDs(), rateOnly, 20 * time.Millisecond},
+	} {
 		b.Run(c.name, func(b *testing.B) {
 			s := redistest.Start(b)
 			r := newRedis(b, []string{s.Addr}, ratelimit.ResilientConfig{})
+			if c.lease > 0 {
+				pure, err := ratelimit.NewRedis(ratelimit.RedisConfig{Client: newClient(b, 2*time.Second, s.Addr), Timeout: 2 * time.Second})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if r, err = ratelimit.NewResilient(ratelimit.NewLeases(pure, ratelimit.LeaseConfig{TTL: c.lease}), ratelimit.ResilientConfig{}); err != nil {
+					b.Fatal(err)
+				}
+			}
 			ctx := context.Background()
 			var next atomic.Int64
 			cpu0 := redisCPU(b, s)
@@ -79,7 +100,7 @@ func BenchmarkRedisAllowConcurrent(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
 					id := c.ids[next.Add(1)%int64(len(c.ids))]
-					if d, err := r.Allow(ctx, id, benchLimit); err != nil || !d.Allowed {
+					if d, err := r.Allow(ctx, id, c.lim); err != nil || !d.Allowed {
 						b.Error(d, err)
 						return
 					}

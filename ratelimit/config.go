@@ -35,6 +35,11 @@ type Config struct {
 	Replicas int `yaml:"replicas"`
 	// RedisTimeout bounds each Redis call.
 	RedisTimeout time.Duration `yaml:"redis_timeout"`
+	// Lease, with the redis backend, lets a replica take several cells of
+	// a busy key's bucket from Redis at once and admit the key's next
+	// requests from them for up to this long (see Leases). Zero (the
+	// default) decides every request in Redis.
+	Lease time.Duration `yaml:"lease"`
 	// LocalMaxKeys bounds the ids whose state the local limiter (the
 	// backend or the fallback) keeps.
 	LocalMaxKeys int `yaml:"local_max_keys"`
@@ -56,6 +61,10 @@ type Config struct {
 	// Empty by default.
 	Plans map[string]policy.Plan `yaml:"plans"`
 }
+
+// MaxLease bounds Config.Lease: a lease stretches the burst by rate×lease,
+// and a second is already more than any limit's burst should stretch.
+const MaxLease = time.Second
 
 // DefaultMaxConcurrent is the default cap on one credential's requests in
 // flight.
@@ -101,6 +110,9 @@ func (c Config) Validate() error {
 	}
 	if c.RedisTimeout <= 0 {
 		bad("redis_timeout", "must be positive, got %s", c.RedisTimeout)
+	}
+	if c.Lease < 0 || c.Lease > MaxLease {
+		bad("lease", "must be between 0 (off) and %s, got %s", MaxLease, c.Lease)
 	}
 	if c.LocalMaxKeys < 1 {
 		bad("local_max_keys", "must be at least 1, got %d", c.LocalMaxKeys)
@@ -168,7 +180,11 @@ func (c Config) NewRedis(deps RedisDeps) (*Resilient, error) {
 	if err != nil {
 		return nil, err
 	}
-	return NewResilient(r, ResilientConfig{
+	var primary Allower = r
+	if c.Lease > 0 {
+		primary = NewLeases(r, LeaseConfig{TTL: c.Lease, Now: deps.Now})
+	}
+	return NewResilient(primary, ResilientConfig{
 		FailureMode:          c.FailureMode,
 		Replicas:             c.Replicas,
 		LocalMaxKeys:         c.LocalMaxKeys,

@@ -31,6 +31,7 @@ ratelimit:
   status: 403
   replicas: 3
   redis_timeout: 50ms
+  lease: 20ms
   local_max_keys: 5000
   limits:
     live: { rate: 100, per: 1m, burst: 20 }
@@ -49,7 +50,7 @@ ratelimit:
 	}
 	want := policy.Limit{Rate: 100, Per: time.Minute, Burst: 20}
 	if c.Backend != "redis" || c.FailureMode != ratelimit.FailClosed || c.Status != 403 || c.Replicas != 3 ||
-		c.RedisTimeout != 50*time.Millisecond || c.LocalMaxKeys != 5000 || c.Limits["live"] != want ||
+		c.RedisTimeout != 50*time.Millisecond || c.Lease != 20*time.Millisecond || c.LocalMaxKeys != 5000 || c.Limits["live"] != want ||
 		c.Limits["test"].Quota != (policy.Quota{Requests: 1000, Per: 24 * time.Hour}) ||
 		c.BreakerBackoff != ratelimit.DefaultBreakerBackoff {
 		t.Fatalf("decoded %+v", c)
@@ -68,6 +69,8 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 		{"status other than 429 or 403", func(c *ratelimit.Config) { c.Status = 500 }, "status: must be 429 or 403, got 500"},
 		{"no replicas", func(c *ratelimit.Config) { c.Replicas = 0 }, "replicas: must be at least 1"},
 		{"zero redis timeout", func(c *ratelimit.Config) { c.RedisTimeout = 0 }, "redis_timeout: must be positive"},
+		{"negative lease", func(c *ratelimit.Config) { c.Lease = -time.Millisecond }, "lease: must be between 0 (off) and 1s, got -1ms"},
+		{"lease over a second", func(c *ratelimit.Config) { c.Lease = 2 * time.Second }, "lease: must be between 0 (off) and 1s, got 2s"},
 		{"zero local keys", func(c *ratelimit.Config) { c.LocalMaxKeys = 0 }, "local_max_keys: must be at least 1"},
 		{"zero breaker failures", func(c *ratelimit.Config) { c.BreakerFailures = 0 }, "breaker_failures: "},
 		{"zero breaker back-off", func(c *ratelimit.Config) { c.BreakerBackoff = 0 }, "breaker_backoff: "},
@@ -140,5 +143,21 @@ func TestNewBuildsTheConfiguredBackend(t *testing.T) {
 	}
 	if n, _ := s.Do("EXISTS", "kg:rl:{key_a}"); n != "1" {
 		t.Fatal("the key prefix from RedisDeps was not used")
+	}
+
+	// With a lease, a busy key's second request takes two cells and its
+	// third is admitted without Redis.
+	c.Lease = ratelimit.MaxLease
+	l, err = c.NewRedis(ratelimit.RedisDeps{Client: newClient(t, time.Second, s.Addr), KeyPrefix: "kg:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if d, err := l.Allow(context.Background(), "key_b", live); err != nil || !d.Allowed || d.Remaining != int64(99-i) {
+			t.Fatalf("leased request %d: %+v %v", i, d, err)
+		}
+	}
+	if st := l.Stats(); st.RedisDecisions != 2 || st.LeasedDecisions != 1 {
+		t.Fatalf("with a lease: %+v, want 2 Redis decisions and 1 leased", st)
 	}
 }

@@ -28,12 +28,17 @@ import (
 // writes a call however many of its requests the call decides. A write
 // that fails fails the whole call: nothing is admitted unwritten.
 //
+// A request may ask for several cells at once (a lease: see Leases): it
+// gets as many as the bucket and the quota allow, up to what it asked for,
+// and at least one or none, as one request would.
+//
 // KEYS: for each request, its bucket key and its quota key (same hash
 // slot). ARGV: for each request, burst, emission interval in µs, quota
-// requests (0 = none), quota period in ms.
-// Reply: for each request, seven values: allowed (0/1), reason (0 none,
-// 1 rate, 2 quota), bucket remaining, retry-after µs, bucket reset µs,
-// quota remaining, quota reset µs. A request whose keys Redis cannot use
+// requests (0 = none), quota period in ms, cells wanted (1 or more).
+// Reply: for each request, seven values: cells granted (0 = refused),
+// reason (0 none, 1 rate, 2 quota), bucket remaining, retry-after µs,
+// bucket reset µs, quota remaining, quota reset µs, remaining counted
+// after every cell granted. A request whose keys Redis cannot use
 // (say, a key of another type written there by hand) gets allowed -1 and
 // fails alone, not the others decided in the same call.
 var gcra = redis.NewScript(`
@@ -57,7 +62,7 @@ local function flush()
   end
 end
 
-local function decide(burst, interval, qlimit, qperiod)
+local function decide(burst, interval, qlimit, qperiod, want)
   if not loaded then
     tat = tonumber(redis.call('GET', bkey)) or now
     loaded = true
@@ -89,14 +94,20 @@ local function decide(burst, interval, qlimit, qperiod)
     return 0, 1, 0, math.ceil(-diff), math.ceil(t0 - now), qlimit - used, ttl * 1000
   end
 
-  tat, written = t0 + interval, true
+  -- Cells the bucket holds (this one and floor(diff / interval) more),
+  -- and the quota has left, up to want.
+  local rem = math.floor(diff / interval + 0.000001)
+  local n = want
+  if n > rem + 1 then n = rem + 1 end
+  if qlimit > 0 and n > qlimit - used then n = qlimit - used end
+  tat, written = t0 + n * interval, true
   local qrem = 0
   if qlimit > 0 then
-    qused, qadd = used + 1, qadd + 1
+    qused, qadd = used + n, qadd + n
     if qexp then qttl, qper, ttl = qperiod, qperiod, qperiod end
     qrem = qlimit - qused
   end
-  return 1, 0, math.floor(diff / interval + 0.000001), 0, math.ceil(tat - now), qrem, ttl * 1000
+  return n, 0, rem - (n - 1), 0, math.ceil(tat - now), qrem, ttl * 1000
 end
 
 for i = 1, #KEYS / 2 do
@@ -104,9 +115,9 @@ for i = 1, #KEYS / 2 do
     if bkey then flush() end
     bkey, qkey, loaded, written, qused, qadd = KEYS[2*i-1], KEYS[2*i], false, false, nil, 0
   end
-  local a, o = 4 * (i - 1), 7 * (i - 1)
+  local a, o = 5 * (i - 1), 7 * (i - 1)
   local ok, r1, r2, r3, r4, r5, r6, r7 = pcall(decide,
-    tonumber(ARGV[a+1]), tonumber(ARGV[a+2]), tonumber(ARGV[a+3]), tonumber(ARGV[a+4]))
+    tonumber(ARGV[a+1]), tonumber(ARGV[a+2]), tonumber(ARGV[a+3]), tonumber(ARGV[a+4]), tonumber(ARGV[a+5]))
   if not ok then r1, r2, r3, r4, r5, r6, r7 = -1, 0, 0, 0, 0, 0, 0 end
   out[o+1], out[o+2], out[o+3], out[o+4], out[o+5], out[o+6], out[o+7] = r1, r2, r3, r4, r5, r6, r7
 end
@@ -178,7 +189,8 @@ func (r *Redis) Allow(ctx context.Context, id string, lim policy.Limit) (Decisio
 	if err := check(id, lim); err != nil {
 		return Decision{}, err
 	}
-	return r.eval(ctx, id, lim)
+	d, _, err := r.eval(ctx, id, lim, 1)
+	return d, err
 }
 
 // Scripter is what Redis needs from a go-redis client: a *redis.Client,
@@ -188,8 +200,12 @@ type Scripter = redis.Scripter
 // DefaultKeyPrefix starts every Redis key the limiter writes.
 const DefaultKeyPrefix = "keygate:"
 
-// replyLen is how many values the script returns for each decision.
-const replyLen = 7
+// replyLen is how many values the script returns for each decision, and
+// nArgs how many arguments it takes for each.
+const (
+	replyLen = 7
+	nArgs    = 5
+)
 
 // errDecision means the script could not decide for this id: Redis
 // refused a command on its keys.
@@ -217,8 +233,11 @@ func (r *Redis) fillKeys(keys *[2]string, id string) {
 
 // eval runs the script once (EVALSHA, or EVAL when Redis lost the
 // script) under the configured timeout: the batcher's deadline for the
-// decision, or a context of its own without a batcher.
-func (r *Redis) eval(ctx context.Context, id string, lim policy.Limit) (Decision, error) {
+// decision, or a context of its own without a batcher. It asks for want
+// cells (at least 1) and returns how many were granted: 0 with a refusal,
+// else 1 to want, with the Decision's Remaining counted after all of
+// them.
+func (r *Redis) eval(ctx context.Context, id string, lim policy.Limit, want int64) (Decision, int64, error) {
 	var qReq, qPer int64
 	if lim.Quota.Enabled() {
 		qReq, qPer = lim.Quota.Requests, max(1, lim.Quota.Per.Milliseconds())
@@ -231,7 +250,7 @@ func (r *Redis) eval(ctx context.Context, id string, lim policy.Limit) (Decision
 		c.deadline = time.Now().Add(r.timeout)
 		r.fillKeys(&c.kbuf, id)
 		c.keys = c.kbuf[:]
-		c.args[0], c.args[1], c.args[2], c.args[3] = lim.Burst, interval, qReq, qPer
+		c.args[0], c.args[1], c.args[2], c.args[3], c.args[4] = lim.Burst, interval, qReq, qPer, want
 		var finished bool
 		res, finished, err = r.batch.run(ctx, c)
 		if finished {
@@ -241,28 +260,28 @@ func (r *Redis) eval(ctx context.Context, id string, lim policy.Limit) (Decision
 	} else {
 		ctx, cancel := context.WithTimeout(ctx, r.timeout)
 		defer cancel()
-		res, err = gcra.Run(ctx, r.client, r.redisKeys(id), lim.Burst, interval, qReq, qPer).Int64Slice()
+		res, err = gcra.Run(ctx, r.client, r.redisKeys(id), lim.Burst, interval, qReq, qPer, want).Int64Slice()
 	}
 	if err != nil {
-		return Decision{}, err
+		return Decision{}, 0, err
 	}
 	if len(res) != replyLen {
-		return Decision{}, fmt.Errorf("%w: %d values", errReply, len(res))
+		return Decision{}, 0, fmt.Errorf("%w: %d values", errReply, len(res))
 	}
 	if res[0] == -1 {
-		return Decision{}, errDecision
+		return Decision{}, 0, errDecision
 	}
 	us := func(v int64) time.Duration { return time.Duration(v) * time.Microsecond }
 	switch res[1] {
 	case 2:
-		return Decision{Reason: ReasonQuota, Limit: lim.Quota.Requests, RetryAfter: us(res[3]), Reset: us(res[4])}, nil
+		return Decision{Reason: ReasonQuota, Limit: lim.Quota.Requests, RetryAfter: us(res[3]), Reset: us(res[4])}, 0, nil
 	case 1:
-		return Decision{Reason: ReasonRate, Limit: int64(lim.Burst), RetryAfter: us(res[3]), Reset: us(res[4])}, nil
+		return Decision{Reason: ReasonRate, Limit: int64(lim.Burst), RetryAfter: us(res[3]), Reset: us(res[4])}, 0, nil
 	}
-	if res[0] != 1 {
-		return Decision{}, fmt.Errorf("%w: allowed=%d reason=%d", errReply, res[0], res[1])
+	if res[0] < 1 || res[0] > want {
+		return Decision{}, 0, fmt.Errorf("%w: granted=%d of %d, reason=%d", errReply, res[0], want, res[1])
 	}
-	return combine(lim, min(max(res[2], 0), int64(lim.Burst)), us(res[4]), max(res[5], 0), us(res[6])), nil
+	return combine(lim, min(max(res[2], 0), int64(lim.Burst)), us(res[4]), max(res[5], 0), us(res[6])), res[0], nil
 }
 
 // divide is lim shared among n replicas: what one replica may admit on its

@@ -75,6 +75,7 @@ type ResilientConfig struct {
 // Stats are counters since the limiter was built, for metrics.
 type Stats struct {
 	RedisDecisions      uint64 // decided by the Redis script
+	LeasedDecisions     uint64 // admitted from a lease (ratelimit.lease), without Redis
 	CachedRefusals      uint64 // refused from the local over-limit cache, without Redis
 	FallbackDecisions   uint64 // decided by the local fallback (FailOpen)
 	UnavailableErrors   uint64 // Allow returned ErrUnavailable (FailClosed)
@@ -247,8 +248,13 @@ func (r *Resilient) Degraded() bool { return !r.breaker.Closed() }
 
 // Stats returns the counters since r was built.
 func (r *Resilient) Stats() Stats {
+	var leased uint64
+	if l, ok := r.primary.(*Leases); ok {
+		leased = l.Leased()
+	}
 	return Stats{
-		RedisDecisions:      r.primaryDecisions.Load(),
+		RedisDecisions:      r.primaryDecisions.Load() - min(leased, r.primaryDecisions.Load()),
+		LeasedDecisions:     leased,
 		CachedRefusals:      r.cachedRefusals.Load(),
 		FallbackDecisions:   r.fallbackDecisions.Load(),
 		UnavailableErrors:   r.unavailable.Load(),

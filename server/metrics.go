@@ -53,6 +53,7 @@ func registerLimiterMetrics(reg prometheus.Registerer, l *ratelimit.Resilient) {
 			func() float64 { return float64(f(l.Stats())) }))
 	}
 	counter("keygate_ratelimit_redis_decisions_total", "Rate-limit decisions made by Redis.", func(s ratelimit.Stats) uint64 { return s.RedisDecisions })
+	counter("keygate_ratelimit_leased_decisions_total", "Requests admitted from a lease of Redis cells (ratelimit.lease), without a Redis call.", func(s ratelimit.Stats) uint64 { return s.LeasedDecisions })
 	counter("keygate_ratelimit_cached_refusals_total", "Refusals answered from the local over-limit cache without Redis.", func(s ratelimit.Stats) uint64 { return s.CachedRefusals })
 	counter("keygate_ratelimit_fallback_decisions_total", "Decisions made by the local fallback limiter during a Redis outage (failure_mode open).", func(s ratelimit.Stats) uint64 { return s.FallbackDecisions })
 	counter("keygate_ratelimit_unavailable_total", "Requests refused with 503 because Redis was unavailable (failure_mode closed).", func(s ratelimit.Stats) uint64 { return s.UnavailableErrors })

@@ -285,7 +285,8 @@ func (b *bench) buildKeygate() (string, error) {
 }
 
 // keygateConfig writes a config for a keygate on listen with the given
-// limiter backend, and returns its path and spool dir.
+// limiter backend (with the ratelimit section's other lines it needs, if
+// any), and returns its path and spool dir.
 func (b *bench) keygateConfig(name, listen, upstream, backend, redisAddr string) (string, string, error) {
 	admin, err := benchproc.FreeAddr()
 	if err != nil {
@@ -460,6 +461,9 @@ func (b *bench) startAll() error {
 	for _, kg := range []struct{ name, exe, backend string }{
 		{"keygate", bin, "local"},
 		{"keygate-redis", bin, "redis"},
+		// The Redis limiter with leases (ratelimit.lease), as the README
+		// suggests turning them on.
+		{"keygate-redis-lease", bin, "redis\n  lease: " + leaseTTL},
 		{"keygate-base", b.o.BaseBin, "local"},
 		{"keygate-base-redis", b.o.BaseBin, "redis"},
 		{"keygate-keys", b.keysBin(bin), "local"},
@@ -471,7 +475,7 @@ func (b *bench) startAll() error {
 		}
 		redisAddr := ""
 		var redisProc *exec.Cmd
-		if backend == "redis" {
+		if strings.HasPrefix(backend, "redis") {
 			if redisAddr, redisProc, err = b.startRedis(); err != nil {
 				return err
 			}
@@ -490,6 +494,9 @@ func (b *bench) startAll() error {
 	}
 	return nil
 }
+
+// leaseTTL is keygate-redis-lease's ratelimit.lease.
+const leaseTTL = "20ms"
 
 func (b *bench) startRedis() (string, *exec.Cmd, error) {
 	exe := benchproc.LookPath("redis-server")
