@@ -40,3 +40,31 @@ func TestRedisClusterQuotaIsExact(t *testing.T) {
 		t.Errorf("keys on %d node(s), want them spread", nodesWithKeys)
 	}
 }
+
+// Leases on a Cluster: a lease is one script call on its id's slot, and
+// three replicas with leases admit each id's bucket exactly.
+func TestRedisClusterLeasesAdmitTheBucketExactly(t *testing.T) {
+	t.Parallel()
+	c := redistest.StartCluster(t, 3)
+	var replicas []allower
+	var leases []*ratelimit.Leases
+	for range 3 {
+		pure, err := ratelimit.NewRedis(ratelimit.RedisConfig{Client: newClient(t, 2*time.Second, c.Addrs...), Timeout: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := ratelimit.NewLeases(pure, ratelimit.LeaseConfig{TTL: time.Minute})
+		replicas, leases = append(replicas, l), append(leases, l)
+	}
+	lim := policy.Limit{Rate: 1, Per: time.Hour, Burst: 40} // leases of up to 10 cells
+	// Each id gets 900 requests for its 40 cells: every lease is used up
+	// by its replica's later requests.
+	expectAdmitted(t, replicas, 3, 200, 8, lim, 40)
+	var leased uint64
+	for _, l := range leases {
+		leased += l.Leased()
+	}
+	if leased == 0 {
+		t.Error("no decision came from a lease")
+	}
+}
