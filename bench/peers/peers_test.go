@@ -47,3 +47,51 @@ func TestSmoke(t *testing.T) {
 		}
 	}
 }
+
+// The large-uploads table is printed only when large uploads ran: with
+// -large-n 0 or -large-rounds 0 a reader sees no table of zeros.
+func TestPrintTablesLargeUploads(t *testing.T) {
+	res := func(large bool) *results {
+		r := &results{
+			order:     []string{"bare", "keygate"},
+			closed:    map[string]map[int][]closedResult{},
+			open:      map[string]map[int][]openResult{},
+			large:     map[string]map[bool][]largeResult{},
+			withRedis: map[string]bool{},
+		}
+		for i, name := range r.order {
+			r.closed[name] = map[int][]closedResult{256: {{rps: float64(1000 * (i + 1)), cpuPerReq: 80}}, 102400: {{rps: 500, cpuPerReq: 150}}}
+			r.open[name] = map[int][]openResult{256: {{p50: time.Millisecond, p99: 3 * time.Millisecond, sent: 10}}, 102400: {{p50: time.Millisecond, p99: 4 * time.Millisecond, sent: 10}}}
+			r.large[name] = map[bool][]largeResult{}
+			if large {
+				r.large[name][true] = []largeResult{{elapsed: 2 * time.Second, peakRSS: 30 << 10}}
+				r.large[name][false] = []largeResult{{elapsed: 3 * time.Second, peakRSS: 30 << 10}}
+			}
+		}
+		return r
+	}
+	for _, c := range []struct {
+		name      string
+		o         Options
+		wantLarge bool
+	}{
+		{"large uploads ran", Options{LargeN: 8, LargeMiB: 90, LargeRounds: 3}, true},
+		{"-large-n 0", Options{LargeN: 0, LargeMiB: 90, LargeRounds: 3}, false},
+		{"-large-rounds 0", Options{LargeN: 8, LargeMiB: 90, LargeRounds: 0}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := len(c.o.largeModes()) > 0; got != c.wantLarge {
+				t.Errorf("largeModes %v, want modes: %v", c.o.largeModes(), c.wantLarge)
+			}
+			var out bytes.Buffer
+			printTables(&out, c.o, res(c.wantLarge))
+			s := out.String()
+			if !strings.Contains(s, "| keygate | – | 2.00 | 80 |") {
+				t.Errorf("closed-loop table lacks keygate at 2.00× bare:\n%s", s)
+			}
+			if got := strings.Contains(s, "Large uploads"); got != c.wantLarge {
+				t.Errorf("large-uploads table printed: %v, want %v:\n%s", got, c.wantLarge, s)
+			}
+		})
+	}
+}

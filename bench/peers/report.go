@@ -64,7 +64,7 @@ func (b *bench) measure(ctx context.Context) (*results, error) {
 			if err := b.afterKeysLoad(ctx, t); err != nil {
 				return nil, err
 			}
-			for _, first := range []bool{true, false} {
+			for _, first := range b.o.largeModes() {
 				// Peak RSS is that of a fresh process: not what the
 				// open loop's backlog left in the heap.
 				if err := b.restart(t); err != nil {
@@ -196,6 +196,9 @@ func printTables(w io.Writer, o Options, r *results) {
 		fmt.Fprint(w, "\n")
 	}
 
+	if !o.runsLarge() {
+		return
+	}
 	fmt.Fprintf(w, "\nLarge uploads: %d × %d MiB at once, %d round(s) after a fresh start in each rep; time until all are answered, median of every round (ratio to the bare proxy); peak RSS of the proxy's process tree and largest spool file (keygate), the largest of every round.\n\n", o.LargeN, o.LargeMiB, o.LargeRounds)
 	fmt.Fprint(w, "| target | context first | × bare | context after | × bare | peak RSS MiB | largest spool file MiB |\n|---|---|---|---|---|---|---|\n")
 	el := func(name string, first bool) float64 {

@@ -41,7 +41,9 @@ type Options struct {
 	LargeN    int
 	// LargeRounds is how many times each rep uploads the large files
 	// after the target's restart: the time is the median over every
-	// round of every rep, peak RSS and spool the largest of them.
+	// round of every rep, peak RSS and spool the largest of them. With
+	// LargeN or LargeRounds 0 no large uploads run (nor their restarts)
+	// and their table is not printed.
 	LargeRounds int
 	Sizes       string
 	BaseBin     string
@@ -57,6 +59,18 @@ type Options struct {
 	// after each start before its measured loads: each is measured warm
 	// (heap grown, pools and caches filled), as a running proxy is.
 	Warmup time.Duration
+}
+
+// runsLarge says whether the plain mode's reps upload large files.
+func (o Options) runsLarge() bool { return o.LargeN > 0 && o.LargeRounds > 0 }
+
+// largeModes are the large uploads' modes, context first or after, that
+// each rep runs: none without large uploads.
+func (o Options) largeModes() []bool {
+	if !o.runsLarge() {
+		return nil
+	}
+	return []bool{true, false}
 }
 
 var (
@@ -112,7 +126,6 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	if o.Smoke {
 		o.Reps, o.Duration, o.LargeMiB, o.LargeN, o.LargeRounds, o.Warmup = 1, time.Second, 1, 2, 1, 0
 	}
-	o.LargeRounds = max(o.LargeRounds, 1)
 	if o.Reps < 1 {
 		o.Reps = 1
 	}
