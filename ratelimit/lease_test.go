@@ -28,6 +28,17 @@ func newLeased(t *testing.T, s *redistest.Server, ttl time.Duration, now func() 
 	return res, l
 }
 
+// leasedReplicas is n replicas' limiters with one-minute leases on s.
+func leasedReplicas(t *testing.T, s *redistest.Server, n int) []*ratelimit.Resilient {
+	t.Helper()
+	var replicas []*ratelimit.Resilient
+	for range n {
+		r, _ := newLeased(t, s, time.Minute, nil)
+		replicas = append(replicas, r)
+	}
+	return replicas
+}
+
 // scriptCalls is how many times Redis ran the limiter's script.
 func scriptCalls(t *testing.T, s *redistest.Server) int {
 	return commandCalls(t, s, "evalsha") + commandCalls(t, s, "eval")
@@ -75,12 +86,7 @@ func TestLeasedDecisionsCountDownAsExactOnes(t *testing.T) {
 // nothing more once it is empty.
 func TestLeasesAdmitExactlyTheBucketAcrossReplicas(t *testing.T) {
 	t.Parallel()
-	s := redistest.Start(t)
-	var replicas []*ratelimit.Resilient
-	for range 3 {
-		r, _ := newLeased(t, s, time.Minute, nil)
-		replicas = append(replicas, r)
-	}
+	replicas := leasedReplicas(t, redistest.Start(t), 3)
 	lim := policy.Limit{Rate: 1, Per: time.Hour, Burst: 300}
 	var admitted, refused, leased atomic.Int64
 	var wg sync.WaitGroup
@@ -125,12 +131,7 @@ func TestLeasesAdmitExactlyTheBucketAcrossReplicas(t *testing.T) {
 // unused cells would spend quota that no request used.
 func TestLeasesNeverLeaseAQuota(t *testing.T) {
 	t.Parallel()
-	s := redistest.Start(t)
-	var replicas []*ratelimit.Resilient
-	for range 3 {
-		r, _ := newLeased(t, s, time.Minute, nil)
-		replicas = append(replicas, r)
-	}
+	replicas := leasedReplicas(t, redistest.Start(t), 3)
 	lim := policy.Limit{Rate: 1e6, Per: time.Second, Burst: 1e6, Quota: policy.Quota{Requests: 50, Per: time.Hour}}
 	var admitted atomic.Int64
 	var wg sync.WaitGroup
