@@ -49,15 +49,19 @@ func TestSmoke(t *testing.T) {
 }
 
 // The large-uploads table is printed only when large uploads ran: with
-// -large-n 0 or -large-rounds 0 a reader sees no table of zeros.
-func TestPrintTablesLargeUploads(t *testing.T) {
-	res := func(large bool) *results {
+// -large-n 0 or -large-rounds 0 a reader sees no table of zeros; nor is
+// the upstream's own rps, without the direct target.
+func TestPrintTablesShowWhatRan(t *testing.T) {
+	res := func(large, direct bool) *results {
 		r := &results{
 			order:     []string{"bare", "keygate"},
 			closed:    map[string]map[int][]closedResult{},
 			open:      map[string]map[int][]openResult{},
 			large:     map[string]map[bool][]largeResult{},
 			withRedis: map[string]bool{},
+		}
+		if direct {
+			r.order = append([]string{"direct"}, r.order...)
 		}
 		for i, name := range r.order {
 			r.closed[name] = map[int][]closedResult{256: {{rps: float64(1000 * (i + 1)), cpuPerReq: 80}}, 102400: {{rps: 500, cpuPerReq: 150}}}
@@ -74,20 +78,30 @@ func TestPrintTablesLargeUploads(t *testing.T) {
 		name      string
 		o         Options
 		wantLarge bool
+		direct    bool
 	}{
-		{"large uploads ran", Options{LargeN: 8, LargeMiB: 90, LargeRounds: 3}, true},
-		{"-large-n 0", Options{LargeN: 0, LargeMiB: 90, LargeRounds: 3}, false},
-		{"-large-rounds 0", Options{LargeN: 8, LargeMiB: 90, LargeRounds: 0}, false},
+		{"large uploads ran", Options{LargeN: 8, LargeMiB: 90, LargeRounds: 3}, true, false},
+		{"-large-n 0", Options{LargeN: 0, LargeMiB: 90, LargeRounds: 3}, false, false},
+		{"-large-rounds 0", Options{LargeN: 8, LargeMiB: 90, LargeRounds: 0}, false, false},
+		{"with the direct target", Options{LargeN: 0, LargeMiB: 90, LargeRounds: 3}, false, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if got := len(c.o.largeModes()) > 0; got != c.wantLarge {
 				t.Errorf("largeModes %v, want modes: %v", c.o.largeModes(), c.wantLarge)
 			}
 			var out bytes.Buffer
-			printTables(&out, c.o, res(c.wantLarge))
+			printTables(&out, c.o, res(c.wantLarge, c.direct))
 			s := out.String()
-			if !strings.Contains(s, "| keygate | – | 2.00 | 80 |") {
-				t.Errorf("closed-loop table lacks keygate at 2.00× bare:\n%s", s)
+			wantRow, wantDirect := "| keygate | – | 2.00 | 80 |", ""
+			if c.direct {
+				wantRow, wantDirect = "| keygate | 3.00 | 1.50 | 80 |", "Direct upstream, absolute: 256 B 1000 rps; 100 KiB 500 rps;"
+			}
+			if !strings.Contains(s, wantRow) {
+				t.Errorf("closed-loop table lacks %q:\n%s", wantRow, s)
+			}
+			// Without a direct target there is no upstream rps to give.
+			if got := strings.Contains(s, "Direct upstream"); got != c.direct || !strings.Contains(s, wantDirect) {
+				t.Errorf("direct-upstream line %v, want %v (%q):\n%s", got, c.direct, wantDirect, s)
 			}
 			if got := strings.Contains(s, "Large uploads"); got != c.wantLarge {
 				t.Errorf("large-uploads table printed: %v, want %v:\n%s", got, c.wantLarge, s)

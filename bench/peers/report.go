@@ -166,11 +166,16 @@ func printTables(w io.Writer, o Options, r *results) {
 			fmt.Fprint(w, "\n")
 		}
 	}
-	fmt.Fprint(w, "\nDirect upstream, absolute:")
-	for _, s := range sz {
-		fmt.Fprintf(w, " %s %.0f rps;", sizeName(s), rps("direct", s))
+	// The upstream's own rps, where it ran as a target (the TLS tables
+	// skip a size the same way).
+	if len(r.closed["direct"]) > 0 {
+		fmt.Fprint(w, "\nDirect upstream, absolute:")
+		for _, s := range sz {
+			fmt.Fprintf(w, " %s %.0f rps;", sizeName(s), rps("direct", s))
+		}
+		fmt.Fprint(w, "\n")
 	}
-	fmt.Fprint(w, "\n\n")
+	fmt.Fprint(w, "\n")
 	if o.Reps > 1 {
 		repSpread(w, "Closed-loop rps of every rep", r.order, sz, func(name string, size int) []closedResult { return r.closed[name][size] })
 	}
