@@ -166,8 +166,7 @@ func printTables(w io.Writer, o Options, r *results) {
 			fmt.Fprint(w, "\n")
 		}
 	}
-	// The upstream's own rps, where it ran as a target (the TLS tables
-	// skip a size the same way).
+	// The upstream's own rps, only where it ran as a target.
 	if len(r.closed["direct"]) > 0 {
 		fmt.Fprint(w, "\nDirect upstream, absolute:")
 		for _, s := range sz {
