@@ -16,8 +16,11 @@ import (
 // benchLimit admits everything, so each iteration is a full admitted decision.
 var benchLimit = policy.Limit{Rate: 1e9, Per: time.Second, Burst: 1e9, Quota: policy.Quota{Requests: 1e12, Per: time.Hour}}
 
-func benchIDs() []string {
-	ids := make([]string, 64)
+func benchIDs() []string { return manyIDs(64) }
+
+// manyIDs are n distinct key ids.
+func manyIDs(n int) []string {
+	ids := make([]string, n)
 	for i := range ids {
 		ids[i] = "key_" + strconv.Itoa(i)
 	}
@@ -60,7 +63,10 @@ func BenchmarkRedisAllow(b *testing.B) {
 // BenchmarkRedisAllowConcurrent is 32 callers deciding at once, as a
 // loaded replica does: decisions in flight together share a script call.
 // "hot-key" sends every request with one key (as make bench-peers does),
-// "64-keys" spreads them; "-lease-20ms" puts the limiter behind leases
+// "64-keys" spreads them, and "100k-keys" spreads them over as many ids
+// as `make bench-peers -keys 100000` does (each decision then reads and
+// writes state of its own, from a data set that outgrows the caches);
+// "-lease-20ms" puts the limiter behind leases
 // (ratelimit.lease: 20ms). It reports Redis's own CPU per decision (from
 // INFO cpu), which shares the machine with the gateway.
 func BenchmarkRedisAllowConcurrent(b *testing.B) {
@@ -75,6 +81,7 @@ func BenchmarkRedisAllowConcurrent(b *testing.B) {
 	}{
 		{"hot-key", []string{"key_hot"}, benchLimit, 0},
 		{"64-keys", benchIDs(), benchLimit, 0},
+		{"100k-keys", manyIDs(100_000), benchLimit, 0},
 		{"hot-key-rate-only", []string{"key_hot"}, rateOnly, 0},
 		{"hot-key-rate-only-lease-20ms", []string{"key_hot"}, rateOnly, 20 * time.Millisecond},
 		{"64-keys-rate-only-lease-20ms", benchIDs(), rateOnly, 20 * time.Millisecond},
