@@ -178,8 +178,8 @@ func Default() Config {
 		},
 		TLS: tlsconf.DefaultConfig(),
 		Upstreams: gateway.UpstreamsConfig{
-			Extraction: gateway.UpstreamConfig{Targets: []string{"http://127.0.0.1:9001"}, Timeout: 60 * time.Second, DialTimeout: 2 * time.Second, MaxIdleConnsPerHost: 64},
-			Registry:   gateway.UpstreamConfig{Targets: []string{"http://127.0.0.1:9002"}, Timeout: 60 * time.Second, DialTimeout: 2 * time.Second, MaxIdleConnsPerHost: 64},
+			Extraction: gateway.UpstreamConfig{Targets: []string{"http://127.0.0.1:9001"}, Timeout: 60 * time.Second, DialTimeout: 2 * time.Second, MaxIdleConnsPerHost: gateway.DefaultMaxIdleConnsPerHost},
+			Registry:   gateway.UpstreamConfig{Targets: []string{"http://127.0.0.1:9002"}, Timeout: 60 * time.Second, DialTimeout: 2 * time.Second, MaxIdleConnsPerHost: gateway.DefaultMaxIdleConnsPerHost},
 		},
 		Keystore:  KeystoreConfig{Backend: "file", File: "./data/keys.yaml", ResyncInterval: 10 * time.Minute},
 		Redis:     redisconn.DefaultConfig(),

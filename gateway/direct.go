@@ -47,6 +47,15 @@ type directTransport struct {
 	mu     sync.Mutex
 	idle   map[string][]*directConn
 	closed bool
+
+	// readers and writeBufs lend the connections their buffers while a
+	// request uses them (readBufSize and writeBufSize, 88 KiB a
+	// connection with the gateway's sizes). An idle connection gives them
+	// back, so that the pool's memory follows the requests in flight,
+	// not the connections kept open: a full pool of
+	// DefaultMaxIdleConnsPerHost holds no buffers.
+	readers   sync.Pool // *bufio.Reader
+	writeBufs sync.Pool // *[]byte
 }
 
 // maxResponseHeaderBytes is http.Transport's default bound on a
@@ -146,6 +155,7 @@ func (t *directTransport) get(ctx context.Context, host string) (*directConn, er
 		t.mu.Unlock()
 		if time.Since(pc.idleAt) < t.idleTimeout && pc.open() {
 			pc.reused = true
+			t.lend(pc)
 			return pc, nil
 		}
 		_ = pc.c.Close()
@@ -156,9 +166,35 @@ func (t *directTransport) get(ctx context.Context, host string) (*directConn, er
 	}
 	pc := &directConn{t: t, host: host, c: c}
 	pc.cr = countingReader{c: c}
-	pc.br = bufio.NewReaderSize(&pc.cr, t.readBufSize)
-	pc.bw = &directWriter{c: c, buf: make([]byte, 0, t.writeBufSize)}
+	pc.bw = &directWriter{c: c}
+	t.lend(pc)
 	return pc, nil
+}
+
+// lend gives pc a read and a write buffer for a request.
+func (t *directTransport) lend(pc *directConn) {
+	if br, ok := t.readers.Get().(*bufio.Reader); ok {
+		br.Reset(&pc.cr)
+		pc.br = br
+	} else {
+		pc.br = bufio.NewReaderSize(&pc.cr, t.readBufSize)
+	}
+	if b, ok := t.writeBufs.Get().(*[]byte); ok {
+		pc.bw.buf = (*b)[:0]
+	} else {
+		pc.bw.buf = make([]byte, 0, t.writeBufSize)
+	}
+}
+
+// reclaim takes back pc's buffers, once its response was read whole and
+// nothing is buffered (put's check): nothing reads or writes them again
+// before lend.
+func (t *directTransport) reclaim(pc *directConn) {
+	pc.br.Reset(nil)
+	t.readers.Put(pc.br)
+	b := pc.bw.buf[:0]
+	t.writeBufs.Put(&b)
+	pc.br, pc.bw.buf = nil, nil
 }
 
 // put pools pc, or closes it when the pool is full or pc holds bytes no
@@ -168,6 +204,7 @@ func (t *directTransport) put(pc *directConn) {
 		_ = pc.c.Close()
 		return
 	}
+	t.reclaim(pc)
 	pc.idleAt = time.Now()
 	t.mu.Lock()
 	if t.closed || len(t.idle[pc.host]) >= t.maxIdle {

@@ -9,10 +9,12 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/http/httptrace"
 	"net/textproto"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -462,5 +464,84 @@ func TestDirectTransportClosesConnectionsIdleTooLong(t *testing.T) {
 	}
 	if o := roundTrip(direct, memRequest(t, "GET", url, nil, nil)); o.err || o.status != 200 {
 		t.Fatalf("%+v", o)
+	}
+}
+
+// TestUpstreamPoolKeepsAWaveOfRequests: with the default pool, a wave of
+// 200 requests in flight at once (what HTTP/2 clients bring: 32
+// connections of 10 streams make 320) leaves its connections open for the
+// next wave, which dials none; with the old pool of 64, 136 of them were
+// closed and dialed again on every wave. Pooled connections hold no
+// buffers while idle (they are lent per request), and every answer of
+// both waves is whole.
+func TestUpstreamPoolKeepsAWaveOfRequests(t *testing.T) {
+	const inFlight = 200
+	if inFlight > DefaultMaxIdleConnsPerHost {
+		t.Fatal("the wave must fit the default pool")
+	}
+	// Each wave's handlers wait until the whole wave has arrived.
+	type barrier struct {
+		n  atomic.Int64
+		ch chan struct{}
+	}
+	var cur atomic.Pointer[barrier]
+	var dials atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		bar := cur.Load()
+		if bar.n.Add(1) == inFlight {
+			close(bar.ch)
+		}
+		<-bar.ch
+		_, _ = w.Write(b)
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			dials.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	u, err := newUpstream("extraction", UpstreamConfig{Targets: []string{srv.URL}}.withDefaults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	direct := u.transport.(*retryTransport).next.(*directTransport)
+	defer direct.CloseIdleConnections()
+	wave := func() {
+		t.Helper()
+		cur.Store(&barrier{ch: make(chan struct{})})
+		var wg sync.WaitGroup
+		for i := range inFlight {
+			wg.Go(func() {
+				body := fmt.Sprintf("request %d", i)
+				o := roundTrip(u.transport, memRequest(t, "POST", srv.URL+"/sync", []byte(body), nil))
+				if o.err || o.status != 200 || o.body != body {
+					t.Errorf("request %d: %+v", i, o)
+				}
+			})
+		}
+		wg.Wait()
+	}
+	wave()
+	first := dials.Load()
+	wave()
+	if first != inFlight {
+		t.Errorf("first wave: %d connections dialed, want %d (one per request in flight)", first, inFlight)
+	}
+	if again := dials.Load() - first; again != 0 {
+		t.Errorf("second wave: %d connections dialed, want 0 (the pool kept the first wave's)", again)
+	}
+	direct.mu.Lock()
+	defer direct.mu.Unlock()
+	for host, list := range direct.idle {
+		if len(list) != inFlight {
+			t.Errorf("%s: %d idle connections, want %d", host, len(list), inFlight)
+		}
+		for _, pc := range list {
+			if pc.br != nil || pc.bw.buf != nil {
+				t.Fatalf("%s: an idle connection holds its buffers (read %v, write %d bytes)", host, pc.br != nil, cap(pc.bw.buf))
+			}
+		}
 	}
 }

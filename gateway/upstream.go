@@ -22,7 +22,8 @@ type UpstreamConfig struct {
 	Timeout time.Duration `yaml:"timeout"`
 	// DialTimeout bounds connecting to a target. Default 2s.
 	DialTimeout time.Duration `yaml:"dial_timeout"`
-	// MaxIdleConnsPerHost is the keep-alive pool per target. Default 64.
+	// MaxIdleConnsPerHost is the keep-alive pool per target. Default
+	// DefaultMaxIdleConnsPerHost.
 	MaxIdleConnsPerHost int `yaml:"max_idle_conns_per_host"`
 }
 
@@ -41,10 +42,21 @@ func (c UpstreamConfig) withDefaults() UpstreamConfig {
 		c.DialTimeout = 2 * time.Second
 	}
 	if c.MaxIdleConnsPerHost == 0 {
-		c.MaxIdleConnsPerHost = 64
+		c.MaxIdleConnsPerHost = DefaultMaxIdleConnsPerHost
 	}
 	return c
 }
+
+// DefaultMaxIdleConnsPerHost is the default keep-alive pool per target:
+// Kong's default upstream pool. A request that finds no idle connection
+// dials a new one, and one that ends with the pool full closes its
+// connection, so a pool smaller than the requests in flight dials and
+// closes a connection for every request past it: HTTP/2 clients, with
+// many streams per connection, reach that at once (h2load -c32 -m10, 320
+// in flight, dialed on 8% of keygate's CPU with a pool of 64). An idle
+// connection holds no buffers (directTransport), so a full pool costs
+// its sockets only.
+const DefaultMaxIdleConnsPerHost = 512
 
 // Validate checks one upstream; path is its YAML path for messages.
 func (c UpstreamConfig) Validate(path string) error {
