@@ -107,7 +107,7 @@ func BenchmarkRequestPathVsBare(b *testing.B) {
 			defer up.Close()
 			u, _ := url.Parse(up.URL)
 			tr := http.DefaultTransport.(*http.Transport).Clone()
-			tr.MaxIdleConns, tr.MaxIdleConnsPerHost, tr.DisableCompression = 64, 64, true
+			tr.MaxIdleConns, tr.MaxIdleConnsPerHost, tr.DisableCompression = gateway.DefaultMaxIdleConnsPerHost, gateway.DefaultMaxIdleConnsPerHost, true
 			defer tr.CloseIdleConnections()
 			bare := &httputil.ReverseProxy{
 				Rewrite:    func(pr *httputil.ProxyRequest) { pr.SetURL(u); pr.SetXForwarded() },

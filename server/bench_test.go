@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/keygate/keygate/config"
+	"github.com/keygate/keygate/gateway"
 	"github.com/keygate/keygate/internal/testsupport/redistest"
 	"github.com/keygate/keygate/internal/testsupport/testkit"
 	"github.com/keygate/keygate/keystore"
@@ -46,7 +47,7 @@ func BenchmarkGatewayThroughput(b *testing.B) {
 	// The baseline proxy gets the same upstream pool as keygate's, so the
 	// ratio measures keygate's work, not a smaller connection pool.
 	bare := httputil.NewSingleHostReverseProxy(target)
-	bare.Transport = &http.Transport{MaxIdleConnsPerHost: 64, ForceAttemptHTTP2: true, IdleConnTimeout: 90 * time.Second}
+	bare.Transport = &http.Transport{MaxIdleConnsPerHost: gateway.DefaultMaxIdleConnsPerHost, ForceAttemptHTTP2: true, IdleConnTimeout: 90 * time.Second}
 	baseline := httptest.NewUnstartedServer(bare)
 	baseline.StartTLS()
 	defer baseline.Close()
@@ -58,7 +59,7 @@ func BenchmarkGatewayThroughput(b *testing.B) {
 	ct, body := testkit.Form(b, testkit.Part{Name: "contextId", Value: ctxA}, testkit.Part{Name: "id", Value: "2b7e1516-28ae-4d2a-a6f7-15884c3f4e2a"}, testkit.Part{Name: "files", Value: strings.Repeat("%PDF-1.7 benchmark page\n", 400)})
 	client := &http.Client{Transport: &http.Transport{
 		TLSClientConfig:     &tls.Config{InsecureSkipVerify: true},
-		MaxIdleConnsPerHost: 64,
+		MaxIdleConnsPerHost: gateway.DefaultMaxIdleConnsPerHost,
 	}}
 	defer client.CloseIdleConnections()
 	run := func(base, key string, n int) time.Duration {

@@ -281,8 +281,8 @@ func (b *bench) config(r *replica) (string, error) {
 tls:
   mode: "off"
 upstreams:
-  extraction: { targets: ["http://%s"], max_idle_conns_per_host: 64 }
-  registry: { targets: ["http://%s"], max_idle_conns_per_host: 64 }
+  extraction: { targets: ["http://%s"] }
+  registry: { targets: ["http://%s"] }
 keystore: { backend: redis }
 redis: { addrs: [%q] }
 ratelimit:

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/keygate/keygate/bench/internal/benchproc"
+	"github.com/keygate/keygate/gateway"
 )
 
 // Options are the bench's knobs (see the flags in main.go).
@@ -86,7 +87,7 @@ var (
 
 // pool is keygate's default upstreams.*.max_idle_conns_per_host; the bare
 // proxy and the peers get the same.
-const pool = 64
+const pool = gateway.DefaultMaxIdleConnsPerHost
 
 const benchContext = "3f2b8c1e-6a4d-4e8b-9c2a-7d5e1f0a9b34"
 
