@@ -179,11 +179,12 @@ func (t *directTransport) lend(pc *directConn) {
 	} else {
 		pc.br = bufio.NewReaderSize(&pc.cr, t.readBufSize)
 	}
-	if b, ok := t.writeBufs.Get().(*[]byte); ok {
-		pc.bw.buf = (*b)[:0]
-	} else {
-		pc.bw.buf = make([]byte, 0, t.writeBufSize)
+	wb, ok := t.writeBufs.Get().(*[]byte)
+	if !ok {
+		b := make([]byte, 0, t.writeBufSize)
+		wb = &b
 	}
+	pc.wbuf, pc.bw.buf = wb, (*wb)[:0]
 }
 
 // reclaim takes back pc's buffers, once its response was read whole and
@@ -192,9 +193,9 @@ func (t *directTransport) lend(pc *directConn) {
 func (t *directTransport) reclaim(pc *directConn) {
 	pc.br.Reset(nil)
 	t.readers.Put(pc.br)
-	b := pc.bw.buf[:0]
-	t.writeBufs.Put(&b)
-	pc.br, pc.bw.buf = nil, nil
+	*pc.wbuf = pc.bw.buf[:0]
+	t.writeBufs.Put(pc.wbuf)
+	pc.br, pc.bw.buf, pc.wbuf = nil, nil, nil
 }
 
 // put pools pc, or closes it when the pool is full or pc holds bytes no
@@ -243,6 +244,7 @@ type directConn struct {
 	cr     countingReader
 	br     *bufio.Reader
 	bw     *directWriter
+	wbuf   *[]byte // bw's buffer, as lent (directTransport.lend)
 	idleAt time.Time
 	reused bool
 	// For open's peek, made once per connection.
