@@ -48,15 +48,22 @@ type directTransport struct {
 	idle   map[string][]*directConn
 	closed bool
 
-	// readers and writeBufs lend the connections their buffers while a
-	// request uses them (readBufSize and writeBufSize, 88 KiB a
-	// connection with the gateway's sizes). An idle connection gives them
-	// back, so that the pool's memory follows the requests in flight,
-	// not the connections kept open: a full pool of
-	// DefaultMaxIdleConnsPerHost holds no buffers.
+	// readers and writeBufs hold the buffers (readBufSize and
+	// writeBufSize, 88 KiB a connection with the gateway's sizes) of the
+	// idle connections past the keepBuffers most recently used: those
+	// give theirs back, and borrow a pair again when a request takes
+	// them. The pool is a stack, so under a steady load the connections
+	// taken are the top ones, which kept theirs; only a burst that
+	// reaches deeper borrows. The pool's memory so follows the requests
+	// in flight, not the connections kept open.
 	readers   sync.Pool // *bufio.Reader
 	writeBufs sync.Pool // *[]byte
 }
+
+// keepBuffers is how many idle connections of a host, the most recently
+// used, keep their buffers: the pool's size before it became
+// DefaultMaxIdleConnsPerHost.
+const keepBuffers = 64
 
 // maxResponseHeaderBytes is http.Transport's default bound on a
 // response's headers.
@@ -155,7 +162,9 @@ func (t *directTransport) get(ctx context.Context, host string) (*directConn, er
 		t.mu.Unlock()
 		if time.Since(pc.idleAt) < t.idleTimeout && pc.open() {
 			pc.reused = true
-			t.lend(pc)
+			if pc.br == nil {
+				t.lend(pc)
+			}
 			return pc, nil
 		}
 		_ = pc.c.Close()
@@ -171,7 +180,7 @@ func (t *directTransport) get(ctx context.Context, host string) (*directConn, er
 	return pc, nil
 }
 
-// lend gives pc a read and a write buffer for a request.
+// lend gives pc a read and a write buffer.
 func (t *directTransport) lend(pc *directConn) {
 	if br, ok := t.readers.Get().(*bufio.Reader); ok {
 		br.Reset(&pc.cr)
@@ -187,9 +196,9 @@ func (t *directTransport) lend(pc *directConn) {
 	pc.wbuf, pc.bw.buf = wb, (*wb)[:0]
 }
 
-// reclaim takes back pc's buffers, once its response was read whole and
-// nothing is buffered (put's check): nothing reads or writes them again
-// before lend.
+// reclaim takes back the buffers of pc, which is idle (its response was
+// read whole and nothing is buffered: put's check): nothing reads or
+// writes them again before lend.
 func (t *directTransport) reclaim(pc *directConn) {
 	pc.br.Reset(nil)
 	t.readers.Put(pc.br)
@@ -205,11 +214,11 @@ func (t *directTransport) put(pc *directConn) {
 		_ = pc.c.Close()
 		return
 	}
-	t.reclaim(pc)
 	pc.idleAt = time.Now()
 	t.mu.Lock()
 	if t.closed || len(t.idle[pc.host]) >= t.maxIdle {
 		t.mu.Unlock()
+		t.reclaim(pc) // for the connections still open
 		_ = pc.c.Close()
 		return
 	}
@@ -228,6 +237,11 @@ func (t *directTransport) put(pc *directConn) {
 		n := copy(list, list[len(old):])
 		clear(list[n:])
 		list = list[:n]
+	}
+	// The connection that this one pushed past the keepBuffers most
+	// recent gives its buffers back.
+	if i := len(list) - 1 - keepBuffers; i >= 0 && list[i].br != nil {
+		t.reclaim(list[i])
 	}
 	t.idle[pc.host] = list
 	t.mu.Unlock()

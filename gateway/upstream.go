@@ -53,9 +53,11 @@ func (c UpstreamConfig) withDefaults() UpstreamConfig {
 // connection, so a pool smaller than the requests in flight dials and
 // closes a connection for every request past it: HTTP/2 clients, with
 // many streams per connection, reach that at once (h2load -c32 -m10, 320
-// in flight, dialed on 8% of keygate's CPU with a pool of 64). An idle
-// connection holds no buffers (directTransport), so a full pool costs
-// its sockets only.
+// in flight, dialed on 8% of keygate's CPU with a pool of 64). On the
+// direct path only the keepBuffers idle connections used last keep their
+// buffers (directTransport), so a full pool costs little more than its
+// sockets; the http.Transport that takes streamed bodies keeps its
+// connections' buffers.
 const DefaultMaxIdleConnsPerHost = 512
 
 // Validate checks one upstream; path is its YAML path for messages.
