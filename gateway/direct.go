@@ -47,23 +47,7 @@ type directTransport struct {
 	mu     sync.Mutex
 	idle   map[string][]*directConn
 	closed bool
-
-	// readers and writeBufs hold the buffers (readBufSize and
-	// writeBufSize, 88 KiB a connection with the gateway's sizes) of the
-	// idle connections past the keepBuffers most recently used: those
-	// give theirs back, and borrow a pair again when a request takes
-	// them. The pool is a stack, so under a steady load the connections
-	// taken are the top ones, which kept theirs; only a burst that
-	// reaches deeper borrows. The pool's memory so follows the requests
-	// in flight, not the connections kept open.
-	readers   sync.Pool // *bufio.Reader
-	writeBufs sync.Pool // *[]byte
 }
-
-// keepBuffers is how many idle connections of a host, the most recently
-// used, keep their buffers: the pool's size before it became
-// DefaultMaxIdleConnsPerHost.
-const keepBuffers = 64
 
 // maxResponseHeaderBytes is http.Transport's default bound on a
 // response's headers.
@@ -162,9 +146,6 @@ func (t *directTransport) get(ctx context.Context, host string) (*directConn, er
 		t.mu.Unlock()
 		if time.Since(pc.idleAt) < t.idleTimeout && pc.open() {
 			pc.reused = true
-			if pc.br == nil {
-				t.lend(pc)
-			}
 			return pc, nil
 		}
 		_ = pc.c.Close()
@@ -175,36 +156,9 @@ func (t *directTransport) get(ctx context.Context, host string) (*directConn, er
 	}
 	pc := &directConn{t: t, host: host, c: c}
 	pc.cr = countingReader{c: c}
-	pc.bw = &directWriter{c: c}
-	t.lend(pc)
+	pc.br = bufio.NewReaderSize(&pc.cr, t.readBufSize)
+	pc.bw = &directWriter{c: c, buf: make([]byte, 0, t.writeBufSize)}
 	return pc, nil
-}
-
-// lend gives pc a read and a write buffer.
-func (t *directTransport) lend(pc *directConn) {
-	if br, ok := t.readers.Get().(*bufio.Reader); ok {
-		br.Reset(&pc.cr)
-		pc.br = br
-	} else {
-		pc.br = bufio.NewReaderSize(&pc.cr, t.readBufSize)
-	}
-	wb, ok := t.writeBufs.Get().(*[]byte)
-	if !ok {
-		b := make([]byte, 0, t.writeBufSize)
-		wb = &b
-	}
-	pc.wbuf, pc.bw.buf = wb, (*wb)[:0]
-}
-
-// reclaim takes back the buffers of pc, which is idle (its response was
-// read whole and nothing is buffered: put's check): nothing reads or
-// writes them again before lend.
-func (t *directTransport) reclaim(pc *directConn) {
-	pc.br.Reset(nil)
-	t.readers.Put(pc.br)
-	*pc.wbuf = pc.bw.buf[:0]
-	t.writeBufs.Put(pc.wbuf)
-	pc.br, pc.bw.buf, pc.wbuf = nil, nil, nil
 }
 
 // put pools pc, or closes it when the pool is full or pc holds bytes no
@@ -218,7 +172,6 @@ func (t *directTransport) put(pc *directConn) {
 	t.mu.Lock()
 	if t.closed || len(t.idle[pc.host]) >= t.maxIdle {
 		t.mu.Unlock()
-		t.reclaim(pc) // for the connections still open
 		_ = pc.c.Close()
 		return
 	}
@@ -238,11 +191,6 @@ func (t *directTransport) put(pc *directConn) {
 		clear(list[n:])
 		list = list[:n]
 	}
-	// The connection that this one pushed past the keepBuffers most
-	// recent gives its buffers back.
-	if i := len(list) - 1 - keepBuffers; i >= 0 && list[i].br != nil {
-		t.reclaim(list[i])
-	}
 	t.idle[pc.host] = list
 	t.mu.Unlock()
 	for _, c := range old {
@@ -258,7 +206,6 @@ type directConn struct {
 	cr     countingReader
 	br     *bufio.Reader
 	bw     *directWriter
-	wbuf   *[]byte // bw's buffer, as lent (directTransport.lend)
 	idleAt time.Time
 	reused bool
 	// For open's peek, made once per connection.
