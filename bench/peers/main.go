@@ -42,7 +42,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	role := fs.String("role", "", "internal: upstream | bare | keygate")
 	listen := fs.String("listen", "127.0.0.1:0", "internal: the role's listen address")
 	up := fs.String("upstream", "", "internal: the bare proxy's upstream host:port")
-	pool := fs.Int("pool", pool, "internal: the bare proxy's idle pool per host")
+	idlePool := fs.Int("pool", pool, "internal: the bare proxy's idle pool per host")
 	cpuProfile := fs.String("cpuprofile", "", "internal: keygate role writes a CPU profile here on SIGTERM")
 	certFile := fs.String("cert", "", "internal: the upstream or bare role serves TLS 1.3 with this PEM certificate")
 	keyFile := fs.String("key", "", "internal: the PEM key of -cert")
@@ -76,7 +76,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	case "upstream", "bare":
 		h := upstreamHandler()
 		if *role == "bare" {
-			h = bareProxy(*up, *pool)
+			h = bareProxy(*up, *idlePool)
 		}
 		if *certFile != "" {
 			return serveRoleTLS(*listen, *certFile, *keyFile, stderr, h)
