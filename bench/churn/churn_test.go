@@ -48,7 +48,7 @@ func smoke(t *testing.T, load, admin, audit string) {
 	}
 	s := out.String()
 	t.Log("\n" + s)
-	for _, want := range []string{"| closed-loop rps |", "| open-loop p99 @ 500/s |", "| closed-loop rps, each rep's churn against its own baseline (median) |", "| replica 1 |", "| replica 2 |", "Command: `go run ./bench/churn", "-load " + load + " -admin " + admin + " -audit " + audit} {
+	for _, want := range []string{"| closed-loop rps |", "| open-loop p99 @ 500/s |", "| closed-loop rps, each rep's churn against its own baseline (median) |", "| replica 1 |", "| replica 2 |", "The churn alone, with no load", "Command: `go run ./bench/churn", "-load " + load + " -admin " + admin + " -audit " + audit} {
 		if !strings.Contains(s, want) {
 			t.Errorf("output lacks %q", want)
 		}

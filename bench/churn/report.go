@@ -26,6 +26,36 @@ type phaseResult struct {
 	closed closedResult
 	open   openResult
 	drv    *driverReport
+	// alone is the CPU the churn costs with no load, measured over
+	// aloneWindow before a churn phase's loops (churn phases only).
+	alone aloneResult
+}
+
+// aloneResult is each process's CPU time (µs) over a wall time with the
+// churn running and no load.
+type aloneResult struct {
+	cpu  map[string]int64
+	wall time.Duration
+}
+
+// churnProcs are the processes whose CPU the churn costs: the replicas
+// that serve its admin calls, probes and change notifications, Redis, and
+// the driver (the bench's own admin client).
+var churnProcs = []string{"replica1", "replica2", "redis", "driver"}
+
+// cores is the churn's CPU in cores: name's alone, or all of churnProcs'
+// for "".
+func (a aloneResult) cores(name string) float64 {
+	if a.wall <= 0 {
+		return 0
+	}
+	var us int64
+	for _, n := range churnProcs {
+		if name == "" || n == name {
+			us += a.cpu[n]
+		}
+	}
+	return float64(us) / float64(a.wall.Microseconds())
 }
 
 // measure runs the reps: baseline then churn, churn then baseline, …
@@ -73,8 +103,13 @@ func (b *bench) phase(ctx context.Context, rep int, churn bool) (phaseResult, er
 		}
 		m.add("driver", drv.Process.Pid)
 		// Revocations start once the first keys' lifetime is over: wait
-		// for them, so that the whole run sees the full rate.
-		time.Sleep(b.o.Lifetime + time.Second)
+		// for them, so that the whole run sees the full rate. Then
+		// measure what the churn costs with no load.
+		time.Sleep(b.o.Lifetime + aloneSettle)
+		m.begin()
+		time.Sleep(b.aloneWindow())
+		r.alone.cpu, r.alone.wall, _ = m.end()
+		b.logf("rep %d churn alone, no load: %s; %.2f cores in all", rep+1, cores(r.alone.cpu, r.alone.wall), r.alone.cores(""))
 	}
 	name := phaseName(churn)
 	profiling := b.o.Profile != "" && rep == b.o.Reps-1
@@ -109,6 +144,16 @@ func (b *bench) phase(ctx context.Context, rep int, churn bool) (phaseResult, er
 			r.rep+1, rep.Issued, rep.Seconds, rep.Revoked, rep.RevokeSeconds, changeRate(rep), rep.AdminErrors, rep.Probes, visSummary(rep.Visible), rep.NotRefused)
 	}
 	return r, nil
+}
+
+// aloneSettle is how long after its first keys' lifetime the churn is
+// at its full rate (the first revocations are under way).
+const aloneSettle = 500 * time.Millisecond
+
+// aloneWindow is how long a churn phase measures the churn alone before
+// its loops: a fifth of -duration, between 1 and 5 s.
+func (b *bench) aloneWindow() time.Duration {
+	return min(5*time.Second, max(time.Second, b.o.Duration/5))
 }
 
 // startDriver starts the churn driver as a process of its own; the admin
@@ -267,6 +312,7 @@ func printTables(w io.Writer, o Options, res []phaseResult) {
 		fmt.Fprintf(w, "| cores used by %s, closed loop | %.2f | %.2f | %+.2f |\n", n, median(pick(false, coresOf(n, true))), median(pick(true, coresOf(n, true))), median(pick(true, coresOf(n, true)))-median(pick(false, coresOf(n, true))))
 	}
 	fmt.Fprintf(w, "| load errors (non-2xx, socket) | %d | %d | |\n", errs[0], errs[1])
+	printAlone(w, o, res)
 	fmt.Fprint(w, "\nPer rep (closed-loop rps; open-loop p99 ms; the hypervisor's steal where it was 1% or more of the machine's CPU time):")
 	for rep := range o.Reps {
 		var parts []string
@@ -322,6 +368,35 @@ func printTables(w io.Writer, o Options, res []phaseResult) {
 		fmt.Fprintf(w, "| replica %d | %d | %.1f ms | %.1f ms | %.1f ms | %d | %d | %.1f ms | %.1f ms | %.1f ms |\n", i+1, len(xs), quantile(xs, 0.5), quantile(xs, 0.99), quantile(xs, 1), over, notRefused[i], quantile(ys, 0.5), quantile(ys, 0.99), quantile(ys, 1))
 	}
 	fmt.Fprintf(w, "\nTimes run from the revocation's admin response to the replica's first 401 (its arrival at the driver), probes %s apart (after ten, up to five times that); the replica refused the key after the last probe it accepted and before that 401 arrived. The last columns are when the refusing probe was sent: the difference is that probe's own wait in the replica%s.\n", o.ProbeEvery, lay.probe)
+}
+
+// printAlone prints the churn's own CPU with no load, the median over
+// the churn phases, as cores and as a share of the machine: with a load
+// that fills the machine, that much CPU goes to the churn instead.
+func printAlone(w io.Writer, o Options, res []phaseResult) {
+	var alone []aloneResult
+	for _, r := range res {
+		if r.churn && r.alone.wall > 0 {
+			alone = append(alone, r.alone)
+		}
+	}
+	if len(alone) == 0 {
+		return
+	}
+	med := func(name string) float64 {
+		xs := make([]float64, len(alone))
+		for i, a := range alone {
+			xs[i] = a.cores(name)
+		}
+		return median(xs)
+	}
+	var parts []string
+	for _, n := range churnProcs {
+		parts = append(parts, fmt.Sprintf("%s %.3f", n, med(n)))
+	}
+	all := med("")
+	fmt.Fprintf(w, "\nThe churn alone, with no load (%s before each churn phase's loops; median over %d): %s cores; %.3f cores in all, %.1f%% of this machine's %d cores. Under a load that fills the machine, the churn takes that CPU from the load.\n",
+		alone[0].wall.Round(100*time.Millisecond), len(alone), strings.Join(parts, ", "), all, 100*all/float64(o.CPUs), o.CPUs)
 }
 
 // paired is, for each rep that has both phases, diff(its churn figure,

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -50,6 +51,9 @@ type Options struct {
 	Keep       bool
 	Lifetime   time.Duration
 	ProbeEvery time.Duration
+	// CPUs is the machine's core count, for the churn's share of it
+	// (0: runtime.NumCPU()).
+	CPUs int
 }
 
 const benchContext = "3f2b8c1e-6a4d-4e8b-9c2a-7d5e1f0a9b34"
@@ -86,6 +90,9 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	}
 	if o.Reps < 1 {
 		o.Reps = 1
+	}
+	if o.CPUs < 1 {
+		o.CPUs = runtime.NumCPU()
 	}
 	if o.Rate < 2 {
 		return errors.New("-rate: want at least 2 changes a second (one issue, one revocation)")
