@@ -56,7 +56,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.Audit, "audit", "file", "the replicas' audit.file: file (a JSON-lines file, fsync'ed per event) or none (the Redis stream alone, as deploy/'s Kubernetes manifests set it)")
 	fs.StringVar(&o.Limiter, "limiter", "redis", "the replicas' rate limiter: redis or local")
 	fs.StringVar(&o.KeygateBin, "keygate", "", "keygate binary (default: built from ./cmd/keygate)")
-	fs.StringVar(&o.Profile, "profile", "", "a directory: write CPU profiles of both replicas over the last rep's closed-loop runs there (the keystore, change log and audit log are largest then) (replica1-baseline.pprof, replica1-churn.pprof, replica2-…)")
+	fs.StringVar(&o.Profile, "profile", "", "a directory: write CPU profiles of both replicas over the last rep's closed-loop runs there (the keystore, change log and audit log are largest then), and over its churn with no load (replica1-baseline.pprof, replica1-churn.pprof, replica1-alone.pprof, replica2-…)")
 	fs.BoolVar(&o.Smoke, "smoke", os.Getenv("BENCH_SMOKE") == "1", "1000 keys, 3 s runs, one rep: proves the bench works; measures nothing")
 	fs.BoolVar(&o.Keep, "keep", false, "keep the run's directory (logs, configs) and print its path")
 	if err := fs.Parse(args); err != nil {

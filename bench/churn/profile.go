@@ -61,7 +61,8 @@ func (b *bench) profileStart() error {
 }
 
 // profileStop stops them and moves them to -profile's directory as
-// replica<n>-<name>.pprof.
+// replica<n>-<name>.pprof (name: baseline or churn for the closed loops,
+// alone for the churn with no load).
 func (b *bench) profileStop(name string) error {
 	if err := os.MkdirAll(b.o.Profile, 0o755); err != nil {
 		return err
@@ -87,7 +88,7 @@ func (b *bench) profileStop(name string) error {
 		if err := os.WriteFile(dst, data, 0o644); err != nil {
 			return err
 		}
-		b.logf("CPU profile of %s, %s closed loop: %s", r.name, name, dst)
+		b.logf("CPU profile of %s, %s: %s", r.name, name, dst)
 	}
 	return nil
 }

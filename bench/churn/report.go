@@ -96,6 +96,7 @@ func (b *bench) phase(ctx context.Context, rep int, churn bool) (phaseResult, er
 	m.add("client", 0)
 	var drv *exec.Cmd
 	var drvOut bytes.Buffer
+	profiling := b.o.Profile != "" && rep == b.o.Reps-1
 	if churn {
 		var err error
 		if drv, err = b.startDriver(&drvOut); err != nil {
@@ -106,13 +107,22 @@ func (b *bench) phase(ctx context.Context, rep int, churn bool) (phaseResult, er
 		// for them, so that the whole run sees the full rate. Then
 		// measure what the churn costs with no load.
 		time.Sleep(b.o.Lifetime + aloneSettle)
+		if profiling {
+			if err := b.profileStart(); err != nil {
+				return r, err
+			}
+		}
 		m.begin()
 		time.Sleep(b.aloneWindow())
 		r.alone.cpu, r.alone.wall, _ = m.end()
+		if profiling {
+			if err := b.profileStop("alone"); err != nil {
+				return r, err
+			}
+		}
 		b.logf("rep %d churn alone, no load: %s; %.2f cores in all", rep+1, cores(r.alone.cpu, r.alone.wall), r.alone.cores(""))
 	}
 	name := phaseName(churn)
-	profiling := b.o.Profile != "" && rep == b.o.Reps-1
 	if profiling {
 		if err := b.profileStart(); err != nil {
 			return r, err
