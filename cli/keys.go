@@ -112,7 +112,7 @@ func keys(args []string, stdout, stderr io.Writer) error {
 			if err != nil {
 				return err
 			}
-			last, err := ops.LastUsed(ctx)
+			last, err := ops.LastUsed(ctx, recs)
 			if err != nil {
 				return err
 			}

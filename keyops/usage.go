@@ -14,7 +14,9 @@ import (
 // usage.FileStore fit.
 type UsageReader interface {
 	Read(ctx context.Context, ids []string, since time.Duration, now time.Time) (usage.Counts, map[string]time.Time, error)
-	LastUsed(ctx context.Context) (map[string]time.Time, error)
+	// LastUsed returns the last use of each of ids that has one, reading
+	// only those ids.
+	LastUsed(ctx context.Context, ids []string) (map[string]time.Time, error)
 }
 
 // SeriesReader is a UsageReader that also reads the counts hour by hour
@@ -219,11 +221,16 @@ func (s *Service) quota(ctx context.Context, sub policy.Subject) (*QuotaStatus, 
 	return q, nil
 }
 
-// LastUsed returns each key's last use as flushed; empty without a
-// UsageReader.
-func (s *Service) LastUsed(ctx context.Context) (map[string]time.Time, error) {
-	if s.usage == nil {
+// LastUsed returns the last use, as flushed, of each of recs' keys that
+// has one; empty without a UsageReader. It reads only those keys', never
+// the whole fleet's.
+func (s *Service) LastUsed(ctx context.Context, recs []keystore.Record) (map[string]time.Time, error) {
+	if s.usage == nil || len(recs) == 0 {
 		return map[string]time.Time{}, nil
 	}
-	return s.usage.LastUsed(ctx)
+	ids := make([]string, len(recs))
+	for i := range recs {
+		ids[i] = recs[i].ID
+	}
+	return s.usage.LastUsed(ctx, ids)
 }

@@ -39,7 +39,7 @@ func (p *Portal) keysPage(w http.ResponseWriter, r *http.Request, sess *Session)
 		p.storeError(w, r, sess, err)
 		return
 	}
-	last, err := p.ops.LastUsed(r.Context())
+	last, err := p.ops.LastUsed(r.Context(), recs)
 	if err != nil {
 		p.log.Warn("portal: last use unavailable", zap.Error(err))
 	}

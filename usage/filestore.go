@@ -408,13 +408,12 @@ func (d *usageData) series(ids []string, since time.Duration, now time.Time) []H
 	return hs
 }
 
-// LastUsed returns the last use of every key that has one.
-func (s *FileStore) LastUsed(context.Context) (map[string]time.Time, error) {
-	var out map[string]time.Time
+// LastUsed returns the last use of each of ids that has one.
+func (s *FileStore) LastUsed(_ context.Context, ids []string) (map[string]time.Time, error) {
+	out := make(map[string]time.Time, len(ids))
 	err := s.view(func(d *usageData) {
-		out = make(map[string]time.Time, len(d.keys))
-		for id, k := range d.keys {
-			if !k.lastUsed.IsZero() {
+		for _, id := range ids {
+			if k, ok := d.keys[id]; ok && !k.lastUsed.IsZero() {
 				out[id] = k.lastUsed
 			}
 		}

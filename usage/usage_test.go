@@ -3,6 +3,7 @@ package usage_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -132,7 +133,7 @@ func BenchmarkRecord(b *testing.B) {
 
 func storeRoundTrip(t *testing.T, s interface {
 	usage.Store
-	LastUsed(context.Context) (map[string]time.Time, error)
+	LastUsed(context.Context, []string) (map[string]time.Time, error)
 }) {
 	ctx := context.Background()
 	now := time.Date(2026, 11, 23, 10, 30, 0, 0, time.UTC)
@@ -168,9 +169,19 @@ func storeRoundTrip(t *testing.T, s interface {
 	if want := (usage.Counts{Admitted: 2, Quota: 1, Rate: 1, Context: 1, BytesIn: 151}); got != want {
 		t.Errorf("7d both = %+v, want %+v", got, want)
 	}
-	all, err := s.LastUsed(ctx)
-	if err != nil || len(all) != 2 {
-		t.Errorf("LastUsed = %v, %v", all, err)
+	for _, tc := range []struct {
+		ids  []string
+		want map[string]time.Time
+	}{
+		{[]string{"key_a", "key_b"}, map[string]time.Time{"key_a": t1.Truncate(time.Millisecond), "key_b": now}},
+		{[]string{"key_b"}, map[string]time.Time{"key_b": now}},
+		{[]string{"key_never_used", "key_a"}, map[string]time.Time{"key_a": t1.Truncate(time.Millisecond)}},
+		{nil, map[string]time.Time{}},
+	} {
+		got, err := s.LastUsed(ctx, tc.ids)
+		if err != nil || !maps.EqualFunc(got, tc.want, time.Time.Equal) {
+			t.Errorf("LastUsed(%q) = %v, %v; want %v", tc.ids, got, err, tc.want)
+		}
 	}
 }
 
@@ -182,6 +193,91 @@ func TestRedisStore(t *testing.T) {
 	ttl, err := client.TTL(context.Background(), "kg:usage:{key_a}:2026112310").Result()
 	if err != nil || ttl <= 7*24*time.Hour || ttl > usage.Retention {
 		t.Errorf("bucket TTL = %v, %v; want just over 7 days", ttl, err)
+	}
+}
+
+// commandCalls is redis-server's count of calls by command
+// (INFO commandstats).
+func commandCalls(t *testing.T, srv *redistest.Server) map[string]int {
+	t.Helper()
+	info, err := srv.Do("INFO", "commandstats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimPrefix(strings.TrimSpace(line), "cmdstat_"), ":calls=")
+		if ok {
+			v, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+			out[name] = v
+		}
+	}
+	return out
+}
+
+// TestRedisLastUsedReadsOnlyTheKeysAsked: the keys page of the portal and
+// `keys list` ask for the last uses of the keys they show. Redis is asked
+// for those ids alone, usage.LastUsedPage at a time (one ZMSCORE each),
+// never for the whole sorted set: with a fleet's million keys, that one
+// reply would hold redis-server, and every replica's limiter behind it,
+// for longer than their read timeout.
+func TestRedisLastUsedReadsOnlyTheKeysAsked(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	ctx := context.Background()
+	s := &usage.RedisStore{Client: client, Prefix: "kg:"}
+	now := time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)
+	const used = 3000 // keys with a last use; the ids asked include unused ones
+	c := usage.NewCounters(0)
+	for i := range used {
+		c.Record(fmt.Sprintf("key_%d", i), usage.ByAPIKey, usage.Admitted, 1, now.Add(time.Duration(i)*time.Millisecond))
+	}
+	if err := s.Flush(ctx, c.Drain(), now); err != nil {
+		t.Fatal(err)
+	}
+	ids := func(from, to int) []string {
+		var out []string
+		for i := from; i < to; i++ {
+			out = append(out, fmt.Sprintf("key_%d", i))
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name     string
+		ids      []string
+		found    int
+		zmscores int
+	}{
+		{"a consumer's few keys", []string{"key_7", "key_2999", "key_unused"}, 2, 1},
+		{"one page exactly", ids(0, usage.LastUsedPage), usage.LastUsedPage, 1},
+		{"more than two pages, some never used", ids(used-2*usage.LastUsedPage, used+usage.LastUsedPage/2), 2 * usage.LastUsedPage, 3},
+		{"none", nil, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := commandCalls(t, srv)
+			got, err := s.LastUsed(ctx, tc.ids)
+			if err != nil {
+				t.Fatal(err)
+			}
+			after := commandCalls(t, srv)
+			if len(got) != tc.found {
+				t.Errorf("found %d last uses, want %d", len(got), tc.found)
+			}
+			for id, at := range got {
+				var i int
+				if _, err := fmt.Sscanf(id, "key_%d", &i); err != nil || !at.Equal(now.Add(time.Duration(i)*time.Millisecond)) {
+					t.Errorf("last use of %s = %v, want %v", id, at, now.Add(time.Duration(i)*time.Millisecond))
+				}
+			}
+			if n := after["zmscore"] - before["zmscore"]; n != tc.zmscores {
+				t.Errorf("%d ZMSCOREs, want %d", n, tc.zmscores)
+			}
+			for _, cmd := range []string{"zrange", "zrangebyscore", "zscan", "zrevrange"} {
+				if after[cmd] != before[cmd] {
+					t.Errorf("LastUsed sent %s: it read the whole set", cmd)
+				}
+			}
+		})
 	}
 }
 
@@ -213,21 +309,7 @@ func TestRedisFlushIsOnePipeline(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	calls := func() map[string]int {
-		info, err := srv.Do("INFO", "commandstats")
-		if err != nil {
-			t.Fatal(err)
-		}
-		out := map[string]int{}
-		for _, line := range strings.Split(info, "\n") {
-			name, rest, ok := strings.Cut(strings.TrimPrefix(strings.TrimSpace(line), "cmdstat_"), ":calls=")
-			if ok {
-				v, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
-				out[name] = v
-			}
-		}
-		return out
-	}
+	calls := func() map[string]int { return commandCalls(t, srv) }
 	batches := (n + usage.FlushBatch - 1) / usage.FlushBatch
 	for _, tc := range []struct {
 		name      string
