@@ -93,6 +93,11 @@ type Config struct {
 	// Quota reads a bucket's quota use (Redis rate limiter); nil means
 	// quotas are per replica.
 	Quota QuotaReader
+	// ConsumerKeys, with a Store that reads records by hash (the Redis
+	// keystore's), finds a consumer's keys for the lists by consumer
+	// (the portal's pages, consumer show and usage) instead of reading
+	// every record; nil reads every record.
+	ConsumerKeys ConsumerKeys
 }
 
 // Service manages keys and consumers. It is safe for concurrent use as
@@ -103,8 +108,10 @@ type Service struct {
 	auditor Auditor
 	now     func() time.Time
 
-	usage       UsageReader
-	quotaReader QuotaReader
+	usage            UsageReader
+	quotaReader      QuotaReader
+	findConsumerKeys ConsumerKeys
+	recent           recentKeys
 }
 
 // New checks cfg and returns a Service.
@@ -121,7 +128,7 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Service{store: cfg.Store, limits: cfg.Limits, auditor: cfg.Auditor, now: cfg.Now, usage: cfg.Usage, quotaReader: cfg.Quota}, nil
+	return &Service{store: cfg.Store, limits: cfg.Limits, auditor: cfg.Auditor, now: cfg.Now, usage: cfg.Usage, quotaReader: cfg.Quota, findConsumerKeys: cfg.ConsumerKeys}, nil
 }
 
 // ErrInvalid wraps errors in what the caller asked for (a bad flag or

@@ -51,6 +51,9 @@ func (s *Service) IssueKey(ctx context.Context, a Actor, req keystore.IssueReque
 	if errors.Is(err, keystore.ErrContextNotAllowed) || errors.Is(err, keystore.ErrConsumerNotFound) {
 		err = asInvalid(err)
 	}
+	if err == nil {
+		s.recent.add(rec, s.now())
+	}
 	if err := s.audit(ctx, a, "key.issue", rec.ID, changes, err); err != nil {
 		return "", keystore.Record{}, err
 	}
@@ -69,7 +72,10 @@ type KeyFilter struct {
 // ListKeys returns the keys that f selects, in the order they were
 // issued.
 func (s *Service) ListKeys(ctx context.Context, f KeyFilter) ([]keystore.Record, error) {
-	recs, err := s.store.List(ctx)
+	recs, ok, err := s.consumerRecords(ctx, f.Consumer)
+	if !ok {
+		recs, err = s.store.List(ctx)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -259,6 +265,9 @@ func (s *Service) RotateKey(ctx context.Context, a Actor, id string, grace time.
 		return "", keystore.Record{}, invalid("grace: must not be negative, got %s", grace)
 	}
 	key, rec, err := s.store.Rotate(ctx, id, grace)
+	if err == nil {
+		s.recent.add(rec, s.now())
+	}
 	changes := map[string]string{"grace": grace.String(), "replaced_by": rec.ID}
 	if err := s.audit(ctx, a, "key.rotate", id, changes, err); err != nil {
 		return "", keystore.Record{}, err

@@ -289,6 +289,28 @@ func (x *index) update(consumer string, f func(Record) Record) {
 	}
 }
 
+// consumerHashes returns the hash of every entry whose consumer is id,
+// one shard at a time under its read lock: a scan of the entries, which
+// holds no shard's lock for long and allocates only the answer.
+func (x *index) consumerHashes(consumer string) []Hash {
+	n, ok := x.strs.lookup(consumer)
+	if !ok || consumer == "" {
+		return nil // no key names it
+	}
+	var out []Hash
+	for i := range x.shards {
+		s := &x.shards[i]
+		s.mu.RLock()
+		for h, e := range s.m {
+			if e.consumer == n {
+				out = append(out, h)
+			}
+		}
+		s.mu.RUnlock()
+	}
+	return out
+}
+
 // strtab numbers strings, so that an entry holds a 4-byte number for a
 // string many keys share. Number 0 is "". Reads are lock-free (an
 // append-only slice behind an atomic pointer); it only grows, by the

@@ -635,6 +635,18 @@ func (s *RedisStore) subscribeLoop() {
 	}
 }
 
+// ConsumerKeys returns the hashes of every key of consumer the store
+// holds (active, revoked, expired or rotated alike), from its index, as
+// current as the change log it follows. ok is false before the first
+// full pass has completed, when the index may lack some: the caller then
+// reads the store itself.
+func (s *RedisStore) ConsumerKeys(consumer string) (hs []Hash, ok bool) {
+	if !s.loaded.Load() {
+		return nil, false
+	}
+	return s.idx.consumerHashes(consumer), true
+}
+
 // Ready reports whether the first full pass has completed. Before it,
 // lookups already answer (a miss asks Redis).
 func (s *RedisStore) Ready() bool { return s.loaded.Load() }

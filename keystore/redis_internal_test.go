@@ -52,9 +52,17 @@ func TestRedisServesWhileLoading(t *testing.T) {
 	if s.Ready() {
 		t.Fatal("ready before the load completed")
 	}
+	// A consumer's keys cannot be told from a partial index: its lists
+	// read the store instead.
+	if _, ok := s.ConsumerKeys("con_0123456789abcdef"); ok {
+		t.Fatal("ConsumerKeys answered before the load completed")
+	}
 	close(hold)
 	released = true
 	testkit.Eventually(t, 2*time.Second, "ready after the load", func() error { return testkit.True(s.Ready(), "not ready") })
+	if hs, ok := s.ConsumerKeys("con_0123456789abcdef"); !ok || len(hs) != 0 {
+		t.Fatalf("ConsumerKeys of a consumer with no key after the load = %v, %v; want none, true", hs, ok)
+	}
 }
 
 // TestRedisWriteNewClaimsTheID: a new record whose id another record

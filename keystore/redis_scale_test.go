@@ -293,8 +293,23 @@ func TestRedisGetReadsOneKey(t *testing.T) {
 			if _, err := admin.Get(ctx, "key_0000000000000000"); !errors.Is(err, keystore.ErrNotFound) {
 				t.Errorf("Get of an unknown id: %v, want ErrNotFound", err)
 			}
+			// GetHashes (a consumer's keys by hash, in pages of 10 here)
+			// reads the same records, in List's order, and leaves out a
+			// hash with no record.
+			hs := []keystore.Hash{keystore.HashKey("svc_live_unknown")}
+			for i := len(all) - 1; i >= 0; i-- {
+				hs = append(hs, all[i].Hash)
+			}
+			paged := &keystore.RedisAdmin{Client: c, PageSize: 10}
+			got, err := paged.GetHashes(ctx, hs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(all) {
+				t.Errorf("GetHashes = %+v, List has %+v", got, all)
+			}
 			if n := hscans(t, c) - before; n != 0 {
-				t.Errorf("Get of %d keys ran %d HSCANs", len(all), n)
+				t.Errorf("Get and GetHashes of %d keys ran %d HSCANs", len(all), n)
 			}
 		})
 	}

@@ -118,7 +118,14 @@ func (s *Server) openOps(deps *Deps) (*keyops.Service, keyops.Store, error) {
 		return nil, nil, err
 	}
 	ur, _ := UsageStore(s.cfg, s.redis).(keyops.UsageReader)
-	s.ops, err = keyops.New(keyops.Config{Store: store, Limits: limits, Auditor: deps.Auditor, Usage: ur, Quota: QuotaReader(s.cfg, s.redis)})
+	var consumerKeys keyops.ConsumerKeys
+	if rs, ok := s.store.(*keystore.RedisStore); ok {
+		// A consumer's keys come from this replica's index and then their
+		// records alone, not from a read of every record (seconds and a
+		// gigabyte at a million keys, per portal page).
+		consumerKeys = rs.ConsumerKeys
+	}
+	s.ops, err = keyops.New(keyops.Config{Store: store, Limits: limits, Auditor: deps.Auditor, Usage: ur, Quota: QuotaReader(s.cfg, s.redis), ConsumerKeys: consumerKeys})
 	return s.ops, store, err
 }
 
