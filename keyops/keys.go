@@ -70,7 +70,10 @@ type KeyFilter struct {
 }
 
 // ListKeys returns the keys that f selects, in the order they were
-// issued.
+// issued. A consumer's keys are read by hash when Config.ConsumerKeys
+// finds them (see consumerRecords); any other list reads every record.
+// Either way each record read is checked against f, so a key whose
+// consumer changed after the index was read is not listed.
 func (s *Service) ListKeys(ctx context.Context, f KeyFilter) ([]keystore.Record, error) {
 	recs, ok, err := s.consumerRecords(ctx, f.Consumer)
 	if !ok {

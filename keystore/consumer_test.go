@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -66,6 +67,27 @@ func TestConsumersOnEveryBackend(t *testing.T) {
 				testkit.Eventually(t, time.Second, "store loaded and subscribed", func() error {
 					return testkit.True(s.Ready() && !s.Degraded(), "ready %v, degraded %v", s.Ready(), s.Degraded())
 				})
+				return s
+			}
+		},
+		// The admin checks a consumer's keys (to narrow its contexts, to
+		// delete it) by the hashes a replica's index finds, as the
+		// server wires it.
+		"redis-index": func(t *testing.T) (keystore.Admin, func() lookupStore) {
+			rs := redistest.Start(t)
+			admin := &keystore.RedisAdmin{Client: redisClient(t, rs.Addr)}
+			return admin, func() lookupStore {
+				s, err := keystore.OpenRedis(keystore.RedisConfig{Client: redisClient(t, rs.Addr), ResyncInterval: time.Minute, Limits: limits})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = s.Close() })
+				testkit.Eventually(t, time.Second, "store loaded and subscribed", func() error {
+					return testkit.True(s.Ready() && !s.Degraded(), "ready %v, degraded %v", s.Ready(), s.Degraded())
+				})
+				if admin.ConsumerKeys == nil { // before the admin's first call
+					admin.ConsumerKeys = s.ConsumerKeys
+				}
 				return s
 			}
 		},
@@ -137,13 +159,18 @@ func TestConsumersOnEveryBackend(t *testing.T) {
 			}); err == nil {
 				t.Error("update changed the key's context")
 			}
+			scans := func() int { return 0 }
+			if ra, ok := admin.(*keystore.RedisAdmin); ok && ra.ConsumerKeys != nil {
+				scans = func() int { return hscans(t, ra.Client) }
+			}
+			scans0 := scans()
 			if _, err := admin.UpdateConsumer(ctx, con.ID, func(c keystore.Consumer) (keystore.Consumer, error) {
 				c.Contexts = []string{ctxOther}
 				return c, nil
-			}); !errors.Is(err, keystore.ErrConsumerInUse) {
+			}); !errors.Is(err, keystore.ErrConsumerInUse) || !strings.Contains(err.Error(), rec.ID) {
 				t.Errorf("narrowing contexts away from an active key: %v", err)
 			}
-			if _, err := admin.DeleteConsumer(ctx, con.ID); !errors.Is(err, keystore.ErrConsumerInUse) {
+			if _, err := admin.DeleteConsumer(ctx, con.ID); !errors.Is(err, keystore.ErrConsumerInUse) || !strings.Contains(err.Error(), rec.ID) {
 				t.Errorf("delete with an active key: %v", err)
 			}
 			if _, err := admin.Revoke(ctx, rec.ID); err != nil {
@@ -151,6 +178,9 @@ func TestConsumersOnEveryBackend(t *testing.T) {
 			}
 			if _, err := admin.DeleteConsumer(ctx, con.ID); err != nil {
 				t.Fatalf("delete after revoking its keys: %v", err)
+			}
+			if n := scans() - scans0; n != 0 {
+				t.Errorf("the consumer's checks read the key set: %d HSCANs", n)
 			}
 			if _, err := admin.GetConsumer(ctx, con.ID); !errors.Is(err, keystore.ErrConsumerNotFound) {
 				t.Errorf("get after delete: %v", err)

@@ -33,6 +33,11 @@ type RedisAdmin struct {
 	// PageSize is the COUNT of each HSCAN and the size of each pipelined
 	// batch of an import; default 1000.
 	PageSize int
+	// ConsumerKeys, when set (a replica's RedisStore.ConsumerKeys),
+	// finds a consumer's keys for the checks of its update and deletion,
+	// which then read those records alone (GetHashes) instead of every
+	// record; when it cannot tell (ok false), they read every record.
+	ConsumerKeys func(consumer string) (hs []Hash, ok bool)
 
 	keysOnce      sync.Once
 	keysV         *redisKeys

@@ -240,14 +240,32 @@ func (a *RedisAdmin) changeConsumer(ctx context.Context, id string, change func(
 	return out, a.announceConsumer(ctx, id)
 }
 
-// checkConsumerKeys is CheckConsumerKeys over every key record in the
-// transaction's view.
-func (a *RedisAdmin) checkConsumerKeys(ctx context.Context, tx *redis.Tx, k *redisKeys, c Consumer, deleting bool) error {
-	recs, err := allRecords(ctx, a.Client, k, a.pageSize())
+// checkConsumerKeys is CheckConsumerKeys over the consumer's key records:
+// those ConsumerKeys finds, or every record. Like the issue of a key to
+// the consumer, it is not one transaction with the consumer's write (they
+// live in different Cluster slots), and the index it reads is as current
+// as the change log it follows (milliseconds): a key issued to the
+// consumer on another replica a moment before the deletion may be left
+// with a consumer that counts as none, as writeKey says.
+func (a *RedisAdmin) checkConsumerKeys(ctx context.Context, _ *redis.Tx, k *redisKeys, c Consumer, deleting bool) error {
+	var recs []Record
+	var err error
+	if hs, ok := a.consumerKeys(c.ID); ok {
+		recs, err = a.GetHashes(ctx, hs)
+	} else {
+		recs, err = allRecords(ctx, a.Client, k, a.pageSize())
+	}
 	if err != nil {
 		return err
 	}
 	return CheckConsumerKeys(c, recs, a.now(), deleting)
+}
+
+func (a *RedisAdmin) consumerKeys(id string) ([]Hash, bool) {
+	if a.ConsumerKeys == nil {
+		return nil, false
+	}
+	return a.ConsumerKeys(id)
 }
 
 func (a *RedisAdmin) announceConsumer(ctx context.Context, id string) error {

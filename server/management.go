@@ -101,11 +101,18 @@ func (s *Server) auditDeps(deps *Deps) error {
 // log.
 func (s *Server) openOps(deps *Deps) (*keyops.Service, keyops.Store, error) {
 	var store keyops.Store
+	// A consumer's keys come from this replica's index and then their
+	// records alone, not from a read of every record (seconds and a
+	// gigabyte at a million keys, per portal page or consumer change).
+	var consumerKeys keyops.ConsumerKeys
+	if rs, ok := s.store.(*keystore.RedisStore); ok {
+		consumerKeys = rs.ConsumerKeys
+	}
 	switch s.cfg.Keystore.Backend {
 	case "file":
 		store = &keystore.FileAdmin{Path: s.cfg.Keystore.File}
 	case "redis":
-		store = &keystore.RedisAdmin{Client: s.redis, Prefix: s.cfg.Redis.KeyPrefix}
+		store = &keystore.RedisAdmin{Client: s.redis, Prefix: s.cfg.Redis.KeyPrefix, ConsumerKeys: consumerKeys}
 	}
 	if s.ops != nil {
 		return s.ops, store, nil
@@ -118,13 +125,6 @@ func (s *Server) openOps(deps *Deps) (*keyops.Service, keyops.Store, error) {
 		return nil, nil, err
 	}
 	ur, _ := UsageStore(s.cfg, s.redis).(keyops.UsageReader)
-	var consumerKeys keyops.ConsumerKeys
-	if rs, ok := s.store.(*keystore.RedisStore); ok {
-		// A consumer's keys come from this replica's index and then their
-		// records alone, not from a read of every record (seconds and a
-		// gigabyte at a million keys, per portal page).
-		consumerKeys = rs.ConsumerKeys
-	}
 	s.ops, err = keyops.New(keyops.Config{Store: store, Limits: limits, Auditor: deps.Auditor, Usage: ur, Quota: QuotaReader(s.cfg, s.redis), ConsumerKeys: consumerKeys})
 	return s.ops, store, err
 }
