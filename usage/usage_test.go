@@ -242,22 +242,30 @@ func TestRedisLastUsedReadsOnlyTheKeysAsked(t *testing.T) {
 		}
 		return out
 	}
+	h := &countHook{}
+	client.AddHook(h)
 	for _, tc := range []struct {
-		name     string
-		ids      []string
-		found    int
-		zmscores int
+		name       string
+		ids        []string
+		found      int
+		zmscores   int
+		roundTrips int // 16 ZMSCOREs per round trip at most
 	}{
-		{"a consumer's few keys", []string{"key_7", "key_2999", "key_unused"}, 2, 1},
-		{"one page exactly", ids(0, usage.LastUsedPage), usage.LastUsedPage, 1},
-		{"more than two pages, some never used", ids(used-2*usage.LastUsedPage, used+usage.LastUsedPage/2), 2 * usage.LastUsedPage, 3},
-		{"none", nil, 0, 0},
+		{"a consumer's few keys", []string{"key_7", "key_2999", "key_unused"}, 2, 1, 1},
+		{"one page exactly", ids(0, usage.LastUsedPage), usage.LastUsedPage, 1, 1},
+		{"more than two pages, some never used", ids(used-2*usage.LastUsedPage, used+usage.LastUsedPage/2), 2 * usage.LastUsedPage, 3, 1},
+		{"more than one round trip of pages", ids(0, used+usage.LastUsedPage*5/2), used, 18, 2},
+		{"none", nil, 0, 0, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := commandCalls(t, srv)
+			h.pipelines, h.single = 0, 0
 			got, err := s.LastUsed(ctx, tc.ids)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if n := h.pipelines + h.single; n != tc.roundTrips {
+				t.Errorf("%d round trips, want %d", n, tc.roundTrips)
 			}
 			after := commandCalls(t, srv)
 			if len(got) != tc.found {
