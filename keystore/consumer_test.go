@@ -58,17 +58,7 @@ func TestConsumersOnEveryBackend(t *testing.T) {
 		},
 		"redis": func(t *testing.T) (keystore.Admin, func() lookupStore) {
 			rs := redistest.Start(t)
-			return &keystore.RedisAdmin{Client: redisClient(t, rs.Addr)}, func() lookupStore {
-				s, err := keystore.OpenRedis(keystore.RedisConfig{Client: redisClient(t, rs.Addr), ResyncInterval: time.Minute, Limits: limits})
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { _ = s.Close() })
-				testkit.Eventually(t, time.Second, "store loaded and subscribed", func() error {
-					return testkit.True(s.Ready() && !s.Degraded(), "ready %v, degraded %v", s.Ready(), s.Degraded())
-				})
-				return s
-			}
+			return &keystore.RedisAdmin{Client: redisClient(t, rs.Addr)}, func() lookupStore { return openSubscribed(t, rs.Addr, limits) }
 		},
 		// The admin checks a consumer's keys (to narrow its contexts, to
 		// delete it) by the hashes a replica's index finds, as the
@@ -77,14 +67,7 @@ func TestConsumersOnEveryBackend(t *testing.T) {
 			rs := redistest.Start(t)
 			admin := &keystore.RedisAdmin{Client: redisClient(t, rs.Addr)}
 			return admin, func() lookupStore {
-				s, err := keystore.OpenRedis(keystore.RedisConfig{Client: redisClient(t, rs.Addr), ResyncInterval: time.Minute, Limits: limits})
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { _ = s.Close() })
-				testkit.Eventually(t, time.Second, "store loaded and subscribed", func() error {
-					return testkit.True(s.Ready() && !s.Degraded(), "ready %v, degraded %v", s.Ready(), s.Degraded())
-				})
+				s := openSubscribed(t, rs.Addr, limits)
 				if admin.ConsumerKeys == nil { // before the admin's first call
 					admin.ConsumerKeys = s.ConsumerKeys
 				}
@@ -199,6 +182,21 @@ func TestConsumersOnEveryBackend(t *testing.T) {
 			})
 		})
 	}
+}
+
+// openSubscribed opens a RedisStore on the redis-server at addr and waits
+// until it has loaded and subscribed to the change log.
+func openSubscribed(t *testing.T, addr string, limits *policy.Resolver) *keystore.RedisStore {
+	t.Helper()
+	s, err := keystore.OpenRedis(keystore.RedisConfig{Client: redisClient(t, addr), ResyncInterval: time.Minute, Limits: limits})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	testkit.Eventually(t, time.Second, "store loaded and subscribed", func() error {
+		return testkit.True(s.Ready() && !s.Degraded(), "ready %v, degraded %v", s.Ready(), s.Degraded())
+	})
+	return s
 }
 
 // TestConsumerValidation: messages name the field.
