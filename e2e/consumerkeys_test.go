@@ -1,0 +1,151 @@
+package e2e
+
+import (
+	"crypto/tls"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/keygate/keygate/internal/testsupport/redistest"
+	"github.com/keygate/keygate/internal/testsupport/testkit"
+)
+
+// TestConsumerKeysAcrossReplicas: two replicas of the real binary on one
+// Redis keystore, each with its admin API, where a consumer's keys come
+// from the replica's own index of the key set. A consumer's list
+// (GET /v1/keys?consumer=) holds exactly its keys on both replicas: a key
+// issued through one replica is listed by it at once and by the other as
+// soon as the change reached it; a revocation through one shows on the
+// other at once (the records are read from Redis); another consumer's keys
+// are never listed; and the consumer cannot be deleted while it has an
+// active key. None of it reads the key set (no HSCAN).
+func TestConsumerKeysAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	rs := redistest.Start(t)
+	var gs []*gateway
+	var apis []*adminAPI
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	t.Cleanup(client.CloseIdleConnections)
+	for range 2 {
+		addr := testkit.FreeAddr(t)
+		g := startGateway(t, gwOpts{skipStart: true, extra: fmt.Sprintf("redis:\n  addrs: [%q]\nadmin_api:\n  enabled: true\n  listen: %q\n", rs.Addr, addr)})
+		g.rewriteConfig(func(c string) string {
+			return strings.Replace(c, "keystore:\n  backend: file", "keystore:\n  backend: redis", 1)
+		})
+		g.start()
+		gs = append(gs, g)
+		apis = append(apis, &adminAPI{t: t, base: "https://" + addr, client: client})
+	}
+	out, errOut, err := gs[0].keygate("admin-tokens", "create", "--name", "e2e", "--scopes", "keys:read,keys:write,consumers:read,consumers:write")
+	if err != nil {
+		t.Fatalf("admin-tokens create: %v\n%s", err, errOut)
+	}
+	for _, a := range apis {
+		a.token = strings.TrimSpace(strings.SplitN(out, "\n", 2)[0])
+	}
+	a1, a2 := apis[0], apis[1]
+	consumer := func(name string) string {
+		t.Helper()
+		status, con, _ := a1.call("POST", "/v1/consumers", `{"name":"`+name+`","contexts":["`+ctxA+`"]}`)
+		if status != http.StatusCreated {
+			t.Fatalf("create consumer: %d %v", status, con)
+		}
+		return con["id"].(string)
+	}
+	conA, conB := consumer("Acme"), consumer("Bolt")
+	issue := func(a *adminAPI, con string) string {
+		t.Helper()
+		body := `{"product":"extraction","env":"live","context":"` + ctxA + `"`
+		if con != "" {
+			body += `,"consumer":"` + con + `"`
+		}
+		status, rec, _ := a.call("POST", "/v1/keys", body+"}")
+		if status != http.StatusCreated {
+			t.Fatalf("issue: %d %v", status, rec)
+		}
+		return rec["id"].(string)
+	}
+	// list is the consumer's keys on a, as "id/status", sorted.
+	list := func(a *adminAPI, con string) []string {
+		t.Helper()
+		status, page, _ := a.call("GET", "/v1/keys?consumer="+con, "")
+		if status != http.StatusOK {
+			t.Fatalf("list: %d %v", status, page)
+		}
+		var out []string
+		for _, it := range page["items"].([]any) {
+			m := it.(map[string]any)
+			if m["consumer"] != con {
+				t.Errorf("the list of %s holds %v, a key of %v", con, m["id"], m["consumer"])
+			}
+			out = append(out, m["id"].(string)+"/"+m["status"].(string))
+		}
+		slices.Sort(out)
+		return out
+	}
+	want := func(ids ...string) []string {
+		slices.Sort(ids)
+		return ids
+	}
+	// hscans is redis-server's count of HSCANs: a read of the key set.
+	// Both replicas completed their first pass before they were ready,
+	// and their next full pass is resync_interval (10m) away.
+	hscans := func() int {
+		t.Helper()
+		info, err := rs.Do("INFO", "commandstats")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(info, "\n") {
+			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_hscan:calls="); ok {
+				var n int
+				fmt.Sscan(strings.SplitN(rest, ",", 2)[0], &n)
+				return n
+			}
+		}
+		return 0
+	}
+	scans0 := hscans()
+	k1, kb := issue(a1, conA), issue(a1, conB)
+	issue(a1, "") // a key of no consumer
+	k2 := issue(a1, conA)
+	// Through the replica that issued them: at once.
+	if got, w := list(a1, conA), want(k1+"/active", k2+"/active"); !slices.Equal(got, w) {
+		t.Errorf("replica 1 lists %v for A right after issuing, want %v", got, w)
+	}
+	// The other replica: once the change log reached it.
+	eventually(t, 5*time.Second, func() string {
+		if got, w := list(a2, conA), want(k1+"/active", k2+"/active"); !slices.Equal(got, w) {
+			return fmt.Sprintf("replica 2 lists %v for A, want %v", got, w)
+		}
+		return ""
+	})
+	k3 := issue(a2, conA)
+	if got, w := list(a2, conA), want(k1+"/active", k2+"/active", k3+"/active"); !slices.Equal(got, w) {
+		t.Errorf("replica 2 lists %v for A right after issuing, want %v", got, w)
+	}
+	eventually(t, 5*time.Second, func() string {
+		if got, w := list(a1, conA), want(k1+"/active", k2+"/active", k3+"/active"); !slices.Equal(got, w) {
+			return fmt.Sprintf("replica 1 lists %v for A, want %v", got, w)
+		}
+		return ""
+	})
+	if status, rec, _ := a2.call("POST", "/v1/keys/"+k1+"/revoke", ""); status != http.StatusOK {
+		t.Fatalf("revoke: %d %v", status, rec)
+	}
+	if got, w := list(a1, conA), want(k1+"/revoked", k2+"/active", k3+"/active"); !slices.Equal(got, w) {
+		t.Errorf("replica 1 lists %v for A right after a revocation on replica 2, want %v", got, w)
+	}
+	if got, w := list(a2, conB), want(kb+"/active"); !slices.Equal(got, w) {
+		t.Errorf("replica 2 lists %v for B, want %v", got, w)
+	}
+	if status, body, _ := a1.call("DELETE", "/v1/consumers/"+conA, ""); status != http.StatusConflict || !strings.Contains(fmt.Sprint(body["detail"]), k2) {
+		t.Errorf("delete of a consumer with active keys: %d %v", status, body)
+	}
+	if n := hscans() - scans0; n != 0 {
+		t.Errorf("the consumers' lists and checks read the key set: %d HSCANs", n)
+	}
+}
