@@ -93,21 +93,7 @@ func TestConsumerKeysAcrossReplicas(t *testing.T) {
 	// hscans is redis-server's count of HSCANs: a read of the key set.
 	// Both replicas completed their first pass before they were ready,
 	// and their next full pass is resync_interval (10m) away.
-	hscans := func() int {
-		t.Helper()
-		info, err := rs.Do("INFO", "commandstats")
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, line := range strings.Split(info, "\n") {
-			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_hscan:calls="); ok {
-				var n int
-				fmt.Sscan(strings.SplitN(rest, ",", 2)[0], &n)
-				return n
-			}
-		}
-		return 0
-	}
+	hscans := func() int { return rs.Calls(t)["hscan"] }
 	scans0 := hscans()
 	k1, kb := issue(a1, conA), issue(a1, conB)
 	issue(a1, "") // a key of no consumer

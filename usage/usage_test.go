@@ -6,7 +6,6 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -196,25 +195,6 @@ func TestRedisStore(t *testing.T) {
 	}
 }
 
-// commandCalls is redis-server's count of calls by command
-// (INFO commandstats).
-func commandCalls(t *testing.T, srv *redistest.Server) map[string]int {
-	t.Helper()
-	info, err := srv.Do("INFO", "commandstats")
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]int{}
-	for _, line := range strings.Split(info, "\n") {
-		name, rest, ok := strings.Cut(strings.TrimPrefix(strings.TrimSpace(line), "cmdstat_"), ":calls=")
-		if ok {
-			v, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
-			out[name] = v
-		}
-	}
-	return out
-}
-
 // TestRedisLastUsedReadsOnlyTheKeysAsked: the keys page of the portal and
 // `keys list` ask for the last uses of the keys they show. Redis is asked
 // for those ids alone, usage.LastUsedPage at a time (one ZMSCORE each),
@@ -258,7 +238,7 @@ func TestRedisLastUsedReadsOnlyTheKeysAsked(t *testing.T) {
 		{"none", nil, 0, 0, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			before := commandCalls(t, srv)
+			before := srv.Calls(t)
 			h.pipelines, h.single = 0, 0
 			got, err := s.LastUsed(ctx, tc.ids)
 			if err != nil {
@@ -267,7 +247,7 @@ func TestRedisLastUsedReadsOnlyTheKeysAsked(t *testing.T) {
 			if n := h.pipelines + h.single; n != tc.roundTrips {
 				t.Errorf("%d round trips, want %d", n, tc.roundTrips)
 			}
-			after := commandCalls(t, srv)
+			after := srv.Calls(t)
 			if len(got) != tc.found {
 				t.Errorf("found %d last uses, want %d", len(got), tc.found)
 			}
@@ -317,7 +297,7 @@ func TestRedisFlushIsOnePipeline(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	calls := func() map[string]int { return commandCalls(t, srv) }
+	calls := func() map[string]int { return srv.Calls(t) }
 	batches := (n + usage.FlushBatch - 1) / usage.FlushBatch
 	for _, tc := range []struct {
 		name      string

@@ -170,6 +170,26 @@ func (s *Server) Do(args ...string) (string, error) {
 	return do(s.Addr, args...)
 }
 
+// Calls is the server's count of calls by command, lower case, since it
+// started (INFO commandstats): what a test reads to see which commands
+// the code under test sent, such as none that reads a whole key.
+func (s *Server) Calls(t testing.TB) map[string]int {
+	t.Helper()
+	info, err := s.Do("INFO", "commandstats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimPrefix(strings.TrimSpace(line), "cmdstat_"), ":calls=")
+		if ok {
+			n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+			out[name] = n
+		}
+	}
+	return out
+}
+
 func do(addr string, args ...string) (string, error) {
 	c, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
