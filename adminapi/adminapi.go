@@ -150,6 +150,7 @@ func isLoopback(host string) bool {
 type Ops interface {
 	IssueKey(ctx context.Context, a keyops.Actor, req keystore.IssueRequest) (string, keystore.Record, error)
 	ListKeys(ctx context.Context, f keyops.KeyFilter) ([]keystore.Record, error)
+	ListKeysPage(ctx context.Context, f keyops.KeyFilter, after *keystore.Position, limit int) (keyops.KeyPage, error)
 	GetKey(ctx context.Context, id string) (keystore.Record, error)
 	ShowKey(ctx context.Context, id string) (keyops.KeyDetail, error)
 	DescribeKey(ctx context.Context, rec keystore.Record) (keyops.KeyDetail, error)

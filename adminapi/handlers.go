@@ -38,8 +38,11 @@ type cursor struct {
 	ID string `json:"id"`
 }
 
-func encodeCursor(t time.Time, id string) string {
-	b, _ := json.Marshal(cursor{t.Unix(), id})
+func encodeCursor(t time.Time, id string) string { return cursorAt(t.Unix(), id) }
+
+// cursorAt is the cursor of the item with id created at Unix second t.
+func cursorAt(t int64, id string) string {
+	b, _ := json.Marshal(cursor{t, id})
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
@@ -472,16 +475,23 @@ func (a *API) listKeys(r *request) (response, error) {
 	default:
 		return response{}, badRequest("status: must be active, revoked or expired")
 	}
-	recs, err := a.deps.Ops.ListKeys(r.Context(), f)
+	var from *keystore.Position
+	if after != nil {
+		from = &keystore.Position{Created: after.T, ID: after.ID}
+	}
+	p, err := a.deps.Ops.ListKeysPage(r.Context(), f, from, limit)
 	if err != nil {
 		return response{}, err
 	}
 	now := a.now()
-	views := make([]keystore.RecordView, len(recs))
-	for i, rec := range recs {
-		views[i] = rec.View(now)
+	body := page[keystore.RecordView]{Items: make([]keystore.RecordView, len(p.Keys))}
+	for i, rec := range p.Keys {
+		body.Items[i] = rec.View(now)
 	}
-	return response{status: http.StatusOK, body: paginate(views, func(v keystore.RecordView) (time.Time, string) { return v.CreatedAt, v.ID }, limit, after)}, nil
+	if p.Next != nil {
+		body.NextCursor = cursorAt(p.Next.Created, p.Next.ID)
+	}
+	return response{status: http.StatusOK, body: body}, nil
 }
 
 func (a *API) getKey(r *request) (response, error) {

@@ -26,8 +26,8 @@ type hashGetter interface {
 // full load).
 const recentWindow = 10 * time.Second
 
-// recentKeys are the keys a Service issued (or made by rotation) to each
-// consumer in the last recentWindow, so that its own lists show them at
+// recentKeys are the keys a Service issued (or made by rotation), by
+// consumer, in the last recentWindow, so that its own lists show them at
 // once even if its replica's index has not caught up with the change log
 // yet.
 type recentKeys struct {
@@ -40,11 +40,8 @@ type recentKey struct {
 	at time.Time
 }
 
-// add remembers r when it has a consumer.
+// add remembers r, under its consumer ("" for none).
 func (rk *recentKeys) add(r keystore.Record, now time.Time) {
-	if r.Consumer == "" {
-		return
-	}
 	rk.mu.Lock()
 	defer rk.mu.Unlock()
 	if rk.m == nil {
@@ -61,6 +58,20 @@ func (rk *recentKeys) union(consumer string, hs []keystore.Hash, now time.Time) 
 	rk.prune(now)
 	for _, k := range rk.m[consumer] {
 		if !slices.Contains(hs, k.h) {
+			hs = append(hs, k.h)
+		}
+	}
+	return hs
+}
+
+// all returns every key remembered, of any consumer or none.
+func (rk *recentKeys) all(now time.Time) []keystore.Hash {
+	rk.mu.Lock()
+	defer rk.mu.Unlock()
+	rk.prune(now)
+	var hs []keystore.Hash
+	for _, ks := range rk.m {
+		for _, k := range ks {
 			hs = append(hs, k.h)
 		}
 	}

@@ -98,6 +98,10 @@ type Config struct {
 	// (the portal's pages, consumer show and usage) instead of reading
 	// every record; nil reads every record.
 	ConsumerKeys ConsumerKeys
+	// KeysPage, with a Store that reads records by hash, finds a page of
+	// the key list (ListKeysPage: the admin API's GET /v1/keys) instead
+	// of reading every record; nil reads every record.
+	KeysPage KeysPage
 }
 
 // Service manages keys and consumers. It is safe for concurrent use as
@@ -111,6 +115,7 @@ type Service struct {
 	usage            UsageReader
 	quotaReader      QuotaReader
 	findConsumerKeys ConsumerKeys
+	findPage         KeysPage
 	recent           recentKeys
 }
 
@@ -128,7 +133,7 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Service{store: cfg.Store, limits: cfg.Limits, auditor: cfg.Auditor, now: cfg.Now, usage: cfg.Usage, quotaReader: cfg.Quota, findConsumerKeys: cfg.ConsumerKeys}, nil
+	return &Service{store: cfg.Store, limits: cfg.Limits, auditor: cfg.Auditor, now: cfg.Now, usage: cfg.Usage, quotaReader: cfg.Quota, findConsumerKeys: cfg.ConsumerKeys, findPage: cfg.KeysPage}, nil
 }
 
 // ErrInvalid wraps errors in what the caller asked for (a bad flag or

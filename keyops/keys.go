@@ -85,12 +85,17 @@ func (s *Service) ListKeys(ctx context.Context, f KeyFilter) ([]keystore.Record,
 	now := s.now()
 	out := recs[:0]
 	for _, r := range recs {
-		if (f.Consumer == "" || r.Consumer == f.Consumer) && (f.Product == "" || r.Product == f.Product) &&
-			(f.Env == "" || r.Env == f.Env) && (f.Status == "" || r.StateAt(now) == f.Status) {
+		if f.match(r, now) {
 			out = append(out, r)
 		}
 	}
 	return out, nil
+}
+
+// match reports whether f selects r at now.
+func (f KeyFilter) match(r keystore.Record, now time.Time) bool {
+	return (f.Consumer == "" || r.Consumer == f.Consumer) && (f.Product == "" || r.Product == f.Product) &&
+		(f.Env == "" || r.Env == f.Env) && (f.Status == "" || r.StateAt(now) == f.Status)
 }
 
 // GetKey returns the record of the key with id, or keystore.ErrNotFound.

@@ -27,9 +27,10 @@ const indexShards = 256
 // map's control bytes and spare capacity: a slot is 40 bytes, and a map
 // is half to 7/8 full), the immutable 80-byte entry, and the id string
 // (24 bytes) and name. An entry is replaced whole on a change. Contexts, consumer ids and plan names are
-// interned: keys that share one share its bytes. CreatedAt, RevokedAt and ReplacedBy
-// are read only by the admin side, which reads them from the store, so
-// the index does not hold them.
+// interned: keys that share one share its bytes. RevokedAt and
+// ReplacedBy are read only by the admin side, which reads them from the
+// store, so the index does not hold them. CreatedAt it holds to the
+// second, in the entry's padding, for the admin side's pages (page).
 type index struct {
 	shards   [indexShards]indexShard
 	strs     *strtab
@@ -55,6 +56,9 @@ type entry struct {
 	extra                   *entryExtra
 	limits                  *policy.Effective
 	context, consumer, plan uint32
+	// created is CreatedAt in whole Unix seconds (createdSeconds), the
+	// key list's order; it fills what was padding.
+	created uint32
 	// gen is the full pass that last saw the entry (see RedisStore and
 	// fileReload). A file reload marks an unchanged entry as seen by
 	// storing to it while lookups read the entry's other fields.
@@ -125,6 +129,7 @@ func (x *index) compact(r Record, gen uint32) *entry {
 		context:  x.strs.number(r.Context),
 		consumer: x.strs.number(r.Consumer),
 		plan:     x.strs.number(r.Plan),
+		created:  createdSeconds(r.CreatedAt),
 		limits:   r.Limits,
 		product:  enumOf(products[:], r.Product),
 		env:      enumOf(envs[:], r.Env),
@@ -257,7 +262,7 @@ func (x *index) same(e *entry, r Record) bool {
 	if !r.ExpiresAt.IsZero() {
 		expires = r.ExpiresAt.UnixNano()
 	}
-	if e.id != r.ID || e.name != r.Name || e.expires != expires ||
+	if e.id != r.ID || e.name != r.Name || e.expires != expires || e.created != createdSeconds(r.CreatedAt) ||
 		e.product != enumOf(products[:], r.Product) || e.env != enumOf(envs[:], r.Env) || e.status != enumOf(statuses[:], r.Status) ||
 		strs[e.context] != r.Context || strs[e.consumer] != r.Consumer || strs[e.plan] != r.Plan {
 		return false

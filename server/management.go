@@ -101,12 +101,14 @@ func (s *Server) auditDeps(deps *Deps) error {
 // log.
 func (s *Server) openOps(deps *Deps) (*keyops.Service, keyops.Store, error) {
 	var store keyops.Store
-	// A consumer's keys come from this replica's index and then their
-	// records alone, not from a read of every record (seconds and a
-	// gigabyte at a million keys, per portal page or consumer change).
+	// A consumer's keys, and a page of the key list, come from this
+	// replica's index and then their records alone, not from a read of
+	// every record (seconds and a gigabyte at a million keys, per portal
+	// page, admin list page or consumer change).
 	var consumerKeys keyops.ConsumerKeys
+	var keysPage keyops.KeysPage
 	if rs, ok := s.store.(*keystore.RedisStore); ok {
-		consumerKeys = rs.ConsumerKeys
+		consumerKeys, keysPage = rs.ConsumerKeys, rs.KeysPage
 	}
 	switch s.cfg.Keystore.Backend {
 	case "file":
@@ -125,7 +127,7 @@ func (s *Server) openOps(deps *Deps) (*keyops.Service, keyops.Store, error) {
 		return nil, nil, err
 	}
 	ur, _ := UsageStore(s.cfg, s.redis).(keyops.UsageReader)
-	s.ops, err = keyops.New(keyops.Config{Store: store, Limits: limits, Auditor: deps.Auditor, Usage: ur, Quota: QuotaReader(s.cfg, s.redis), ConsumerKeys: consumerKeys})
+	s.ops, err = keyops.New(keyops.Config{Store: store, Limits: limits, Auditor: deps.Auditor, Usage: ur, Quota: QuotaReader(s.cfg, s.redis), ConsumerKeys: consumerKeys, KeysPage: keysPage})
 	return s.ops, store, err
 }
 
