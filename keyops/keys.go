@@ -71,18 +71,23 @@ type KeyFilter struct {
 
 // ListKeys returns the keys that f selects, in the order they were
 // issued. A consumer's keys are read by hash when Config.ConsumerKeys
-// finds them (see consumerRecords); any other list reads every record.
-// Either way each record read is checked against f, so a key whose
+// finds them (see consumerRecords); any other list reads every record,
+// holding only the matches where the store filters as it reads (the
+// Redis keystore's ListMatching). Either way each record read is checked against f, so a key whose
 // consumer changed after the index was read is not listed.
 func (s *Service) ListKeys(ctx context.Context, f KeyFilter) ([]keystore.Record, error) {
 	recs, ok, err := s.consumerRecords(ctx, f.Consumer)
-	if !ok {
+	now := s.now()
+	switch m, filters := s.store.(matchLister); {
+	case ok:
+	case filters:
+		recs, err = m.ListMatching(ctx, func(r keystore.Record) bool { return f.match(r, now) })
+	default:
 		recs, err = s.store.List(ctx)
 	}
 	if err != nil {
 		return nil, err
 	}
-	now := s.now()
 	out := recs[:0]
 	for _, r := range recs {
 		if f.match(r, now) {
@@ -90,6 +95,13 @@ func (s *Service) ListKeys(ctx context.Context, f KeyFilter) ([]keystore.Record,
 		}
 	}
 	return out, nil
+}
+
+// matchLister is a Store that filters records as it reads them
+// (keystore.RedisAdmin), so that a list holds its matches, not the key
+// set.
+type matchLister interface {
+	ListMatching(ctx context.Context, keep func(keystore.Record) bool) ([]keystore.Record, error)
 }
 
 // match reports whether f selects r at now.

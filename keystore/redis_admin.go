@@ -78,7 +78,13 @@ func (a *RedisAdmin) Issue(ctx context.Context, req IssueRequest) (string, Recor
 
 // List returns every record, oldest first.
 func (a *RedisAdmin) List(ctx context.Context) ([]Record, error) {
-	recs, err := allRecords(ctx, a.Client, a.keys(), a.pageSize())
+	return a.ListMatching(ctx, func(Record) bool { return true })
+}
+
+// ListMatching returns the records keep accepts, oldest first, reading
+// every record a page at a time but holding only those it keeps.
+func (a *RedisAdmin) ListMatching(ctx context.Context, keep func(Record) bool) ([]Record, error) {
+	recs, err := matchingRecords(ctx, a.Client, a.keys(), a.pageSize(), keep)
 	if err != nil {
 		return nil, err
 	}

@@ -29,18 +29,31 @@ func hashAll[T any](ctx context.Context, c redis.Cmdable, key string, page int, 
 // previous layout's hash while it exists. A record seen twice (moved
 // while the scan ran) is kept once.
 func allRecords(ctx context.Context, c redis.Cmdable, k *redisKeys, page int) ([]Record, error) {
+	return matchingRecords(ctx, c, k, page, func(Record) bool { return true })
+}
+
+// matchingRecords is allRecords keeping only the records keep accepts, as
+// each page arrives: a filtered list holds its matches, not the key set
+// (a consumer's keys out of a million: 1.1–1.3 GiB before).
+func matchingRecords(ctx context.Context, c redis.Cmdable, k *redisKeys, page int, keep func(Record) bool) ([]Record, error) {
 	var out []Record
 	seen := make(map[Hash]bool)
 	for _, key := range append(k.records[:], k.legacyRecords) {
-		recs, err := hashAll(ctx, c, key, page, decodeRecord)
+		err := scanHash(ctx, c, key, page, func(kv []string) error {
+			for i := 0; i+1 < len(kv); i += 2 {
+				r, err := decodeRecord(kv[i], kv[i+1])
+				if err != nil {
+					return err
+				}
+				if keep(r) && !seen[r.Hash] {
+					seen[r.Hash] = true
+					out = append(out, r)
+				}
+			}
+			return nil
+		})
 		if err != nil {
 			return nil, err
-		}
-		for _, r := range recs {
-			if !seen[r.Hash] {
-				seen[r.Hash] = true
-				out = append(out, r)
-			}
 		}
 	}
 	return out, nil

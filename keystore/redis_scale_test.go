@@ -314,3 +314,96 @@ func TestRedisGetReadsOneKey(t *testing.T) {
 		})
 	}
 }
+
+// TestRedisListMatchingKeepsWhatListHas: a filtered list (a consumer's
+// keys where no replica's index can find them: `keygate keys list
+// --consumer`, a replica still loading) lists exactly the records of List
+// that the filter keeps, in List's order, also while records are being
+// moved from the previous layout (a record in both hashes is listed
+// once), while it holds only those it keeps (BenchmarkRedisListMatching).
+func TestRedisListMatchingKeepsWhatListHas(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rs := redistest.Start(t)
+	c := redisClient(t, rs.Addr)
+	admin := &keystore.RedisAdmin{Client: c, PageSize: 3}
+	var moved keystore.Record
+	for i := range 30 {
+		_, rec, err := admin.Issue(ctx, keystore.IssueRequest{Product: keystore.Extraction, Env: keystore.Live, Context: ctxUUID, Name: fmt.Sprint("k", i%4)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		moved = rec
+	}
+	// The last one, also in the previous layout's hash: a move under way.
+	b, _ := json.Marshal(struct {
+		keystore.Record
+		Hash keystore.Hash `json:"hash"`
+	}{moved, moved.Hash})
+	c.HSet(ctx, "keygate:keystore:{ks}:records", moved.Hash.String(), string(b))
+	all, err := admin.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != 30 {
+		t.Fatalf("List has %d records, want 30", len(all))
+	}
+	for _, name := range []string{"k0", "k3", "k9"} {
+		keep := func(r keystore.Record) bool { return r.Name == name || r.ID == moved.ID }
+		got, err := admin.ListMatching(ctx, keep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want []keystore.Record
+		for _, r := range all {
+			if keep(r) {
+				want = append(want, r)
+			}
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("ListMatching(name %s) = %v\nwant %v", name, got, want)
+		}
+	}
+}
+
+// BenchmarkRedisListMatching: a list of one consumer's keys read by a
+// scan of 20,000 keys in redis-server holds those keys, not the key set:
+// compare B/op of "every record" and "one consumer's" (-benchmem).
+func BenchmarkRedisListMatching(b *testing.B) {
+	ctx := context.Background()
+	rs := redistest.Start(b)
+	c := redis.NewClient(&redis.Options{Addr: rs.Addr})
+	b.Cleanup(func() { _ = c.Close() })
+	admin := &keystore.RedisAdmin{Client: c}
+	recs := make([]keystore.Record, 20000)
+	for i := range recs {
+		req := keystore.IssueRequest{Product: keystore.Extraction, Env: keystore.Live, Context: ctxUUID}
+		_, rec, err := keystore.NewRecord(req, time.Now())
+		if err != nil {
+			b.Fatal(err)
+		}
+		if i%1000 == 0 {
+			rec.Consumer = "con_0000000000000001"
+		}
+		recs[i] = rec
+	}
+	if _, _, err := admin.Import(ctx, recs); err != nil {
+		b.Fatal(err)
+	}
+	for _, bc := range []struct {
+		name string
+		keep func(keystore.Record) bool
+	}{
+		{"every record", func(keystore.Record) bool { return true }},
+		{"one consumer's", func(r keystore.Record) bool { return r.Consumer == "con_0000000000000001" }},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := admin.ListMatching(ctx, bc.keep); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
