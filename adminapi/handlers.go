@@ -562,6 +562,62 @@ func (a *API) rotateKey(r *request) (response, error) {
 	return a.issuedResponse(r, key, rec), nil
 }
 
+// purgeBody asks to delete the keys that ended long ago.
+type purgeBody struct {
+	// OlderThan: keys revoked or expired more than this long ago, as a
+	// duration such as 2160h or a number of days such as 90d. Required.
+	OlderThan string `json:"older_than"`
+	// Limit bounds the keys of one call (1 to 10000, default 1000); the
+	// answer's "more" says whether to call again.
+	Limit *int `json:"limit"`
+	// DryRun lists the keys and deletes nothing.
+	DryRun bool `json:"dry_run"`
+}
+
+// purgedKey is a purged key as the answer names it.
+type purgedKey struct {
+	ID      string    `json:"id"`
+	Status  string    `json:"status"`
+	EndedAt time.Time `json:"ended_at"`
+}
+
+const (
+	defaultPurgeLimit = 1000
+	maxPurgeLimit     = 10000
+)
+
+func (a *API) purgeKeys(r *request) (response, error) {
+	var b purgeBody
+	if err := r.decode(&b); err != nil {
+		return response{}, err
+	}
+	d, ok := keyops.ParseAge(b.OlderThan)
+	if !ok {
+		return response{}, badRequest("older_than: want a duration such as 2160h or a number of days such as 90d")
+	}
+	limit := defaultPurgeLimit
+	if b.Limit != nil {
+		if limit = *b.Limit; limit < 1 || limit > maxPurgeLimit {
+			return response{}, badRequest("limit: must be a whole number from 1 to 10000")
+		}
+	}
+	res, err := a.deps.Ops.PurgeKeys(r.Context(), r.actor(), keyops.PurgeRequest{OlderThan: d, Limit: limit, DryRun: b.DryRun})
+	if err != nil {
+		return response{}, err
+	}
+	now := a.now()
+	out := struct {
+		Purged []purgedKey `json:"purged"`
+		More   bool        `json:"more"`
+		DryRun bool        `json:"dry_run"`
+	}{Purged: make([]purgedKey, len(res.Keys)), More: res.More, DryRun: b.DryRun}
+	for i, rec := range res.Keys {
+		ended, _ := rec.EndedAt(now)
+		out.Purged[i] = purgedKey{rec.ID, string(rec.StateAt(now)), ended.UTC()}
+	}
+	return response{status: http.StatusOK, body: out}, nil
+}
+
 func (a *API) revokeKey(r *request) (response, error) {
 	if len(strings.TrimSpace(string(r.body))) > 0 && strings.TrimSpace(string(r.body)) != "{}" {
 		return response{}, badRequest("revoke takes no body")

@@ -75,6 +75,7 @@ func (a *API) routes() []Route {
 		{"PATCH", "/v1/keys/{id}", ScopeKeysWrite, a.updateKey},
 		{"POST", "/v1/keys/{id}/rotate", ScopeKeysWrite, a.rotateKey},
 		{"POST", "/v1/keys/{id}/revoke", ScopeKeysWrite, a.revokeKey},
+		{"POST", "/v1/keys/purge", ScopeKeysWrite, a.purgeKeys},
 		{"GET", "/v1/keys/{id}/usage", ScopeUsageRead, a.keyUsage},
 		{"GET", "/v1/migration", ScopeUsageRead, a.migration},
 		{"GET", "/v1/audit-events", ScopeAuditRead, a.auditEvents},

@@ -5,11 +5,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/keygate/keygate/admintoken"
+	"github.com/keygate/keygate/keyops"
 	"github.com/keygate/keygate/keystore"
 )
 
@@ -135,15 +135,8 @@ func parseLifetime(s string) (time.Duration, error) {
 	if s == "" {
 		return 0, nil
 	}
-	if n, ok := strings.CutSuffix(s, "d"); ok {
-		d, err := strconv.Atoi(n)
-		if err != nil || d <= 0 || d > 36500 {
-			return 0, fmt.Errorf("--expires-in %q: want a number of days such as 90d, or a duration such as 12h", s)
-		}
-		return time.Duration(d) * 24 * time.Hour, nil
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil || d <= 0 {
+	d, ok := keyops.ParseAge(s)
+	if !ok {
 		return 0, fmt.Errorf("--expires-in %q: want a number of days such as 90d, or a duration such as 12h", s)
 	}
 	return d, nil

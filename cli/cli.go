@@ -44,6 +44,8 @@ Usage:
   keygate keys revoke --config FILE ID
   keygate keys rotate --config FILE ID [--grace DURATION]
   keygate keys import --config FILE --from KEYS.yaml   (into the redis keystore)
+  keygate keys purge --config FILE --older-than 90d [--dry-run]
+                     delete the keys revoked or expired more than that long ago (ids on stdout)
   keygate consumers create --config FILE --name TEXT [--meta K=V]... [--context UUID]...
                      [--plan NAME] [--rate N] [--per DURATION] [--burst N] [--quota N/DURATION|none] [--until RFC3339]
                      [--permissions OP,...] [--allow-cidr CIDR]...

@@ -42,7 +42,7 @@ func openAdmin(cfg config.Config) (keyops.Store, func(), error) {
 
 func keys(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return usageError{"keys: want issue, list, show, update, usage, revoke, rotate or import"}
+		return usageError{"keys: want issue, list, show, update, usage, revoke, rotate, purge or import"}
 	}
 	sub, args := args[0], args[1:]
 	fs := flag.NewFlagSet("keys "+sub, flag.ContinueOnError)
@@ -72,6 +72,8 @@ func keys(args []string, stdout, stderr io.Writer) error {
 		grace = fs.Duration("grace", 0, "how long the old key keeps working (0: revoked at once)")
 	case "import":
 		return keysImport(fs, args, stdout, stderr)
+	case "purge":
+		return keysPurge(fs, args, stdout, stderr)
 	case "update", "show":
 		return keysManage(sub, fs, args, stdout, stderr)
 	case "usage":

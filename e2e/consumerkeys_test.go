@@ -28,27 +28,7 @@ import (
 func TestConsumerKeysAcrossReplicas(t *testing.T) {
 	t.Parallel()
 	rs := redistest.Start(t)
-	var gs []*gateway
-	var apis []*adminAPI
-	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
-	t.Cleanup(client.CloseIdleConnections)
-	for range 2 {
-		addr := testkit.FreeAddr(t)
-		g := startGateway(t, gwOpts{skipStart: true, extra: fmt.Sprintf("redis:\n  addrs: [%q]\nadmin_api:\n  enabled: true\n  listen: %q\n", rs.Addr, addr)})
-		g.rewriteConfig(func(c string) string {
-			return strings.Replace(c, "keystore:\n  backend: file", "keystore:\n  backend: redis", 1)
-		})
-		g.start()
-		gs = append(gs, g)
-		apis = append(apis, &adminAPI{t: t, base: "https://" + addr, client: client})
-	}
-	out, errOut, err := gs[0].keygate("admin-tokens", "create", "--name", "e2e", "--scopes", "keys:read,keys:write,consumers:read,consumers:write")
-	if err != nil {
-		t.Fatalf("admin-tokens create: %v\n%s", err, errOut)
-	}
-	for _, a := range apis {
-		a.token = strings.TrimSpace(strings.SplitN(out, "\n", 2)[0])
-	}
+	_, apis := redisReplicas(t, rs, 2, "keys:read,keys:write,consumers:read,consumers:write")
 	a1, a2 := apis[0], apis[1]
 	consumer := func(name string) string {
 		t.Helper()
@@ -184,4 +164,33 @@ func TestConsumerKeysAcrossReplicas(t *testing.T) {
 	if n := hscans() - scans0; n != 0 {
 		t.Errorf("the key lists and the consumers' checks read the key set: %d HSCANs", n)
 	}
+}
+
+// redisReplicas starts n replicas of the real binary on rs's Redis
+// keystore, each with its admin API, and returns them with an admin API
+// client each, holding one admin token of scopes.
+func redisReplicas(t *testing.T, rs *redistest.Server, n int, scopes string) ([]*gateway, []*adminAPI) {
+	t.Helper()
+	var gs []*gateway
+	var apis []*adminAPI
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	t.Cleanup(client.CloseIdleConnections)
+	for range n {
+		addr := testkit.FreeAddr(t)
+		g := startGateway(t, gwOpts{skipStart: true, extra: fmt.Sprintf("redis:\n  addrs: [%q]\nadmin_api:\n  enabled: true\n  listen: %q\n", rs.Addr, addr)})
+		g.rewriteConfig(func(c string) string {
+			return strings.Replace(c, "keystore:\n  backend: file", "keystore:\n  backend: redis", 1)
+		})
+		g.start()
+		gs = append(gs, g)
+		apis = append(apis, &adminAPI{t: t, base: "https://" + addr, client: client})
+	}
+	out, errOut, err := gs[0].keygate("admin-tokens", "create", "--name", "e2e", "--scopes", scopes)
+	if err != nil {
+		t.Fatalf("admin-tokens create: %v\n%s", err, errOut)
+	}
+	for _, a := range apis {
+		a.token = strings.TrimSpace(strings.SplitN(out, "\n", 2)[0])
+	}
+	return gs, apis
 }

@@ -51,6 +51,38 @@ func TestStateAt(t *testing.T) {
 	}
 }
 
+// TestEndedAt: a purge deletes keys by when they stopped opening
+// anything. A key that still opens something, or whose end nobody
+// recorded, has no end and is never purged.
+func TestEndedAt(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		rec  Record
+		want time.Time // zero: no end
+	}{
+		{"active", Record{Status: Active}, time.Time{}},
+		{"active until later", Record{Status: Active, ExpiresAt: t0.Add(time.Hour)}, time.Time{}},
+		{"expired", Record{Status: Active, ExpiresAt: t0.Add(-time.Hour)}, t0.Add(-time.Hour)},
+		{"revoked", Record{Status: Revoked, RevokedAt: t0.Add(-2 * time.Hour)}, t0.Add(-2 * time.Hour)},
+		{"revoked after it expired: its revocation", Record{Status: Revoked, ExpiresAt: t0.Add(-5 * time.Hour), RevokedAt: t0.Add(-2 * time.Hour)}, t0.Add(-2 * time.Hour)},
+		{"revoked, no time recorded", Record{Status: Revoked}, time.Time{}},
+		{"rotated, in grace", Record{Status: Rotated, ExpiresAt: t0.Add(time.Minute)}, time.Time{}},
+		{"rotated, past grace", Record{Status: Rotated, ExpiresAt: t0.Add(-time.Minute)}, t0.Add(-time.Minute)},
+		{"rotated without end of grace", Record{Status: Rotated}, time.Time{}},
+		{"unknown stored status", Record{Status: "bogus"}, time.Time{}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got, ok := tc.rec.EndedAt(t0)
+			if ok != !tc.want.IsZero() || !got.Equal(tc.want) {
+				t.Errorf("EndedAt = %v, %v; want %v", got, ok, tc.want)
+			}
+		})
+	}
+}
+
 func TestViewJSON(t *testing.T) {
 	t.Parallel()
 	r := validRecord(t)

@@ -349,3 +349,27 @@ func parse(m map[string]string) Counts {
 	}
 	return c
 }
+
+// Forget drops the last uses of ids (keys that were purged): ZREM of
+// LastUsedPage ids at a time, lastUsedPipeline to a round trip, from both
+// sorted sets, which otherwise keep a member for every key id ever used.
+// Their hourly and daily counts expire on their own.
+func (s *RedisStore) Forget(ctx context.Context, ids []string) error {
+	for batch := range slices.Chunk(ids, LastUsedPage*lastUsedPipeline) {
+		_, err := s.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for page := range slices.Chunk(batch, LastUsedPage) {
+				members := make([]any, len(page))
+				for i, id := range page {
+					members[i] = id
+				}
+				p.ZRem(ctx, s.lastKey(), members...)
+				p.ZRem(ctx, s.lastKeyAuthKey(), members...)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,121 @@
+package keyops_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/keygate/keygate/internal/testsupport/audittest"
+	"github.com/keygate/keygate/internal/testsupport/redistest"
+	"github.com/keygate/keygate/keyops"
+	"github.com/keygate/keygate/keystore"
+	"github.com/keygate/keygate/ratelimit"
+	"github.com/keygate/keygate/usage"
+)
+
+// TestPurgeKeysAuditsAndForgets: a purge through the service leaves a
+// key.purge audit event per purged key (its status and when it ended)
+// and drops their last uses from the usage store's sorted sets, which
+// keep the other keys'; a dry run names the same keys and changes
+// nothing; bad requests are refused before anything is read.
+func TestPurgeKeysAuditsAndForgets(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rs := redistest.Start(t)
+	client := rs.Client(t)
+	now := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	clock := now.Add(-100 * 24 * time.Hour)
+	admin := &keystore.RedisAdmin{Client: client, Now: func() time.Time { return clock }}
+	res, err := ratelimit.DefaultConfig().Resolver()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &audittest.Recorder{}
+	us := &usage.RedisStore{Client: client, Prefix: "keygate:"}
+	ops, err := keyops.New(keyops.Config{Store: admin, Limits: res, Auditor: rec, Usage: us, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	actor := keyops.Actor{ID: "ops"}
+	var ids []string
+	for range 4 {
+		_, r, err := ops.IssueKey(ctx, actor, keystore.IssueRequest{Product: keystore.Extraction, Env: keystore.Live, Context: ctxA})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, r.ID)
+	}
+	for _, id := range ids[:2] {
+		if _, err := ops.RevokeKey(ctx, actor, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Each key was used once, long ago.
+	var ds []usage.Delta
+	for _, id := range ids {
+		ds = append(ds, usage.Delta{ID: id, LastUsed: clock, LastAPIKey: clock, APIKey: 1})
+	}
+	if err := us.Flush(ctx, ds, clock); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, bad := range []keyops.PurgeRequest{{OlderThan: -time.Hour}, {OlderThan: time.Hour, Limit: -1}} {
+		if _, err := ops.PurgeKeys(ctx, actor, bad); !errors.Is(err, keyops.ErrInvalid) {
+			t.Errorf("%+v: %v, want ErrInvalid", bad, err)
+		}
+	}
+	if _, err := ops.PurgeKeys(ctx, keyops.Actor{}, keyops.PurgeRequest{OlderThan: time.Hour}); !errors.Is(err, keyops.ErrInvalid) {
+		t.Errorf("a purge without an actor: %v, want ErrInvalid", err)
+	}
+
+	events := len(rec.Events())
+	dry, err := ops.PurgeKeys(ctx, actor, keyops.PurgeRequest{OlderThan: 30 * 24 * time.Hour, DryRun: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	purged := func(p keystore.PurgeResult) []string {
+		var out []string
+		for _, r := range p.Keys {
+			out = append(out, r.ID)
+		}
+		slices.Sort(out)
+		return out
+	}
+	want := slices.Sorted(slices.Values(ids[:2]))
+	if got := purged(dry); !slices.Equal(got, want) || len(rec.Events()) != events {
+		t.Errorf("dry run: %v and %d events, want %v and none", got, len(rec.Events())-events, want)
+	}
+	p, err := ops.PurgeKeys(ctx, actor, keyops.PurgeRequest{OlderThan: 30 * 24 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := purged(p); !slices.Equal(got, want) {
+		t.Errorf("purged %v, want %v", got, want)
+	}
+	var audited []string
+	for _, e := range rec.Events()[events:] {
+		if e.Action != "key.purge" || e.Actor != actor || e.Changes["status"] != "revoked" || e.Changes["ended_at"] != clock.Format(time.RFC3339) {
+			t.Errorf("audit event %+v, want key.purge by %s, revoked, ended at %s", e, actor.ID, clock.Format(time.RFC3339))
+		}
+		audited = append(audited, e.Target)
+	}
+	if slices.Sort(audited); !slices.Equal(audited, want) {
+		t.Errorf("audited %v, want %v", audited, want)
+	}
+	last, err := us.LastUsed(ctx, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, id := range ids {
+		if _, ok := last[id]; ok == (i < 2) {
+			t.Errorf("key %d (%s): last use kept %v after the purge", i, id, ok)
+		}
+	}
+	for _, set := range []string{"keygate:usage:last", "keygate:usage:last_api_key"} {
+		if n := client.ZCard(ctx, set).Val(); n != 2 {
+			t.Errorf("%s holds %d members, want the 2 keys left", set, n)
+		}
+	}
+}

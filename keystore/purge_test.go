@@ -1,0 +1,234 @@
+package keystore_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/keygate/keygate/internal/testsupport/redistest"
+	"github.com/keygate/keygate/internal/testsupport/testkit"
+	"github.com/keygate/keygate/keystore"
+)
+
+// purger is what both admins offer for purges.
+type purger interface {
+	keystore.Admin
+	Purge(ctx context.Context, q keystore.PurgeQuery) (keystore.PurgeResult, error)
+}
+
+// TestPurgeOnEveryBackend: a purge deletes exactly the keys that ended
+// (revoked, expired, past a rotation's grace) before its cutoff, and
+// keeps active keys and the ones that ended since; a dry run names the
+// same keys and deletes nothing; a limit purges that many and says there
+// are more; the replicas stop knowing the purged keys (an unknown key:
+// 401) and still know the others.
+func TestPurgeOnEveryBackend(t *testing.T) {
+	t.Parallel()
+	limits := testLimits(t)
+	now := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	backends := map[string]func(t *testing.T, clock func() time.Time) (purger, lookupStore){
+		"file": func(t *testing.T, clock func() time.Time) (purger, lookupStore) {
+			path := filepath.Join(t.TempDir(), "keys.yaml")
+			admin := &keystore.FileAdmin{Path: path, Now: clock}
+			if _, _, err := admin.Issue(context.Background(), keystore.IssueRequest{Product: keystore.Registry, Env: keystore.Test}); err != nil {
+				t.Fatal(err) // the file exists before the store opens it
+			}
+			s, err := keystore.OpenFile(keystore.FileConfig{Path: path, PollInterval: 50 * time.Millisecond, Limits: limits})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = s.Close() })
+			return admin, s
+		},
+		"redis": func(t *testing.T, clock func() time.Time) (purger, lookupStore) {
+			rs := redistest.Start(t)
+			return &keystore.RedisAdmin{Client: redisClient(t, rs.Addr), Now: clock, PageSize: 2}, openSubscribed(t, rs.Addr, limits)
+		},
+	}
+	for name, open := range backends {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			var at atomic.Int64
+			set := func(t time.Time) { at.Store(t.UnixNano()) }
+			clock := func() time.Time { return time.Unix(0, at.Load()).UTC() }
+			set(now.Add(-200 * 24 * time.Hour))
+			admin, store := open(t, clock)
+			keys := map[string]string{} // name → key
+			recs := map[string]keystore.Record{}
+			issue := func(name string, expiresIn time.Duration) {
+				t.Helper()
+				k, r, err := admin.Issue(ctx, keystore.IssueRequest{Product: keystore.Extraction, Env: keystore.Live, Context: ctxUUID, Name: name, ExpiresIn: expiresIn})
+				if err != nil {
+					t.Fatal(err)
+				}
+				keys[name], recs[name] = k, r
+			}
+			issue("active", 0)
+			issue("revoked long ago", 0)
+			issue("revoked lately", 0)
+			issue("expired long ago", 100*24*time.Hour+time.Hour)
+			issue("expires later", 300*24*time.Hour)
+			issue("rotated long ago", 0)
+			set(now.Add(-100 * 24 * time.Hour))
+			if _, err := admin.Revoke(ctx, recs["revoked long ago"].ID); err != nil {
+				t.Fatal(err)
+			}
+			k, r, err := admin.Rotate(ctx, recs["rotated long ago"].ID, time.Hour)
+			if err != nil {
+				t.Fatal(err)
+			}
+			keys["its successor"], recs["its successor"] = k, r
+			set(now.Add(-2 * time.Hour))
+			issue("expired lately", 30*time.Minute)
+			if _, err := admin.Revoke(ctx, recs["revoked lately"].ID); err != nil {
+				t.Fatal(err)
+			}
+			set(now)
+
+			gone := []string{"revoked long ago", "expired long ago", "rotated long ago"}
+			kept := []string{"active", "revoked lately", "expires later", "its successor", "expired lately"}
+			names := func(rs []keystore.Record) []string {
+				var out []string
+				for _, r := range rs {
+					for n, x := range recs {
+						if x.ID == r.ID {
+							out = append(out, n)
+						}
+					}
+				}
+				slices.Sort(out)
+				return out
+			}
+			want := slices.Sorted(slices.Values(gone))
+			q := keystore.PurgeQuery{Before: now.Add(-24 * time.Hour), Now: now}
+
+			dry := q
+			dry.DryRun = true
+			res, err := admin.Purge(ctx, dry)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := names(res.Keys); !slices.Equal(got, want) || res.More {
+				t.Errorf("dry run: %v, more %v; want %v", got, res.More, want)
+			}
+			all, err := admin.List(ctx)
+			if err != nil || len(all) < len(recs) {
+				t.Fatalf("after a dry run the store lists %d keys (%v), want all %d", len(all), err, len(recs))
+			}
+
+			first := q
+			first.Limit = 2
+			res, err = admin.Purge(ctx, first)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res.Keys) != 2 || !res.More {
+				t.Errorf("limit 2: purged %v, more %v; want 2 and more", names(res.Keys), res.More)
+			}
+			purged := res.Keys
+			res, err = admin.Purge(ctx, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := names(append(purged, res.Keys...)); !slices.Equal(got, want) || res.More {
+				t.Errorf("purged %v (more %v), want %v", got, res.More, want)
+			}
+			if res, err := admin.Purge(ctx, q); err != nil || len(res.Keys) != 0 {
+				t.Errorf("a second purge: %v, %v; want nothing", names(res.Keys), err)
+			}
+			left, err := admin.List(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, w := names(left), slices.Sorted(slices.Values(kept)); !slices.Equal(got, w) {
+				t.Errorf("after the purge the store lists %v, want %v", got, w)
+			}
+			testkit.Eventually(t, 5*time.Second, "the replica drops the purged keys and keeps the others", func() error {
+				for _, n := range append(slices.Clone(gone), kept...) {
+					_, ok, err := store.Lookup(ctx, keystore.HashKey(keys[n]))
+					if err != nil {
+						return err
+					}
+					if ok == slices.Contains(gone, n) {
+						return fmt.Errorf("%s: known %v", n, ok)
+					}
+				}
+				return nil
+			})
+		})
+	}
+}
+
+// TestRedisPurgeKeepsAChangedKey: a key changed between the purge's read
+// and its delete (another admin extends an expired key) is kept, and the
+// purge does not count it.
+func TestRedisPurgeKeepsAChangedKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rs := redistest.Start(t)
+	now := time.Now()
+	admin := &keystore.RedisAdmin{Client: redisClient(t, rs.Addr), Now: func() time.Time { return now.Add(-48 * time.Hour) }}
+	var ids []string
+	for range 3 {
+		_, r, err := admin.Issue(ctx, keystore.IssueRequest{Product: keystore.Extraction, Env: keystore.Live, Context: ctxUUID, ExpiresIn: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, r.ID)
+	}
+	// The purge's client: just before its deletes go out, another admin
+	// extends the second key.
+	c := redisClient(t, rs.Addr)
+	var once atomic.Bool
+	c.AddHook(pipelineHook(func() {
+		if once.CompareAndSwap(false, true) {
+			u := &keystore.RedisAdmin{Client: redisClient(t, rs.Addr)}
+			if _, err := u.UpdateKey(ctx, ids[1], func(r keystore.Record) (keystore.Record, error) {
+				r.ExpiresAt = now.Add(time.Hour)
+				return r, nil
+			}); err != nil {
+				t.Error(err)
+			}
+		}
+	}))
+	purging := &keystore.RedisAdmin{Client: c}
+	res, err := purging.Purge(ctx, keystore.PurgeQuery{Before: now.Add(-time.Hour), Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range res.Keys {
+		got = append(got, r.ID)
+	}
+	if want := []string{ids[0], ids[2]}; !slices.Equal(slices.Sorted(slices.Values(got)), slices.Sorted(slices.Values(want))) {
+		t.Errorf("purged %v, want %v (not the key extended meanwhile)", got, want)
+	}
+	if r, err := admin.Get(ctx, ids[1]); err != nil || !r.ExpiresAt.After(now) {
+		t.Errorf("the extended key: %+v, %v", r, err)
+	}
+}
+
+// pipelineHook runs before each pipeline the client sends with an EVALSHA
+// in it (the purge's compare-and-delete page).
+type pipelineHook func()
+
+func (h pipelineHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h pipelineHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h pipelineHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			if c.Name() == "evalsha" {
+				h()
+				break
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
