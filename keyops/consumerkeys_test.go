@@ -12,7 +12,6 @@ import (
 	"github.com/keygate/keygate/internal/testsupport/testkit"
 	"github.com/keygate/keygate/keyops"
 	"github.com/keygate/keygate/keystore"
-	"github.com/keygate/keygate/ratelimit"
 )
 
 // TestListKeysByConsumerReadsItsKeysOnly: with the Redis keystore, the
@@ -28,11 +27,7 @@ func TestListKeysByConsumerReadsItsKeysOnly(t *testing.T) {
 	ctx := context.Background()
 	rs := redistest.Start(t)
 	client := rs.Client(t)
-	store, err := keystore.OpenRedis(keystore.RedisConfig{Client: rs.Client(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = store.Close() })
+	store := openIndex(t, rs)
 	lagging := atomic.Bool{} // the index has not caught up with anything since
 	var frozen []keystore.Hash
 	find := func(consumer string) ([]keystore.Hash, bool) {
@@ -41,10 +36,7 @@ func TestListKeysByConsumerReadsItsKeysOnly(t *testing.T) {
 		}
 		return store.ConsumerKeys(consumer)
 	}
-	res, err := ratelimit.DefaultConfig().Resolver()
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := defaultLimits(t)
 	admin := &keystore.RedisAdmin{Client: client, PageSize: 10}
 	ops, err := keyops.New(keyops.Config{Store: admin, Limits: res, Auditor: &audittest.Recorder{}, ConsumerKeys: find})
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/keygate/keygate/internal/testsupport/audittest"
+	"github.com/keygate/keygate/internal/testsupport/redistest"
 
 	"github.com/keygate/keygate/keyops"
 	"github.com/keygate/keygate/keystore"
@@ -175,4 +176,26 @@ func TestDescribeKeyIsShowKey(t *testing.T) {
 	same("rotate", repl, err)
 	rev, err := s.RevokeKey(ctx, cli, repl.ID)
 	same("revoke", rev, err)
+}
+
+// defaultLimits resolves limits as the default rate limit config does.
+func defaultLimits(t testing.TB) *policy.Resolver {
+	t.Helper()
+	res, err := ratelimit.DefaultConfig().Resolver()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// openIndex opens a replica's keystore index of rs's Redis keystore: what
+// the server gives the Service to find keys with.
+func openIndex(t testing.TB, rs *redistest.Server) *keystore.RedisStore {
+	t.Helper()
+	store, err := keystore.OpenRedis(keystore.RedisConfig{Client: rs.Client(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	return store
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/keygate/keygate/internal/testsupport/testkit"
 	"github.com/keygate/keygate/keyops"
 	"github.com/keygate/keygate/keystore"
-	"github.com/keygate/keygate/ratelimit"
 )
 
 // TestListKeysPageReadsItsPageOnly: with the Redis keystore, a page of the
@@ -30,11 +29,7 @@ func TestListKeysPageReadsItsPageOnly(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	rs := redistest.Start(t)
-	store, err := keystore.OpenRedis(keystore.RedisConfig{Client: rs.Client(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = store.Close() })
+	store := openIndex(t, rs)
 	var clock atomic.Int64
 	clock.Store(time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC).UnixNano())
 	now := func() time.Time { return time.Unix(0, clock.Load()).UTC() }
@@ -52,10 +47,7 @@ func TestListKeysPageReadsItsPageOnly(t *testing.T) {
 		}
 		return es, ok
 	}
-	res, err := ratelimit.DefaultConfig().Resolver()
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := defaultLimits(t)
 	admin := &keystore.RedisAdmin{Client: rs.Client(t), PageSize: 10, Now: now}
 	ops, err := keyops.New(keyops.Config{Store: admin, Limits: res, Auditor: &audittest.Recorder{}, Now: now, KeysPage: pager})
 	if err != nil {

@@ -11,7 +11,6 @@ import (
 	"github.com/keygate/keygate/internal/testsupport/redistest"
 	"github.com/keygate/keygate/keyops"
 	"github.com/keygate/keygate/keystore"
-	"github.com/keygate/keygate/ratelimit"
 	"github.com/keygate/keygate/usage"
 )
 
@@ -28,10 +27,7 @@ func TestPurgeKeysAuditsAndForgets(t *testing.T) {
 	now := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
 	clock := now.Add(-100 * 24 * time.Hour)
 	admin := &keystore.RedisAdmin{Client: client, Now: func() time.Time { return clock }}
-	res, err := ratelimit.DefaultConfig().Resolver()
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := defaultLimits(t)
 	rec := &audittest.Recorder{}
 	us := &usage.RedisStore{Client: client, Prefix: "keygate:"}
 	ops, err := keyops.New(keyops.Config{Store: admin, Limits: res, Auditor: rec, Usage: us, Now: func() time.Time { return now }})

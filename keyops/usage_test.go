@@ -95,10 +95,7 @@ type readOnly struct{ keyops.UsageReader }
 func TestUsageSeries(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	res, err := ratelimit.DefaultConfig().Resolver()
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := defaultLimits(t)
 	now := time.Now().UTC().Truncate(time.Hour).Add(20 * time.Minute)
 	store := &usage.FileStore{Path: filepath.Join(dir, "keys.yaml.usage.json")}
 	cfg := keyops.Config{Store: &keystore.FileAdmin{Path: filepath.Join(dir, "keys.yaml")}, Limits: res, Usage: store, Now: func() time.Time { return now }}
