@@ -192,7 +192,7 @@ func (a *RedisAdmin) watchTokens(ctx context.Context, f func(tx *redis.Tx) error
 // ListAdminTokens returns every admin token, oldest first.
 func (a *RedisAdmin) ListAdminTokens(ctx context.Context) ([]AdminToken, error) {
 	tokens, _ := a.adminTokenKeys()
-	out, err := hashAll(ctx, a.Client, tokens, 1000, decodeAdminToken)
+	out, err := hashAll(ctx, a.Client, tokens, a.scanCount(), decodeAdminToken)
 	if err != nil {
 		return nil, err
 	}

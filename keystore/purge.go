@@ -76,7 +76,7 @@ func (a *RedisAdmin) Purge(ctx context.Context, q PurgeQuery) (PurgeResult, erro
 	stop := errors.New("limit reached")
 	k := a.keys()
 	for _, key := range k.records {
-		err := scanHash(ctx, a.Client, key, a.pageSize(), func(kv []string) error {
+		err := scanHash(ctx, a.Client, key, a.scanCount(), func(kv []string) error {
 			for i := 0; i+1 < len(kv); i += 2 {
 				r, err := decodeRecord(kv[i], kv[i+1])
 				if err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -231,4 +232,68 @@ func (h pipelineHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 		}
 		return next(ctx, cmds)
 	}
+}
+
+// TestRedisAdminScansInSmallPages: every HSCAN of the admin (lists, a
+// purge, consumers, admin tokens) asks for at most 100 records, as a
+// replica's full pass does: at a million keys a COUNT of 1000 kept
+// redis-server busy 1.4 ms per HSCAN on average (up to 7.7 ms), with every
+// replica's limiter calls waiting behind it; 100 took 0.14 ms.
+func TestRedisAdminScansInSmallPages(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rs := redistest.Start(t)
+	c := redisClient(t, rs.Addr)
+	var counts []int64
+	var mu sync.Mutex
+	c.AddHook(commandHook(func(cmd redis.Cmder) {
+		if cmd.Name() == "hscan" {
+			args := cmd.Args()
+			mu.Lock()
+			counts = append(counts, args[len(args)-1].(int64))
+			mu.Unlock()
+		}
+	}))
+	admin := &keystore.RedisAdmin{Client: c}
+	for range 5 {
+		if _, _, err := admin.Issue(ctx, keystore.IssueRequest{Product: keystore.Registry, Env: keystore.Test}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := admin.List(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.ListConsumers(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.ListAdminTokens(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Purge(ctx, keystore.PurgeQuery{Before: time.Now(), Now: time.Now(), DryRun: true}); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(counts) < 2*256+2 {
+		t.Fatalf("%d HSCANs, want the buckets' of two reads of every record and more", len(counts))
+	}
+	for _, n := range counts {
+		if n > 100 {
+			t.Fatalf("an HSCAN with COUNT %d, want at most 100", n)
+		}
+	}
+}
+
+// commandHook runs f on each command the client sends alone.
+type commandHook func(redis.Cmder)
+
+func (h commandHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h commandHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h(cmd)
+		return next(ctx, cmd)
+	}
+}
+func (h commandHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }

@@ -30,8 +30,9 @@ type RedisAdmin struct {
 	Prefix string
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
-	// PageSize is the COUNT of each HSCAN and the size of each pipelined
-	// batch of an import; default 1000.
+	// PageSize is the size of each pipelined batch (an import's, the
+	// reads by hash, a purge's deletes); default 1000. Each HSCAN asks for
+	// at most scanCount records, whatever it is.
 	PageSize int
 	// ConsumerKeys, when set (a replica's RedisStore.ConsumerKeys),
 	// finds a consumer's keys for the checks of its update and deletion,
@@ -64,6 +65,17 @@ func (a *RedisAdmin) pageSize() int {
 	return 1000
 }
 
+// scanCount is the COUNT of the admin's HSCANs: PageSize, at most
+// maxScanCount.
+func (a *RedisAdmin) scanCount() int { return min(a.pageSize(), maxScanCount) }
+
+// maxScanCount bounds an admin HSCAN's COUNT as a replica's full pass is
+// bounded (RedisConfig.PageSize): 1000 records of a million-key set, a
+// reply of about 300 KB, kept redis-server busy for 2.0–7.7 ms per HSCAN
+// (SLOWLOG over a `keys purge` of 1.1M keys, 2026-11-27), when every
+// replica's limiter calls wait behind it.
+const maxScanCount = 100
+
 // Issue creates a key and stores its record.
 func (a *RedisAdmin) Issue(ctx context.Context, req IssueRequest) (string, Record, error) {
 	key, rec, err := NewRecord(req, a.now())
@@ -84,7 +96,7 @@ func (a *RedisAdmin) List(ctx context.Context) ([]Record, error) {
 // ListMatching returns the records keep accepts, oldest first, reading
 // every record a page at a time but holding only those it keeps.
 func (a *RedisAdmin) ListMatching(ctx context.Context, keep func(Record) bool) ([]Record, error) {
-	recs, err := matchingRecords(ctx, a.Client, a.keys(), a.pageSize(), keep)
+	recs, err := matchingRecords(ctx, a.Client, a.keys(), a.scanCount(), keep)
 	if err != nil {
 		return nil, err
 	}
@@ -469,7 +481,7 @@ func (a *RedisAdmin) migrate(ctx context.Context) error {
 		return fmt.Errorf("keystore: %w", err)
 	}
 	if n > 0 {
-		err := scanHash(ctx, a.Client, k.legacyRecords, a.pageSize(), func(kv []string) error {
+		err := scanHash(ctx, a.Client, k.legacyRecords, a.scanCount(), func(kv []string) error {
 			_, err := a.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
 				for i := 0; i+1 < len(kv); i += 2 {
 					r, err := decodeRecord(kv[i], kv[i+1])

@@ -166,7 +166,7 @@ func (a *RedisAdmin) CreateConsumer(ctx context.Context, c Consumer) error {
 
 // ListConsumers returns every consumer, oldest first.
 func (a *RedisAdmin) ListConsumers(ctx context.Context) ([]Consumer, error) {
-	cons, err := hashAll(ctx, a.Client, a.keys().consumers, a.pageSize(), decodeConsumer)
+	cons, err := hashAll(ctx, a.Client, a.keys().consumers, a.scanCount(), decodeConsumer)
 	if err != nil {
 		return nil, err
 	}
@@ -253,7 +253,7 @@ func (a *RedisAdmin) checkConsumerKeys(ctx context.Context, _ *redis.Tx, k *redi
 	if hs, ok := a.consumerKeys(c.ID); ok {
 		recs, err = a.GetHashes(ctx, hs)
 	} else {
-		recs, err = allRecords(ctx, a.Client, k, a.pageSize())
+		recs, err = allRecords(ctx, a.Client, k, a.scanCount())
 	}
 	if err != nil {
 		return err
