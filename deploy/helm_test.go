@@ -5,23 +5,27 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/keygate/keygate/config"
+	"github.com/keygate/keygate/keyops"
 )
 
 // The Helm chart (deploy/helm/keygate), rendered as `helm template` does,
@@ -55,6 +59,7 @@ type rendered struct {
 	pdb        *policyv1.PodDisruptionBudget
 	hpa        *autoscalingv2.HorizontalPodAutoscaler
 	monitor    *serviceMonitor
+	keyPurge   *batchv1.CronJob
 	kinds      []string
 	// text is the stream `helm template` prints.
 	text string
@@ -65,10 +70,6 @@ type rendered struct {
 // manifest strictly: an unknown field is an error.
 func renderChart(t *testing.T, valuesFiles ...string) rendered {
 	t.Helper()
-	ch, err := loader.Load(chartDir)
-	if err != nil {
-		t.Fatal(err)
-	}
 	vals := map[string]any{}
 	for _, f := range valuesFiles {
 		v, err := chartutil.ReadValuesFile(f)
@@ -77,13 +78,7 @@ func renderChart(t *testing.T, valuesFiles ...string) rendered {
 		}
 		vals = chartutil.CoalesceTables(v.AsMap(), vals)
 	}
-	caps := chartutil.DefaultCapabilities.Copy()
-	caps.KubeVersion = chartutil.KubeVersion{Version: "v1.31.0", Major: "1", Minor: "31"}
-	rv, err := chartutil.ToRenderValues(ch, vals, chartutil.ReleaseOptions{Name: "keygate", Namespace: "keygate", IsInstall: true}, caps)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := engine.Render(ch, rv)
+	out, err := renderValues(t, vals)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,6 +127,9 @@ func renderChart(t *testing.T, valuesFiles ...string) rendered {
 			case "ServiceMonitor":
 				r.monitor = &serviceMonitor{}
 				obj = r.monitor
+			case "CronJob":
+				r.keyPurge = &batchv1.CronJob{}
+				obj = r.keyPurge
 			default:
 				t.Fatalf("%s: a %s the test does not know; decode it too", name, meta.Kind)
 			}
@@ -142,6 +140,23 @@ func renderChart(t *testing.T, valuesFiles ...string) rendered {
 	}
 	r.text = text.String()
 	return r
+}
+
+// renderValues renders the chart's templates with vals over values.yaml,
+// as helm template does.
+func renderValues(t *testing.T, vals map[string]any) (map[string]string, error) {
+	t.Helper()
+	ch, err := loader.Load(chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caps := chartutil.DefaultCapabilities.Copy()
+	caps.KubeVersion = chartutil.KubeVersion{Version: "v1.31.0", Major: "1", Minor: "31"}
+	rv, err := chartutil.ToRenderValues(ch, vals, chartutil.ReleaseOptions{Name: "keygate", Namespace: "keygate", IsInstall: true}, caps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return engine.Render(ch, rv)
 }
 
 func stripComments(doc string) string {
@@ -174,7 +189,7 @@ func TestHelmChartRenders(t *testing.T) {
 		kinds    []string
 	}{
 		{"default values", nil, 1, []string{"ConfigMap", "Deployment", "PodDisruptionBudget", "Service"}},
-		{"redis, three replicas", []string{chartDir + "/values-redis.yaml"}, 0, []string{"ConfigMap", "ConfigMap", "Deployment", "HorizontalPodAutoscaler", "PodDisruptionBudget", "Service", "Service", "ServiceMonitor"}},
+		{"redis, three replicas", []string{chartDir + "/values-redis.yaml"}, 0, []string{"ConfigMap", "ConfigMap", "CronJob", "Deployment", "HorizontalPodAutoscaler", "PodDisruptionBudget", "Service", "Service", "ServiceMonitor"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -390,5 +405,54 @@ func TestKustomizeManifestsAreTheChart(t *testing.T) {
 	}
 	if r.hpa != nil || r.monitor != nil || r.deployment == nil || *r.deployment.Spec.Replicas != 3 {
 		t.Error("the kustomize manifests are for plain clusters: three fixed replicas, no HPA, no ServiceMonitor")
+	}
+}
+
+// TestHelmKeyPurge: with the Redis keystore the chart can run `keygate keys
+// purge` daily as a CronJob: one run at a time, the replicas' image,
+// configuration and Secret references (never a value), as locked down as
+// the replicas, with an age the CLI takes. Off by default; with the file
+// keystore (a Secret the pods only read) the chart refuses it.
+func TestHelmKeyPurge(t *testing.T) {
+	t.Parallel()
+	if r := renderChart(t); r.keyPurge != nil {
+		t.Error("the default values render a key purge CronJob")
+	}
+	r := renderChart(t, chartDir+"/values-redis.yaml")
+	cj := r.keyPurge
+	if cj == nil {
+		t.Fatal("values-redis.yaml renders no key purge CronJob")
+	}
+	if cj.Spec.ConcurrencyPolicy != batchv1.ForbidConcurrent || cj.Spec.Schedule == "" {
+		t.Errorf("schedule %q, concurrency %q; want a schedule and Forbid", cj.Spec.Schedule, cj.Spec.ConcurrencyPolicy)
+	}
+	pod := cj.Spec.JobTemplate.Spec.Template.Spec
+	if len(pod.Containers) != 1 {
+		t.Fatalf("%d containers", len(pod.Containers))
+	}
+	c := pod.Containers[0]
+	replica := r.deployment.Spec.Template.Spec.Containers[0]
+	if c.Image != replica.Image {
+		t.Errorf("image %s, the replicas run %s", c.Image, replica.Image)
+	}
+	args := strings.Join(c.Args, " ")
+	if !strings.HasPrefix(args, "keys purge --config /etc/keygate/keygate.yaml --older-than ") {
+		t.Errorf("args %q", args)
+	}
+	if age, ok := keyops.ParseAge(c.Args[len(c.Args)-1]); !ok || age < 24*time.Hour {
+		t.Errorf("--older-than %q: not an age the CLI takes, or under a day", c.Args[len(c.Args)-1])
+	}
+	if !reflect.DeepEqual(c.Env, replica.Env) || len(c.Env) == 0 || c.Env[0].ValueFrom == nil || c.Env[0].ValueFrom.SecretKeyRef == nil {
+		t.Errorf("env %+v, want the replicas' Secret references %+v", c.Env, replica.Env)
+	}
+	if pod.Volumes[0].ConfigMap == nil || pod.Volumes[0].ConfigMap.Name != r.deployment.Spec.Template.Spec.Volumes[0].ConfigMap.Name {
+		t.Errorf("volumes %+v, want the replicas' ConfigMap", pod.Volumes)
+	}
+	if sc := c.SecurityContext; sc == nil || !*sc.ReadOnlyRootFilesystem || *sc.AllowPrivilegeEscalation || len(sc.Capabilities.Drop) != 1 || pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken {
+		t.Errorf("security context %+v, service account token %v: want the replicas' lockdown", sc, pod.AutomountServiceAccountToken)
+	}
+	_, err := renderValues(t, map[string]any{"keyPurge": map[string]any{"enabled": true}})
+	if err == nil || !strings.Contains(err.Error(), "keyPurge needs config.keystore.backend redis") {
+		t.Errorf("a key purge with the file keystore: %v, want the chart to refuse it", err)
 	}
 }
