@@ -36,8 +36,9 @@ type recentKeys struct {
 }
 
 type recentKey struct {
-	h  keystore.Hash
-	at time.Time
+	h   keystore.Hash
+	at  time.Time
+	pos keystore.Position
 }
 
 // add remembers r, under its consumer ("" for none).
@@ -48,7 +49,7 @@ func (rk *recentKeys) add(r keystore.Record, now time.Time) {
 		rk.m = map[string][]recentKey{}
 	}
 	rk.prune(now)
-	rk.m[r.Consumer] = append(rk.m[r.Consumer], recentKey{r.Hash, now})
+	rk.m[r.Consumer] = append(rk.m[r.Consumer], recentKey{r.Hash, now, keystore.PositionOf(r)})
 }
 
 // union returns hs with consumer's recent keys that it lacks.
@@ -64,15 +65,23 @@ func (rk *recentKeys) union(consumer string, hs []keystore.Hash, now time.Time) 
 	return hs
 }
 
-// all returns every key remembered, of any consumer or none.
-func (rk *recentKeys) all(now time.Time) []keystore.Hash {
+// between returns the keys remembered, of consumer (any consumer or none
+// when consumer is ""), whose place in the key list is after after and
+// not after upTo (nil: no bound either side). A page of the list that
+// ends before the last few seconds' keys reads none of them.
+func (rk *recentKeys) between(consumer string, after, upTo *keystore.Position, now time.Time) []keystore.Hash {
 	rk.mu.Lock()
 	defer rk.mu.Unlock()
 	rk.prune(now)
 	var hs []keystore.Hash
-	for _, ks := range rk.m {
+	for c, ks := range rk.m {
+		if consumer != "" && c != consumer {
+			continue
+		}
 		for _, k := range ks {
-			hs = append(hs, k.h)
+			if (after == nil || k.pos.Compare(*after) > 0) && (upTo == nil || k.pos.Compare(*upTo) <= 0) {
+				hs = append(hs, k.h)
+			}
 		}
 	}
 	return hs

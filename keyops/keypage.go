@@ -61,11 +61,7 @@ func (s *Service) ListKeysPage(ctx context.Context, f KeyFilter, after *keystore
 	for _, e := range found {
 		hs = append(hs, e.Hash)
 	}
-	recent := s.recent.all(now)
-	if f.Consumer != "" {
-		recent = s.recent.union(f.Consumer, nil, now)
-	}
-	for _, h := range recent {
+	for _, h := range s.recent.between(f.Consumer, after, bound, now) {
 		if !slices.Contains(hs, h) {
 			hs = append(hs, h)
 		}

@@ -177,6 +177,21 @@ func TestListKeysPageReadsItsPageOnly(t *testing.T) {
 	// when the pages before are short.
 	fresh := issue(0)
 	hidden.Store(&fresh.Hash)
+	// A page that ends before it reads its own records alone: the index's
+	// five (four and the one that says a next page follows), not the key
+	// this service has just issued.
+	stale.Store(false)
+	testkit.Eventually(t, 5*time.Second, "the replica's index has read the new record", func() error {
+		return testkit.Equal(store.Len(), 47)
+	})
+	hgets := func() int { return rs.Calls(t)["hget"] }
+	n0 := hgets()
+	if p, err := ops.ListKeysPage(ctx, keyops.KeyFilter{}, nil, 4); err != nil || len(p.Keys) != 4 || p.Next == nil {
+		t.Fatalf("first page: %d keys, next %v, %v", len(p.Keys), p.Next, err)
+	}
+	if n := hgets() - n0; n != 5 {
+		t.Errorf("the first page of 4 read %d records, want 5", n)
+	}
 	for _, lag := range []bool{false, true} {
 		stale.Store(lag)
 		for _, f := range []keyops.KeyFilter{{}, {Consumer: con.ID}, {Status: keystore.Active}} {
