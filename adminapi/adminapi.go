@@ -156,7 +156,7 @@ type Ops interface {
 	DescribeKey(ctx context.Context, rec keystore.Record) (keyops.KeyDetail, error)
 	UpdateKey(ctx context.Context, a keyops.Actor, id string, u keyops.KeyUpdate) (keystore.Record, error)
 	RevokeKey(ctx context.Context, a keyops.Actor, id string) (keystore.Record, error)
-	PurgeKeys(ctx context.Context, a keyops.Actor, req keyops.PurgeRequest) (keystore.PurgeResult, error)
+	PurgeKeys(ctx context.Context, a keyops.Actor, req keyops.PurgeRequest, each func([]keystore.Record) error) (more bool, err error)
 	RotateKey(ctx context.Context, a keyops.Actor, id string, grace time.Duration) (string, keystore.Record, error)
 	CreateConsumer(ctx context.Context, a keyops.Actor, spec keyops.ConsumerSpec) (keystore.Consumer, error)
 	ListConsumers(ctx context.Context) ([]keystore.Consumer, error)

@@ -25,7 +25,7 @@ func TestPurgeKeys(t *testing.T) {
 		{`{"older_than":"-1h"}`, allToken, 400, "older_than"},
 		{`{"older_than":"soon"}`, allToken, 400, "older_than"},
 		{`{"older_than":"90d","limit":0}`, allToken, 400, "limit"},
-		{`{"older_than":"90d","limit":10001}`, allToken, 400, "limit"},
+		{`{"older_than":"90d","limit":100001}`, allToken, 400, "limit"},
 		{`{"older_than":"90d","dryrun":true}`, allToken, 400, "dryrun"},
 		{`{"older_than":"90d","older_than":"1h"}`, allToken, 400, "older_than"},
 		{``, allToken, 400, "body"},

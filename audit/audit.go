@@ -33,6 +33,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -130,8 +131,8 @@ type Log struct {
 }
 
 var (
-	_ keyops.Auditor = (*Log)(nil)
-	_ Reader         = (*Log)(nil)
+	_ keyops.BatchAuditor = (*Log)(nil)
+	_ Reader              = (*Log)(nil)
 )
 
 // Open checks cfg and returns its Log. The file is created (mode 0600,
@@ -207,33 +208,67 @@ func (l *Log) Close() error {
 // Audit appends e to the file (fsync'ed) and, with Redis, to the stream.
 // An error means the event may be missing from one of them.
 func (l *Log) Audit(ctx context.Context, e keyops.Event) error {
-	ev := FromKeyops(e)
-	line, err := json.Marshal(ev)
-	if err != nil {
-		return fmt.Errorf("audit: %w", err)
+	return l.AuditAll(ctx, []keyops.Event{e})
+}
+
+// streamBatch is how many events one round trip of AuditAll adds to the
+// stream.
+const streamBatch = 1000
+
+// AuditAll appends es in order, as Audit appends one: each event is one
+// O_APPEND write of its line, and the file is fsync'ed once after the
+// last (a purge of a thousand keys: one fsync, not a thousand); the
+// stream gets them a pipeline of streamBatch XADDs at a time. An error
+// means some of them may be missing from one of the two.
+func (l *Log) AuditAll(ctx context.Context, es []keyops.Event) error {
+	lines := make([][]byte, len(es))
+	for i, e := range es {
+		line, err := json.Marshal(FromKeyops(e))
+		if err != nil {
+			return fmt.Errorf("audit: %w", err)
+		}
+		lines[i] = line
 	}
 	var errs []error
 	if l.cfg.File != NoFile {
-		l.mu.Lock()
-		if err := l.openFile(); err != nil {
-			errs = append(errs, fmt.Errorf("audit: file: %w", err))
-		} else if _, err := l.f.Write(append(line, '\n')); err != nil {
-			errs = append(errs, fmt.Errorf("audit: file: %w", err))
-		} else if err := l.f.Sync(); err != nil {
+		if err := l.appendFile(lines); err != nil {
 			errs = append(errs, fmt.Errorf("audit: file: %w", err))
 		}
-		l.mu.Unlock()
 	}
 	if l.cfg.Redis != nil {
-		err := l.cfg.Redis.XAdd(ctx, &redis.XAddArgs{
-			Stream: l.key, MaxLen: l.cfg.RedisMaxLen, Approx: true,
-			Values: []string{"event", string(line)},
-		}).Err()
-		if err != nil {
-			errs = append(errs, fmt.Errorf("audit: redis stream: %w", err))
+		for batch := range slices.Chunk(lines, streamBatch) {
+			_, err := l.cfg.Redis.Pipelined(ctx, func(p redis.Pipeliner) error {
+				for _, line := range batch {
+					p.XAdd(ctx, &redis.XAddArgs{
+						Stream: l.key, MaxLen: l.cfg.RedisMaxLen, Approx: true,
+						Values: []string{"event", string(line)},
+					})
+				}
+				return nil
+			})
+			if err != nil {
+				errs = append(errs, fmt.Errorf("audit: redis stream: %w", err))
+				break
+			}
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// appendFile writes each line with its newline in one write, then
+// fsyncs.
+func (l *Log) appendFile(lines [][]byte) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.openFile(); err != nil {
+		return err
+	}
+	for _, line := range lines {
+		if _, err := l.f.Write(append(line, '\n')); err != nil {
+			return err
+		}
+	}
+	return l.f.Sync()
 }
 
 // FromKeyops turns a keyops event into an audit event, scrubbed of

@@ -2,6 +2,7 @@ package audit_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -222,5 +223,65 @@ func TestStreamOnly(t *testing.T) {
 	}
 	if err := l.Close(); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestAuditAllKeepsEveryEventInOrder: a batch (a purge's key.purge
+// events) lands as the same events one by one would: every one, in
+// order, one line each in the file, scrubbed, and in the stream, also
+// past one pipeline's worth; Audit's events around it stay in place.
+func TestAuditAllKeepsEveryEventInOrder(t *testing.T) {
+	t.Parallel()
+	rs := redistest.Start(t)
+	c := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{rs.Addr}})
+	t.Cleanup(func() { _ = c.Close() })
+	l, err := audit.Open(audit.Config{File: filepath.Join(t.TempDir(), "jsonl"), RedisMaxLen: 100000, Redis: c, Prefix: "kg:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	ctx := context.Background()
+	now := time.Now().UTC()
+	ev := func(i int) keyops.Event {
+		return keyops.Event{Time: now, Actor: keyops.Actor{ID: "cli:ops"}, Action: "key.purge", Target: fmt.Sprintf("key_%016d", i),
+			Changes: map[string]string{"status": "revoked", "note": apiKey}}
+	}
+	if err := l.Audit(ctx, ev(0)); err != nil {
+		t.Fatal(err)
+	}
+	var batch []keyops.Event
+	for i := 1; i <= 2500; i++ {
+		batch = append(batch, ev(i))
+	}
+	if err := l.AuditAll(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Audit(ctx, ev(2501)); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(l.File())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(string(data), "\n"), "\n")
+	msgs, err := c.XRange(ctx, audit.StreamKey("kg:"), "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(lines) != 2502 || len(msgs) != 2502 {
+		t.Fatalf("file %d lines, stream %d entries; want 2502 each", len(lines), len(msgs))
+	}
+	for i := range lines {
+		var e audit.Event
+		if err := json.Unmarshal([]byte(lines[i]), &e); err != nil {
+			t.Fatalf("line %d: %v", i, err)
+		}
+		want := fmt.Sprintf("key_%016d", i)
+		if e.Target != want || !strings.Contains(fmt.Sprint(msgs[i].Values), want) {
+			t.Fatalf("event %d: file %s, stream %v; want %s", i, e.Target, msgs[i].Values, want)
+		}
+		if strings.Contains(lines[i], apiKey[9:]) {
+			t.Fatalf("line %d holds the key", i)
+		}
 	}
 }

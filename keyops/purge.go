@@ -24,7 +24,7 @@ type PurgeRequest struct {
 
 // purger is a Store that deletes ended keys (both keystore admins).
 type purger interface {
-	Purge(ctx context.Context, q keystore.PurgeQuery) (keystore.PurgeResult, error)
+	Purge(ctx context.Context, q keystore.PurgeQuery, each func([]keystore.Record) error) (more bool, err error)
 }
 
 // usageForgetter is a usage store that can drop keys' last uses
@@ -37,50 +37,77 @@ type usageForgetter interface {
 // PurgeKeys deletes the records of the keys that ended before
 // req.OlderThan ago, so that the key set, every replica's index and the
 // lists hold the keys that still matter: a purged key is an unknown key
-// from then on (401, as a revoked one). Each purged key gets a key.purge
-// audit event (its id, its status and when it ended), which is all that
-// is left of it besides the audit log's earlier events and its usage
-// counts until they expire. Its last uses are dropped where the usage
-// store can (Redis). A key changed while the purge ran is kept.
-func (s *Service) PurgeKeys(ctx context.Context, a Actor, req PurgeRequest) (keystore.PurgeResult, error) {
+// from then on (401, as a revoked one). It goes through the key set once,
+// deleting a batch at a time; after each batch it records a key.purge
+// audit event per purged key (its id, its status and when it ended: all
+// that is left of it besides the audit log's earlier events and its
+// usage counts until they expire), drops their last uses where the usage
+// store can (Redis), and then calls each with them. A key changed while
+// the purge ran is kept. With req.DryRun each gets the keys a purge would
+// delete, and nothing is changed. more is true when req.Limit stopped it.
+func (s *Service) PurgeKeys(ctx context.Context, a Actor, req PurgeRequest, each func([]keystore.Record) error) (more bool, err error) {
 	if err := checkActor(a); err != nil {
-		return keystore.PurgeResult{}, err
+		return false, err
 	}
 	if req.OlderThan < 0 {
-		return keystore.PurgeResult{}, invalid("older_than: must not be negative, got %s", req.OlderThan)
+		return false, invalid("older_than: must not be negative, got %s", req.OlderThan)
 	}
 	if req.Limit < 0 {
-		return keystore.PurgeResult{}, invalid("limit: must not be negative, got %d", req.Limit)
+		return false, invalid("limit: must not be negative, got %d", req.Limit)
 	}
 	p, ok := s.store.(purger)
 	if !ok {
-		return keystore.PurgeResult{}, errors.New("keyops: this keystore cannot purge keys")
+		return false, errors.New("keyops: this keystore cannot purge keys")
 	}
 	now := s.now()
-	res, err := p.Purge(ctx, keystore.PurgeQuery{Before: now.Add(-req.OlderThan), Now: now, Limit: req.Limit, DryRun: req.DryRun})
-	if req.DryRun || len(res.Keys) == 0 {
-		return res, err
-	}
-	// What was purged is audited even when the purge stopped on an error.
-	ids := make([]string, len(res.Keys))
-	var auditErr error
-	for i, r := range res.Keys {
-		ids[i] = r.ID
-		ended, _ := r.EndedAt(now)
-		changes := map[string]string{"status": string(r.StateAt(now)), "ended_at": ended.UTC().Format(time.RFC3339)}
-		if e := s.audit(ctx, a, "key.purge", r.ID, changes, nil); e != nil && auditErr == nil {
-			auditErr = e
+	q := keystore.PurgeQuery{Before: now.Add(-req.OlderThan), Now: now, Limit: req.Limit, DryRun: req.DryRun}
+	return p.Purge(ctx, q, func(recs []keystore.Record) error {
+		if req.DryRun {
+			return each(recs)
+		}
+		ids := make([]string, len(recs))
+		events := make([]Event, len(recs))
+		for i, r := range recs {
+			ids[i] = r.ID
+			ended, _ := r.EndedAt(now)
+			events[i] = Event{Time: s.now().UTC(), Actor: a, Action: "key.purge", Target: r.ID,
+				Changes: map[string]string{"status": string(r.StateAt(now)), "ended_at": ended.UTC().Format(time.RFC3339)}}
+		}
+		if err := s.auditAll(ctx, events); err != nil {
+			return err
+		}
+		if f, ok := s.usage.(usageForgetter); ok {
+			if err := f.Forget(ctx, ids); err != nil {
+				return fmt.Errorf("keyops: %d keys purged, but their last uses were kept: %w", len(ids), err)
+			}
+		}
+		return each(recs)
+	})
+}
+
+// BatchAuditor is an Auditor that records many events at once, as
+// durably as one by one but cheaper (audit.Log: one fsync for the lot).
+type BatchAuditor interface {
+	Auditor
+	AuditAll(ctx context.Context, es []Event) error
+}
+
+// auditAll records es, at once where the auditor can.
+func (s *Service) auditAll(ctx context.Context, es []Event) error {
+	var err error
+	if b, ok := s.auditor.(BatchAuditor); ok {
+		err = b.AuditAll(ctx, es)
+	} else {
+		for _, e := range es {
+			if aerr := s.auditor.Audit(ctx, e); aerr != nil && err == nil {
+				err = aerr
+			}
 		}
 	}
 	if err != nil {
-		return res, err
+		return fmt.Errorf("keyops: %d keys purged, but not all audited: %w", len(es), err)
 	}
-	if f, ok := s.usage.(usageForgetter); ok {
-		if err := f.Forget(ctx, ids); err != nil {
-			return res, fmt.Errorf("keyops: %d keys purged, but their last uses were kept: %w", len(ids), err)
-		}
-	}
-	return res, auditErr
+	return nil
 }
 
 // ParseAge parses a positive Go duration ("12h") or a number of days

@@ -39,15 +39,6 @@ func (q PurgeQuery) selects(r Record) bool {
 	return ok && t.Before(q.Before)
 }
 
-// PurgeResult is what a purge deleted (or, dry, would delete).
-type PurgeResult struct {
-	// Keys are the records deleted, oldest first.
-	Keys []Record
-	// More is true when Limit stopped the purge before the last key it
-	// selects.
-	More bool
-}
-
 // casDelete deletes a hash field if it still holds the value read: a
 // record that was changed since (an expiry extended, say) is kept.
 var casDelete = redis.NewScript(`if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then
@@ -58,23 +49,47 @@ return 0`)
 
 // Purge deletes the records of the keys q selects, and their ids, and
 // announces them, so that every replica drops them from its index: a
-// purged key is an unknown key (401) from then on. It reads every
-// record, a page at a time, holding only the selected ones; each is
-// deleted only if its record is still the one read (a compare-and-delete
-// on its bucket), so a key changed meanwhile stays. Records go a page
-// (PageSize) to a round trip, and are announced a page at a time.
-func (a *RedisAdmin) Purge(ctx context.Context, q PurgeQuery) (PurgeResult, error) {
+// purged key is an unknown key (401) from then on. It reads every record
+// once, a page at a time, and deletes the selected ones as it goes, a
+// batch of PageSize at a time: each is deleted only if its record is
+// still the one read (a compare-and-delete on its bucket), so a key
+// changed meanwhile stays. After each batch it calls each with the
+// records it deleted (with q.DryRun: selected, and deleted nothing); an
+// error from each stops the purge. more is true when q.Limit stopped it
+// before the last key it selects.
+func (a *RedisAdmin) Purge(ctx context.Context, q PurgeQuery, each func([]Record) error) (more bool, err error) {
 	if err := a.migrate(ctx); err != nil {
-		return PurgeResult{}, err
+		return false, err
 	}
-	type found struct {
-		rec Record
-		raw string
-	}
-	var sel []found
-	more := false
-	stop := errors.New("limit reached")
 	k := a.keys()
+	var pending []purgeCandidate
+	selected := 0
+	loaded := false
+	flush := func() error {
+		if len(pending) == 0 {
+			return nil
+		}
+		batch := pending
+		pending = nil
+		if q.DryRun {
+			recs := make([]Record, len(batch))
+			for i, f := range batch {
+				recs[i] = f.rec
+			}
+			return each(recs)
+		}
+		gone, err := a.deleteUnchanged(ctx, batch, &loaded)
+		if len(gone) > 0 {
+			if aerr := a.announce(ctx, gone...); aerr != nil && err == nil {
+				err = aerr
+			}
+			if eerr := each(gone); eerr != nil && err == nil {
+				err = eerr
+			}
+		}
+		return err
+	}
+	stop := errors.New("limit reached")
 	for _, key := range k.records {
 		err := scanHash(ctx, a.Client, key, a.scanCount(), func(kv []string) error {
 			for i := 0; i+1 < len(kv); i += 2 {
@@ -85,11 +100,17 @@ func (a *RedisAdmin) Purge(ctx context.Context, q PurgeQuery) (PurgeResult, erro
 				if !q.selects(r) {
 					continue
 				}
-				if q.Limit > 0 && len(sel) == q.Limit {
+				if q.Limit > 0 && selected == q.Limit {
 					more = true
 					return stop
 				}
-				sel = append(sel, found{r, kv[i+1]})
+				selected++
+				pending = append(pending, purgeCandidate{r, kv[i+1]})
+				if len(pending) == a.pageSize() {
+					if err := flush(); err != nil {
+						return err
+					}
+				}
 			}
 			return nil
 		})
@@ -97,75 +118,74 @@ func (a *RedisAdmin) Purge(ctx context.Context, q PurgeQuery) (PurgeResult, erro
 			break
 		}
 		if err != nil {
-			return PurgeResult{}, err
+			return false, err
 		}
 	}
-	var out []Record
-	loaded := false
-	for start := 0; start < len(sel); start += a.pageSize() {
-		page := sel[start:min(start+a.pageSize(), len(sel))]
-		if q.DryRun {
-			for _, f := range page {
-				out = append(out, f.rec)
-			}
-			continue
-		}
-		cmds := make([]*redis.Cmd, len(page))
+	return more, flush()
+}
+
+// purgeCandidate is a record a purge selected, with its value as read.
+type purgeCandidate struct {
+	rec Record
+	raw string
+}
+
+// deleteUnchanged deletes the records of batch that still hold the value
+// read, and then their ids, in two round trips; it returns those it
+// deleted.
+func (a *RedisAdmin) deleteUnchanged(ctx context.Context, batch []purgeCandidate, loaded *bool) ([]Record, error) {
+	k := a.keys()
+	cmds := make([]*redis.Cmd, len(batch))
+	for {
 		_, err := a.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i, f := range page {
+			for i, f := range batch {
 				cmds[i] = casDelete.EvalSha(ctx, p, []string{k.recordsOf(f.rec.Hash)}, f.rec.Hash.String(), f.raw)
 			}
 			return nil
 		})
-		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") && !loaded {
-			// Nothing was deleted: load the script and send the page again.
-			loaded = true
+		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") && !*loaded {
+			// Nothing was deleted: load the script and send the batch again.
+			*loaded = true
 			if err = casDelete.Load(ctx, a.Client).Err(); err == nil {
-				start -= a.pageSize()
 				continue
 			}
 		}
 		if err != nil {
-			return PurgeResult{Keys: out}, fmt.Errorf("keystore: purge: %w", err)
+			return nil, fmt.Errorf("keystore: purge: %w", err)
 		}
-		var gone []Record
-		_, err = a.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i, f := range page {
-				if cmds[i].Val() == int64(1) {
-					gone = append(gone, f.rec)
-					p.HDel(ctx, k.idsOf(f.rec.ID), f.rec.ID)
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			return PurgeResult{Keys: out}, fmt.Errorf("keystore: purge: ids of deleted records: %w", err)
-		}
-		if len(gone) > 0 {
-			if err := a.announce(ctx, gone...); err != nil {
-				return PurgeResult{Keys: append(out, gone...)}, err
-			}
-		}
-		out = append(out, gone...)
+		break
 	}
-	oldestFirst(out, func(r *Record) time.Time { return r.CreatedAt }, func(r *Record) string { return r.ID })
-	return PurgeResult{Keys: out, More: more}, nil
+	var gone []Record
+	_, err := a.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, f := range batch {
+			if cmds[i].Val() == int64(1) {
+				gone = append(gone, f.rec)
+				p.HDel(ctx, k.idsOf(f.rec.ID), f.rec.ID)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return gone, fmt.Errorf("keystore: purge: ids of deleted records: %w", err)
+	}
+	return gone, nil
 }
 
 // Purge deletes the records of the keys q selects from the file, under
-// its lock; replicas drop them at their next reload.
-func (a *FileAdmin) Purge(ctx context.Context, q PurgeQuery) (PurgeResult, error) {
-	var res PurgeResult
+// its lock, and then calls each once with them (with q.DryRun: selected,
+// and deleted nothing); replicas drop them at their next reload.
+func (a *FileAdmin) Purge(ctx context.Context, q PurgeQuery, each func([]Record) error) (more bool, err error) {
+	var sel []Record
 	pick := func(recs []Record) []Record {
 		var kept []Record
 		for _, r := range recs {
 			if !q.selects(r) {
 				kept = append(kept, r)
-			} else if q.Limit > 0 && len(res.Keys) == q.Limit {
-				res.More = true
+			} else if q.Limit > 0 && len(sel) == q.Limit {
+				more = true
 				kept = append(kept, r)
 			} else {
-				res.Keys = append(res.Keys, r)
+				sel = append(sel, r)
 			}
 		}
 		return kept
@@ -173,14 +193,14 @@ func (a *FileAdmin) Purge(ctx context.Context, q PurgeQuery) (PurgeResult, error
 	if q.DryRun {
 		recs, err := a.List(ctx)
 		if err != nil {
-			return PurgeResult{}, err
+			return false, err
 		}
 		pick(recs)
 	} else {
 		err := a.update(ctx, func(recs []Record) ([]Record, error) {
-			res = PurgeResult{}
+			sel, more = nil, false
 			kept := pick(recs)
-			if len(res.Keys) == 0 {
+			if len(sel) == 0 {
 				return nil, errUnchanged
 			}
 			return kept, nil
@@ -189,11 +209,13 @@ func (a *FileAdmin) Purge(ctx context.Context, q PurgeQuery) (PurgeResult, error
 			err = nil
 		}
 		if err != nil {
-			return PurgeResult{}, err
+			return false, err
 		}
 	}
-	oldestFirst(res.Keys, func(r *Record) time.Time { return r.CreatedAt }, func(r *Record) string { return r.ID })
-	return res, nil
+	if len(sel) == 0 {
+		return more, nil
+	}
+	return more, each(sel)
 }
 
 // errUnchanged makes FileAdmin.update leave the file as it is.

@@ -20,7 +20,21 @@ import (
 // purger is what both admins offer for purges.
 type purger interface {
 	keystore.Admin
-	Purge(ctx context.Context, q keystore.PurgeQuery) (keystore.PurgeResult, error)
+	Purge(ctx context.Context, q keystore.PurgeQuery, each func([]keystore.Record) error) (more bool, err error)
+}
+
+// purge runs p's purge and returns the records it handed to each, in
+// batches of at most max.
+func purge(t *testing.T, p purger, q keystore.PurgeQuery, max int) (recs []keystore.Record, more bool, err error) {
+	t.Helper()
+	more, err = p.Purge(context.Background(), q, func(batch []keystore.Record) error {
+		if len(batch) == 0 || len(batch) > max {
+			t.Errorf("a batch of %d records, want 1 to %d", len(batch), max)
+		}
+		recs = append(recs, batch...)
+		return nil
+	})
+	return recs, more, err
 }
 
 // TestPurgeOnEveryBackend: a purge deletes exactly the keys that ended
@@ -49,7 +63,7 @@ func TestPurgeOnEveryBackend(t *testing.T) {
 		},
 		"redis": func(t *testing.T, clock func() time.Time) (purger, lookupStore) {
 			rs := redistest.Start(t)
-			return &keystore.RedisAdmin{Client: redisClient(t, rs.Addr), Now: clock, PageSize: 2}, openSubscribed(t, rs.Addr, limits)
+			return &keystore.RedisAdmin{Client: redisClient(t, rs.Addr), Now: clock, PageSize: 2}, openSubscribed(t, rs.Addr, limits) // batches of 2
 		},
 	}
 	for name, open := range backends {
@@ -112,12 +126,12 @@ func TestPurgeOnEveryBackend(t *testing.T) {
 
 			dry := q
 			dry.DryRun = true
-			res, err := admin.Purge(ctx, dry)
+			recs0, more, err := purge(t, admin, dry, 3)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := names(res.Keys); !slices.Equal(got, want) || res.More {
-				t.Errorf("dry run: %v, more %v; want %v", got, res.More, want)
+			if got := names(recs0); !slices.Equal(got, want) || more {
+				t.Errorf("dry run: %v, more %v; want %v", got, more, want)
 			}
 			all, err := admin.List(ctx)
 			if err != nil || len(all) < len(recs) {
@@ -126,23 +140,22 @@ func TestPurgeOnEveryBackend(t *testing.T) {
 
 			first := q
 			first.Limit = 2
-			res, err = admin.Purge(ctx, first)
+			purged, more, err := purge(t, admin, first, 3)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(res.Keys) != 2 || !res.More {
-				t.Errorf("limit 2: purged %v, more %v; want 2 and more", names(res.Keys), res.More)
+			if len(purged) != 2 || !more {
+				t.Errorf("limit 2: purged %v, more %v; want 2 and more", names(purged), more)
 			}
-			purged := res.Keys
-			res, err = admin.Purge(ctx, q)
+			rest, more, err := purge(t, admin, q, 3)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := names(append(purged, res.Keys...)); !slices.Equal(got, want) || res.More {
-				t.Errorf("purged %v (more %v), want %v", got, res.More, want)
+			if got := names(append(purged, rest...)); !slices.Equal(got, want) || more {
+				t.Errorf("purged %v (more %v), want %v", got, more, want)
 			}
-			if res, err := admin.Purge(ctx, q); err != nil || len(res.Keys) != 0 {
-				t.Errorf("a second purge: %v, %v; want nothing", names(res.Keys), err)
+			if again, _, err := purge(t, admin, q, 3); err != nil || len(again) != 0 {
+				t.Errorf("a second purge: %v, %v; want nothing", names(again), err)
 			}
 			left, err := admin.List(ctx)
 			if err != nil {
@@ -200,12 +213,12 @@ func TestRedisPurgeKeepsAChangedKey(t *testing.T) {
 		}
 	}))
 	purging := &keystore.RedisAdmin{Client: c}
-	res, err := purging.Purge(ctx, keystore.PurgeQuery{Before: now.Add(-time.Hour), Now: now})
+	recs, _, err := purge(t, purging, keystore.PurgeQuery{Before: now.Add(-time.Hour), Now: now}, 1000)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var got []string
-	for _, r := range res.Keys {
+	for _, r := range recs {
 		got = append(got, r.ID)
 	}
 	if want := []string{ids[0], ids[2]}; !slices.Equal(slices.Sorted(slices.Values(got)), slices.Sorted(slices.Values(want))) {
@@ -269,7 +282,7 @@ func TestRedisAdminScansInSmallPages(t *testing.T) {
 	if _, err := admin.ListAdminTokens(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := admin.Purge(ctx, keystore.PurgeQuery{Before: time.Now(), Now: time.Now(), DryRun: true}); err != nil {
+	if _, _, err := purge(t, admin, keystore.PurgeQuery{Before: time.Now(), Now: time.Now(), DryRun: true}, 1000); err != nil {
 		t.Fatal(err)
 	}
 	mu.Lock()
