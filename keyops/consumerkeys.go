@@ -52,34 +52,21 @@ func (rk *recentKeys) add(r keystore.Record, now time.Time) {
 	rk.m[r.Consumer] = append(rk.m[r.Consumer], recentKey{r.Hash, now, keystore.PositionOf(r)})
 }
 
-// union returns hs with consumer's recent keys that it lacks.
-func (rk *recentKeys) union(consumer string, hs []keystore.Hash, now time.Time) []keystore.Hash {
+// join returns hs with the keys remembered that it lacks: those of
+// consumer (any consumer or none when consumer is "") whose place in the
+// key list is after after and not after upTo (nil: no bound either side).
+// A page of the list that ends before the last few seconds' keys reads
+// none of them.
+func (rk *recentKeys) join(hs []keystore.Hash, consumer string, after, upTo *keystore.Position, now time.Time) []keystore.Hash {
 	rk.mu.Lock()
 	defer rk.mu.Unlock()
 	rk.prune(now)
-	for _, k := range rk.m[consumer] {
-		if !slices.Contains(hs, k.h) {
-			hs = append(hs, k.h)
-		}
-	}
-	return hs
-}
-
-// between returns the keys remembered, of consumer (any consumer or none
-// when consumer is ""), whose place in the key list is after after and
-// not after upTo (nil: no bound either side). A page of the list that
-// ends before the last few seconds' keys reads none of them.
-func (rk *recentKeys) between(consumer string, after, upTo *keystore.Position, now time.Time) []keystore.Hash {
-	rk.mu.Lock()
-	defer rk.mu.Unlock()
-	rk.prune(now)
-	var hs []keystore.Hash
 	for c, ks := range rk.m {
 		if consumer != "" && c != consumer {
 			continue
 		}
 		for _, k := range ks {
-			if (after == nil || k.pos.Compare(*after) > 0) && (upTo == nil || k.pos.Compare(*upTo) <= 0) {
+			if (after == nil || k.pos.Compare(*after) > 0) && (upTo == nil || k.pos.Compare(*upTo) <= 0) && !slices.Contains(hs, k.h) {
 				hs = append(hs, k.h)
 			}
 		}
@@ -111,6 +98,6 @@ func (s *Service) consumerRecords(ctx context.Context, consumer string) (recs []
 	if !ok {
 		return nil, false, nil
 	}
-	recs, err = g.GetHashes(ctx, s.recent.union(consumer, hs, s.now()))
+	recs, err = g.GetHashes(ctx, s.recent.join(hs, consumer, nil, nil, s.now()))
 	return recs, true, err
 }

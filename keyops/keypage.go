@@ -61,12 +61,7 @@ func (s *Service) ListKeysPage(ctx context.Context, f KeyFilter, after *keystore
 	for _, e := range found {
 		hs = append(hs, e.Hash)
 	}
-	for _, h := range s.recent.between(f.Consumer, after, bound, now) {
-		if !slices.Contains(hs, h) {
-			hs = append(hs, h)
-		}
-	}
-	recs, err := g.GetHashes(ctx, hs)
+	recs, err := g.GetHashes(ctx, s.recent.join(hs, f.Consumer, after, bound, now))
 	if err != nil {
 		return KeyPage{}, err
 	}

@@ -241,7 +241,7 @@ func (a *RedisAdmin) changeConsumer(ctx context.Context, id string, change func(
 }
 
 // checkConsumerKeys is CheckConsumerKeys over the consumer's key records:
-// those ConsumerKeys finds, or every record. Like the issue of a key to
+// those ConsumerKeys finds, or those a read of every record keeps. Like the issue of a key to
 // the consumer, it is not one transaction with the consumer's write (they
 // live in different Cluster slots), and the index it reads is as current
 // as the change log it follows (milliseconds): a key issued to the
@@ -253,7 +253,7 @@ func (a *RedisAdmin) checkConsumerKeys(ctx context.Context, _ *redis.Tx, k *redi
 	if hs, ok := a.consumerKeys(c.ID); ok {
 		recs, err = a.GetHashes(ctx, hs)
 	} else {
-		recs, err = allRecords(ctx, a.Client, k, a.scanCount())
+		recs, err = matchingRecords(ctx, a.Client, k, a.scanCount(), func(r Record) bool { return r.Consumer == c.ID })
 	}
 	if err != nil {
 		return err
