@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"bufio"
 	"bytes"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -235,4 +236,47 @@ func TestTooLargeChunkedBodyClosesTheConnection(t *testing.T) {
 		t.Errorf("after the 413, reading the connection gave %v, want it closed", err)
 	}
 	up.expectAborted(t)
+}
+
+// TestRefusedUploadReachesAClientStillSending: a client that sends a
+// large body as it goes (as Go's, curl's and browsers' clients do) and is
+// refused before keygate reads it gets the refusal, not a reset
+// connection. net/http half-closes such a connection and waits before
+// closing it only when it finds its own body in the request; keygate puts
+// it back after wrapping it.
+func TestRefusedUploadReachesAClientStillSending(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{maxBody: 8 << 20})
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: e.Client.Transport.(*http.Transport).TLSClientConfig,
+		// HTTP/1.1: an HTTP/2 refusal ends only its stream.
+		TLSNextProto: map[string]func(string, *tls.Conn) http.RoundTripper{},
+	}}
+	ct, body := form(t, part{"files", strings.Repeat("x", 1<<20)}, part{"id", "1"}, part{"contextId", ctxA})
+	cases := []struct {
+		name, key, ct string
+		status        int
+		msg           string
+	}{
+		{"unknown key", "svc_live_" + strings.Repeat("x", 40), ct, 401, ""},
+		{"wrong product", e.RegistryKey, ct, 403, "extraction product"},
+		{"boundary parameter in capitals", e.LiveKey, strings.Replace(ct, "boundary=", "BOUNDARY=", 1), 400, "multipart/form-data"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			for range 20 {
+				req := e.request("POST", "/sync", c.key, c.ct, bytes.NewReader(body))
+				resp, err := client.Do(req)
+				if err != nil {
+					t.Fatalf("the client got no answer: %v", err)
+				}
+				b, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err != nil {
+					t.Fatalf("reading the answer: %v", err)
+				}
+				assertError(t, result{Status: resp.StatusCode, Header: resp.Header, Body: b}, c.status, c.msg)
+			}
+		})
+	}
 }

@@ -287,6 +287,13 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		st.value(h, "Strict-Transport-Security", hvHSTS, g.cfg.HSTS)
 	}
 	defer g.finish(r, rec, st, start)
+	// The request path wraps r.Body. net/http, handed this same request,
+	// looks for its own body there once the handler returns to decide how
+	// to close a connection whose body was left unread: with its own body
+	// it half-closes and waits, so that a client still sending reads the
+	// answer; with a wrapper it closes at once, and the client's next
+	// write is reset, the answer lost.
+	defer func(body io.ReadCloser) { r.Body = body }(r.Body)
 	if st.route == routeNone && g.local != nil {
 		if lr := g.local[r.URL.EscapedPath()]; lr != nil {
 			st.route = routeLocal

@@ -266,8 +266,14 @@ func (p *Portal) guard(next http.Handler) http.Handler {
 		case r.Method == http.MethodPost && crossSite(r, p.scheme(r)):
 			p.errorPage(sw, r, nil, http.StatusForbidden, "Request refused", "This form was sent from another site.")
 		default:
-			r.Body = http.MaxBytesReader(sw, r.Body, 64<<10)
+			// The real ResponseWriter, so that net/http closes the
+			// connection after a body over the cap; and net/http's own
+			// body back in r afterwards, where it looks for it to close a
+			// connection with an unread body gently (half-close, then wait).
+			body := r.Body
+			r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
 			next.ServeHTTP(sw, r)
+			r.Body = body
 		}
 		route := r.Pattern
 		if route == "" {

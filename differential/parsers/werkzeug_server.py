@@ -7,6 +7,7 @@ and answers every request with JSON: {"fields": [[name, value, kind], ...]}
 or {"error": "..."} when werkzeug refuses the body. Run it with Debian's
 python3 (/usr/bin/python3) and python3-werkzeug.
 """
+import io
 import json
 import logging
 
@@ -15,6 +16,13 @@ from werkzeug.serving import make_server
 
 
 def app(environ, start_response):
+    # Read the whole body before werkzeug sees it. werkzeug leaves the body
+    # unread when it does not take the media type for a form (it compares
+    # "multipart/form-data" case-sensitively), and this server then closes
+    # the connection with most of a large upload unsent: the client's write
+    # fails with a broken pipe instead of getting the answer.
+    n = int(environ.get("CONTENT_LENGTH") or 0)
+    environ["wsgi.input"] = io.BytesIO(environ["wsgi.input"].read(n))
     try:
         _, form, files = parse_form_data(environ, silent=False)
         fields = [[k, v, "field"] for k, v in form.items(multi=True)]
