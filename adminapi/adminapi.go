@@ -159,7 +159,7 @@ type Ops interface {
 	PurgeKeys(ctx context.Context, a keyops.Actor, req keyops.PurgeRequest, each func([]keystore.Record) error) (more bool, err error)
 	RotateKey(ctx context.Context, a keyops.Actor, id string, grace time.Duration) (string, keystore.Record, error)
 	CreateConsumer(ctx context.Context, a keyops.Actor, spec keyops.ConsumerSpec) (keystore.Consumer, error)
-	ListConsumers(ctx context.Context) ([]keystore.Consumer, error)
+	ListConsumersPage(ctx context.Context, after *keystore.Position, limit int) (keyops.ConsumerPage, error)
 	ShowConsumer(ctx context.Context, id string) (keyops.ConsumerDetail, error)
 	UpdateConsumer(ctx context.Context, a keyops.Actor, id string, u keyops.ConsumerUpdate) (keystore.Consumer, error)
 	DeleteConsumer(ctx context.Context, a keyops.Actor, id string) (keystore.Consumer, error)

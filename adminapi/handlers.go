@@ -46,6 +46,14 @@ func cursorAt(t int64, id string) string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
+// position is c's place in a list; nil for no cursor.
+func (c *cursor) position() *keystore.Position {
+	if c == nil {
+		return nil
+	}
+	return &keystore.Position{Created: c.T, ID: c.ID}
+}
+
 func parsePage(q url.Values) (limit int, after *cursor, err error) {
 	limit = defaultLimit
 	if s := q.Get("limit"); s != "" {
@@ -212,11 +220,18 @@ func (a *API) listConsumers(r *request) (response, error) {
 	if err != nil {
 		return response{}, err
 	}
-	cons, err := a.deps.Ops.ListConsumers(r.Context())
+	p, err := a.deps.Ops.ListConsumersPage(r.Context(), after.position(), limit)
 	if err != nil {
 		return response{}, err
 	}
-	return response{status: http.StatusOK, body: paginate(cons, func(c keystore.Consumer) (time.Time, string) { return c.CreatedAt, c.ID }, limit, after)}, nil
+	body := page[keystore.Consumer]{Items: p.Consumers}
+	if body.Items == nil {
+		body.Items = []keystore.Consumer{}
+	}
+	if p.Next != nil {
+		body.NextCursor = cursorAt(p.Next.Created, p.Next.ID)
+	}
+	return response{status: http.StatusOK, body: body}, nil
 }
 
 func (a *API) getConsumer(r *request) (response, error) {
@@ -475,11 +490,7 @@ func (a *API) listKeys(r *request) (response, error) {
 	default:
 		return response{}, badRequest("status: must be active, revoked or expired")
 	}
-	var from *keystore.Position
-	if after != nil {
-		from = &keystore.Position{Created: after.T, ID: after.ID}
-	}
-	p, err := a.deps.Ops.ListKeysPage(r.Context(), f, from, limit)
+	p, err := a.deps.Ops.ListKeysPage(r.Context(), f, after.position(), limit)
 	if err != nil {
 		return response{}, err
 	}

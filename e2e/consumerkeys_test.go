@@ -117,11 +117,11 @@ func TestConsumerKeysAcrossReplicas(t *testing.T) {
 	// The whole key list, two keys a page, through either replica: every
 	// key once, in the list's order (creation second, then id), the same
 	// pages on both.
-	walk := func(a *adminAPI, query string) (ids []string, pages int) {
+	walk := func(a *adminAPI, list, query string) (ids []string, pages int) {
 		t.Helper()
 		cursor, last := "", ""
 		for pages = 1; pages < 10; pages++ {
-			q := "/v1/keys?limit=2" + query
+			q := list + "?limit=2" + query
 			if cursor != "" {
 				q += "&cursor=" + cursor
 			}
@@ -140,19 +140,23 @@ func TestConsumerKeysAcrossReplicas(t *testing.T) {
 					t.Errorf("GET %s lists %s after %s", q, pos, last)
 				}
 				last = pos
-				ids = append(ids, m["id"].(string)+"/"+m["status"].(string))
+				id := m["id"].(string)
+				if st, ok := m["status"].(string); ok {
+					id += "/" + st
+				}
+				ids = append(ids, id)
 			}
 			if cursor, _ = page["next_cursor"].(string); cursor == "" {
 				return ids, pages
 			}
 		}
-		t.Fatalf("GET /v1/keys%s: no last page", query)
+		t.Fatalf("GET %s%s: no last page", list, query)
 		return nil, 0
 	}
 	all := want(k1+"/revoked", k2+"/active", k3+"/active", kb+"/active", kn+"/active")
 	for _, query := range []string{"", "&status=active"} {
-		got1, pages1 := walk(a1, query)
-		got2, pages2 := walk(a2, query)
+		got1, pages1 := walk(a1, "/v1/keys", query)
+		got2, pages2 := walk(a2, "/v1/keys", query)
 		w := slices.DeleteFunc(slices.Clone(all), func(s string) bool { return query != "" && strings.HasSuffix(s, "/revoked") })
 		if !slices.Equal(got1, got2) || pages1 != pages2 || !slices.Equal(slices.Sorted(slices.Values(got1)), w) {
 			t.Errorf("GET /v1/keys?limit=2%s: replica 1 lists %v in %d pages, replica 2 %v in %d; want %v", query, got1, pages1, got2, pages2, w)
@@ -161,8 +165,22 @@ func TestConsumerKeysAcrossReplicas(t *testing.T) {
 			t.Errorf("GET /v1/keys?limit=2%s: %d pages for %d keys, want %d", query, pages1, len(w), want)
 		}
 	}
+	// The consumer list likewise, from either replica's copy of the
+	// consumers, a third one made through replica 2 included: in the
+	// list's order (walk checks it), the same on both.
+	status, conC, _ := a2.call("POST", "/v1/consumers", `{"name":"Cobalt"}`)
+	if status != http.StatusCreated {
+		t.Fatalf("create consumer: %d %v", status, conC)
+	}
+	cons := []string{conA, conB, conC["id"].(string)}
+	got1, pages1 := walk(a1, "/v1/consumers", "")
+	got2, pages2 := walk(a2, "/v1/consumers", "")
+	slices.Sort(cons)
+	if !slices.Equal(got1, got2) || !slices.Equal(slices.Sorted(slices.Values(got1)), cons) || pages1 != 2 || pages2 != 2 {
+		t.Errorf("GET /v1/consumers?limit=2: replica 1 lists %v in %d pages, replica 2 %v in %d; want %v in 2", got1, pages1, got2, pages2, cons)
+	}
 	if n := hscans() - scans0; n != 0 {
-		t.Errorf("the key lists and the consumers' checks read the key set: %d HSCANs", n)
+		t.Errorf("the key and consumer lists and the consumers' checks read the key set or the consumers: %d HSCANs", n)
 	}
 }
 

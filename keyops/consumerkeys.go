@@ -20,70 +20,74 @@ type hashGetter interface {
 	GetHashes(ctx context.Context, hs []keystore.Hash) ([]keystore.Record, error)
 }
 
-// recentWindow is how long the Service remembers the keys it issued to a
-// consumer, for its lists: far longer than a replica's index takes to
+// recentWindow is how long the Service remembers the keys and consumers
+// it made, for its lists: far longer than a replica's index takes to
 // see a change (milliseconds; bench-churn's p99 is about 30 ms under
 // full load).
 const recentWindow = 10 * time.Second
 
-// recentKeys are the keys a Service issued (or made by rotation), by
-// consumer, in the last recentWindow, so that its own lists show them at
-// once even if its replica's index has not caught up with the change log
-// yet.
-type recentKeys struct {
+// recent are the keys (by hash) or consumers (by id) a Service made in
+// the last recentWindow, by group (a key's consumer; "" for consumers),
+// so that its own lists show them at once even if its replica's copy has
+// not caught up with the change log yet.
+type recent[T comparable] struct {
 	mu sync.Mutex
-	m  map[string][]recentKey // by consumer
+	m  map[string][]recentItem[T] // by group
 }
 
-type recentKey struct {
-	h   keystore.Hash
+type recentItem[T comparable] struct {
+	v   T
 	at  time.Time
 	pos keystore.Position
 }
 
-// add remembers r, under its consumer ("" for none).
-func (rk *recentKeys) add(r keystore.Record, now time.Time) {
-	rk.mu.Lock()
-	defer rk.mu.Unlock()
-	if rk.m == nil {
-		rk.m = map[string][]recentKey{}
+// add remembers v, at pos in its list, under group.
+func (rs *recent[T]) add(group string, v T, pos keystore.Position, now time.Time) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if rs.m == nil {
+		rs.m = map[string][]recentItem[T]{}
 	}
-	rk.prune(now)
-	rk.m[r.Consumer] = append(rk.m[r.Consumer], recentKey{r.Hash, now, keystore.PositionOf(r)})
+	rs.prune(now)
+	rs.m[group] = append(rs.m[group], recentItem[T]{v, now, pos})
 }
 
-// join returns hs with the keys remembered that it lacks: those of
-// consumer (any consumer or none when consumer is "") whose place in the
-// key list is after after and not after upTo (nil: no bound either side).
-// A page of the list that ends before the last few seconds' keys reads
-// none of them.
-func (rk *recentKeys) join(hs []keystore.Hash, consumer string, after, upTo *keystore.Position, now time.Time) []keystore.Hash {
-	rk.mu.Lock()
-	defer rk.mu.Unlock()
-	rk.prune(now)
-	for c, ks := range rk.m {
-		if consumer != "" && c != consumer {
+// join returns vs with the items remembered that it lacks: those of
+// group (any group when group is "") whose place in the list is after
+// after and not after upTo (nil: no bound either side). A page of the
+// list that ends before the last few seconds' items reads none of them.
+func (rs *recent[T]) join(vs []T, group string, after, upTo *keystore.Position, now time.Time) []T {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	rs.prune(now)
+	for g, items := range rs.m {
+		if group != "" && g != group {
 			continue
 		}
-		for _, k := range ks {
-			if (after == nil || k.pos.Compare(*after) > 0) && (upTo == nil || k.pos.Compare(*upTo) <= 0) && !slices.Contains(hs, k.h) {
-				hs = append(hs, k.h)
+		for _, it := range items {
+			if (after == nil || it.pos.Compare(*after) > 0) && (upTo == nil || it.pos.Compare(*upTo) <= 0) && !slices.Contains(vs, it.v) {
+				vs = append(vs, it.v)
 			}
 		}
 	}
-	return hs
+	return vs
 }
 
-// prune forgets keys older than recentWindow; rk.mu is held.
-func (rk *recentKeys) prune(now time.Time) {
-	for c, ks := range rk.m {
-		ks = slices.DeleteFunc(ks, func(k recentKey) bool { return now.Sub(k.at) > recentWindow })
-		if len(ks) == 0 {
-			delete(rk.m, c)
+// prune forgets items older than recentWindow; rs.mu is held.
+func (rs *recent[T]) prune(now time.Time) {
+	for g, items := range rs.m {
+		items = slices.DeleteFunc(items, func(it recentItem[T]) bool { return now.Sub(it.at) > recentWindow })
+		if len(items) == 0 {
+			delete(rs.m, g)
 		} else {
-			rk.m[c] = ks
+			rs.m[g] = items
 		}
 	}
+}
+
+// addKey remembers a key the Service issued or made by rotation.
+func (s *Service) addKey(r keystore.Record) {
+	s.recent.add(r.Consumer, r.Hash, keystore.PositionOf(r), s.now())
 }
 
 // consumerRecords returns the records of consumer's keys by their hashes

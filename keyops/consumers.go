@@ -51,6 +51,9 @@ func (s *Service) CreateConsumer(ctx context.Context, a Actor, spec ConsumerSpec
 	if err == nil {
 		err = s.store.CreateConsumer(ctx, c)
 	}
+	if err == nil {
+		s.recentConsumers.add("", c.ID, consumerPosition(c), s.now())
+	}
 	if err := s.audit(ctx, a, "consumer.create", c.ID, changes, err); err != nil {
 		return keystore.Consumer{}, err
 	}

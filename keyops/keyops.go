@@ -102,6 +102,11 @@ type Config struct {
 	// the key list (ListKeysPage: the admin API's GET /v1/keys) instead
 	// of reading every record; nil reads every record.
 	KeysPage KeysPage
+	// ConsumersPage, with a Store that reads consumers by id, finds a page
+	// of the consumer list (ListConsumersPage: the admin API's GET
+	// /v1/consumers) instead of reading every consumer; nil reads every
+	// consumer.
+	ConsumersPage ConsumersPage
 }
 
 // Service manages keys and consumers. It is safe for concurrent use as
@@ -112,11 +117,13 @@ type Service struct {
 	auditor Auditor
 	now     func() time.Time
 
-	usage            UsageReader
-	quotaReader      QuotaReader
-	findConsumerKeys ConsumerKeys
-	findPage         KeysPage
-	recent           recentKeys
+	usage             UsageReader
+	quotaReader       QuotaReader
+	findConsumerKeys  ConsumerKeys
+	findPage          KeysPage
+	findConsumersPage ConsumersPage
+	recent            recent[keystore.Hash]
+	recentConsumers   recent[string]
 }
 
 // New checks cfg and returns a Service.
@@ -133,7 +140,7 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Service{store: cfg.Store, limits: cfg.Limits, auditor: cfg.Auditor, now: cfg.Now, usage: cfg.Usage, quotaReader: cfg.Quota, findConsumerKeys: cfg.ConsumerKeys, findPage: cfg.KeysPage}, nil
+	return &Service{store: cfg.Store, limits: cfg.Limits, auditor: cfg.Auditor, now: cfg.Now, usage: cfg.Usage, quotaReader: cfg.Quota, findConsumerKeys: cfg.ConsumerKeys, findPage: cfg.KeysPage, findConsumersPage: cfg.ConsumersPage}, nil
 }
 
 // ErrInvalid wraps errors in what the caller asked for (a bad flag or

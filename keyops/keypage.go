@@ -79,24 +79,32 @@ func (s *Service) ListKeysPage(ctx context.Context, f KeyFilter, after *keystore
 // for up to: the next page starts after it if recs hold no more than
 // limit.
 func pageOf(recs []keystore.Record, after *keystore.Position, limit int, bound *keystore.Position) KeyPage {
-	slices.SortFunc(recs, func(a, b keystore.Record) int { return keystore.PositionOf(a).Compare(keystore.PositionOf(b)) })
+	keys, next := pageAfter(recs, keystore.PositionOf, after, limit, bound)
+	return KeyPage{Keys: keys, Next: next}
+}
+
+// pageAfter is the page of items after after, by their place in the list
+// (pos): at most limit of them, in list order, and where the next page
+// starts after (nil on the last page). bound, when set, is the last
+// place the items were looked for up to: the next page starts after it
+// if items hold no more than limit.
+func pageAfter[T any](items []T, pos func(T) keystore.Position, after *keystore.Position, limit int, bound *keystore.Position) (page []T, next *keystore.Position) {
+	slices.SortFunc(items, func(a, b T) int { return pos(a).Compare(pos(b)) })
 	if after != nil {
-		start, _ := slices.BinarySearchFunc(recs, *after, func(r keystore.Record, p keystore.Position) int {
-			if keystore.PositionOf(r).Compare(p) <= 0 {
+		start, _ := slices.BinarySearchFunc(items, *after, func(x T, p keystore.Position) int {
+			if pos(x).Compare(p) <= 0 {
 				return -1
 			}
 			return 1
 		})
-		recs = recs[start:]
+		items = items[start:]
 	}
-	p := KeyPage{Keys: recs}
 	switch {
-	case len(recs) > limit:
-		p.Keys = recs[:limit]
-		next := keystore.PositionOf(recs[limit-1])
-		p.Next = &next
+	case len(items) > limit:
+		n := pos(items[limit-1])
+		return items[:limit], &n
 	case bound != nil:
-		p.Next = bound
+		return items, bound
 	}
-	return p
+	return items, nil
 }

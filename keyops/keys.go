@@ -52,7 +52,7 @@ func (s *Service) IssueKey(ctx context.Context, a Actor, req keystore.IssueReque
 		err = asInvalid(err)
 	}
 	if err == nil {
-		s.recent.add(rec, s.now())
+		s.addKey(rec)
 	}
 	if err := s.audit(ctx, a, "key.issue", rec.ID, changes, err); err != nil {
 		return "", keystore.Record{}, err
@@ -286,7 +286,7 @@ func (s *Service) RotateKey(ctx context.Context, a Actor, id string, grace time.
 	}
 	key, rec, err := s.store.Rotate(ctx, id, grace)
 	if err == nil {
-		s.recent.add(rec, s.now())
+		s.addKey(rec)
 	}
 	changes := map[string]string{"grace": grace.String(), "replaced_by": rec.ID}
 	if err := s.audit(ctx, a, "key.rotate", id, changes, err); err != nil {

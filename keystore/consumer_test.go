@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -256,6 +257,27 @@ func TestRedisImportConsumers(t *testing.T) {
 	got, err := admin.GetConsumer(ctx, con.ID)
 	if err != nil || got.Name != "Acme" || got.Override == nil || got.Override.Quota == nil || *got.Override.Quota != (policy.Quota{}) {
 		t.Errorf("imported: %+v %v", got, err)
+	}
+
+	// Many consumers go in pipelined batches (of 2 here): those already
+	// there are skipped, whichever batch they fall in.
+	batched := &keystore.RedisAdmin{Client: admin.Client, PageSize: 2}
+	more := []keystore.Consumer{con}
+	for i := range 6 {
+		c, _ := keystore.NewConsumer(keystore.Consumer{Name: fmt.Sprintf("customer %d", i)}, time.Now())
+		more = append(more, c)
+	}
+	if added, skipped, err := batched.ImportConsumers(ctx, more); err != nil || added != 6 || skipped != 1 {
+		t.Fatalf("import in batches: %d added, %d skipped, %v; want 6, 1", added, skipped, err)
+	}
+	all, err := admin.ListConsumers(ctx)
+	if err != nil || len(all) != 7 {
+		t.Fatalf("after the batches: %d consumers, %v; want 7", len(all), err)
+	}
+	for _, c := range more[1:] {
+		if got, err := admin.GetConsumer(ctx, c.ID); err != nil || got.Name != c.Name {
+			t.Errorf("%s: %+v %v", c.ID, got, err)
+		}
 	}
 }
 

@@ -82,7 +82,7 @@ func (x *index) page(q PageQuery) []PageEntry {
 		return nil // no key has it
 	}
 	now := q.Now.UnixNano()
-	h := &pageHeap{}
+	first := firstN[Hash]{n: q.Limit}
 	for i := range x.shards {
 		s := &x.shards[i]
 		s.mu.RLock()
@@ -92,21 +92,90 @@ func (x *index) page(q PageQuery) []PageEntry {
 				continue
 			}
 			p := Position{int64(e.created), e.id}
-			if q.After != nil && p.Compare(*q.After) <= 0 || len(*h) == q.Limit && p.Compare((*h)[0].Position) >= 0 {
-				continue
-			}
-			if len(*h) == q.Limit {
-				(*h)[0] = PageEntry{hash, p}
-				heap.Fix(h, 0)
-			} else {
-				heap.Push(h, PageEntry{hash, p})
+			if (q.After == nil || p.Compare(*q.After) > 0) && first.admits(p) {
+				first.offer(p, hash)
 			}
 		}
 		s.mu.RUnlock()
 	}
-	out := []PageEntry(*h)
-	slices.SortFunc(out, func(a, b PageEntry) int { return a.Compare(b.Position) })
+	kept := first.sorted()
+	out := make([]PageEntry, len(kept))
+	for i, k := range kept {
+		out[i] = PageEntry{k.v, k.pos}
+	}
 	return out
+}
+
+// ConsumersPage returns a page of the consumer list from the store's copy
+// of the consumers, as current as the change log it follows, without
+// reading the consumers from Redis: the places of at most limit
+// consumers after after (from the first when nil), in list order
+// (creation second, then id). The admin side then reads those consumers
+// alone. ok is false before the first full pass has completed: the
+// caller then reads the store itself.
+func (s *RedisStore) ConsumersPage(after *Position, limit int) (page []Position, ok bool) {
+	if !s.loaded.Load() {
+		return nil, false
+	}
+	first := firstN[struct{}]{n: limit}
+	for id, c := range s.consumers() {
+		p := Position{c.CreatedAt.Unix(), id}
+		if (after == nil || p.Compare(*after) > 0) && first.admits(p) {
+			first.offer(p, struct{}{})
+		}
+	}
+	for _, k := range first.sorted() {
+		page = append(page, k.pos)
+	}
+	return page, true
+}
+
+// firstN keeps the first n items offered, by their place in a list, in a
+// max-heap whose top is the last of them so far, the one a better
+// candidate replaces: one pass over a set keeps a page of it and
+// allocates only the page.
+type firstN[T any] struct {
+	n     int
+	items []ranked[T]
+}
+
+// ranked is an item and its place in the list.
+type ranked[T any] struct {
+	pos Position
+	v   T
+}
+
+// admits reports whether an item at p would be kept: one comparison,
+// made before the caller builds the item.
+func (f *firstN[T]) admits(p Position) bool {
+	return len(f.items) < f.n || f.n > 0 && p.Compare(f.items[0].pos) < 0
+}
+
+// offer keeps v, at p, if it is among the first n offered so far.
+func (f *firstN[T]) offer(p Position, v T) {
+	switch {
+	case len(f.items) < f.n:
+		heap.Push(f, ranked[T]{p, v})
+	case f.admits(p):
+		f.items[0] = ranked[T]{p, v}
+		heap.Fix(f, 0)
+	}
+}
+
+// sorted returns the items kept, in list order.
+func (f *firstN[T]) sorted() []ranked[T] {
+	slices.SortFunc(f.items, func(a, b ranked[T]) int { return a.pos.Compare(b.pos) })
+	return f.items
+}
+
+func (f *firstN[T]) Len() int           { return len(f.items) }
+func (f *firstN[T]) Less(i, j int) bool { return f.items[i].pos.Compare(f.items[j].pos) > 0 }
+func (f *firstN[T]) Swap(i, j int)      { f.items[i], f.items[j] = f.items[j], f.items[i] }
+func (f *firstN[T]) Push(x any)         { f.items = append(f.items, x.(ranked[T])) }
+func (f *firstN[T]) Pop() any {
+	x := f.items[len(f.items)-1]
+	f.items = f.items[:len(f.items)-1]
+	return x
 }
 
 // stateAt is Record.StateAt of e's record at now (Unix nanoseconds).
@@ -116,19 +185,4 @@ func (e *entry) stateAt(now int64) Status {
 		r.ExpiresAt = time.Unix(0, e.expires)
 	}
 	return r.StateAt(time.Unix(0, now))
-}
-
-// pageHeap is a max-heap of entries by list position: its top is the
-// last of the page so far, the one a better candidate replaces.
-type pageHeap []PageEntry
-
-func (h pageHeap) Len() int           { return len(h) }
-func (h pageHeap) Less(i, j int) bool { return h[i].Compare(h[j].Position) > 0 }
-func (h pageHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *pageHeap) Push(x any)        { *h = append(*h, x.(PageEntry)) }
-func (h *pageHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
 }

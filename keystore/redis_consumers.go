@@ -179,6 +179,32 @@ func (a *RedisAdmin) GetConsumer(ctx context.Context, id string) (Consumer, erro
 	return getConsumer(ctx, a.Client, a.keys(), id)
 }
 
+// GetConsumers returns the consumers with ids that Redis holds, in the
+// order of ids, leaving out those it does not (deleted meanwhile): one
+// HMGET per PageSize of ids.
+func (a *RedisAdmin) GetConsumers(ctx context.Context, ids []string) ([]Consumer, error) {
+	k := a.keys()
+	out := make([]Consumer, 0, len(ids))
+	for page := range slices.Chunk(ids, a.pageSize()) {
+		vals, err := a.Client.HMGet(ctx, k.consumers, page...).Result()
+		if err != nil {
+			return nil, fmt.Errorf("keystore: %w", err)
+		}
+		for i, v := range vals {
+			s, ok := v.(string)
+			if !ok {
+				continue // not there
+			}
+			c, err := decodeConsumer(page[i], s)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
 // UpdateConsumer applies f to the consumer with id and stores and
 // announces the result; see FileAdmin.UpdateConsumer.
 func (a *RedisAdmin) UpdateConsumer(ctx context.Context, id string, f func(Consumer) (Consumer, error)) (Consumer, error) {
@@ -273,25 +299,38 @@ func (a *RedisAdmin) announceConsumer(ctx context.Context, id string) error {
 }
 
 // ImportConsumers stores consumers (from a file keystore) that Redis does
-// not hold yet, and reports how many it added and skipped.
+// not hold yet, and reports how many it added and skipped. It writes them
+// in pipelined batches of PageSize (HSETNX each: a consumer already there
+// is skipped, and a pipeline retried after a timeout writes nothing
+// twice), then announces one "re-read everything".
 func (a *RedisAdmin) ImportConsumers(ctx context.Context, cons []Consumer) (added, skipped int, err error) {
 	if err := ValidateConsumers(cons); err != nil {
 		return 0, 0, err
 	}
 	k := a.keys()
-	for _, c := range cons {
-		v, err := encodeConsumer(c)
-		if err != nil {
-			return added, skipped, err
+	for start := 0; start < len(cons); start += a.pageSize() {
+		batch := cons[start:min(start+a.pageSize(), len(cons))]
+		vals := make([]string, len(batch))
+		for i, c := range batch {
+			if vals[i], err = encodeConsumer(c); err != nil {
+				return added, skipped, err
+			}
 		}
-		ok, err := a.Client.HSetNX(ctx, k.consumers, c.ID, v).Result()
-		if err != nil {
-			return added, skipped, fmt.Errorf("keystore: import %s: %w", c.ID, err)
+		set := make([]*redis.BoolCmd, len(batch))
+		if _, err := a.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, c := range batch {
+				set[i] = p.HSetNX(ctx, k.consumers, c.ID, vals[i])
+			}
+			return nil
+		}); err != nil {
+			return added, skipped, fmt.Errorf("keystore: import consumers: %w", err)
 		}
-		if ok {
-			added++
-		} else {
-			skipped++
+		for _, b := range set {
+			if b.Val() {
+				added++
+			} else {
+				skipped++
+			}
 		}
 	}
 	if added > 0 {

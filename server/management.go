@@ -104,11 +104,13 @@ func (s *Server) openOps(deps *Deps) (*keyops.Service, keyops.Store, error) {
 	// A consumer's keys, and a page of the key list, come from this
 	// replica's index and then their records alone, not from a read of
 	// every record (seconds and a gigabyte at a million keys, per portal
-	// page, admin list page or consumer change).
+	// page, admin list page or consumer change); a page of the consumer
+	// list likewise from its copy of the consumers.
 	var consumerKeys keyops.ConsumerKeys
 	var keysPage keyops.KeysPage
+	var consumersPage keyops.ConsumersPage
 	if rs, ok := s.store.(*keystore.RedisStore); ok {
-		consumerKeys, keysPage = rs.ConsumerKeys, rs.KeysPage
+		consumerKeys, keysPage, consumersPage = rs.ConsumerKeys, rs.KeysPage, rs.ConsumersPage
 	}
 	switch s.cfg.Keystore.Backend {
 	case "file":
@@ -127,7 +129,7 @@ func (s *Server) openOps(deps *Deps) (*keyops.Service, keyops.Store, error) {
 		return nil, nil, err
 	}
 	ur, _ := UsageStore(s.cfg, s.redis).(keyops.UsageReader)
-	s.ops, err = keyops.New(keyops.Config{Store: store, Limits: limits, Auditor: deps.Auditor, Usage: ur, Quota: QuotaReader(s.cfg, s.redis), ConsumerKeys: consumerKeys, KeysPage: keysPage})
+	s.ops, err = keyops.New(keyops.Config{Store: store, Limits: limits, Auditor: deps.Auditor, Usage: ur, Quota: QuotaReader(s.cfg, s.redis), ConsumerKeys: consumerKeys, KeysPage: keysPage, ConsumersPage: consumersPage})
 	return s.ops, store, err
 }
 

@@ -6,7 +6,7 @@
 //
 //	keyload -mode gen-file -keys 1000000 -file /tmp/keys.yaml
 //	keyload -mode load-file -file /tmp/keys.yaml [-revoke 0.01 -replace 0.01] [-limits] [-reloadprofile /tmp/reload]
-//	keyload -mode fill-redis -keys 1000000 -redis 127.0.0.1:6379
+//	keyload -mode fill-redis -keys 1000000 [-consumers 100000] -redis 127.0.0.1:6379
 //	keyload -mode load-redis -redis 127.0.0.1:6379 [-page 100]
 //	keyload -mode churn -redis 127.0.0.1:6379 -rate 100 -duration 30s
 //
@@ -65,6 +65,7 @@ func main() {
 	revoke := flag.Float64("revoke", 0, "load-file: the fraction of keys the reloaded file revokes")
 	replace := flag.Float64("replace", 0, "load-file: the fraction of keys the reloaded file replaces by new ones")
 	limits := flag.Bool("limits", false, "load-file: resolve each key's limit as keygate does with its default config (each key then holds its resolved limit)")
+	consumers := flag.Int("consumers", 0, "fill-redis: also make this many consumers, the keys spread over them")
 	page := flag.Int("page", 0, "load-redis: the store's PageSize (HSCAN COUNT); 0 is its default")
 	flag.Parse()
 	if *prof != "" {
@@ -85,7 +86,7 @@ func main() {
 	case "load-file":
 		err = loadFile(*file, *revoke, *replace, *reloadProf, *limits)
 	case "fill-redis":
-		err = fillRedis(*addr, *n)
+		err = fillRedis(*addr, *n, *consumers)
 	case "load-redis":
 		err = loadRedis(*addr, *page)
 	case "churn":
@@ -336,15 +337,32 @@ func client(addr string) *redis.Client {
 	return redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: 100 * time.Millisecond, WriteTimeout: 100 * time.Millisecond})
 }
 
-func fillRedis(addr string, n int) error {
+func fillRedis(addr string, n, consumers int) error {
 	c := client(addr)
 	defer c.Close()
 	ctx := context.Background()
 	a := &keystore.RedisAdmin{Client: c}
 	start := time.Now()
+	cons := make([]keystore.Consumer, consumers)
+	for i := range cons {
+		var err error
+		if cons[i], err = keystore.NewConsumer(keystore.Consumer{Name: "customer " + strconv.Itoa(i)}, start); err != nil {
+			return err
+		}
+	}
+	if _, _, err := a.ImportConsumers(ctx, cons); err != nil {
+		return err
+	}
+	if consumers > 0 {
+		fmt.Printf("filled %d consumers in %s\n", consumers, time.Since(start).Round(time.Millisecond))
+	}
 	batch := make([]keystore.Record, 0, 1000)
 	for i := range n {
-		batch = append(batch, record(i))
+		r := record(i)
+		if consumers > 0 {
+			r.Consumer = cons[i%consumers].ID
+		}
+		batch = append(batch, r)
 		if len(batch) == cap(batch) || i == n-1 {
 			if _, _, err := a.ImportBatch(ctx, batch); err != nil {
 				return err

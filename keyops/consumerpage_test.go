@@ -1,0 +1,178 @@
+package keyops_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/keygate/keygate/internal/testsupport/audittest"
+	"github.com/keygate/keygate/internal/testsupport/redistest"
+	"github.com/keygate/keygate/internal/testsupport/testkit"
+	"github.com/keygate/keygate/keyops"
+	"github.com/keygate/keygate/keystore"
+)
+
+// TestListConsumersPageReadsItsPageOnly: with the Redis keystore, a page
+// of the consumer list (the admin API's GET /v1/consumers) comes from the
+// replica's copy of the consumers and an HMGET of that page: no HSCAN
+// through every consumer. Walking the pages lists exactly what a read of
+// every consumer lists, in the same order (creation second, then id), in
+// as many pages as the consumers fill. A copy that lags the store changes
+// nothing: a consumer deleted meanwhile is left out (its page is shorter,
+// the next one follows), and one this service has just created is listed
+// even before the copy holds it.
+func TestListConsumersPageReadsItsPageOnly(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rs := redistest.Start(t)
+	store := openIndex(t, rs)
+	var clock atomic.Int64
+	clock.Store(time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC).UnixNano())
+	now := func() time.Time { return time.Unix(0, clock.Load()).UTC() }
+	tick := func(d time.Duration) { clock.Add(int64(d)) }
+
+	var ghost atomic.Pointer[keystore.Position] // deleted, and still in the copy
+	var hidden atomic.Pointer[string]           // created, and not in the copy yet
+	pager := func(after *keystore.Position, limit int) ([]keystore.Position, bool) {
+		ps, ok := store.ConsumersPage(after, limit)
+		if g := ghost.Load(); g != nil && (after == nil || g.Compare(*after) > 0) {
+			ps = append(ps, *g)
+			slices.SortFunc(ps, keystore.Position.Compare)
+			ps = ps[:min(len(ps), limit)]
+		}
+		if h := hidden.Load(); h != nil {
+			ps = slices.DeleteFunc(ps, func(p keystore.Position) bool { return p.ID == *h })
+		}
+		return ps, ok
+	}
+	admin := &keystore.RedisAdmin{Client: rs.Client(t), PageSize: 10, Now: now}
+	ops, err := keyops.New(keyops.Config{Store: admin, Limits: defaultLimits(t), Auditor: &audittest.Recorder{}, Now: now, ConsumersPage: pager})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A plain service reads every consumer: what the pages must equal.
+	plain, err := keyops.New(keyops.Config{Store: admin, Limits: defaultLimits(t), Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	actor := keyops.Actor{ID: "test"}
+	create := func(i int) keystore.Consumer {
+		t.Helper()
+		c, err := ops.CreateConsumer(ctx, actor, keyops.ConsumerSpec{Name: fmt.Sprintf("customer %d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	var cons []keystore.Consumer
+	for i := range 35 {
+		cons = append(cons, create(i))
+		tick(400 * time.Millisecond) // two or three a second: ties by id
+	}
+	gone, err := ops.DeleteConsumer(ctx, actor, cons[7].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tick(time.Minute) // past what the service remembers
+	testkit.Eventually(t, 5*time.Second, "the copy holds every consumer", func() error {
+		ps, _ := store.ConsumersPage(nil, 1000)
+		return testkit.Equal(len(ps), 34)
+	})
+
+	names := func(cs []keystore.Consumer) []string {
+		out := []string{}
+		for _, c := range cs {
+			out = append(out, c.Name)
+		}
+		return out
+	}
+	walk := func(t *testing.T, list func(after *keystore.Position) (keyops.ConsumerPage, error), limit int) (listed []string, pages int) {
+		t.Helper()
+		var after *keystore.Position
+		for pages = 1; ; pages++ {
+			p, err := list(after)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(p.Consumers) > limit {
+				t.Fatalf("page %d: %d consumers, limit %d", pages, len(p.Consumers), limit)
+			}
+			listed = append(listed, names(p.Consumers)...)
+			if p.Next == nil {
+				return listed, pages
+			}
+			if pages > 100 {
+				t.Fatal("no end of the list")
+			}
+			after = p.Next
+		}
+	}
+	pagesOf := func(svc *keyops.Service, limit int) func(*keystore.Position) (keyops.ConsumerPage, error) {
+		return func(after *keystore.Position) (keyops.ConsumerPage, error) {
+			return svc.ListConsumersPage(ctx, after, limit)
+		}
+	}
+	want := func(t *testing.T) []string {
+		all, err := plain.ListConsumers(ctx) // reads every consumer, oldest first
+		if err != nil {
+			t.Fatal(err)
+		}
+		return names(all)
+	}
+	scans := func() int { c := rs.Calls(t); return c["hscan"] + c["hgetall"] }
+	for _, lag := range []bool{false, true} {
+		if lag {
+			g := keystore.Position{Created: gone.CreatedAt.Unix(), ID: gone.ID}
+			ghost.Store(&g)
+		}
+		for _, limit := range []int{1, 4, 1000} {
+			t.Run(fmt.Sprintf("deleted one still in the copy %v, limit %d", lag, limit), func(t *testing.T) {
+				all := want(t)
+				wantPages := max(1, (len(all)+limit-1)/limit)
+				if got, pages := walk(t, pagesOf(plain, limit), limit); !slices.Equal(got, all) || pages != wantPages {
+					t.Fatalf("a read of every consumer pages as %v in %d pages, want %v in %d", got, pages, all, wantPages)
+				}
+				n0 := scans()
+				got, pages := walk(t, pagesOf(ops, limit), limit)
+				if n := scans() - n0; n != 0 {
+					t.Errorf("%d HSCANs, want none", n)
+				}
+				if !slices.Equal(got, all) {
+					t.Errorf("listed %v\nwant %v (what a read of every consumer lists)", got, all)
+				}
+				if !lag && pages != wantPages {
+					t.Errorf("%d pages, want %d (%d consumers, %d a page)", pages, wantPages, len(all), limit)
+				}
+			})
+		}
+	}
+	ghost.Store(nil)
+
+	// A page reads its own consumers alone: one HMGET of the five the copy
+	// gives (four and the one that says a next page follows).
+	c0 := rs.Calls(t)
+	if p, err := ops.ListConsumersPage(ctx, nil, 4); err != nil || len(p.Consumers) != 4 || p.Next == nil {
+		t.Fatalf("first page: %d consumers, next %v, %v", len(p.Consumers), p.Next, err)
+	}
+	if c := rs.Calls(t); c["hmget"]-c0["hmget"] != 1 || c["hget"] != c0["hget"] {
+		t.Errorf("the first page of 4 made %d HMGETs and %d HGETs, want 1 and 0", c["hmget"]-c0["hmget"], c["hget"]-c0["hget"])
+	}
+
+	// A consumer this service has just created, that the copy does not
+	// hold yet, is listed where it belongs, once: last.
+	fresh := create(99)
+	hidden.Store(&fresh.ID)
+	for _, limit := range []int{4, 1000} {
+		got, _ := walk(t, pagesOf(ops, limit), limit)
+		if all := want(t); !slices.Equal(got, all) || got[len(got)-1] != fresh.Name {
+			t.Errorf("limit %d, after a creation the copy has not seen: listed %v\nwant %v, ending with %s", limit, got, all, fresh.Name)
+		}
+	}
+
+	if _, err := ops.ListConsumersPage(ctx, nil, 0); err == nil {
+		t.Error("a limit of 0 was taken")
+	}
+}
