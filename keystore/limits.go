@@ -29,12 +29,18 @@ type limitResolver struct {
 // resolve returns rec with Limits set from cons (consumers by id). A
 // consumer that is not in cons (deleted) counts as none.
 func (l limitResolver) resolve(rec Record, cons map[string]Consumer, now time.Time) Record {
-	if l.res == nil {
-		return rec
-	}
 	var con *Consumer
 	if c, ok := cons[rec.Consumer]; ok && rec.Consumer != "" {
 		con = &c
+	}
+	return l.resolveFor(rec, con, now)
+}
+
+// resolveFor returns rec with Limits set from con, its consumer (nil for
+// none).
+func (l limitResolver) resolveFor(rec Record, con *Consumer, now time.Time) Record {
+	if l.res == nil {
+		return rec
 	}
 	rec.Limits = l.res.Resolve(Subject(rec, con), now)
 	return rec

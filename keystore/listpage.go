@@ -118,12 +118,12 @@ func (s *RedisStore) ConsumersPage(after *Position, limit int) (page []Position,
 		return nil, false
 	}
 	first := firstN[struct{}]{n: limit}
-	for id, c := range s.consumers() {
-		p := Position{c.CreatedAt.Unix(), id}
+	s.cons.each(func(c *Consumer) {
+		p := Position{c.CreatedAt.Unix(), c.ID}
 		if (after == nil || p.Compare(*after) > 0) && first.admits(p) {
 			first.offer(p, struct{}{})
 		}
-	}
+	})
 	for _, k := range first.sorted() {
 		page = append(page, k.pos)
 	}

@@ -89,7 +89,7 @@ type RedisStore struct {
 	keys    *redisKeys
 	log     *zap.Logger
 	idx     *index
-	cons    atomic.Pointer[map[string]Consumer]
+	cons    *consumerSet
 	consMu  sync.Mutex // serializes writers of cons
 	limits  limitResolver
 	neg     *expirable.LRU[Hash, struct{}]
@@ -140,7 +140,7 @@ func OpenRedis(cfg RedisConfig) (*RedisStore, error) {
 		cfg.NegativeTTL = time.Second
 	}
 	s := &RedisStore{
-		cfg: cfg, keys: newRedisKeys(cfg.Prefix), log: cfg.Logger, idx: newIndex(),
+		cfg: cfg, keys: newRedisKeys(cfg.Prefix), log: cfg.Logger, idx: newIndex(), cons: newConsumerSet(),
 		wake: make(chan struct{}, 1), full: make(chan struct{}, 1), limits: limitResolver{cfg.Limits},
 	}
 	if s.log == nil {
@@ -202,19 +202,17 @@ func (s *RedisStore) Lookup(ctx context.Context, h Hash) (Record, bool, error) {
 // put resolves rec's limits and stores it in the index, marked as seen
 // by the current pass; it returns rec as stored.
 func (s *RedisStore) put(rec Record) Record {
-	cons := s.consumers()
-	if rec.Consumer != "" && !s.loaded.Load() {
+	con := s.cons.get(rec.Consumer)
+	if con == nil && rec.Consumer != "" && !s.loaded.Load() {
 		// The first pass has not read the consumers yet: read this one.
-		if _, ok := cons[rec.Consumer]; !ok {
-			ctx, cancel := context.WithTimeout(s.ctx, s.cfg.Timeout)
-			c, err := getConsumer(ctx, s.cfg.Client, s.keys, rec.Consumer)
-			cancel()
-			if err == nil {
-				cons = map[string]Consumer{c.ID: c}
-			}
+		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.Timeout)
+		c, err := getConsumer(ctx, s.cfg.Client, s.keys, rec.Consumer)
+		cancel()
+		if err == nil {
+			con = &c
 		}
 	}
-	rec = s.limits.resolve(rec, cons, time.Now())
+	rec = s.limits.resolveFor(rec, con, time.Now())
 	s.idx.put(rec, s.gen.Load())
 	return rec
 }
@@ -411,8 +409,7 @@ func (s *RedisStore) fullPass(poll <-chan time.Time) error {
 		return err
 	}
 	s.consMu.Lock()
-	cm := consumerMap(cons)
-	s.cons.Store(&cm)
+	s.cons.replace(cons)
 	s.consMu.Unlock()
 
 	if !s.loaded.Load() {

@@ -32,14 +32,6 @@ func decodeConsumer(field, value string) (Consumer, error) {
 	return c, ValidateConsumer(c)
 }
 
-// consumers is the store's copy of the consumers.
-func (s *RedisStore) consumers() map[string]Consumer {
-	if m := s.cons.Load(); m != nil {
-		return *m
-	}
-	return nil
-}
-
 // applyConsumer re-reads the consumer with id and re-resolves the limits
 // of its keys.
 func (s *RedisStore) applyConsumer(id string) error {
@@ -63,18 +55,9 @@ func (s *RedisStore) applyConsumer(id string) error {
 	}
 	s.consMu.Lock()
 	defer s.consMu.Unlock()
-	cons := make(map[string]Consumer, len(s.consumers())+1)
-	for k, c := range s.consumers() {
-		cons[k] = c
-	}
-	if con != nil {
-		cons[id] = *con
-	} else {
-		delete(cons, id)
-	}
-	s.cons.Store(&cons)
+	s.cons.set(id, con)
 	now := time.Now()
-	s.idx.update(id, func(r Record) Record { return s.limits.resolve(r, cons, now) })
+	s.idx.update(id, func(r Record) Record { return s.limits.resolveFor(r, con, now) })
 	return nil
 }
 
