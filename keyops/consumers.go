@@ -3,6 +3,7 @@ package keyops
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -93,6 +94,34 @@ func (s *Service) newConsumer(spec ConsumerSpec, lu LimitUpdate, changes map[str
 // ListConsumers returns every consumer in the order they were created.
 func (s *Service) ListConsumers(ctx context.Context) ([]keystore.Consumer, error) {
 	return s.store.ListConsumers(ctx)
+}
+
+// GetConsumer returns the consumer with id, or an error wrapping
+// keystore.ErrConsumerNotFound.
+func (s *Service) GetConsumer(ctx context.Context, id string) (keystore.Consumer, error) {
+	return s.store.GetConsumer(ctx, id)
+}
+
+// ConsumersWhere finds consumers without reading every one: a replica's
+// copy of them (keystore.RedisStore.ConsumersWhere), as current as the
+// change log it follows. ok is false when it cannot tell (the copy is
+// still loading).
+type ConsumersWhere func(match func(*keystore.Consumer) bool) (cons []keystore.Consumer, ok bool)
+
+// ConsumersWhere returns the consumers match accepts: from the
+// replica's copy with Config.ConsumersWhere, else from a read of every
+// consumer.
+func (s *Service) ConsumersWhere(ctx context.Context, match func(*keystore.Consumer) bool) ([]keystore.Consumer, error) {
+	if s.findConsumers != nil {
+		if cons, ok := s.findConsumers(match); ok {
+			return cons, nil
+		}
+	}
+	all, err := s.store.ListConsumers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(all, func(c keystore.Consumer) bool { return !match(&c) }), nil
 }
 
 // ConsumerDetail is a consumer as `consumers show` prints it, with the

@@ -107,6 +107,10 @@ type Config struct {
 	// /v1/consumers) instead of reading every consumer; nil reads every
 	// consumer.
 	ConsumersPage ConsumersPage
+	// ConsumersWhere finds consumers by their fields (the portal's
+	// sign-in, by a metadata entry) in a replica's copy instead of
+	// reading every consumer; nil reads every consumer.
+	ConsumersWhere ConsumersWhere
 }
 
 // Service manages keys and consumers. It is safe for concurrent use as
@@ -122,6 +126,7 @@ type Service struct {
 	findConsumerKeys  ConsumerKeys
 	findPage          KeysPage
 	findConsumersPage ConsumersPage
+	findConsumers     ConsumersWhere
 	recent            recent[keystore.Hash]
 	recentConsumers   recent[string]
 }
@@ -140,7 +145,7 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Service{store: cfg.Store, limits: cfg.Limits, auditor: cfg.Auditor, now: cfg.Now, usage: cfg.Usage, quotaReader: cfg.Quota, findConsumerKeys: cfg.ConsumerKeys, findPage: cfg.KeysPage, findConsumersPage: cfg.ConsumersPage}, nil
+	return &Service{store: cfg.Store, limits: cfg.Limits, auditor: cfg.Auditor, now: cfg.Now, usage: cfg.Usage, quotaReader: cfg.Quota, findConsumerKeys: cfg.ConsumerKeys, findPage: cfg.KeysPage, findConsumersPage: cfg.ConsumersPage, findConsumers: cfg.ConsumersWhere}, nil
 }
 
 // ErrInvalid wraps errors in what the caller asked for (a bad flag or

@@ -130,6 +130,22 @@ func (s *RedisStore) ConsumersPage(after *Position, limit int) (page []Position,
 	return page, true
 }
 
+// ConsumersWhere returns the consumers of the store's copy that match
+// accepts, as current as the change log it follows, without reading the
+// consumers from Redis. ok is false before the first full pass has
+// completed: the caller then reads the store itself.
+func (s *RedisStore) ConsumersWhere(match func(*Consumer) bool) (cons []Consumer, ok bool) {
+	if !s.loaded.Load() {
+		return nil, false
+	}
+	s.cons.each(func(c *Consumer) {
+		if match(c) {
+			cons = append(cons, *c)
+		}
+	})
+	return cons, true
+}
+
 // firstN keeps the first n items offered, by their place in a list, in a
 // max-heap whose top is the last of them so far, the one a better
 // candidate replaces: one pass over a set keeps a page of it and

@@ -225,22 +225,29 @@ func (p *Portal) consumerFor(ctx context.Context, claim any) (string, error) {
 	if len(vals) == 0 {
 		return "", nil
 	}
-	cons, err := p.ops.ListConsumers(ctx)
-	if err != nil {
-		return "", err
-	}
+	// By id: one read each, not a read of every consumer (a sign-in is
+	// open to anyone the provider knows).
 	for _, v := range vals {
-		for _, c := range cons {
-			if c.ID == v {
-				return c.ID, nil
-			}
+		c, err := p.ops.GetConsumer(ctx, v)
+		if err == nil {
+			return c.ID, nil
+		}
+		if !errors.Is(err, keystore.ErrConsumerNotFound) {
+			return "", err
 		}
 	}
 	if k := p.cfg.ConsumerMetadataKey; k != "" {
+		cons, err := p.ops.ConsumersWhere(ctx, func(c *keystore.Consumer) bool {
+			mv, ok := c.Metadata[k]
+			return ok && slices.Contains(vals, mv)
+		})
+		if err != nil {
+			return "", err
+		}
 		for _, v := range vals {
 			var found []keystore.Consumer
 			for _, c := range cons {
-				if mv, ok := c.Metadata[k]; ok && mv == v {
+				if c.Metadata[k] == v {
 					found = append(found, c)
 				}
 			}

@@ -105,12 +105,14 @@ func (s *Server) openOps(deps *Deps) (*keyops.Service, keyops.Store, error) {
 	// replica's index and then their records alone, not from a read of
 	// every record (seconds and a gigabyte at a million keys, per portal
 	// page, admin list page or consumer change); a page of the consumer
-	// list likewise from its copy of the consumers.
+	// list, and a portal sign-in's consumer, likewise from its copy of
+	// the consumers.
 	var consumerKeys keyops.ConsumerKeys
 	var keysPage keyops.KeysPage
 	var consumersPage keyops.ConsumersPage
+	var consumersWhere keyops.ConsumersWhere
 	if rs, ok := s.store.(*keystore.RedisStore); ok {
-		consumerKeys, keysPage, consumersPage = rs.ConsumerKeys, rs.KeysPage, rs.ConsumersPage
+		consumerKeys, keysPage, consumersPage, consumersWhere = rs.ConsumerKeys, rs.KeysPage, rs.ConsumersPage, rs.ConsumersWhere
 	}
 	switch s.cfg.Keystore.Backend {
 	case "file":
@@ -129,7 +131,7 @@ func (s *Server) openOps(deps *Deps) (*keyops.Service, keyops.Store, error) {
 		return nil, nil, err
 	}
 	ur, _ := UsageStore(s.cfg, s.redis).(keyops.UsageReader)
-	s.ops, err = keyops.New(keyops.Config{Store: store, Limits: limits, Auditor: deps.Auditor, Usage: ur, Quota: QuotaReader(s.cfg, s.redis), ConsumerKeys: consumerKeys, KeysPage: keysPage, ConsumersPage: consumersPage})
+	s.ops, err = keyops.New(keyops.Config{Store: store, Limits: limits, Auditor: deps.Auditor, Usage: ur, Quota: QuotaReader(s.cfg, s.redis), ConsumerKeys: consumerKeys, KeysPage: keysPage, ConsumersPage: consumersPage, ConsumersWhere: consumersWhere})
 	return s.ops, store, err
 }
 
