@@ -29,10 +29,8 @@ func TestListConsumersPageReadsItsPageOnly(t *testing.T) {
 	ctx := context.Background()
 	rs := redistest.Start(t)
 	store := openIndex(t, rs)
-	var clock atomic.Int64
-	clock.Store(time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC).UnixNano())
-	now := func() time.Time { return time.Unix(0, clock.Load()).UTC() }
-	tick := func(d time.Duration) { clock.Add(int64(d)) }
+	clock := testkit.NewClock(time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC))
+	now, tick := clock.Now, clock.Add
 
 	var ghost atomic.Pointer[keystore.Position] // deleted, and still in the copy
 	var hidden atomic.Pointer[string]           // created, and not in the copy yet
@@ -89,31 +87,12 @@ func TestListConsumersPageReadsItsPageOnly(t *testing.T) {
 		}
 		return out
 	}
-	walk := func(t *testing.T, list func(after *keystore.Position) (keyops.ConsumerPage, error), limit int) (listed []string, pages int) {
+	walk := func(t *testing.T, svc *keyops.Service, limit int) (listed []string, pages int) {
 		t.Helper()
-		var after *keystore.Position
-		for pages = 1; ; pages++ {
-			p, err := list(after)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(p.Consumers) > limit {
-				t.Fatalf("page %d: %d consumers, limit %d", pages, len(p.Consumers), limit)
-			}
-			listed = append(listed, names(p.Consumers)...)
-			if p.Next == nil {
-				return listed, pages
-			}
-			if pages > 100 {
-				t.Fatal("no end of the list")
-			}
-			after = p.Next
-		}
-	}
-	pagesOf := func(svc *keyops.Service, limit int) func(*keystore.Position) (keyops.ConsumerPage, error) {
-		return func(after *keystore.Position) (keyops.ConsumerPage, error) {
-			return svc.ListConsumersPage(ctx, after, limit)
-		}
+		return walkPages(t, limit, func(after *keystore.Position) ([]string, *keystore.Position, error) {
+			p, err := svc.ListConsumersPage(ctx, after, limit)
+			return names(p.Consumers), p.Next, err
+		})
 	}
 	want := func(t *testing.T) []string {
 		all, err := plain.ListConsumers(ctx) // reads every consumer, oldest first
@@ -132,11 +111,11 @@ func TestListConsumersPageReadsItsPageOnly(t *testing.T) {
 			t.Run(fmt.Sprintf("deleted one still in the copy %v, limit %d", lag, limit), func(t *testing.T) {
 				all := want(t)
 				wantPages := max(1, (len(all)+limit-1)/limit)
-				if got, pages := walk(t, pagesOf(plain, limit), limit); !slices.Equal(got, all) || pages != wantPages {
+				if got, pages := walk(t, plain, limit); !slices.Equal(got, all) || pages != wantPages {
 					t.Fatalf("a read of every consumer pages as %v in %d pages, want %v in %d", got, pages, all, wantPages)
 				}
 				n0 := scans()
-				got, pages := walk(t, pagesOf(ops, limit), limit)
+				got, pages := walk(t, ops, limit)
 				if n := scans() - n0; n != 0 {
 					t.Errorf("%d HSCANs, want none", n)
 				}
@@ -166,7 +145,7 @@ func TestListConsumersPageReadsItsPageOnly(t *testing.T) {
 	fresh := create(99)
 	hidden.Store(&fresh.ID)
 	for _, limit := range []int{4, 1000} {
-		got, _ := walk(t, pagesOf(ops, limit), limit)
+		got, _ := walk(t, ops, limit)
 		if all := want(t); !slices.Equal(got, all) || got[len(got)-1] != fresh.Name {
 			t.Errorf("limit %d, after a creation the copy has not seen: listed %v\nwant %v, ending with %s", limit, got, all, fresh.Name)
 		}

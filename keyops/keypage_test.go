@@ -30,10 +30,8 @@ func TestListKeysPageReadsItsPageOnly(t *testing.T) {
 	ctx := context.Background()
 	rs := redistest.Start(t)
 	store := openIndex(t, rs)
-	var clock atomic.Int64
-	clock.Store(time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC).UnixNano())
-	now := func() time.Time { return time.Unix(0, clock.Load()).UTC() }
-	tick := func(d time.Duration) { clock.Add(int64(d)) }
+	clock := testkit.NewClock(time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC))
+	now, tick := clock.Now, clock.Add
 
 	var stale atomic.Bool                    // the index has not seen the revocations
 	var hidden atomic.Pointer[keystore.Hash] // nor this key
@@ -110,24 +108,10 @@ func TestListKeysPageReadsItsPageOnly(t *testing.T) {
 	// walk pages through svc and returns what they list and how many.
 	walk := func(t *testing.T, svc *keyops.Service, f keyops.KeyFilter, limit int) (listed []string, pages int) {
 		t.Helper()
-		var after *keystore.Position
-		for pages = 1; ; pages++ {
+		return walkPages(t, limit, func(after *keystore.Position) ([]string, *keystore.Position, error) {
 			p, err := svc.ListKeysPage(ctx, f, after, limit)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(p.Keys) > limit {
-				t.Fatalf("page %d: %d keys, limit %d", pages, len(p.Keys), limit)
-			}
-			listed = append(listed, ids(p.Keys)...)
-			if p.Next == nil {
-				return listed, pages
-			}
-			if pages > 100 {
-				t.Fatal("no end of the list")
-			}
-			after = p.Next
-		}
+			return ids(p.Keys), p.Next, err
+		})
 	}
 	scans := func() int { c := rs.Calls(t); return c["hscan"] + c["hgetall"] }
 	filters := []keyops.KeyFilter{
@@ -201,5 +185,31 @@ func TestListKeysPageReadsItsPageOnly(t *testing.T) {
 				t.Errorf("stale %v %+v, after an issue the index has not seen: listed %v\nwant %v, ending with %s", lag, f, got, want, fresh.ID)
 			}
 		}
+	}
+}
+
+// walkPages reads a list page by page through list, which returns a
+// page's items as text and where the next page starts after, and returns
+// every item listed and the number of pages. A page must hold at most
+// limit items.
+func walkPages(t *testing.T, limit int, list func(after *keystore.Position) ([]string, *keystore.Position, error)) (listed []string, pages int) {
+	t.Helper()
+	var after *keystore.Position
+	for pages = 1; ; pages++ {
+		items, next, err := list(after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(items) > limit {
+			t.Fatalf("page %d: %d items, limit %d", pages, len(items), limit)
+		}
+		listed = append(listed, items...)
+		if next == nil {
+			return listed, pages
+		}
+		if pages > 100 {
+			t.Fatal("no end of the list")
+		}
+		after = next
 	}
 }
