@@ -4,7 +4,8 @@
 // JSON file next to the file keystore. Nothing here is on the request path
 // but Counters.Record, which allocates nothing for a key already tracked.
 //
-// A crash loses at most the counts of one flush interval (default 1s).
+// A crash loses at most the counts of one flush interval (default 1s), or
+// with the file store one paced rewrite's spacing (see FileStore).
 package usage
 
 import (
