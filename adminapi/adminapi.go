@@ -204,10 +204,12 @@ type UsageReader interface {
 }
 
 // MigrationReader is a UsageReader that also reports who has moved from
-// API keys to tokens (GET /v1/migration); since is at most 30 days. An
-// error wrapping keyops.ErrInvalid is a 400.
+// API keys to tokens (GET /v1/migration); since is at most 30 days, and
+// consumer, when set, narrows the report to that consumer. An error
+// wrapping keyops.ErrInvalid is a 400, keystore.ErrConsumerNotFound a
+// 404.
 type MigrationReader interface {
-	Migration(ctx context.Context, since time.Duration) (any, error)
+	Migration(ctx context.Context, since time.Duration, consumer string) (any, error)
 }
 
 // AuditQuery selects audit events, newest first.

@@ -677,7 +677,7 @@ func (a *API) keyUsage(r *request) (response, error) {
 	return response{status: http.StatusOK, body: u}, nil
 }
 
-// migration is GET /v1/migration[?since=720h]: per consumer and key, the
+// migration is GET /v1/migration[?since=720h][&consumer=ID]: per consumer and key, the
 // requests with the key against those with a token, and who has moved.
 func (a *API) migration(r *request) (response, error) {
 	mr, ok := a.deps.Usage.(MigrationReader)
@@ -691,7 +691,7 @@ func (a *API) migration(r *request) (response, error) {
 			return response{}, badRequest("since: want a positive duration of at most 720h (30 days), such as 168h")
 		}
 	}
-	m, err := mr.Migration(r.Context(), since)
+	m, err := mr.Migration(r.Context(), since, r.URL.Query().Get("consumer"))
 	if err != nil {
 		return response{}, err
 	}

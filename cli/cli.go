@@ -62,7 +62,7 @@ Usage:
                      the audit log, oldest first (--limit 0: all)
   keygate keys usage --config FILE ID [--json] [--since DURATION]        counts (up to 168h) and quota left
   keygate consumers usage --config FILE ID [--json] [--since DURATION]   the same, summed over its keys
-  keygate migration --config FILE [--since 30d] [--json]   who has moved from keys to tokens, per consumer and key
+  keygate migration --config FILE [--since 30d] [--consumer ID] [--json]   who has moved from keys to tokens, per consumer and key
   keygate token-keys rotate --config FILE [--now]       new token signing key (--now: refuse the old keys' tokens)
   keygate token-keys list --config FILE [--json]        token signing keys: kid, alg, created, retiring
   keygate demo [--config FILE]               serve with stand-in backends and a demo key (make run)

@@ -20,6 +20,7 @@ func migrationCmd(args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	cfgPath := fs.String("config", "", "config file (YAML); embedded defaults when empty")
 	sinceFlag := fs.String("since", "30d", "the window: days such as 30d (at most), or a duration such as 12h")
+	consumer := fs.String("consumer", "", "report this consumer alone")
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := fs.Parse(interleave(args)); err != nil {
 		return err
@@ -33,7 +34,7 @@ func migrationCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	var m keyops.Migration
 	err = withOps(*cfgPath, func(ctx context.Context, ops *keyops.Service, _ keyops.Actor) (err error) {
-		m, err = ops.Migration(ctx, since)
+		m, err = ops.Migration(ctx, since, *consumer)
 		return err
 	})
 	if errors.Is(err, keyops.ErrNoUsage) {

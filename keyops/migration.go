@@ -55,7 +55,11 @@ type Migration struct {
 // Migration reports, for each consumer and each of its keys (revoked and
 // expired ones too), the requests by method over the last since (whole
 // days, at most 30), the last direct use of each key, and who has moved.
-func (s *Service) Migration(ctx context.Context, since time.Duration) (Migration, error) {
+// With consumer set, it reports that consumer alone (an error wrapping
+// keystore.ErrConsumerNotFound when there is none), reading its keys
+// alone where the Service finds a consumer's keys without reading every
+// record (Config.ConsumerKeys): the whole report reads every record.
+func (s *Service) Migration(ctx context.Context, since time.Duration, consumer string) (Migration, error) {
 	mr, ok := s.usage.(MethodReader)
 	if !ok {
 		return Migration{}, ErrNoUsage
@@ -63,13 +67,25 @@ func (s *Service) Migration(ctx context.Context, since time.Duration) (Migration
 	if since <= 0 || since > usage.MaxMethodWindow {
 		return Migration{}, fmt.Errorf("%w: the window must be between 1s and %s, got %s", ErrInvalid, usage.MaxMethodWindow, since)
 	}
-	recs, err := s.store.List(ctx)
-	if err != nil {
-		return Migration{}, err
-	}
-	cons, err := s.store.ListConsumers(ctx)
-	if err != nil {
-		return Migration{}, err
+	var recs []keystore.Record
+	var cons []keystore.Consumer
+	var err error
+	if consumer != "" {
+		con, err := s.store.GetConsumer(ctx, consumer)
+		if err != nil {
+			return Migration{}, err
+		}
+		cons = []keystore.Consumer{con}
+		if recs, err = s.ListKeys(ctx, KeyFilter{Consumer: consumer}); err != nil {
+			return Migration{}, err
+		}
+	} else {
+		if recs, err = s.store.List(ctx); err != nil {
+			return Migration{}, err
+		}
+		if cons, err = s.store.ListConsumers(ctx); err != nil {
+			return Migration{}, err
+		}
 	}
 	now := s.now()
 	ids := make([]string, len(recs))

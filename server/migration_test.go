@@ -14,6 +14,7 @@ import (
 	"github.com/keygate/keygate/config"
 	"github.com/keygate/keygate/internal/testsupport/testkit"
 	"github.com/keygate/keygate/keyops"
+	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/server"
 )
 
@@ -105,6 +106,59 @@ func TestMigrationReportAfterMixedTraffic(t *testing.T) {
 	}
 	if r := get("/v1/migration?since=1000h"); r.Status != 400 {
 		t.Errorf("a window over 30 days: %d", r.Status)
+	}
+
+	// One consumer's report: its keys alone, with their figures; an
+	// unknown consumer is 404, and the CLI says so.
+	con, err := keystore.NewConsumer(keystore.Consumer{Name: "Bolt"}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Keys.CreateConsumer(t.Context(), con); err != nil {
+		t.Fatal(err)
+	}
+	boltKey, bolt, err := h.Keys.Issue(t.Context(), keystore.IssueRequest{Product: keystore.Extraction, Env: keystore.Live, Context: ctxA, Consumer: con.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 10*time.Second, "the gateway knows the consumer's key", func() error {
+		if r := h.sync(keyCred(boltKey), ctxA); r.Status != 200 {
+			return errStatus(r.Status)
+		}
+		return nil
+	})
+	boltTok := h.mustExchange(bolt.ID, boltKey)
+	for range 2 {
+		if r := h.sync(tokCred(boltTok), ctxA); r.Status != 200 {
+			t.Fatalf("a token of the consumer's key: %d %s", r.Status, r.Body)
+		}
+	}
+	var one keyops.Migration
+	testkit.Eventually(t, 10*time.Second, "the consumer's usage flushed", func() error {
+		r := get("/v1/migration?since=168h&consumer=" + con.ID)
+		one = keyops.Migration{}
+		if err := json.Unmarshal(r.Body, &one); r.Status != 200 || err != nil {
+			t.Fatalf("GET /v1/migration?consumer=: %d %s", r.Status, r.Body)
+		}
+		if k := keyOf(one, bolt.ID); k == nil || k.Requests.Bearer != 2 {
+			return errStatus(0)
+		}
+		return nil
+	})
+	if c := one.Consumers; len(c) != 1 || c[0].ID != con.ID || c[0].Name != "Bolt" || len(c[0].Keys) != 1 ||
+		c[0].Keys[0].Requests.APIKey != 1 || c[0].Moved {
+		t.Errorf("the consumer's report: %+v", one)
+	}
+	if r := get("/v1/migration?consumer=con_0000000000000000"); r.Status != 404 {
+		t.Errorf("an unknown consumer: %d %s", r.Status, r.Body)
+	}
+	table.Reset()
+	errb.Reset()
+	if code := cli.Main([]string{"migration", "--config", cfg, "--consumer", con.ID}, nil, &table, &errb); code != 0 || !bytes.Contains(table.Bytes(), []byte(bolt.ID)) || bytes.Contains(table.Bytes(), []byte(h.LiveID)) {
+		t.Errorf("keygate migration --consumer: %d %s %s", code, table.String(), errb.String())
+	}
+	if code := cli.Main([]string{"migration", "--config", cfg, "--consumer", "con_0000000000000000"}, nil, &table, &errb); code == 0 {
+		t.Error("keygate migration --consumer with an unknown consumer exited 0")
 	}
 }
 

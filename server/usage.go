@@ -61,8 +61,8 @@ func (u usageAPI) KeyUsage(ctx context.Context, id string, since time.Duration) 
 }
 
 // Migration implements adminapi.MigrationReader.
-func (u usageAPI) Migration(ctx context.Context, since time.Duration) (any, error) {
-	return u.ops.Migration(ctx, since)
+func (u usageAPI) Migration(ctx context.Context, since time.Duration, consumer string) (any, error) {
+	return u.ops.Migration(ctx, since, consumer)
 }
 
 // openUsage starts counting usage and flushing it every
