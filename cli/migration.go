@@ -34,7 +34,7 @@ func migrationCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	var m keyops.Migration
 	err = withOps(*cfgPath, func(ctx context.Context, ops *keyops.Service, _ keyops.Actor) (err error) {
-		m, err = ops.Migration(ctx, since, *consumer)
+		m, err = ops.Migration(ctx, keyops.MigrationQuery{Since: since, Consumer: *consumer})
 		return err
 	})
 	if errors.Is(err, keyops.ErrNoUsage) {

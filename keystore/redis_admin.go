@@ -206,6 +206,28 @@ func (a *RedisAdmin) Rotate(ctx context.Context, id string, grace time.Duration)
 	return key, out, err
 }
 
+// Count returns how many key records Redis holds: an HLEN of each
+// bucket (and of the previous layout's hash), in one pipeline, without
+// reading a record.
+func (a *RedisAdmin) Count(ctx context.Context) (int, error) {
+	k := a.keys()
+	var lens []*redis.IntCmd
+	_, err := a.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, key := range append(k.records[:], k.legacyRecords) {
+			lens = append(lens, p.HLen(ctx, key))
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("keystore: %w", err)
+	}
+	n := 0
+	for _, l := range lens {
+		n += int(l.Val())
+	}
+	return n, nil
+}
+
 // Import stores records (from a file keystore) that Redis does not hold
 // yet, and reports how many it added and skipped. It writes them in
 // pipelined batches of PageSize and announces one "re-read everything"

@@ -62,7 +62,7 @@ func (u usageAPI) KeyUsage(ctx context.Context, id string, since time.Duration) 
 
 // Migration implements adminapi.MigrationReader.
 func (u usageAPI) Migration(ctx context.Context, since time.Duration, consumer string) (any, error) {
-	return u.ops.Migration(ctx, since, consumer)
+	return u.ops.Migration(ctx, keyops.MigrationQuery{Since: since, Consumer: consumer, MaxKeys: keyops.MaxReportKeys})
 }
 
 // openUsage starts counting usage and flushing it every

@@ -42,14 +42,30 @@ func (s *RedisStore) methodsKey(id, d string) string {
 }
 func (s *RedisStore) lastKeyAuthKey() string { return s.Prefix + "usage:last_api_key" }
 
+// methodsBatch bounds the commands of one pipeline of Methods: a
+// report over every key of a large fleet (30 day hashes a key) sent as
+// one pipeline outlasted the client's write timeout at 100,000 keys and
+// held every reply at once.
+const methodsBatch = 1000
+
 // Methods reads ids' counts by method over the last since (whole days,
-// today included, at most MaxMethodWindow) in one pipeline.
+// today included, at most MaxMethodWindow), in pipelines of at most
+// methodsBatch commands.
 func (s *RedisStore) Methods(ctx context.Context, ids []string, since time.Duration, now time.Time) (map[string]MethodCounts, error) {
 	out := make(map[string]MethodCounts, len(ids))
-	if len(ids) == 0 {
-		return out, nil
-	}
 	ds := days(min(since, MaxMethodWindow), now)
+	per := max(1, methodsBatch/len(ds))
+	for start := 0; start < len(ids); start += per {
+		if err := s.methods(ctx, ids[start:min(start+per, len(ids))], ds, out); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// methods reads one batch of Methods into out: ids' day hashes and their
+// last direct uses, in one pipeline.
+func (s *RedisStore) methods(ctx context.Context, ids, ds []string, out map[string]MethodCounts) error {
 	gets := make([]*redis.MapStringStringCmd, 0, len(ids)*len(ds))
 	var last *redis.FloatSliceCmd
 	_, err := s.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -62,12 +78,12 @@ func (s *RedisStore) Methods(ctx context.Context, ids []string, since time.Durat
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, err
+		return err
 	}
 	for i, g := range gets {
 		m, err := g.Result()
 		if err != nil {
-			return nil, err
+			return err
 		}
 		id := ids[i/len(ds)]
 		c := out[id]
@@ -84,5 +100,5 @@ func (s *RedisStore) Methods(ctx context.Context, ids []string, since time.Durat
 			out[ids[i]] = c
 		}
 	}
-	return out, nil
+	return nil
 }

@@ -366,6 +366,22 @@ func TestRedisFlushOfManyKeysFitsTheReadTimeout(t *testing.T) {
 	if err != nil || got.Admitted != 3 || got.BytesIn != 3*256 || len(last) != 3 {
 		t.Errorf("read back %+v, %d last uses, %v", got, len(last), err)
 	}
+	// The migration report's read of every key by method over 30 days
+	// (31 day hashes a key: 930,000 commands) goes through the same
+	// client: in pipelines that each fit the timeouts.
+	all := make([]string, n)
+	for i := range all {
+		all[i] = fmt.Sprintf("key_%05d", i)
+	}
+	m, err := s.Methods(ctx, all, usage.MaxMethodWindow, now)
+	if err != nil || len(m) != n {
+		t.Fatalf("methods of %d keys: %d, %v", n, len(m), err)
+	}
+	for _, id := range ids {
+		if c := m[id]; c.APIKey != 1 || c.Bearer != 0 || c.LastAPIKey.IsZero() {
+			t.Errorf("methods of %s: %+v, want one request by API key and its time", id, c)
+		}
+	}
 }
 
 type countHook struct{ pipelines, single int }
