@@ -251,51 +251,82 @@ func (s *RedisStore) Read(ctx context.Context, ids []string, since time.Duration
 	return sum(hs), last, nil
 }
 
-// Series reads the buckets of all ids and hours in one pipeline.
+// Series reads the buckets of all ids and hours (see read).
 func (s *RedisStore) Series(ctx context.Context, ids []string, since time.Duration, now time.Time) ([]Hour, error) {
 	hs, _, err := s.read(ctx, ids, since, now, false)
 	return hs, err
 }
 
 // read gets the buckets of ids over since, hour by hour, and with
-// withLast their last uses, in one pipeline.
+// withLast their last uses (see hashesOf).
 func (s *RedisStore) read(ctx context.Context, ids []string, since time.Duration, now time.Time, withLast bool) ([]Hour, map[string]time.Time, error) {
 	hs := newSeries(since, now)
 	last := map[string]time.Time{}
-	if len(ids) == 0 {
-		return hs, last, nil
+	lastKey := ""
+	if withLast {
+		lastKey = s.lastKey()
 	}
-	gets := make([]*redis.MapStringStringCmd, 0, len(ids)*len(hs))
-	var score *redis.FloatSliceCmd
-	_, err := s.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, id := range ids {
-			for _, h := range hs {
-				gets = append(gets, p.HGetAll(ctx, s.bucket(id, hour(h.Start))))
-			}
-		}
-		if withLast {
-			score = p.ZMScore(ctx, s.lastKey(), ids...)
-		}
-		return nil
-	})
-	if err != nil && !errors.Is(err, redis.Nil) {
+	err := s.hashesOf(ctx, ids, len(hs), func(id string, j int) string { return s.bucket(id, hour(hs[j].Start)) }, lastKey,
+		func(_ string, j int, m map[string]string) { hs[j].Add(parse(m)) },
+		func(id string, at time.Time) { last[id] = at })
+	if err != nil {
 		return nil, nil, err
 	}
-	for i, g := range gets {
-		m, err := g.Result()
-		if err != nil {
-			return nil, nil, err
-		}
-		hs[i%len(hs)].Add(parse(m))
+	return hs, last, nil
+}
+
+// readBatch is the most commands one pipeline of hashesOf carries (each
+// an HGETALL of an hour's or a day's bucket): a week of 20 keys is one
+// round trip, and a consumer's usage over a week (169 hours a key) or the
+// migration report (31 days a key) over thousands of keys is many, each
+// well inside the client's timeouts. One pipeline for all of them
+// outlasted the write timeout (930,000 commands at 100 ms) and held
+// every reply at once.
+const readBatch = 10_000
+
+// hashesOf reads, for each of ids, the n hashes key(id, 0..n-1)
+// (HGETALL each, passed to each) and, with last set, the id's score in
+// that sorted set (a time in Unix milliseconds, passed to score when
+// set), in pipelines of at most readBatch commands and LastUsedPage ids.
+func (s *RedisStore) hashesOf(ctx context.Context, ids []string, n int, key func(id string, j int) string, last string,
+	each func(id string, j int, m map[string]string), score func(id string, at time.Time)) error {
+	if n == 0 && last == "" {
+		return nil
 	}
-	if score != nil {
-		for i, v := range score.Val() {
-			if v > 0 {
-				last[ids[i]] = time.UnixMilli(int64(v)).UTC()
+	per := max(1, min(LastUsedPage, readBatch/max(n, 1)))
+	for batch := range slices.Chunk(ids, per) {
+		gets := make([]*redis.MapStringStringCmd, 0, len(batch)*n)
+		var scores *redis.FloatSliceCmd
+		_, err := s.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, id := range batch {
+				for j := range n {
+					gets = append(gets, p.HGetAll(ctx, key(id, j)))
+				}
+			}
+			if last != "" {
+				scores = p.ZMScore(ctx, last, batch...)
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return err
+		}
+		for i, g := range gets {
+			m, err := g.Result()
+			if err != nil {
+				return err
+			}
+			each(batch[i/n], i%n, m)
+		}
+		if scores != nil {
+			for i, v := range scores.Val() {
+				if v > 0 {
+					score(batch[i], time.UnixMilli(int64(v)).UTC())
+				}
 			}
 		}
 	}
-	return hs, last, nil
+	return nil
 }
 
 // LastUsedPage is how many ids one ZMSCORE of RedisStore.LastUsed asks

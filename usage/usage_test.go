@@ -366,13 +366,20 @@ func TestRedisFlushOfManyKeysFitsTheReadTimeout(t *testing.T) {
 	if err != nil || got.Admitted != 3 || got.BytesIn != 3*256 || len(last) != 3 {
 		t.Errorf("read back %+v, %d last uses, %v", got, len(last), err)
 	}
-	// The migration report's read of every key by method over 30 days
-	// (31 day hashes a key: 930,000 commands) goes through the same
-	// client: in pipelines that each fit the timeouts.
 	all := make([]string, n)
 	for i := range all {
 		all[i] = fmt.Sprintf("key_%05d", i)
 	}
+	// A week of usage of a big consumer's 5000 keys (169 hourly buckets a
+	// key: 845,000 commands, and their last uses; a consumer's usage page)
+	// goes through the same client in pipelines that each fit its
+	// timeouts.
+	some := all[:5000]
+	if got, last, err := s.Read(ctx, some, 7*24*time.Hour, now); err != nil || got.Admitted != int64(len(some)) || len(last) != len(some) {
+		t.Errorf("a week of %d keys: %+v, %d last uses, %v; want %d of each", len(some), got, len(last), err, len(some))
+	}
+	// So does the migration report's read of every key by method over
+	// 30 days (31 day hashes a key: 930,000 commands).
 	m, err := s.Methods(ctx, all, usage.MaxMethodWindow, now)
 	if err != nil || len(m) != n {
 		t.Fatalf("methods of %d keys: %d, %v", n, len(m), err)
