@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/keygate/keygate/policy"
 )
 
 // TestConsumerSet: a replica's copy of the consumers answers what was
@@ -104,5 +106,93 @@ func BenchmarkConsumerChange(b *testing.B) {
 				cs.set(c.ID, &c)
 			}
 		})
+	}
+}
+
+// consumerChangeStore is a replica's keystore without Redis, with plans
+// "team" (100/s) and "pro" (1000/s) over an env default of 10/s, and
+// keys of consumer con_a among others.
+func consumerChangeStore(tb testing.TB, keys, ofConsumer int) (*RedisStore, Hash) {
+	tb.Helper()
+	env := policy.Limit{Rate: 10, Per: time.Second, Burst: 10}
+	res, err := policy.NewResolver(map[string]policy.Limit{"live": env, "test": env}, map[string]policy.Plan{
+		"team": {Limit: policy.Limit{Rate: 100, Per: time.Second, Burst: 100}},
+		"pro":  {Limit: policy.Limit{Rate: 1000, Per: time.Second, Burst: 1000}},
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s := &RedisStore{idx: newIndex(), cons: newConsumerSet(), limits: limitResolver{res}}
+	s.putConsumer("con_a", &Consumer{ID: "con_a", Name: "Acme", Plan: "team"})
+	var first Hash
+	for i := range keys {
+		r := randomRecord(tb, i)
+		r.Env, r.Plan, r.Consumer = Live, "", ""
+		if i < ofConsumer {
+			r.Consumer = "con_a"
+		}
+		s.put(r)
+		if i == 0 {
+			first = r.Hash
+		}
+	}
+	return s, first
+}
+
+// TestConsumerChangeKeepsLimitsTrue: each change of a consumer leaves
+// its keys with the limits it gives them: a new name or metadata (which
+// re-resolve nothing) keep the plan's, a new plan or override gives
+// theirs, and a deleted consumer leaves the env default.
+func TestConsumerChangeKeepsLimitsTrue(t *testing.T) {
+	t.Parallel()
+	s, h := consumerChangeStore(t, 100, 10)
+	steps := []struct {
+		name   string
+		change func(c *Consumer) *Consumer
+		rate   float64
+	}{
+		{"renamed", func(c *Consumer) *Consumer { c.Name = "Acme Inc."; return c }, 100},
+		{"metadata", func(c *Consumer) *Consumer { c.Metadata = map[string]string{"crm": "7"}; return c }, 100},
+		{"contexts", func(c *Consumer) *Consumer { c.Contexts = []string{"6f1c2d3e-4a5b-4c6d-8e7f-90a1b2c3d4e5"}; return c }, 100},
+		{"plan pro", func(c *Consumer) *Consumer { c.Plan = "pro"; return c }, 1000},
+		{"renamed on pro", func(c *Consumer) *Consumer { c.Name = "Acme"; return c }, 1000},
+		{"override", func(c *Consumer) *Consumer { c.Override = &policy.Override{Rate: 5}; return c }, 5},
+		{"override changed", func(c *Consumer) *Consumer { c.Override = &policy.Override{Rate: 7}; return c }, 7},
+		{"override gone", func(c *Consumer) *Consumer { c.Override = nil; return c }, 1000},
+		{"deleted", func(*Consumer) *Consumer { return nil }, 10},
+	}
+	for _, st := range steps {
+		cur := *s.cons.get("con_a")
+		s.putConsumer("con_a", st.change(&cur))
+		r, ok := s.idx.get(h)
+		if !ok || r.Limits == nil || r.Limits.Limit.Rate != st.rate {
+			t.Fatalf("%s: the key's limit is %+v, want a rate of %v", st.name, r.Limits, st.rate)
+		}
+		if st.name == "deleted" {
+			break
+		}
+	}
+}
+
+// BenchmarkConsumerChangeOfKeys: a change of a consumer's name costs the same
+// with 10k and 1M keys; a change of its plan re-resolves its keys, a
+// scan of the index.
+func BenchmarkConsumerChangeOfKeys(b *testing.B) {
+	for _, n := range benchSizes {
+		s, _ := consumerChangeStore(b, n, 1000)
+		for _, kind := range []string{"name", "plan"} {
+			b.Run(fmt.Sprintf("keys=%d/%s", n, kind), func(b *testing.B) {
+				b.ReportAllocs()
+				for i := 0; i < b.N; i++ {
+					c := *s.cons.get("con_a")
+					if kind == "name" {
+						c.Name = fmt.Sprint("Acme ", i%2)
+					} else {
+						c.Plan = []string{"team", "pro"}[i%2]
+					}
+					s.putConsumer("con_a", &c)
+				}
+			})
+		}
 	}
 }
