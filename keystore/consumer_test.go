@@ -316,3 +316,52 @@ func TestRedisConsumerMissedMessageIsResynced(t *testing.T) {
 	c.HSet(ctx, "keygate:keystore:{ks}:consumers", con.ID, string(b))
 	testkit.Eventually(t, 2*time.Second, "the consumer's plan after a resync", func() error { return testkit.Equal(rate(), 200) })
 }
+
+// TestRedisFullPassReadsEveryConsumer: a replica's full pass reads every
+// consumer, over many HSCAN pages decoded side by side, and a consumer's
+// plan reaches its key.
+func TestRedisFullPassReadsEveryConsumer(t *testing.T) {
+	t.Parallel()
+	rs := redistest.Start(t)
+	ctx := context.Background()
+	admin := &keystore.RedisAdmin{Client: redisClient(t, rs.Addr), PageSize: 100}
+	cons := make([]keystore.Consumer, 2500)
+	for i := range cons {
+		c, err := keystore.NewConsumer(keystore.Consumer{Name: fmt.Sprintf("customer %d", i)}, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		cons[i] = c
+	}
+	cons[1234].Plan = "team"
+	if _, _, err := admin.ImportConsumers(ctx, cons); err != nil {
+		t.Fatal(err)
+	}
+	key, _, err := admin.Issue(ctx, keystore.IssueRequest{Product: keystore.Registry, Env: keystore.Live, Consumer: cons[1234].ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := keystore.OpenRedis(keystore.RedisConfig{Client: redisClient(t, rs.Addr), PageSize: 7, Limits: testLimits(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	testkit.Eventually(t, 10*time.Second, "the replica's first pass", func() error { return testkit.True(s.Ready(), "not ready") })
+	got, ok := s.ConsumersWhere(func(*keystore.Consumer) bool { return true })
+	if !ok || len(got) != len(cons) {
+		t.Fatalf("the copy holds %d consumers (ok %v), want %d", len(got), ok, len(cons))
+	}
+	names := map[string]string{}
+	for _, c := range got {
+		names[c.ID] = c.Name
+	}
+	for i, c := range cons {
+		if names[c.ID] != c.Name {
+			t.Fatalf("consumer %d: %q in the copy, want %q", i, names[c.ID], c.Name)
+		}
+	}
+	rec, found, err := s.Lookup(ctx, keystore.HashKey(key))
+	if err != nil || !found || rec.Limits == nil || rec.Limits.Plan != "team" {
+		t.Errorf("the key of the consumer on plan team: %+v, %v, %v", rec.Limits, found, err)
+	}
+}

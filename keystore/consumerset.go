@@ -15,15 +15,18 @@ type consumerSet struct {
 	shards [64]consumerShard
 }
 
+// consumerShard holds its consumers by pointer, each a copy that is
+// never changed once stored: a lookup (one a key, in a full pass) copies
+// no consumer.
 type consumerShard struct {
 	mu sync.RWMutex
-	m  map[string]Consumer
+	m  map[string]*Consumer
 }
 
 func newConsumerSet() *consumerSet {
 	cs := &consumerSet{seed: maphash.MakeSeed()}
 	for i := range cs.shards {
-		cs.shards[i].m = map[string]Consumer{}
+		cs.shards[i].m = map[string]*Consumer{}
 	}
 	return cs
 }
@@ -32,19 +35,17 @@ func (cs *consumerSet) shard(id string) *consumerShard {
 	return &cs.shards[maphash.String(cs.seed, id)%uint64(len(cs.shards))]
 }
 
-// get returns the consumer with id, or nil.
+// get returns the consumer with id, or nil. The caller must not change
+// it.
 func (cs *consumerSet) get(id string) *Consumer {
 	if id == "" {
 		return nil
 	}
 	s := cs.shard(id)
 	s.mu.RLock()
-	c, ok := s.m[id]
+	c := s.m[id]
 	s.mu.RUnlock()
-	if !ok {
-		return nil
-	}
-	return &c
+	return c
 }
 
 // set stores c, or removes the consumer with id when c is nil.
@@ -54,18 +55,21 @@ func (cs *consumerSet) set(id string, c *Consumer) {
 	if c == nil {
 		delete(s.m, id)
 	} else {
-		s.m[id] = *c
+		cp := *c
+		s.m[id] = &cp
 	}
 	s.mu.Unlock()
 }
 
 // replace makes cons the whole set (a full pass), one shard at a time.
+// The set keeps pointers into cons: the caller must not change it.
 func (cs *consumerSet) replace(cons []Consumer) {
-	var next [len(cs.shards)]map[string]Consumer
+	var next [len(cs.shards)]map[string]*Consumer
 	for i := range next {
-		next[i] = make(map[string]Consumer, len(cons)/len(next)+1)
+		next[i] = make(map[string]*Consumer, len(cons)/len(next)+1)
 	}
-	for _, c := range cons {
+	for i := range cons {
+		c := &cons[i]
 		next[maphash.String(cs.seed, c.ID)%uint64(len(next))][c.ID] = c
 	}
 	for i := range cs.shards {
@@ -77,13 +81,13 @@ func (cs *consumerSet) replace(cons []Consumer) {
 }
 
 // each calls f with every consumer, one shard at a time under its read
-// lock: f must not change the set.
+// lock: f must change neither the set nor the consumer.
 func (cs *consumerSet) each(f func(c *Consumer)) {
 	for i := range cs.shards {
 		s := &cs.shards[i]
 		s.mu.RLock()
 		for _, c := range s.m {
-			f(&c)
+			f(c)
 		}
 		s.mu.RUnlock()
 	}

@@ -404,7 +404,7 @@ func (s *RedisStore) fullPass(poll <-chan time.Time) error {
 	if legacy > 0 {
 		s.legacy.Store(true)
 	}
-	cons, err := hashAll(ctx, s.cfg.Client, s.keys.consumers, s.cfg.PageSize, decodeConsumer)
+	cons, err := s.readConsumers(ctx)
 	if err != nil {
 		return err
 	}

@@ -7,7 +7,7 @@
 //	keyload -mode gen-file -keys 1000000 -file /tmp/keys.yaml
 //	keyload -mode load-file -file /tmp/keys.yaml [-revoke 0.01 -replace 0.01] [-limits] [-reloadprofile /tmp/reload]
 //	keyload -mode fill-redis -keys 1000000 [-consumers 100000] -redis 127.0.0.1:6379
-//	keyload -mode load-redis -redis 127.0.0.1:6379 [-page 100]
+//	keyload -mode load-redis -redis 127.0.0.1:6379 [-page 100] [-limits]
 //	keyload -mode churn -redis 127.0.0.1:6379 -rate 100 -duration 30s
 //
 // load-file loads the file, then makes the store reload it: the file is
@@ -64,7 +64,7 @@ func main() {
 	reloadProf := flag.String("reloadprofile", "", "load-file: write PREFIX.cpu (the reload's CPU profile) and PREFIX.before.heap, PREFIX.after.heap")
 	revoke := flag.Float64("revoke", 0, "load-file: the fraction of keys the reloaded file revokes")
 	replace := flag.Float64("replace", 0, "load-file: the fraction of keys the reloaded file replaces by new ones")
-	limits := flag.Bool("limits", false, "load-file: resolve each key's limit as keygate does with its default config (each key then holds its resolved limit)")
+	limits := flag.Bool("limits", false, "load-file, load-redis: resolve each key's limit as keygate does with its default config (each key then holds its resolved limit)")
 	consumers := flag.Int("consumers", 0, "fill-redis: also make this many consumers, the keys spread over them")
 	page := flag.Int("page", 0, "load-redis: the store's PageSize (HSCAN COUNT); 0 is its default")
 	flag.Parse()
@@ -88,7 +88,7 @@ func main() {
 	case "fill-redis":
 		err = fillRedis(*addr, *n, *consumers)
 	case "load-redis":
-		err = loadRedis(*addr, *page)
+		err = loadRedis(*addr, *page, *limits)
 	case "churn":
 		err = churn(*addr, *rate, *dur)
 	default:
@@ -190,13 +190,19 @@ func report(what string, took, cpuTime time.Duration, base int64, s sizer) {
 		what, n, took.Round(time.Millisecond), cpuTime.Round(time.Millisecond), float64(after-base)/float64(n), float64(settled-base)/float64(n), float64(ms.HeapInuse)/float64(n))
 }
 
+// resolver is keygate's default limit resolver with limits, else nil
+// (the store then resolves nothing).
+func resolver(limits bool) (*policy.Resolver, error) {
+	if !limits {
+		return nil, nil
+	}
+	return config.Default().Resolver()
+}
+
 func loadFile(path string, revoke, replace float64, prof string, limits bool) error {
-	var res *policy.Resolver
-	if limits {
-		var err error
-		if res, err = config.Default().Resolver(); err != nil {
-			return err
-		}
+	res, err := resolver(limits)
+	if err != nil {
+		return err
 	}
 	base := rss()
 	start, c0 := time.Now(), cpu()
@@ -374,7 +380,11 @@ func fillRedis(addr string, n, consumers int) error {
 	return a.AnnounceAll(ctx)
 }
 
-func loadRedis(addr string, page int) error {
+func loadRedis(addr string, page int, limits bool) error {
+	res, err := resolver(limits)
+	if err != nil {
+		return err
+	}
 	c := client(addr)
 	defer c.Close()
 	ctx := context.Background()
@@ -386,7 +396,7 @@ func loadRedis(addr string, page int) error {
 	}
 	base := rss()
 	start, c0 := time.Now(), cpu()
-	s, err := keystore.OpenRedis(keystore.RedisConfig{Client: c, PageSize: page})
+	s, err := keystore.OpenRedis(keystore.RedisConfig{Client: c, PageSize: page, Limits: res})
 	if err != nil {
 		return err
 	}
