@@ -214,7 +214,8 @@ type sharedLimits struct {
 const maxShared = 4096
 
 // sharedKey is what the Effective of a key without overrides, permissions
-// or address rules of its own (nor its consumer's) depends on.
+// or address rules of its own (nor its consumer's) depends on: the
+// consumer's id only under a plan of consumer scope.
 type sharedKey struct {
 	env, keyPlan, product, consumerID, consumerPlan string
 }
@@ -307,7 +308,11 @@ func (r *Resolver) Resolve(s Subject, now time.Time) *Effective {
 	// of its env, plan, product and consumer: they share one Effective.
 	if r.shared != nil && s.KeyOverride == nil && s.KeyPermissions == nil && len(s.KeyCIDRs) == 0 && len(s.Products) == 1 &&
 		(s.ConsumerID == "" || s.ConsumerOverride == nil && s.ConsumerPermissions == nil && len(s.ConsumerCIDRs) == 0) {
-		k := sharedKey{env: s.Env, keyPlan: s.KeyPlan, product: s.Products[0], consumerID: s.ConsumerID, consumerPlan: s.ConsumerPlan}
+		k := sharedKey{env: s.Env, keyPlan: s.KeyPlan, product: s.Products[0], consumerPlan: s.ConsumerPlan}
+		if r.consumerScoped(s) {
+			// The bucket is the consumer's: its own Effective.
+			k.consumerID = s.ConsumerID
+		}
 		if e, ok := r.shared.m.Load(k); ok {
 			return e.(*Effective)
 		}
@@ -321,6 +326,22 @@ func (r *Resolver) Resolve(s Subject, now time.Time) *Effective {
 		return e
 	}
 	return r.resolve(s, now)
+}
+
+// consumerScoped reports whether the plan that applies to s (its key's
+// own, else its consumer's, as resolveAt picks it) is of consumer scope,
+// so that its Effective names the consumer. Otherwise the consumer
+// changes nothing a shared Effective holds, and the keys of a million
+// consumers on no plan of consumer scope share a few (each held its own:
+// 182 B a key).
+func (r *Resolver) consumerScoped(s Subject) bool {
+	plan := ""
+	if _, ok := r.plans[s.KeyPlan]; ok && s.KeyPlan != "" {
+		plan = s.KeyPlan
+	} else if _, ok := r.plans[s.ConsumerPlan]; ok && s.ConsumerID != "" && s.ConsumerPlan != "" {
+		plan = s.ConsumerPlan
+	}
+	return s.ConsumerID != "" && plan != "" && r.plans[plan].Scope == ScopeConsumer
 }
 
 // resolve is Resolve without sharing.

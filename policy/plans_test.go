@@ -346,7 +346,11 @@ func TestResolveSharesAlikeKeys(t *testing.T) {
 		{"its own override", func(s *policy.Subject) { s.KeyOverride = &policy.Override{Rate: 7} }, false, false, "key_x", 7},
 		{"its own permissions", func(s *policy.Subject) { s.KeyPermissions = []string{"extraction:sync"} }, false, false, "key_x", 200},
 		{"its own addresses", func(s *policy.Subject) { s.KeyCIDRs = []string{"10.0.0.0/8"} }, false, false, "key_x", 200},
-		{"a consumer", func(s *policy.Subject) { s.ConsumerID = "con_c" }, false, true, "key_x", 200},
+		// A consumer changes nothing when the plan that applies is not of
+		// consumer scope: a million consumers' keys share a few limits.
+		{"a consumer", func(s *policy.Subject) { s.ConsumerID = "con_c" }, true, true, "key_x", 200},
+		{"a consumer on a key-scoped plan", func(s *policy.Subject) { s.KeyPlan, s.ConsumerID, s.ConsumerPlan = "", "con_c", "pro" }, false, true, "key_x", 200},
+		{"a consumer on no plan", func(s *policy.Subject) { s.KeyPlan, s.ConsumerID = "", "con_c" }, false, true, "key_x", 50},
 		{"a consumer-scoped plan", func(s *policy.Subject) { s.KeyPlan, s.ConsumerID, s.ConsumerPlan = "", "con_c", "team" }, false, true, "con_c", 20},
 		{"the consumer's override", func(s *policy.Subject) {
 			s.KeyPlan, s.ConsumerID, s.ConsumerPlan, s.ConsumerOverride = "", "con_c", "team", &policy.Override{Rate: 9}
@@ -359,6 +363,24 @@ func TestResolveSharesAlikeKeys(t *testing.T) {
 		}
 		if y := r.Resolve(sub("key_y", c.mod), now); (y == e) != c.alike {
 			t.Errorf("%s: key_y shares key_x's limit: %v, want %v", c.name, y == e, c.alike)
+		}
+	}
+	// Keys of two consumers share one limit unless the plan that applies
+	// is of consumer scope: then each consumer's keys have their own, with
+	// the consumer's bucket.
+	for _, c := range []struct {
+		plan   string
+		shared bool
+	}{{"", true}, {"pro", true}, {"team", false}} {
+		of := func(key, con string) *policy.Effective {
+			return r.Resolve(policy.Subject{KeyID: key, Env: "live", Products: ext, ConsumerID: con, ConsumerPlan: c.plan}, now)
+		}
+		x, y := of("key_x", "con_x"), of("key_y", "con_y")
+		if (x == y) != c.shared || x.Limit != y.Limit {
+			t.Errorf("consumer plan %q: the keys of two consumers share a limit: %v (limits %+v, %+v); want %v", c.plan, x == y, x.Limit, y.Limit, c.shared)
+		}
+		if c.plan == "team" && (x.Bucket("key_x") != "con_x" || y.Bucket("key_y") != "con_y") {
+			t.Errorf("consumer-scoped plan: buckets %q, %q; want each consumer's", x.Bucket("key_x"), y.Bucket("key_y"))
 		}
 	}
 	// Operations of another configuration make another resolver: it

@@ -7,7 +7,7 @@
 //	keyload -mode gen-file -keys 1000000 -file /tmp/keys.yaml
 //	keyload -mode load-file -file /tmp/keys.yaml [-revoke 0.01 -replace 0.01] [-limits] [-reloadprofile /tmp/reload]
 //	keyload -mode fill-redis -keys 1000000 [-consumers 100000] -redis 127.0.0.1:6379
-//	keyload -mode load-redis -redis 127.0.0.1:6379 [-page 100] [-limits]
+//	keyload -mode load-redis -redis 127.0.0.1:6379 [-page 100] [-limits] [-heapprofile FILE]
 //	keyload -mode churn -redis 127.0.0.1:6379 -rate 100 -duration 30s
 //
 // load-file loads the file, then makes the store reload it: the file is
@@ -66,6 +66,7 @@ func main() {
 	replace := flag.Float64("replace", 0, "load-file: the fraction of keys the reloaded file replaces by new ones")
 	limits := flag.Bool("limits", false, "load-file, load-redis: resolve each key's limit as keygate does with its default config (each key then holds its resolved limit)")
 	consumers := flag.Int("consumers", 0, "fill-redis: also make this many consumers, the keys spread over them")
+	heapProf := flag.String("heapprofile", "", "load-redis: write a heap profile of the loaded store to this file")
 	page := flag.Int("page", 0, "load-redis: the store's PageSize (HSCAN COUNT); 0 is its default")
 	flag.Parse()
 	if *prof != "" {
@@ -88,7 +89,7 @@ func main() {
 	case "fill-redis":
 		err = fillRedis(*addr, *n, *consumers)
 	case "load-redis":
-		err = loadRedis(*addr, *page, *limits)
+		err = loadRedis(*addr, *page, *limits, *heapProf)
 	case "churn":
 		err = churn(*addr, *rate, *dur)
 	default:
@@ -380,7 +381,7 @@ func fillRedis(addr string, n, consumers int) error {
 	return a.AnnounceAll(ctx)
 }
 
-func loadRedis(addr string, page int, limits bool) error {
+func loadRedis(addr string, page int, limits bool, heapProf string) error {
 	res, err := resolver(limits)
 	if err != nil {
 		return err
@@ -405,6 +406,11 @@ func loadRedis(addr string, page int, limits bool) error {
 	}
 	took := time.Since(start)
 	report("redis load", took, cpu()-c0, base, s)
+	if heapProf != "" {
+		if err := writeHeap(heapProf); err != nil {
+			return err
+		}
+	}
 	logs, err := c.SlowLogGet(ctx, 100000).Result()
 	if err != nil {
 		return err
