@@ -6,7 +6,6 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -38,12 +37,23 @@ type cursor struct {
 	ID string `json:"id"`
 }
 
-func encodeCursor(t time.Time, id string) string { return cursorAt(t.Unix(), id) }
-
 // cursorAt is the cursor of the item with id created at Unix second t.
 func cursorAt(t int64, id string) string {
 	b, _ := json.Marshal(cursor{t, id})
 	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// pageOf is a page of items (none: an empty list, not null), with the
+// cursor of next, where the next page starts after, when there is one.
+func pageOf[T any](items []T, next *keystore.Position) page[T] {
+	p := page[T]{Items: items}
+	if p.Items == nil {
+		p.Items = []T{}
+	}
+	if next != nil {
+		p.NextCursor = cursorAt(next.Created, next.ID)
+	}
+	return p
 }
 
 // position is c's place in a list; nil for no cursor.
@@ -70,36 +80,6 @@ func parsePage(q url.Values) (limit int, after *cursor, err error) {
 		after = &c
 	}
 	return limit, after, nil
-}
-
-// paginate sorts items by (created_at, id) and returns the page after
-// after.
-func paginate[T any](items []T, key func(T) (time.Time, string), limit int, after *cursor) page[T] {
-	sort.SliceStable(items, func(i, j int) bool {
-		ti, ii := key(items[i])
-		tj, ij := key(items[j])
-		if ti.Unix() != tj.Unix() {
-			return ti.Unix() < tj.Unix()
-		}
-		return ii < ij
-	})
-	start := 0
-	if after != nil {
-		start = sort.Search(len(items), func(i int) bool {
-			t, id := key(items[i])
-			return t.Unix() > after.T || t.Unix() == after.T && id > after.ID
-		})
-	}
-	out := page[T]{Items: items[start:]}
-	if len(out.Items) > limit {
-		out.Items = out.Items[:limit]
-		t, id := key(out.Items[limit-1])
-		out.NextCursor = encodeCursor(t, id)
-	}
-	if out.Items == nil {
-		out.Items = []T{}
-	}
-	return out
 }
 
 // ---- consumers ----
@@ -224,14 +204,7 @@ func (a *API) listConsumers(r *request) (response, error) {
 	if err != nil {
 		return response{}, err
 	}
-	body := page[keystore.Consumer]{Items: p.Consumers}
-	if body.Items == nil {
-		body.Items = []keystore.Consumer{}
-	}
-	if p.Next != nil {
-		body.NextCursor = cursorAt(p.Next.Created, p.Next.ID)
-	}
-	return response{status: http.StatusOK, body: body}, nil
+	return response{status: http.StatusOK, body: pageOf(p.Consumers, p.Next)}, nil
 }
 
 func (a *API) getConsumer(r *request) (response, error) {
@@ -495,14 +468,11 @@ func (a *API) listKeys(r *request) (response, error) {
 		return response{}, err
 	}
 	now := a.now()
-	body := page[keystore.RecordView]{Items: make([]keystore.RecordView, len(p.Keys))}
+	views := make([]keystore.RecordView, len(p.Keys))
 	for i, rec := range p.Keys {
-		body.Items[i] = rec.View(now)
+		views[i] = rec.View(now)
 	}
-	if p.Next != nil {
-		body.NextCursor = cursorAt(p.Next.Created, p.Next.ID)
-	}
-	return response{status: http.StatusOK, body: body}, nil
+	return response{status: http.StatusOK, body: pageOf(views, p.Next)}, nil
 }
 
 func (a *API) getKey(r *request) (response, error) {

@@ -28,9 +28,7 @@ type ConsumerPage struct {
 }
 
 // consumerPosition is c's place in the consumer list.
-func consumerPosition(c keystore.Consumer) keystore.Position {
-	return keystore.Position{Created: c.CreatedAt.Unix(), ID: c.ID}
-}
+func consumerPosition(c keystore.Consumer) keystore.Position { return keystore.ConsumerPosition(&c) }
 
 // ListConsumersPage returns the consumers after after (from the first
 // when nil), at most limit of them, in list order: by creation second,

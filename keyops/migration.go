@@ -85,7 +85,7 @@ type keyCounter interface {
 // record (Config.ConsumerKeys): the whole report reads every record, and
 // is refused past q.MaxKeys.
 func (s *Service) Migration(ctx context.Context, q MigrationQuery) (Migration, error) {
-	since, consumer := q.Since, q.Consumer
+	since := q.Since
 	mr, ok := s.usage.(MethodReader)
 	if !ok {
 		return Migration{}, ErrNoUsage
@@ -93,39 +93,9 @@ func (s *Service) Migration(ctx context.Context, q MigrationQuery) (Migration, e
 	if since <= 0 || since > usage.MaxMethodWindow {
 		return Migration{}, fmt.Errorf("%w: the window must be between 1s and %s, got %s", ErrInvalid, usage.MaxMethodWindow, since)
 	}
-	var recs []keystore.Record
-	var cons []keystore.Consumer
-	var err error
-	if consumer != "" {
-		con, err := s.store.GetConsumer(ctx, consumer)
-		if err != nil {
-			return Migration{}, err
-		}
-		cons = []keystore.Consumer{con}
-		if recs, err = s.ListKeys(ctx, KeyFilter{Consumer: consumer}); err != nil {
-			return Migration{}, err
-		}
-	} else {
-		if c, ok := s.store.(keyCounter); ok && q.MaxKeys > 0 {
-			n, err := c.Count(ctx)
-			if err != nil {
-				return Migration{}, err
-			}
-			if err := reportBound(n, q.MaxKeys); err != nil {
-				return Migration{}, err
-			}
-		}
-		if recs, err = s.store.List(ctx); err != nil {
-			return Migration{}, err
-		}
-		if q.MaxKeys > 0 {
-			if err := reportBound(len(recs), q.MaxKeys); err != nil {
-				return Migration{}, err
-			}
-		}
-		if cons, err = s.store.ListConsumers(ctx); err != nil {
-			return Migration{}, err
-		}
+	recs, cons, err := s.migrationKeys(ctx, q)
+	if err != nil {
+		return Migration{}, err
 	}
 	now := s.now()
 	ids := make([]string, len(recs))
@@ -170,10 +140,42 @@ func (s *Service) Migration(ctx context.Context, q MigrationQuery) (Migration, e
 	return out, nil
 }
 
+// migrationKeys returns the keys and consumers q reports on: one
+// consumer's, or every one within q.MaxKeys (counted first where the
+// store counts without reading).
+func (s *Service) migrationKeys(ctx context.Context, q MigrationQuery) ([]keystore.Record, []keystore.Consumer, error) {
+	if q.Consumer != "" {
+		con, err := s.store.GetConsumer(ctx, q.Consumer)
+		if err != nil {
+			return nil, nil, err
+		}
+		recs, err := s.ListKeys(ctx, KeyFilter{Consumer: q.Consumer})
+		return recs, []keystore.Consumer{con}, err
+	}
+	if c, ok := s.store.(keyCounter); ok && q.MaxKeys > 0 {
+		n, err := c.Count(ctx)
+		if err == nil {
+			err = reportBound(n, q.MaxKeys)
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+	recs, err := s.store.List(ctx)
+	if err == nil {
+		err = reportBound(len(recs), q.MaxKeys)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	cons, err := s.store.ListConsumers(ctx)
+	return recs, cons, err
+}
+
 // reportBound refuses a whole migration report over n keys when n is
-// past max.
+// past limit (none when limit is 0).
 func reportBound(n, limit int) error {
-	if n <= limit {
+	if limit <= 0 || n <= limit {
 		return nil
 	}
 	return invalid("the whole report covers %d keys, more than %d: ask for one consumer at a time (?consumer=ID; GET /v1/consumers lists them)", n, limit)

@@ -22,6 +22,12 @@ func PositionOf(r Record) Position {
 	return Position{int64(createdSeconds(r.CreatedAt)), r.ID}
 }
 
+// ConsumerPosition is c's place in the consumer list's order: by
+// creation time in whole Unix seconds, then by id.
+func ConsumerPosition(c *Consumer) Position {
+	return Position{c.CreatedAt.Unix(), c.ID}
+}
+
 // Compare orders p before q by creation second, then by id.
 func (p Position) Compare(q Position) int {
 	if c := cmp.Compare(p.Created, q.Created); c != 0 {
@@ -119,7 +125,7 @@ func (s *RedisStore) ConsumersPage(after *Position, limit int) (page []Position,
 	}
 	first := firstN[struct{}]{n: limit}
 	s.cons.each(func(c *Consumer) {
-		p := Position{c.CreatedAt.Unix(), c.ID}
+		p := ConsumerPosition(c)
 		if (after == nil || p.Compare(*after) > 0) && first.admits(p) {
 			first.offer(p, struct{}{})
 		}
