@@ -155,3 +155,64 @@ func TestListConsumersPageReadsItsPageOnly(t *testing.T) {
 		t.Error("a limit of 0 was taken")
 	}
 }
+
+// TestConsumersWhereReadsWhatTheCopyFinds: with the Redis keystore,
+// finding consumers by a field (the portal's sign-in by metadata) picks
+// them in the replica's copy, which holds only what a replica reads of a
+// consumer, and reads those alone: the consumers come back whole (their
+// names too), with no HSCAN, and one the copy still shows with an old
+// value that no longer matches in Redis is left out.
+func TestConsumersWhereReadsWhatTheCopyFinds(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rs := redistest.Start(t)
+	store := openIndex(t, rs)
+	var stale atomic.Pointer[string] // an id the copy is made to match
+	finder := func(match func(*keystore.Consumer) bool) ([]string, bool) {
+		ids, ok := store.ConsumersWhere(match)
+		if s := stale.Load(); s != nil && !slices.Contains(ids, *s) {
+			ids = append(ids, *s)
+		}
+		return ids, ok
+	}
+	admin := &keystore.RedisAdmin{Client: rs.Client(t)}
+	ops, err := keyops.New(keyops.Config{Store: admin, Limits: defaultLimits(t), ConsumersWhere: finder})
+	if err != nil {
+		t.Fatal(err)
+	}
+	actor := keyops.Actor{ID: "test"}
+	var ids []string
+	for i := range 30 {
+		c, err := ops.CreateConsumer(ctx, actor, keyops.ConsumerSpec{Name: fmt.Sprintf("customer %d", i), Metadata: map[string]string{"team": fmt.Sprint(i % 3)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, c.ID)
+	}
+	testkit.Eventually(t, 5*time.Second, "the copy holds every consumer", func() error {
+		got, _ := store.ConsumersWhere(func(*keystore.Consumer) bool { return true })
+		return testkit.Equal(len(got), 30)
+	})
+	team := func(v string) func(*keystore.Consumer) bool {
+		return func(c *keystore.Consumer) bool { return c.Metadata["team"] == v }
+	}
+	stale.Store(&ids[1]) // in team 1, never in team 0
+	scans := func() int { c := rs.Calls(t); return c["hscan"] + c["hgetall"] }
+	n0 := scans()
+	got, err := ops.ConsumersWhere(ctx, team("0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, c := range got {
+		names = append(names, c.Name)
+	}
+	slices.Sort(names)
+	want := []string{"customer 0", "customer 12", "customer 15", "customer 18", "customer 21", "customer 24", "customer 27", "customer 3", "customer 6", "customer 9"}
+	if !slices.Equal(names, want) {
+		t.Errorf("team 0: %v, want %v", names, want)
+	}
+	if n := scans() - n0; n != 0 {
+		t.Errorf("%d scans of the consumers, want none", n)
+	}
+}

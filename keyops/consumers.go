@@ -102,19 +102,25 @@ func (s *Service) GetConsumer(ctx context.Context, id string) (keystore.Consumer
 	return s.store.GetConsumer(ctx, id)
 }
 
-// ConsumersWhere finds consumers without reading every one: a replica's
-// copy of them (keystore.RedisStore.ConsumersWhere), as current as the
-// change log it follows. ok is false when it cannot tell (the copy is
-// still loading).
-type ConsumersWhere func(match func(*keystore.Consumer) bool) (cons []keystore.Consumer, ok bool)
+// ConsumersWhere finds consumers without reading every one: the ids of
+// those match accepts in a replica's copy of them
+// (keystore.RedisStore.ConsumersWhere), as current as the change log it
+// follows. ok is false when it cannot tell (the copy is still loading).
+type ConsumersWhere func(match func(*keystore.Consumer) bool) (ids []string, ok bool)
 
-// ConsumersWhere returns the consumers match accepts: from the
-// replica's copy with Config.ConsumersWhere, else from a read of every
-// consumer.
+// ConsumersWhere returns the consumers match accepts. With
+// Config.ConsumersWhere and a Store that reads consumers by id, match
+// picks them in the replica's copy, which holds only some of their
+// fields (see keystore.RedisStore.ConsumersWhere), and those alone are
+// read and matched again; otherwise every consumer is read.
 func (s *Service) ConsumersWhere(ctx context.Context, match func(*keystore.Consumer) bool) ([]keystore.Consumer, error) {
-	if s.findConsumers != nil {
-		if cons, ok := s.findConsumers(match); ok {
-			return cons, nil
+	if g, ok := s.store.(consumerGetter); ok && s.findConsumers != nil {
+		if ids, ok := s.findConsumers(match); ok {
+			cons, err := g.GetConsumers(ctx, ids)
+			if err != nil {
+				return nil, err
+			}
+			return slices.DeleteFunc(cons, func(c keystore.Consumer) bool { return !match(&c) }), nil
 		}
 	}
 	all, err := s.store.ListConsumers(ctx)

@@ -347,17 +347,14 @@ func TestRedisFullPassReadsEveryConsumer(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = s.Close() })
 	testkit.Eventually(t, 10*time.Second, "the replica's first pass", func() error { return testkit.True(s.Ready(), "not ready") })
-	got, ok := s.ConsumersWhere(func(*keystore.Consumer) bool { return true })
-	if !ok || len(got) != len(cons) {
+	plans := map[string]string{}
+	got, ok := s.ConsumersWhere(func(c *keystore.Consumer) bool { plans[c.ID] = c.Plan; return true })
+	if !ok || len(got) != len(cons) || len(plans) != len(cons) {
 		t.Fatalf("the copy holds %d consumers (ok %v), want %d", len(got), ok, len(cons))
 	}
-	names := map[string]string{}
-	for _, c := range got {
-		names[c.ID] = c.Name
-	}
 	for i, c := range cons {
-		if names[c.ID] != c.Name {
-			t.Fatalf("consumer %d: %q in the copy, want %q", i, names[c.ID], c.Name)
+		if p, ok := plans[c.ID]; !ok || p != c.Plan {
+			t.Fatalf("consumer %d: plan %q in the copy (held %v), want %q", i, p, ok, c.Plan)
 		}
 	}
 	rec, found, err := s.Lookup(ctx, keystore.HashKey(key))

@@ -2,6 +2,8 @@ package keystore
 
 import (
 	"fmt"
+	"reflect"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -15,9 +17,9 @@ import (
 // readers and writers may run at once (-race).
 func TestConsumerSet(t *testing.T) {
 	t.Parallel()
-	cs := newConsumerSet()
+	cs := newConsumerSet(newStrtab())
 	con := func(i int) Consumer {
-		return Consumer{ID: fmt.Sprintf("con_%016x", i), Name: fmt.Sprintf("customer %d", i), CreatedAt: time.Unix(int64(i), 0)}
+		return Consumer{ID: fmt.Sprintf("con_%016x", i), Plan: fmt.Sprintf("plan %d", i%5), CreatedAt: time.Unix(int64(i), 0)}
 	}
 	ids := func() []string {
 		var out []string
@@ -33,24 +35,24 @@ func TestConsumerSet(t *testing.T) {
 		t.Fatalf("%d consumers after 300 sets", got)
 	}
 	renamed := con(7)
-	renamed.Name = "renamed"
+	renamed.Plan = "pro"
 	cs.set(renamed.ID, &renamed)
 	cs.set(con(8).ID, nil)
 	cases := []struct {
 		id, want string // want "" for none
 	}{
-		{con(7).ID, "renamed"},
+		{con(7).ID, "pro"},
 		{con(8).ID, ""},
-		{con(9).ID, "customer 9"},
+		{con(9).ID, "plan 4"},
 		{"con_nobody", ""},
 		{"", ""},
 	}
 	for _, c := range cases {
-		got := cs.get(c.id)
+		got, ok := cs.get(c.id)
 		switch {
-		case c.want == "" && got != nil:
+		case c.want == "" && ok:
 			t.Errorf("get(%q) = %+v, want none", c.id, got)
-		case c.want != "" && (got == nil || got.Name != c.want):
+		case c.want != "" && (!ok || got.Plan != c.want):
 			t.Errorf("get(%q) = %+v, want %q", c.id, got, c.want)
 		}
 	}
@@ -70,13 +72,17 @@ func TestConsumerSet(t *testing.T) {
 				case <-stop:
 					return
 				default:
-					_ = cs.get(con(3).ID)
+					_, _ = cs.get(con(3).ID)
 					cs.each(func(*Consumer) {})
 				}
 			}
 		}()
 	}
-	cs.replace([]Consumer{con(1), con(2), con(3)})
+	var pass []numberedConsumer
+	for _, c := range []Consumer{con(1), con(2), con(3)} {
+		pass = append(pass, cs.numbered(&c))
+	}
+	cs.replace(pass)
 	c := con(4)
 	cs.set(c.ID, &c)
 	close(stop)
@@ -92,12 +98,14 @@ func TestConsumerSet(t *testing.T) {
 func BenchmarkConsumerChange(b *testing.B) {
 	for _, n := range benchSizes {
 		b.Run(fmt.Sprintf("consumers=%d", n), func(b *testing.B) {
-			cs := newConsumerSet()
+			cs := newConsumerSet(newStrtab())
 			cons := make([]Consumer, n)
+			pass := make([]numberedConsumer, n)
 			for i := range cons {
 				cons[i] = Consumer{ID: fmt.Sprintf("con_%016x", i), Name: "customer", Plan: "team"}
+				pass[i] = cs.numbered(&cons[i])
 			}
-			cs.replace(cons)
+			cs.replace(pass)
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
@@ -122,7 +130,8 @@ func consumerChangeStore(tb testing.TB, keys, ofConsumer int) (*RedisStore, Hash
 	if err != nil {
 		tb.Fatal(err)
 	}
-	s := &RedisStore{idx: newIndex(), cons: newConsumerSet(), limits: limitResolver{res}}
+	idx := newIndex()
+	s := &RedisStore{idx: idx, cons: newConsumerSet(idx.strs), limits: limitResolver{res}}
 	s.putConsumer("con_a", &Consumer{ID: "con_a", Name: "Acme", Plan: "team"})
 	var first Hash
 	for i := range keys {
@@ -162,7 +171,7 @@ func TestConsumerChangeKeepsLimitsTrue(t *testing.T) {
 		{"deleted", func(*Consumer) *Consumer { return nil }, 10},
 	}
 	for _, st := range steps {
-		cur := *s.cons.get("con_a")
+		cur, _ := s.cons.get("con_a")
 		s.putConsumer("con_a", st.change(&cur))
 		r, ok := s.idx.get(h)
 		if !ok || r.Limits == nil || r.Limits.Limit.Rate != st.rate {
@@ -184,7 +193,7 @@ func BenchmarkConsumerChangeOfKeys(b *testing.B) {
 			b.Run(fmt.Sprintf("keys=%d/%s", n, kind), func(b *testing.B) {
 				b.ReportAllocs()
 				for i := 0; i < b.N; i++ {
-					c := *s.cons.get("con_a")
+					c, _ := s.cons.get("con_a")
 					if kind == "name" {
 						c.Name = fmt.Sprint("Acme ", i%2)
 					} else {
@@ -194,5 +203,86 @@ func BenchmarkConsumerChangeOfKeys(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// TestConsumerSetHoldsWhatTheReplicaReads: the copy gives back, exactly,
+// every field a replica reads of a consumer (its keys' limits, the list's
+// order, the sign-in's metadata), nil and empty told apart, and holds
+// none of the others.
+func TestConsumerSetHoldsWhatTheReplicaReads(t *testing.T) {
+	t.Parallel()
+	created := time.Date(2026, 11, 27, 16, 5, 7, 123456789, time.UTC)
+	tests := []struct {
+		name string
+		c    Consumer
+	}{
+		{"bare", Consumer{ID: "con_0000000000000001", CreatedAt: created}},
+		{"plan", Consumer{ID: "con_0000000000000002", Plan: "team", CreatedAt: created}},
+		{"override", Consumer{ID: "con_0000000000000003", Plan: "pro", Override: &policy.Override{Rate: 5, Per: time.Second}, CreatedAt: created}},
+		{"no permission at all", Consumer{ID: "con_0000000000000004", Permissions: []string{}, CreatedAt: created}},
+		{"permissions and address rules", Consumer{ID: "con_0000000000000005", Permissions: []string{"extraction:read"}, AllowedCIDRs: []string{"10.0.0.0/8"}, CreatedAt: created}},
+		{"metadata", Consumer{ID: "con_0000000000000006", Metadata: map[string]string{"crm": "7"}, CreatedAt: created}},
+	}
+	cs := newConsumerSet(newStrtab())
+	for _, tt := range tests {
+		full := tt.c
+		full.Name, full.Contexts, full.UpdatedAt = "Acme", []string{"6f1c2d3e-4a5b-4c6d-8e7f-90a1b2c3d4e5"}, created.Add(time.Hour)
+		cs.set(full.ID, &full)
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := cs.get(tt.c.ID)
+			if !ok {
+				t.Fatal("not held")
+			}
+			if !got.CreatedAt.Equal(tt.c.CreatedAt) {
+				t.Errorf("created %v, want %v", got.CreatedAt, tt.c.CreatedAt)
+			}
+			got.CreatedAt = tt.c.CreatedAt
+			if !reflect.DeepEqual(got, tt.c) {
+				t.Errorf("held %+v, want %+v", got, tt.c)
+			}
+			if (got.Permissions == nil) != (tt.c.Permissions == nil) {
+				t.Errorf("permissions %#v, want %#v", got.Permissions, tt.c.Permissions)
+			}
+		})
+	}
+}
+
+// BenchmarkConsumerSetLoad: the heap a replica's copy of n consumers
+// holds, above the string table's copy of their ids (which their keys'
+// index entries hold anyway), as a full pass fills it.
+func BenchmarkConsumerSetLoad(b *testing.B) {
+	for _, n := range benchSizes {
+		b.Run(fmt.Sprintf("consumers=%d", n), func(b *testing.B) {
+			cons := make([]Consumer, n)
+			for i := range cons {
+				cons[i] = Consumer{ID: fmt.Sprintf("con_%016x", i), Name: "customer", CreatedAt: time.Unix(int64(i), 0)}
+			}
+			b.ReportAllocs()
+			var per float64
+			for i := 0; i < b.N; i++ {
+				strs := newStrtab()
+				for _, c := range cons {
+					strs.number(c.ID)
+				}
+				var before, after runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				cs := newConsumerSet(strs)
+				pass := make([]numberedConsumer, n)
+				for j := range cons {
+					pass[j] = cs.numbered(&cons[j])
+				}
+				cs.replace(pass)
+				pass = nil
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				per = float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / float64(n)
+				runtime.KeepAlive(cs)
+			}
+			b.ReportMetric(per, "bytes/consumer")
+		})
 	}
 }

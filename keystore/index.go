@@ -323,7 +323,7 @@ func (x *index) consumerHashes(consumer string) []Hash {
 // append-only slice behind an atomic pointer); it only grows, by the
 // distinct strings ever numbered, far fewer than keys.
 type strtab struct {
-	mu  sync.Mutex
+	mu  sync.RWMutex
 	ids map[string]uint32
 	tab atomic.Pointer[[]string]
 }
@@ -340,9 +340,9 @@ func (t *strtab) load() []string { return *t.tab.Load() }
 
 // lookup returns the number of s, if it has one.
 func (t *strtab) lookup(s string) (uint32, bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.mu.RLock()
 	n, ok := t.ids[s]
+	t.mu.RUnlock()
 	return n, ok
 }
 
@@ -350,6 +350,9 @@ func (t *strtab) lookup(s string) (uint32, bool) {
 func (t *strtab) number(s string) uint32 {
 	if s == "" {
 		return 0
+	}
+	if n, ok := t.lookup(s); ok {
+		return n
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()

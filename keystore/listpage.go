@@ -136,20 +136,22 @@ func (s *RedisStore) ConsumersPage(after *Position, limit int) (page []Position,
 	return page, true
 }
 
-// ConsumersWhere returns the consumers of the store's copy that match
-// accepts, as current as the change log it follows, without reading the
-// consumers from Redis. ok is false before the first full pass has
+// ConsumersWhere returns the ids of the consumers of the store's copy
+// that match accepts, as current as the change log it follows, without
+// reading the consumers from Redis. match sees what the copy holds of a
+// consumer: its id, creation time, plan, override, permissions, address
+// rules and metadata. ok is false before the first full pass has
 // completed: the caller then reads the store itself.
-func (s *RedisStore) ConsumersWhere(match func(*Consumer) bool) (cons []Consumer, ok bool) {
+func (s *RedisStore) ConsumersWhere(match func(*Consumer) bool) (ids []string, ok bool) {
 	if !s.loaded.Load() {
 		return nil, false
 	}
 	s.cons.each(func(c *Consumer) {
 		if match(c) {
-			cons = append(cons, *c)
+			ids = append(ids, c.ID)
 		}
 	})
-	return cons, true
+	return ids, true
 }
 
 // firstN keeps the first n items offered, by their place in a list, in a

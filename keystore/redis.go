@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -139,8 +140,9 @@ func OpenRedis(cfg RedisConfig) (*RedisStore, error) {
 	if cfg.NegativeTTL <= 0 {
 		cfg.NegativeTTL = time.Second
 	}
+	idx := newIndex()
 	s := &RedisStore{
-		cfg: cfg, keys: newRedisKeys(cfg.Prefix), log: cfg.Logger, idx: newIndex(), cons: newConsumerSet(),
+		cfg: cfg, keys: newRedisKeys(cfg.Prefix), log: cfg.Logger, idx: idx, cons: newConsumerSet(idx.strs),
 		wake: make(chan struct{}, 1), full: make(chan struct{}, 1), limits: limitResolver{cfg.Limits},
 	}
 	if s.log == nil {
@@ -202,15 +204,18 @@ func (s *RedisStore) Lookup(ctx context.Context, h Hash) (Record, bool, error) {
 // put resolves rec's limits and stores it in the index, marked as seen
 // by the current pass; it returns rec as stored.
 func (s *RedisStore) put(rec Record) Record {
-	con := s.cons.get(rec.Consumer)
-	if con == nil && rec.Consumer != "" && !s.loaded.Load() {
+	c, ok := s.cons.get(rec.Consumer)
+	if !ok && rec.Consumer != "" && !s.loaded.Load() {
 		// The first pass has not read the consumers yet: read this one.
 		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.Timeout)
-		c, err := getConsumer(ctx, s.cfg.Client, s.keys, rec.Consumer)
+		var err error
+		c, err = getConsumer(ctx, s.cfg.Client, s.keys, rec.Consumer)
 		cancel()
-		if err == nil {
-			con = &c
-		}
+		ok = err == nil
+	}
+	var con *Consumer
+	if ok {
+		con = &c
 	}
 	rec = s.limits.resolveFor(rec, con, time.Now())
 	s.idx.put(rec, s.gen.Load())
@@ -474,8 +479,18 @@ func (s *RedisStore) fullPass(poll <-chan time.Time) error {
 	if s.cfg.OnReload != nil {
 		s.cfg.OnReload(n, nil)
 	}
+	if first && n >= bigFirstLoad {
+		// The pages, the decoded records and consumers are garbage
+		// about the size of what the index keeps; the runtime would hand
+		// that memory back to the OS over minutes.
+		go debug.FreeOSMemory()
+	}
 	return nil
 }
+
+// bigFirstLoad is the number of keys past which a replica hands the
+// first load's garbage back to the OS at once.
+const bigFirstLoad = 100_000
 
 // reserve sizes the index for the records in Redis (HLEN of each
 // bucket, one pipelined round trip), before the first load.

@@ -62,12 +62,13 @@ func (s *RedisStore) applyConsumer(id string) error {
 
 // readConsumers reads every consumer for a full pass. A hash is read
 // with one HSCAN cursor, a page after another; the pages are decoded by
-// one goroutine a core while the next is asked for: with a million
-// consumers, decoding their JSON took about as long as the round trips.
-func (s *RedisStore) readConsumers(ctx context.Context) ([]Consumer, error) {
+// one goroutine a core while the next is asked for (with a million
+// consumers, decoding their JSON took about as long as the round trips),
+// and each is kept in the copy's compact form (consumerSet) at once.
+func (s *RedisStore) readConsumers(ctx context.Context) ([]numberedConsumer, error) {
 	workers := runtime.GOMAXPROCS(0)
 	pages := make(chan []string, 2*workers)
-	outs := make([][]Consumer, workers)
+	outs := make([][]numberedConsumer, workers)
 	errs := make([]error, workers)
 	var wg sync.WaitGroup
 	for w := range workers {
@@ -81,7 +82,7 @@ func (s *RedisStore) readConsumers(ctx context.Context) ([]Consumer, error) {
 						errs[w] = err
 						break
 					}
-					outs[w] = append(outs[w], c)
+					outs[w] = append(outs[w], s.cons.numbered(&c))
 				}
 			}
 		}()
@@ -112,9 +113,9 @@ func (s *RedisStore) readConsumers(ctx context.Context) ([]Consumer, error) {
 func (s *RedisStore) putConsumer(id string, con *Consumer) {
 	s.consMu.Lock()
 	defer s.consMu.Unlock()
-	old := s.cons.get(id)
+	old, had := s.cons.get(id)
 	s.cons.set(id, con)
-	if old != nil && con != nil && sameLimits(old, con) {
+	if had && con != nil && sameLimits(&old, con) {
 		return
 	}
 	now := time.Now()
