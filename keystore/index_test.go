@@ -208,3 +208,127 @@ func TestIndexSameSeesEveryField(t *testing.T) {
 		})
 	}
 }
+
+// TestIndexFindsAConsumersEntries: a consumer's entries are found (for
+// its key list and its pages, and re-resolved when it changes) by scanning only the
+// shards that may hold one, and none is missed: consumers of 1, 7 and
+// 600 keys, a key that moved from one consumer to another, and a
+// consumer no key names.
+func TestIndexFindsAConsumersEntries(t *testing.T) {
+	t.Parallel()
+	x := newIndex()
+	sizes := map[string]int{"con_one": 1, "con_seven": 7, "con_many": 600, "": 2000}
+	for c, n := range sizes {
+		for i := range n {
+			r := randomRecord(t, i)
+			r.Consumer = c
+			x.put(r, 0)
+		}
+	}
+	moved := randomRecord(t, 1)
+	moved.Consumer = "con_one"
+	x.put(moved, 0)
+	moved.Consumer = "con_seven"
+	x.put(moved, 0)
+	want := func(c string) map[Hash]bool {
+		out := map[Hash]bool{}
+		for i := range x.shards {
+			for h, e := range x.shards[i].m {
+				if x.strs.load()[e.consumer] == c {
+					out[h] = true
+				}
+			}
+		}
+		return out
+	}
+	tests := []struct {
+		consumer string
+		n        int
+		// scanned is at most 4 shards a key it ever had (or every one)
+		scanned int
+	}{
+		{"con_one", 1, 8}, // its key, and the one that moved
+		{"con_seven", 8, 32},
+		{"con_many", 600, 256},
+		{"con_nobody", 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.consumer, func(t *testing.T) {
+			got := map[Hash]bool{}
+			for _, h := range x.consumerHashes(tt.consumer) {
+				got[h] = true
+			}
+			if w := want(tt.consumer); len(got) != tt.n || !reflect.DeepEqual(got, w) {
+				t.Errorf("consumerHashes: %d entries, want the %d the shards hold (%d)", len(got), len(w), tt.n)
+			}
+			paged := map[Hash]bool{}
+			for _, e := range x.page(PageQuery{Consumer: tt.consumer, Now: time.Now(), Limit: 1000}) {
+				paged[e.Hash] = true
+			}
+			if len(paged) != tt.n || !reflect.DeepEqual(paged, got) && tt.n > 0 {
+				t.Errorf("page: %d entries, want %d", len(paged), tt.n)
+			}
+			updated := 0
+			x.update(tt.consumer, func(r Record) Record {
+				if r.Consumer != tt.consumer {
+					t.Errorf("update of %s saw a key of %q", tt.consumer, r.Consumer)
+				}
+				updated++
+				r.Name = "updated"
+				return r
+			})
+			if updated != tt.n {
+				t.Errorf("update changed %d entries, want %d", updated, tt.n)
+			}
+			scanned := 0
+			if n, ok := x.strs.lookup(tt.consumer); ok {
+				for range x.where.shards(n) {
+					scanned++
+				}
+			}
+			if scanned > tt.scanned {
+				t.Errorf("%d shards scanned, want at most %d", scanned, tt.scanned)
+			}
+		})
+	}
+}
+
+// FuzzShardSets: whatever numbers and shards are added, the shards a
+// number yields are those of its group of every shard added for it, in
+// order, each once.
+func FuzzShardSets(f *testing.F) {
+	f.Add([]byte{1, 0, 1, 255, 2, 7})
+	f.Add([]byte{0, 3, 200, 4})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var m shardSets
+		want := map[uint32]map[int]bool{}
+		for i := 0; i+1 < len(b); i += 2 {
+			n := uint32(b[i]) * 37 // spans several chunks
+			m.add(n, b[i+1])
+			if n == 0 {
+				continue
+			}
+			if want[n] == nil {
+				want[n] = map[int]bool{}
+			}
+			g := int(b[i+1]) / 4
+			for s := 4 * g; s < 4*g+4; s++ {
+				want[n][s] = true
+			}
+		}
+		for n := range uint32(256 * 37) {
+			last := -1
+			got := map[int]bool{}
+			for s := range m.shards(n) {
+				if s <= last {
+					t.Fatalf("number %d: shard %d after %d", n, s, last)
+				}
+				last = s
+				got[s] = true
+			}
+			if len(got) != len(want[n]) || (len(got) > 0 && !reflect.DeepEqual(got, want[n])) {
+				t.Fatalf("number %d: shards %v, want %v", n, got, want[n])
+			}
+		}
+	})
+}

@@ -75,7 +75,8 @@ func (s *RedisStore) KeysPage(q PageQuery) (page []PageEntry, ok bool) {
 }
 
 // page returns the entries that match q, in list order, one shard at a
-// time under its read lock: one scan of the entries, keeping the first
+// time under its read lock (of a consumer's, only the shards that may
+// hold one): one scan of the entries, keeping the first
 // q.Limit in a heap, so that it allocates only the answer (a page of a
 // million keys: see README.md, Admin API).
 func (x *index) page(q PageQuery) []PageEntry {
@@ -89,7 +90,11 @@ func (x *index) page(q PageQuery) []PageEntry {
 	}
 	now := q.Now.UnixNano()
 	first := firstN[Hash]{n: q.Limit}
-	for i := range x.shards {
+	shards := allShards
+	if q.Consumer != "" {
+		shards = x.where.shards(consumer)
+	}
+	for i := range shards {
 		s := &x.shards[i]
 		s.mu.RLock()
 		for hash, e := range s.m {

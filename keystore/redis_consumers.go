@@ -107,9 +107,11 @@ func (s *RedisStore) readConsumers(ctx context.Context) ([]numberedConsumer, err
 }
 
 // putConsumer stores con (nil: deleted) in the copy and re-resolves the
-// limits of the consumer's keys, a scan of the index (about 70 ms at a
-// million keys), unless nothing that limits them changed: a new name,
-// metadata or contexts leave every key's limits as they are.
+// limits of the consumer's keys, a scan of the index's shards that may
+// hold one (for a consumer of one key, 0.4 ms at a million keys; of
+// 1000 keys, every shard: about 80 ms), unless nothing that limits them
+// changed: a new name, metadata or contexts leave every key's limits as
+// they are.
 func (s *RedisStore) putConsumer(id string, con *Consumer) {
 	s.consMu.Lock()
 	defer s.consMu.Unlock()
