@@ -2,7 +2,6 @@ package keystore
 
 import (
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/keygate/keygate/policy"
@@ -21,11 +20,8 @@ import (
 // beside the string table's copy of the id: 1M consumers were 60% of a
 // million keys' replica.)
 type consumerSet struct {
-	strs *strtab
-	// grow serialises adding chunks; chunks only grows, and a reader
-	// loads it without a lock.
-	grow   sync.Mutex
-	chunks atomic.Pointer[[]*consumerChunk]
+	strs   *strtab
+	chunks chunkDir[consumerChunk]
 }
 
 // consumerChunkLen is the number of entries a chunk holds.
@@ -57,9 +53,7 @@ type consumerMore struct {
 }
 
 func newConsumerSet(strs *strtab) *consumerSet {
-	cs := &consumerSet{strs: strs}
-	cs.chunks.Store(&[]*consumerChunk{})
-	return cs
+	return &consumerSet{strs: strs}
 }
 
 // compactConsumer is c's entry.
@@ -86,26 +80,7 @@ func (e *consumerEntry) consumer(id string, strs []string) Consumer {
 // chunk returns the chunk that holds number n, adding chunks up to it
 // when add is set; nil when there is none.
 func (cs *consumerSet) chunk(n uint32, add bool) *consumerChunk {
-	i := int(n / consumerChunkLen)
-	if chunks := *cs.chunks.Load(); i < len(chunks) {
-		return chunks[i]
-	}
-	if !add {
-		return nil
-	}
-	cs.grow.Lock()
-	defer cs.grow.Unlock()
-	chunks := *cs.chunks.Load()
-	if i < len(chunks) {
-		return chunks[i]
-	}
-	// Readers hold slices no longer than before: appending in place
-	// writes past their end.
-	for len(chunks) <= i {
-		chunks = append(chunks, new(consumerChunk))
-	}
-	cs.chunks.Store(&chunks)
-	return chunks[i]
+	return cs.chunks.at(int(n/consumerChunkLen), add)
 }
 
 // get returns the consumer with id as the set holds it (see
@@ -165,7 +140,7 @@ func (cs *consumerSet) replace(cons []numberedConsumer) {
 	if len(cons) > 0 {
 		cs.chunk(top, true)
 	}
-	chunks := *cs.chunks.Load()
+	chunks := cs.chunks.all()
 	next := make([]consumerEntry, len(chunks)*consumerChunkLen)
 	for _, c := range cons {
 		next[c.n] = c.e
@@ -181,7 +156,7 @@ func (cs *consumerSet) replace(cons []numberedConsumer) {
 // consumerEntry.consumer), one chunk at a time under its read lock: f
 // must not change the set, nor what the consumer's slices and map hold.
 func (cs *consumerSet) each(f func(c *Consumer)) {
-	for i, ch := range *cs.chunks.Load() {
+	for i, ch := range cs.chunks.all() {
 		ch.mu.RLock()
 		strs := cs.strs.load()
 		for j := range ch.e {

@@ -329,11 +329,10 @@ func (x *index) consumerHashes(consumer string) []Hash {
 // makes, before the entry is stored; nothing clears one. So the shards
 // a mask names are a superset of those holding the consumer's entries,
 // and a scan for them visits those alone: for a consumer of one key, 4
-// shards of 256. 8 bytes a string, in chunks that only grow, read and
-// set without a lock.
+// shards of 256. 8 bytes a string, in chunks (chunkDir), read and set
+// with atomics.
 type shardSets struct {
-	grow   sync.Mutex
-	chunks atomic.Pointer[[]*[shardSetChunk]atomic.Uint64]
+	chunks chunkDir[[shardSetChunk]atomic.Uint64]
 }
 
 const shardSetChunk = 1024
@@ -343,26 +342,8 @@ func (m *shardSets) add(n uint32, shard byte) {
 	if n == 0 {
 		return
 	}
-	i := int(n / shardSetChunk)
-	p := m.chunks.Load()
-	if p == nil || i >= len(*p) {
-		m.grow.Lock()
-		p = m.chunks.Load()
-		var chunks []*[shardSetChunk]atomic.Uint64
-		if p != nil {
-			chunks = *p
-		}
-		// Readers hold slices no longer than before: appending in place
-		// writes past their end.
-		for len(chunks) <= i {
-			chunks = append(chunks, new([shardSetChunk]atomic.Uint64))
-		}
-		m.chunks.Store(&chunks)
-		p = &chunks
-		m.grow.Unlock()
-	}
 	bit := uint64(1) << (shard / 4)
-	if c := &(*p)[i][n%shardSetChunk]; c.Load()&bit == 0 {
+	if c := &m.chunks.at(int(n/shardSetChunk), true)[n%shardSetChunk]; c.Load()&bit == 0 {
 		c.Or(bit)
 	}
 }
@@ -371,12 +352,11 @@ func (m *shardSets) add(n uint32, shard byte) {
 // order.
 func (m *shardSets) shards(n uint32) iter.Seq[int] {
 	return func(yield func(int) bool) {
-		p := m.chunks.Load()
-		i := int(n / shardSetChunk)
-		if p == nil || i >= len(*p) {
+		c := m.chunks.at(int(n/shardSetChunk), false)
+		if c == nil {
 			return
 		}
-		mask := (*p)[i][n%shardSetChunk].Load()
+		mask := c[n%shardSetChunk].Load()
 		for mask != 0 {
 			g := bits.TrailingZeros64(mask)
 			mask &^= 1 << g
