@@ -313,7 +313,7 @@ func TestRedisConsumerMissedMessageIsResynced(t *testing.T) {
 	// Put the consumer on a plan behind the admin's back: no message.
 	con.Plan = "pro"
 	b, _ := json.Marshal(con)
-	c.HSet(ctx, "keygate:keystore:{ks}:consumers", con.ID, string(b))
+	c.HSet(ctx, consumerBucket(con.ID), con.ID, string(b))
 	testkit.Eventually(t, 2*time.Second, "the consumer's plan after a resync", func() error { return testkit.Equal(rate(), 200) })
 }
 

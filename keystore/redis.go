@@ -107,6 +107,9 @@ type RedisStore struct {
 	full    chan struct{} // re-read everything
 	pubsub  atomic.Pointer[redis.PubSub]
 
+	// legacyCons is legacy for the previous layout's hash of consumers.
+	legacyCons atomic.Bool
+
 	// cursor is the id of the last log entry applied; "" before the
 	// first pass, "0-0" when the log was empty. Owned by syncLoop.
 	cursor string
@@ -209,7 +212,7 @@ func (s *RedisStore) put(rec Record) Record {
 		// The first pass has not read the consumers yet: read this one.
 		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.Timeout)
 		var err error
-		c, err = getConsumer(ctx, s.cfg.Client, s.keys, rec.Consumer)
+		c, err = getConsumer(ctx, s.cfg.Client, s.keys, rec.Consumer, true)
 		cancel()
 		ok = err == nil
 	}
@@ -397,9 +400,12 @@ func (s *RedisStore) fullPass(poll <-chan time.Time) error {
 		id, err = s.cfg.Client.XAdd(pctx, &redis.XAddArgs{Stream: s.keys.log, MaxLen: redisLogLen, Approx: true, Values: []string{"c", ""}}).Result()
 		last = []redis.XMessage{{ID: id}}
 	}
-	var legacy int64
+	var legacy, legacyCons int64
 	if err == nil {
 		legacy, err = s.cfg.Client.Exists(pctx, s.keys.legacyRecords).Result()
+	}
+	if err == nil {
+		legacyCons, err = s.cfg.Client.Exists(pctx, s.keys.legacyConsumers).Result()
 	}
 	cancel()
 	if err != nil {
@@ -409,7 +415,10 @@ func (s *RedisStore) fullPass(poll <-chan time.Time) error {
 	if legacy > 0 {
 		s.legacy.Store(true)
 	}
-	cons, err := s.readConsumers(ctx)
+	if legacyCons > 0 {
+		s.legacyCons.Store(true)
+	}
+	cons, err := s.readConsumers(ctx, legacyCons > 0)
 	if err != nil {
 		return err
 	}
@@ -470,6 +479,9 @@ func (s *RedisStore) fullPass(poll <-chan time.Time) error {
 	s.cursor = from
 	if legacy == 0 {
 		s.legacy.Store(false)
+	}
+	if legacyCons == 0 {
+		s.legacyCons.Store(false)
 	}
 	n := s.idx.len()
 	first := !s.loaded.Swap(true)

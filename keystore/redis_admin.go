@@ -487,42 +487,31 @@ func (a *RedisAdmin) announceItems(ctx context.Context, items string) error {
 	return nil
 }
 
-// migrate moves the records of the previous layout (one hash) into the
-// buckets, a page at a time, and then announces "re-read everything".
-// Each record is copied with HSETNX, so that a copy never overwrites a
-// record that another admin already moved and changed, and then deleted
-// from the old hash. Replicas read both layouts meanwhile. It runs once
-// per RedisAdmin, before its first write.
+// migrate moves the records and consumers of the previous layouts (one
+// hash each) into the buckets, a page at a time, and then announces
+// "re-read everything". Each record or consumer is copied with HSETNX,
+// so that a copy never overwrites one that another admin already moved
+// and changed, and then deleted from the old hash. Replicas read both
+// layouts meanwhile. It runs once per RedisAdmin, before its first
+// write.
 func (a *RedisAdmin) migrate(ctx context.Context) error {
 	if a.migrated.Load() {
 		return nil
 	}
 	k := a.keys()
-	n, err := a.Client.Exists(ctx, k.legacyRecords, k.legacyIDs).Result()
+	n, err := a.Client.Exists(ctx, k.legacyRecords, k.legacyIDs, k.legacyConsumers).Result()
 	if err != nil {
 		return fmt.Errorf("keystore: %w", err)
 	}
 	if n > 0 {
-		err := scanHash(ctx, a.Client, k.legacyRecords, a.scanCount(), func(kv []string) error {
-			_, err := a.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
-				for i := 0; i+1 < len(kv); i += 2 {
-					r, err := decodeRecord(kv[i], kv[i+1])
-					if err != nil {
-						return fmt.Errorf("keystore: moving to the bucketed layout: %w", err)
-					}
-					p.HSetNX(ctx, k.recordsOf(r.Hash), kv[i], kv[i+1])
-					p.HSetNX(ctx, k.idsOf(r.ID), r.ID, kv[i])
-				}
-				return nil
-			})
+		err := a.moveHash(ctx, k.legacyRecords, func(p redis.Pipeliner, field, v string) error {
+			r, err := decodeRecord(field, v)
 			if err != nil {
-				return err
+				return fmt.Errorf("keystore: moving to the bucketed layout: %w", err)
 			}
-			fields := make([]string, 0, len(kv)/2)
-			for i := 0; i < len(kv); i += 2 {
-				fields = append(fields, kv[i])
-			}
-			return a.Client.HDel(ctx, k.legacyRecords, fields...).Err()
+			p.HSetNX(ctx, k.recordsOf(r.Hash), field, v)
+			p.HSetNX(ctx, k.idsOf(r.ID), r.ID, field)
+			return nil
 		})
 		if err != nil {
 			return err
@@ -530,12 +519,46 @@ func (a *RedisAdmin) migrate(ctx context.Context) error {
 		if err := a.Client.Del(ctx, k.legacyIDs).Err(); err != nil {
 			return fmt.Errorf("keystore: %w", err)
 		}
+		err = a.moveHash(ctx, k.legacyConsumers, func(p redis.Pipeliner, id, v string) error {
+			if _, err := decodeConsumer(id, v); err != nil {
+				return fmt.Errorf("keystore: moving to the bucketed layout: %w", err)
+			}
+			p.HSetNX(ctx, k.consumersOf(id), id, v)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
 		if err := a.AnnounceAll(ctx); err != nil {
 			return err
 		}
 	}
 	a.migrated.Store(true)
 	return nil
+}
+
+// moveHash moves every field of the hash key a page at a time: copy
+// (put) queues each field's copy in one pipeline, which runs before the page's
+// fields are deleted from key.
+func (a *RedisAdmin) moveHash(ctx context.Context, key string, put func(p redis.Pipeliner, field, v string) error) error {
+	return scanHash(ctx, a.Client, key, a.scanCount(), func(kv []string) error {
+		_, err := a.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i := 0; i+1 < len(kv); i += 2 {
+				if err := put(p, kv[i], kv[i+1]); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		fields := make([]string, 0, len(kv)/2)
+		for i := 0; i < len(kv); i += 2 {
+			fields = append(fields, kv[i])
+		}
+		return a.Client.HDel(ctx, key, fields...).Err()
+	})
 }
 
 // scanHash pages through the hash key with HSCAN COUNT count, calling f

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -41,7 +40,7 @@ func (s *RedisStore) applyConsumer(id string) error {
 	v, err := s.breaker.Do(s.ctx, func(ctx context.Context) (string, error) {
 		ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 		defer cancel()
-		return s.cfg.Client.HGet(ctx, s.keys.consumers, id).Result()
+		return readConsumer(ctx, s.cfg.Client, s.keys, id, s.legacyCons.Load())
 	})
 	var con *Consumer
 	switch {
@@ -60,14 +59,55 @@ func (s *RedisStore) applyConsumer(id string) error {
 	return nil
 }
 
-// readConsumers reads every consumer for a full pass. A hash is read
-// with one HSCAN cursor, a page after another; the pages are decoded by
-// one goroutine a core while the next is asked for (with a million
-// consumers, decoding their JSON took about as long as the round trips),
-// and each is kept in the copy's compact form (consumerSet) at once.
-func (s *RedisStore) readConsumers(ctx context.Context) ([]numberedConsumer, error) {
-	workers := runtime.GOMAXPROCS(0)
-	pages := make(chan []string, 2*workers)
+// readConsumer reads the stored form of the consumer with id from its
+// bucket, or redis.Nil. With legacy set (the previous layout's hash may
+// still hold consumers), it reads that hash first: a consumer being
+// moved is copied into its bucket before it leaves the old hash, so
+// the two reads in this order cannot both miss it.
+func readConsumer(ctx context.Context, c redis.Cmdable, k *redisKeys, id string, legacy bool) (string, error) {
+	if legacy {
+		v, err := c.HGet(ctx, k.legacyConsumers, id).Result()
+		if !errors.Is(err, redis.Nil) {
+			return v, err
+		}
+	}
+	return c.HGet(ctx, k.consumersOf(id), id).Result()
+}
+
+// readConsumers reads every consumer for a full pass: the previous
+// layout's hash first while it exists (see readConsumer), then the
+// buckets, several at once. Each hash is read with one HSCAN cursor, a
+// page after another, and each page is decoded by the goroutine that
+// asked for it while the others wait for theirs; each consumer is kept
+// in the copy's compact form (consumerSet) at once. A consumer read in
+// both layouts (moved during the pass) is read the same in both, and
+// the bucket's copy, later in the answer, is the one kept.
+func (s *RedisStore) readConsumers(ctx context.Context, legacy bool) ([]numberedConsumer, error) {
+	var old []numberedConsumer
+	if legacy {
+		var err error
+		if old, err = s.scanConsumers(ctx, []string{s.keys.legacyConsumers}); err != nil {
+			return nil, err
+		}
+	}
+	cons, err := s.scanConsumers(ctx, s.keys.consumers[:])
+	if err != nil {
+		return nil, err
+	}
+	return append(old, cons...), nil
+}
+
+// scanConsumers reads and decodes every consumer of the hashes keys,
+// with up to 8 hashes read at once (the pages are round-trip bound).
+func (s *RedisStore) scanConsumers(ctx context.Context, keys []string) ([]numberedConsumer, error) {
+	workers := min(8, len(keys))
+	todo := make(chan string, len(keys))
+	for _, k := range keys {
+		todo <- k
+	}
+	close(todo)
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
 	outs := make([][]numberedConsumer, workers)
 	errs := make([]error, workers)
 	var wg sync.WaitGroup
@@ -75,32 +115,26 @@ func (s *RedisStore) readConsumers(ctx context.Context) ([]numberedConsumer, err
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for kv := range pages {
-				for i := 0; i+1 < len(kv) && errs[w] == nil; i += 2 {
-					c, err := decodeConsumer(kv[i], kv[i+1])
-					if err != nil {
-						errs[w] = err
-						break
+			for key := range todo {
+				errs[w] = scanHash(ctx, s.cfg.Client, key, s.cfg.PageSize, func(kv []string) error {
+					for i := 0; i+1 < len(kv); i += 2 {
+						c, err := decodeConsumer(kv[i], kv[i+1])
+						if err != nil {
+							return err
+						}
+						outs[w] = append(outs[w], s.cons.numbered(&c))
 					}
-					outs[w] = append(outs[w], s.cons.numbered(&c))
+					return nil
+				})
+				if errs[w] != nil {
+					stop()
+					return
 				}
 			}
 		}()
 	}
-	err := scanHash(ctx, s.cfg.Client, s.keys.consumers, s.cfg.PageSize, func(kv []string) error {
-		select {
-		case pages <- kv:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	})
-	close(pages)
 	wg.Wait()
-	if err == nil {
-		err = errors.Join(errs...)
-	}
-	if err != nil {
+	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	return slices.Concat(outs...), nil
@@ -131,13 +165,13 @@ func sameLimits(a, b *Consumer) bool {
 	return reflect.DeepEqual(Subject(Record{}, a), Subject(Record{}, b))
 }
 
-// watch runs an optimistic transaction on the keystore's hashes, retrying
-// when another admin changed them meanwhile.
-func (a *RedisAdmin) watch(ctx context.Context, f func(tx *redis.Tx) error) error {
+// watch runs an optimistic transaction on the bucket of the consumer with
+// id, retrying when another admin changed that bucket meanwhile.
+func (a *RedisAdmin) watch(ctx context.Context, id string, f func(tx *redis.Tx) error) error {
 	k := a.keys()
 	var err error
 	for attempt := 0; attempt < 20; attempt++ {
-		err = a.Client.Watch(ctx, f, k.consumers)
+		err = a.Client.Watch(ctx, f, k.consumersOf(id))
 		if !errors.Is(err, redis.TxFailedErr) {
 			return err
 		}
@@ -156,7 +190,7 @@ func (a *RedisAdmin) writeKey(ctx context.Context, rec Record) error {
 		return err
 	}
 	if rec.Consumer != "" {
-		c, err := getConsumer(ctx, a.Client, a.keys(), rec.Consumer)
+		c, err := getConsumer(ctx, a.Client, a.keys(), rec.Consumer, false)
 		if err != nil {
 			return err
 		}
@@ -170,8 +204,10 @@ func (a *RedisAdmin) writeKey(ctx context.Context, rec Record) error {
 	return a.announce(ctx, rec)
 }
 
-func getConsumer(ctx context.Context, c redis.Cmdable, k *redisKeys, id string) (Consumer, error) {
-	v, err := c.HGet(ctx, k.consumers, id).Result()
+// getConsumer reads the consumer with id (see readConsumer), or
+// ErrConsumerNotFound.
+func getConsumer(ctx context.Context, c redis.Cmdable, k *redisKeys, id string, legacy bool) (Consumer, error) {
+	v, err := readConsumer(ctx, c, k, id, legacy)
 	if errors.Is(err, redis.Nil) {
 		return Consumer{}, fmt.Errorf("consumer %q: %w", id, ErrConsumerNotFound)
 	}
@@ -206,8 +242,10 @@ func (a *RedisAdmin) CreateConsumer(ctx context.Context, c Consumer) error {
 	if err != nil {
 		return err
 	}
-	k := a.keys()
-	ok, err := a.Client.HSetNX(ctx, k.consumers, c.ID, v).Result()
+	if err := a.migrate(ctx); err != nil {
+		return err
+	}
+	ok, err := a.Client.HSetNX(ctx, a.keys().consumersOf(c.ID), c.ID, v).Result()
 	if err != nil {
 		return fmt.Errorf("keystore: %w", err)
 	}
@@ -219,9 +257,29 @@ func (a *RedisAdmin) CreateConsumer(ctx context.Context, c Consumer) error {
 
 // ListConsumers returns every consumer, oldest first.
 func (a *RedisAdmin) ListConsumers(ctx context.Context) ([]Consumer, error) {
-	cons, err := hashAll(ctx, a.Client, a.keys().consumers, a.scanCount(), decodeConsumer)
-	if err != nil {
-		return nil, err
+	k := a.keys()
+	var cons []Consumer
+	seen := make(map[string]bool)
+	// The previous layout's hash first (see readConsumer); a consumer
+	// moved meanwhile is listed once.
+	for _, key := range append([]string{k.legacyConsumers}, k.consumers[:]...) {
+		err := scanHash(ctx, a.Client, key, a.scanCount(), func(kv []string) error {
+			for i := 0; i+1 < len(kv); i += 2 {
+				if seen[kv[i]] {
+					continue
+				}
+				c, err := decodeConsumer(kv[i], kv[i+1])
+				if err != nil {
+					return err
+				}
+				seen[c.ID] = true
+				cons = append(cons, c)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
 	}
 	oldestFirst(cons, func(c *Consumer) time.Time { return c.CreatedAt }, func(c *Consumer) string { return c.ID })
 	return cons, nil
@@ -229,19 +287,54 @@ func (a *RedisAdmin) ListConsumers(ctx context.Context) ([]Consumer, error) {
 
 // GetConsumer returns the consumer with id, or ErrConsumerNotFound.
 func (a *RedisAdmin) GetConsumer(ctx context.Context, id string) (Consumer, error) {
-	return getConsumer(ctx, a.Client, a.keys(), id)
+	return getConsumer(ctx, a.Client, a.keys(), id, !a.migrated.Load())
 }
 
 // GetConsumers returns the consumers with ids that Redis holds, in the
-// order of ids, leaving out those it does not (deleted meanwhile): one
-// HMGET per PageSize of ids.
+// order of ids, leaving out those it does not (deleted meanwhile): for
+// each PageSize of ids, one pipelined round trip of an HMGET per bucket
+// they fall in (and, before this admin moved the previous layout, one
+// HMGET of its hash first; see readConsumer).
 func (a *RedisAdmin) GetConsumers(ctx context.Context, ids []string) ([]Consumer, error) {
 	k := a.keys()
+	legacy := !a.migrated.Load()
 	out := make([]Consumer, 0, len(ids))
 	for page := range slices.Chunk(ids, a.pageSize()) {
-		vals, err := a.Client.HMGet(ctx, k.consumers, page...).Result()
+		byBucket := make(map[string][]int) // bucket -> positions in page
+		for i, id := range page {
+			b := k.consumersOf(id)
+			byBucket[b] = append(byBucket[b], i)
+		}
+		vals := make([]any, len(page))
+		var old *redis.SliceCmd
+		cmds := make(map[string]*redis.SliceCmd, len(byBucket))
+		_, err := a.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			if legacy {
+				old = p.HMGet(ctx, k.legacyConsumers, page...)
+			}
+			for b, at := range byBucket {
+				fields := make([]string, len(at))
+				for j, i := range at {
+					fields[j] = page[i]
+				}
+				cmds[b] = p.HMGet(ctx, b, fields...)
+			}
+			return nil
+		})
 		if err != nil {
 			return nil, fmt.Errorf("keystore: %w", err)
+		}
+		for b, at := range byBucket {
+			for j, v := range cmds[b].Val() {
+				vals[at[j]] = v
+			}
+		}
+		if old != nil {
+			for i, v := range old.Val() {
+				if v != nil {
+					vals[i] = v
+				}
+			}
 		}
 		for i, v := range vals {
 			s, ok := v.(string)
@@ -275,7 +368,7 @@ func (a *RedisAdmin) UpdateConsumer(ctx context.Context, id string, f func(Consu
 		if err != nil {
 			return Consumer{}, nil, err
 		}
-		return c, func(p redis.Pipeliner) { p.HSet(ctx, k.consumers, id, v) }, nil
+		return c, func(p redis.Pipeliner) { p.HSet(ctx, k.consumersOf(id), id, v) }, nil
 	})
 }
 
@@ -286,19 +379,23 @@ func (a *RedisAdmin) DeleteConsumer(ctx context.Context, id string) (Consumer, e
 		if err := a.checkConsumerKeys(ctx, tx, k, c, true); err != nil {
 			return Consumer{}, nil, err
 		}
-		return c, func(p redis.Pipeliner) { p.HDel(ctx, k.consumers, id) }, nil
+		return c, func(p redis.Pipeliner) { p.HDel(ctx, k.consumersOf(id), id) }, nil
 	})
 }
 
-// changeConsumer reads the consumer with id in a watched transaction and
-// passes it to change, which returns the consumer to report and the write
-// that stores the change; the write runs in the transaction, and the
-// consumer is then announced.
+// changeConsumer reads the consumer with id in a watched transaction on
+// its bucket (after this admin moved the previous layout, so that the
+// bucket is where it is) and passes it to change, which returns the
+// consumer to report and the write that stores the change; the write
+// runs in the transaction, and the consumer is then announced.
 func (a *RedisAdmin) changeConsumer(ctx context.Context, id string, change func(*redis.Tx, *redisKeys, Consumer) (Consumer, func(redis.Pipeliner), error)) (Consumer, error) {
+	if err := a.migrate(ctx); err != nil {
+		return Consumer{}, err
+	}
 	k := a.keys()
 	var out Consumer
-	err := a.watch(ctx, func(tx *redis.Tx) error {
-		old, err := getConsumer(ctx, tx, k, id)
+	err := a.watch(ctx, id, func(tx *redis.Tx) error {
+		old, err := getConsumer(ctx, tx, k, id, false)
 		if err != nil {
 			return err
 		}
@@ -360,6 +457,9 @@ func (a *RedisAdmin) ImportConsumers(ctx context.Context, cons []Consumer) (adde
 	if err := ValidateConsumers(cons); err != nil {
 		return 0, 0, err
 	}
+	if err := a.migrate(ctx); err != nil {
+		return 0, 0, err
+	}
 	k := a.keys()
 	for start := 0; start < len(cons); start += a.pageSize() {
 		batch := cons[start:min(start+a.pageSize(), len(cons))]
@@ -372,7 +472,7 @@ func (a *RedisAdmin) ImportConsumers(ctx context.Context, cons []Consumer) (adde
 		set := make([]*redis.BoolCmd, len(batch))
 		if _, err := a.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i, c := range batch {
-				set[i] = p.HSetNX(ctx, k.consumers, c.ID, vals[i])
+				set[i] = p.HSetNX(ctx, k.consumersOf(c.ID), c.ID, vals[i])
 			}
 			return nil
 		}); err != nil {

@@ -23,7 +23,8 @@ const redisBuckets = 256
 //	    (bb: the hash's first byte in hex)
 //	<prefix>keystore:{ks:<bb>}:ids      field "<key id>"     -> "sha256:<hex>"
 //	    (bb: CRC-32 of the id, low byte, in hex)
-//	<prefix>keystore:{ks}:consumers     field "<consumer id>" -> consumer JSON
+//	<prefix>keystore:{ks:<bb>}:consumers field "<consumer id>" -> consumer JSON
+//	    (bb: CRC-32 of the consumer id, low byte, in hex)
 //	<prefix>keystore:{ks}:log           stream of changes, field "c"
 //
 // Each change is appended to the log (XADD, trimmed to about
@@ -32,20 +33,24 @@ const redisBuckets = 256
 // (comma-separated), or "*" for "re-read everything". A replica catches
 // up from the log; the message only wakes it.
 //
-// The layout before this one kept every record in one hash
-// (<prefix>keystore:{ks}:records, ids in <prefix>keystore:{ks}:ids). A
-// store written that way still loads: replicas read that hash too, and
-// the first write of a RedisAdmin (any `keygate keys` command) moves its
-// records into the buckets (see RedisAdmin.migrate).
+// The layouts before this one kept every record in one hash
+// (<prefix>keystore:{ks}:records, ids in <prefix>keystore:{ks}:ids), and
+// every consumer in one hash (<prefix>keystore:{ks}:consumers): one
+// Cluster slot, 160 MB at a million consumers. A store written that way
+// still loads: replicas read those hashes too, and the first write of a
+// RedisAdmin (any `keygate keys` or `consumers` command) moves their
+// records and consumers into the buckets (see RedisAdmin.migrate).
 type redisKeys struct {
-	channel, log, consumers string
-	// legacyRecords and legacyIDs are the previous layout's hashes.
-	legacyRecords, legacyIDs string
+	channel, log string
+	// legacyRecords, legacyIDs and legacyConsumers are the previous
+	// layouts' hashes.
+	legacyRecords, legacyIDs, legacyConsumers string
 	// adminTokens and adminTokenIDs are the admin token hashes (see
 	// admintoken_stores.go).
 	adminTokens, adminTokenIDs string
 	records                    [redisBuckets]string
 	ids                        [redisBuckets]string
+	consumers                  [redisBuckets]string
 }
 
 // redisLogLen is about how many changes the log keeps. A replica that
@@ -58,18 +63,19 @@ func newRedisKeys(prefix string) *redisKeys {
 	}
 	base := prefix + "keystore:"
 	k := &redisKeys{
-		channel:       base + "changes",
-		log:           base + "{ks}:log",
-		consumers:     base + "{ks}:consumers",
-		legacyRecords: base + "{ks}:records",
-		legacyIDs:     base + "{ks}:ids",
-		adminTokens:   base + "{ks}:admin_tokens",
-		adminTokenIDs: base + "{ks}:admin_token_ids",
+		channel:         base + "changes",
+		log:             base + "{ks}:log",
+		legacyRecords:   base + "{ks}:records",
+		legacyIDs:       base + "{ks}:ids",
+		legacyConsumers: base + "{ks}:consumers",
+		adminTokens:     base + "{ks}:admin_tokens",
+		adminTokenIDs:   base + "{ks}:admin_token_ids",
 	}
 	for b := range redisBuckets {
 		tag := fmt.Sprintf("{ks:%02x}:", b)
 		k.records[b] = base + tag + "records"
 		k.ids[b] = base + tag + "ids"
+		k.consumers[b] = base + tag + "consumers"
 	}
 	return k
 }
@@ -78,9 +84,13 @@ func newRedisKeys(prefix string) *redisKeys {
 func (k *redisKeys) recordsOf(h Hash) string { return k.records[h[0]] }
 
 // idsOf is the bucket of the id index that holds id.
-func (k *redisKeys) idsOf(id string) string {
-	return k.ids[crc32.ChecksumIEEE([]byte(id))%redisBuckets]
-}
+func (k *redisKeys) idsOf(id string) string { return k.ids[bucketOf(id)] }
+
+// consumersOf is the bucket of the consumer with id.
+func (k *redisKeys) consumersOf(id string) string { return k.consumers[bucketOf(id)] }
+
+// bucketOf is the bucket of a key id or a consumer id.
+func bucketOf(id string) uint32 { return crc32.ChecksumIEEE([]byte(id)) % redisBuckets }
 
 // storedRecord is a record as kept in Redis: the JSON form plus the hash,
 // which the JSON form leaves out.

@@ -1,0 +1,224 @@
+package keystore_test
+
+import (
+	"context"
+	"fmt"
+	"hash/crc32"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/keygate/keygate/internal/testsupport/redistest"
+	"github.com/keygate/keygate/internal/testsupport/testkit"
+	"github.com/keygate/keygate/keystore"
+)
+
+// legacyConsumers is the hash that held every consumer before they were
+// spread over buckets.
+const legacyConsumers = "keygate:keystore:{ks}:consumers"
+
+// consumerBucket is the hash that holds the consumer with id (the
+// layout in redis_layout.go, written out again here).
+func consumerBucket(id string) string {
+	return fmt.Sprintf("keygate:keystore:{ks:%02x}:consumers", crc32.ChecksumIEEE([]byte(id))%256)
+}
+
+// keyRate is the rate a store resolves for key; 0 if it has none.
+func keyRate(t *testing.T, s *keystore.RedisStore, key string) float64 {
+	t.Helper()
+	r, ok, err := s.Lookup(context.Background(), keystore.HashKey(key))
+	if err != nil || !ok || r.Limits == nil {
+		return 0
+	}
+	return r.Limits.Limit.Rate
+}
+
+// openWithLimits is a replica that resolves limits with testLimits.
+func openWithLimits(t *testing.T, c redis.UniversalClient) *keystore.RedisStore {
+	t.Helper()
+	s, err := keystore.OpenRedis(keystore.RedisConfig{Client: c, PageSize: 3, PollInterval: 200 * time.Millisecond, ResyncInterval: time.Hour, Limits: testLimits(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	testkit.Eventually(t, 5*time.Second, "replica ready", func() error { return testkit.True(s.Ready(), "not ready") })
+	return s
+}
+
+// copied lists the consumers in s's copy, as "id/plan".
+func copied(t *testing.T, s *keystore.RedisStore) []string {
+	t.Helper()
+	var out []string
+	if _, ok := s.ConsumersWhere(func(c *keystore.Consumer) bool { out = append(out, c.ID+"/"+c.Plan); return false }); !ok {
+		t.Fatal("the replica holds no copy of the consumers")
+	}
+	return out
+}
+
+// planRates is what testLimits gives a key of a consumer on each plan
+// ("" is the environment's default).
+var planRates = map[string]float64{"": 50, "pro": 200, "team": 20}
+
+// TestRedisPreviousConsumersLoadAndMove: a store whose consumers are in
+// the one hash of the previous layout (as every store written before the
+// buckets is) loads as it is: a replica resolves every key's plan, and an
+// admin that has not written yet reads every consumer. The first write
+// of an admin moves every consumer into its bucket and removes the old
+// hash; the replica keeps every key's plan and gets the change, and a
+// fresh replica loads the new layout.
+func TestRedisPreviousConsumersLoadAndMove(t *testing.T) {
+	t.Parallel()
+	rs := redistest.Start(t)
+	c := redisClient(t, rs.Addr)
+	ctx := context.Background()
+	setup := &keystore.RedisAdmin{Client: c}
+	plans := []string{"pro", "", "team", "pro", "", "team", "pro"}
+	var cons []keystore.Consumer
+	var keys []string
+	for i, plan := range plans {
+		con, err := keystore.NewConsumer(keystore.Consumer{Name: fmt.Sprintf("customer %d", i), Plan: plan}, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := setup.CreateConsumer(ctx, con); err != nil {
+			t.Fatal(err)
+		}
+		key, _, err := setup.Issue(ctx, keystore.IssueRequest{Product: keystore.Registry, Env: keystore.Live, Consumer: con.ID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cons, keys = append(cons, con), append(keys, key)
+	}
+	// Put the consumers back where the previous layout kept them.
+	for _, con := range cons {
+		v, err := c.HGet(ctx, consumerBucket(con.ID), con.ID).Result()
+		if err != nil {
+			t.Fatalf("consumer %s is not in its bucket %s: %v", con.ID, consumerBucket(con.ID), err)
+		}
+		c.HSet(ctx, legacyConsumers, con.ID, v)
+		c.HDel(ctx, consumerBucket(con.ID), con.ID)
+	}
+
+	s := openWithLimits(t, redisClient(t, rs.Addr))
+	for i, key := range keys {
+		if got := keyRate(t, s, key); got != planRates[plans[i]] {
+			t.Errorf("key %d on the previous layout: rate %v, want %v (plan %q)", i, got, planRates[plans[i]], plans[i])
+		}
+	}
+	if got := copied(t, s); len(got) != len(cons) {
+		t.Errorf("the replica's copy holds %d consumers of the previous layout, want %d", len(got), len(cons))
+	}
+
+	// An admin that has not written reads the previous layout.
+	admin := &keystore.RedisAdmin{Client: c, PageSize: 2}
+	if got, err := admin.GetConsumer(ctx, cons[2].ID); err != nil || got.Plan != "team" {
+		t.Errorf("GetConsumer before the move: %+v, %v", got, err)
+	}
+	ids := []string{cons[0].ID, "con_missing", cons[6].ID, cons[3].ID}
+	if got, err := admin.GetConsumers(ctx, ids); err != nil || len(got) != 3 || got[0].ID != ids[0] || got[1].ID != ids[2] || got[2].ID != ids[3] {
+		t.Errorf("GetConsumers before the move: %v, %v", got, err)
+	}
+	if all, err := admin.ListConsumers(ctx); err != nil || len(all) != len(cons) {
+		t.Errorf("ListConsumers before the move: %d, %v", len(all), err)
+	}
+
+	// The first write moves them.
+	if _, err := admin.UpdateConsumer(ctx, cons[1].ID, func(c keystore.Consumer) (keystore.Consumer, error) {
+		c.Plan = "pro"
+		return c, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	plans[1] = "pro"
+	if n, _ := c.Exists(ctx, legacyConsumers).Result(); n != 0 {
+		t.Error("the previous layout's hash of consumers is still there after the first write")
+	}
+	for _, con := range cons {
+		if ok, _ := c.HExists(ctx, consumerBucket(con.ID), con.ID).Result(); !ok {
+			t.Errorf("consumer %s is not in its bucket after the move", con.ID)
+		}
+	}
+	testkit.Eventually(t, 2*time.Second, "the change after the move", func() error { return testkit.Equal(keyRate(t, s, keys[1]), 200.0) })
+	for i, key := range keys {
+		if got := keyRate(t, s, key); got != planRates[plans[i]] {
+			t.Errorf("key %d after the move: rate %v, want %v", i, got, planRates[plans[i]])
+		}
+	}
+	if all, err := admin.ListConsumers(ctx); err != nil || len(all) != len(cons) {
+		t.Errorf("ListConsumers after the move: %d, %v", len(all), err)
+	}
+	fresh := openWithLimits(t, redisClient(t, rs.Addr))
+	if got := copied(t, fresh); len(got) != len(cons) {
+		t.Errorf("a fresh replica's copy holds %d consumers, want %d", len(got), len(cons))
+	}
+	for i, key := range keys {
+		if got := keyRate(t, fresh, key); got != planRates[plans[i]] {
+			t.Errorf("key %d on a fresh replica: rate %v, want %v", i, got, planRates[plans[i]])
+		}
+	}
+}
+
+// TestRedisConsumersSpreadOverTheCluster: on a 3-node Cluster, the
+// consumers are spread over every node (no hash holds them all), a
+// replica reads every one of them, and a consumer's change reaches its
+// key within a second.
+func TestRedisConsumersSpreadOverTheCluster(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t, 3)
+	ctx := context.Background()
+	admin := &keystore.RedisAdmin{Client: redisClient(t, cl.Addrs...), PageSize: 16}
+	cons := make([]keystore.Consumer, 60)
+	for i := range cons {
+		c, err := keystore.NewConsumer(keystore.Consumer{Name: fmt.Sprintf("customer %d", i), Plan: []string{"", "pro", "team"}[i%3]}, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		cons[i] = c
+	}
+	if added, _, err := admin.ImportConsumers(ctx, cons); err != nil || added != len(cons) {
+		t.Fatalf("import: %d added, %v", added, err)
+	}
+	key, _, err := admin.Issue(ctx, keystore.IssueRequest{Product: keystore.Registry, Env: keystore.Live, Consumer: cons[1].ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range cl.Nodes {
+		if got, err := n.Do("KEYS", "keygate:keystore:{ks:*}:consumers"); err != nil || got == "0" {
+			t.Errorf("node %s holds no bucket of consumers (%q, %v): the consumers are not spread", n.Addr, got, err)
+		}
+		if got, err := n.Do("EXISTS", legacyConsumers); err == nil && got != "0" { // MOVED: another node's slot
+			t.Errorf("node %s holds the one hash of every consumer", n.Addr)
+		}
+	}
+
+	s := openWithLimits(t, redisClient(t, cl.Addrs...))
+	seen := copied(t, s)
+	var want []string
+	for _, c := range cons {
+		want = append(want, c.ID+"/"+c.Plan)
+	}
+	slices.Sort(seen)
+	slices.Sort(want)
+	if !slices.Equal(seen, want) {
+		t.Errorf("the replica read %d consumers, want the %d imported (%v)", len(seen), len(want), seen)
+	}
+	if got := keyRate(t, s, key); got != 200 {
+		t.Errorf("the key of a consumer on plan pro: rate %v", got)
+	}
+	got, err := admin.GetConsumers(ctx, []string{cons[59].ID, cons[0].ID, cons[30].ID})
+	if err != nil || len(got) != 3 || got[0].ID != cons[59].ID || got[1].ID != cons[0].ID || got[2].ID != cons[30].ID {
+		t.Errorf("GetConsumers across the cluster: %v, %v", got, err)
+	}
+	if _, err := admin.UpdateConsumer(ctx, cons[1].ID, func(c keystore.Consumer) (keystore.Consumer, error) {
+		c.Plan = "team"
+		return c, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, time.Second, "the plan change on the cluster", func() error { return testkit.Equal(keyRate(t, s, key), 20.0) })
+	if _, err := admin.UpdateConsumer(ctx, "con_missing", func(c keystore.Consumer) (keystore.Consumer, error) { return c, nil }); err == nil {
+		t.Error("an update of a consumer that does not exist succeeded")
+	}
+}
