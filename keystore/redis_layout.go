@@ -127,32 +127,39 @@ func decodeRecord(field, value string) (Record, error) {
 // reports false and the caller uses encoding/json.
 func decodeRecordFast(v string) (Record, bool) {
 	var r Record
+	ok := stringMembers(v, func(name, val string) bool { return setJSONField(&r, name, val) })
+	return r, ok
+}
+
+// stringMembers calls set with the name and value of each member of the
+// JSON object v, in order, and reports whether v is an object of string
+// members only (ASCII, no escapes) and set took every one. It is the
+// fast path of the keystore's decoders: for anything else the caller
+// decodes v with encoding/json.
+func stringMembers(v string, set func(name, val string) bool) bool {
 	if len(v) < 2 || v[0] != '{' || v[len(v)-1] != '}' {
-		return r, false
+		return false
 	}
 	i := 1
 	for {
 		if i >= len(v)-1 {
-			return r, i == 1 // "{}" only
+			return i == 1 // "{}" only
 		}
 		name, next, ok := jsonString(v, i)
 		if !ok || next >= len(v) || v[next] != ':' {
-			return r, false
+			return false
 		}
 		val, next, ok := jsonString(v, next+1)
-		if !ok {
-			return r, false
-		}
-		if !setJSONField(&r, name, val) {
-			return r, false
+		if !ok || !set(name, val) {
+			return false
 		}
 		switch {
 		case next == len(v)-1:
-			return r, true
+			return true
 		case v[next] == ',':
 			i = next + 1
 		default:
-			return r, false
+			return false
 		}
 	}
 }

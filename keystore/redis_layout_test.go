@@ -41,3 +41,48 @@ func FuzzDecodeRecordFast(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodeConsumerFast: whatever the fast decoder of stored consumers
+// accepts, encoding/json decodes to the same consumer, and a consumer of
+// string fields only, as encodeConsumer writes it, takes the fast path.
+func FuzzDecodeConsumerFast(f *testing.F) {
+	c := Consumer{ID: "con_0123456789abcdef", Name: "Acme", Plan: "pro", CreatedAt: time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)}
+	v, err := encodeConsumer(c)
+	if err != nil {
+		f.Fatal(err)
+	}
+	if got, ok := decodeConsumerFast(v); !ok || !reflect.DeepEqual(got, c) {
+		f.Fatalf("a consumer of strings only: %+v, %v from %s", got, ok, v)
+	}
+	f.Add(v)
+	c.UpdatedAt = time.Date(2026, 2, 2, 3, 4, 5, 0, time.FixedZone("", 2*3600))
+	v, _ = encodeConsumer(c)
+	f.Add(v)
+	c.Metadata, c.Contexts = map[string]string{"crm": "7"}, []string{"3fa85f64-5717-4562-b3fc-2c963f66afa6"}
+	v, _ = encodeConsumer(c)
+	f.Add(v)
+	f.Add(`{"id":"con_0123456789abcdef","created_at":"2026-01-02T03:04:05+24:00"}`)
+	f.Add(`{"ID":"x","name":"a","name":"b"}`)
+	f.Fuzz(func(t *testing.T, v string) {
+		fast, ok := decodeConsumerFast(v)
+		if !ok {
+			return
+		}
+		var slow Consumer
+		if err := json.Unmarshal([]byte(v), &slow); err != nil {
+			t.Fatalf("fast decoder accepted what encoding/json refuses (%v): %s", err, v)
+		}
+		sameTime := func(a, b time.Time) bool {
+			_, ao := a.Zone()
+			_, bo := b.Zone()
+			return a.Equal(b) && ao == bo && a.Location().String() == b.Location().String()
+		}
+		if !sameTime(fast.CreatedAt, slow.CreatedAt) || !sameTime(fast.UpdatedAt, slow.UpdatedAt) {
+			t.Fatalf("times: fast %v %v, slow %v %v\n%s", fast.CreatedAt, fast.UpdatedAt, slow.CreatedAt, slow.UpdatedAt, v)
+		}
+		fast.CreatedAt, fast.UpdatedAt, slow.CreatedAt, slow.UpdatedAt = time.Time{}, time.Time{}, time.Time{}, time.Time{}
+		if !reflect.DeepEqual(fast, slow) {
+			t.Fatalf("fast %+v\nslow %+v\n%s", fast, slow, v)
+		}
+	})
+}
