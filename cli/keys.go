@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -42,7 +43,7 @@ func openAdmin(cfg config.Config) (keyops.Store, func(), error) {
 
 func keys(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return usageError{"keys: want issue, list, show, update, usage, revoke, rotate, purge or import"}
+		return usageError{"keys: want issue, list, show, update, usage, revoke, rotate, purge, import or migrate"}
 	}
 	sub, args := args[0], args[1:]
 	fs := flag.NewFlagSet("keys "+sub, flag.ContinueOnError)
@@ -74,6 +75,8 @@ func keys(args []string, stdout, stderr io.Writer) error {
 		return keysImport(fs, args, stdout, stderr)
 	case "purge":
 		return keysPurge(fs, args, stdout, stderr)
+	case "migrate":
+		return keysMigrate(fs, args, stdout)
 	case "update", "show":
 		return keysManage(sub, fs, args, stdout, stderr)
 	case "usage":
@@ -293,6 +296,48 @@ func keysImport(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error
 	if len(cons) > 0 {
 		fmt.Fprintf(stdout, "imported %d consumers, skipped %d already in Redis\n", cAdded, cSkipped)
 	}
+	return nil
+}
+
+// keysMigrate moves the Redis keystore's consumers from the previous
+// layout's one hash into their 256 buckets (RedisAdmin.MoveConsumers):
+// the second step of an upgrade, once every replica runs this build.
+func keysMigrate(fs *flag.FlagSet, args []string, stdout io.Writer) error {
+	cfgPath := fs.Lookup("config").Value
+	if err := fs.Parse(interleave(args)); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 {
+		return usageError{"keys migrate: unexpected arguments"}
+	}
+	cfg, err := loadConfig(cfgPath.String())
+	if err != nil {
+		return err
+	}
+	if cfg.Keystore.Backend != "redis" {
+		return usageError{"keys migrate: keystore.backend must be redis in --config; the file keystore has no layout to move"}
+	}
+	admin, done, err := openAdmin(cfg)
+	if err != nil {
+		return err
+	}
+	defer done()
+	ra := admin.(*keystore.RedisAdmin)
+	log, err := openAudit(cfg, ra)
+	if err != nil {
+		return err
+	}
+	defer log.Close()
+	moved, err := ra.MoveConsumers(context.Background())
+	aerr := log.Audit(context.Background(), keyops.Event{Time: time.Now().UTC(), Actor: Actor(), Action: "keystore.migrate",
+		Changes: map[string]string{"consumers_moved": strconv.Itoa(moved)}, Err: err})
+	if err != nil {
+		return fmt.Errorf("keys migrate: moved %d consumers before the error: %w", moved, err)
+	}
+	if aerr != nil {
+		return fmt.Errorf("keys migrate was made but not audited: %w", aerr)
+	}
+	fmt.Fprintf(stdout, "moved %d consumers into their buckets; every write now goes there\n", moved)
 	return nil
 }
 

@@ -107,8 +107,12 @@ type RedisStore struct {
 	full    chan struct{} // re-read everything
 	pubsub  atomic.Pointer[redis.PubSub]
 
-	// legacyCons is legacy for the previous layout's hash of consumers.
+	// legacyCons is legacy for the previous layout's hash of consumers:
+	// it may hold some (see redis_layout.go).
 	legacyCons atomic.Bool
+	// warnedLayout is set once the replica has logged that the consumers
+	// have not moved. Owned by syncLoop.
+	warnedLayout bool
 
 	// cursor is the id of the last log entry applied; "" before the
 	// first pass, "0-0" when the log was empty. Owned by syncLoop.
@@ -404,8 +408,12 @@ func (s *RedisStore) fullPass(poll <-chan time.Time) error {
 	if err == nil {
 		legacy, err = s.cfg.Client.Exists(pctx, s.keys.legacyRecords).Result()
 	}
+	var marked int64
 	if err == nil {
 		legacyCons, err = s.cfg.Client.Exists(pctx, s.keys.legacyConsumers).Result()
+	}
+	if err == nil {
+		marked, err = s.cfg.Client.Exists(pctx, s.keys.layout).Result()
 	}
 	cancel()
 	if err != nil {
@@ -415,8 +423,16 @@ func (s *RedisStore) fullPass(poll <-chan time.Time) error {
 	if legacy > 0 {
 		s.legacy.Store(true)
 	}
+	// Until the marker is set, an admin may write the one hash of
+	// consumers at any moment, even where it held none at the start.
+	oldHash := legacyCons > 0
+	legacyCons = max(legacyCons, 1-marked)
 	if legacyCons > 0 {
 		s.legacyCons.Store(true)
+	}
+	if oldHash && marked == 0 && !s.warnedLayout {
+		s.warnedLayout = true
+		s.log.Warn("keystore: this store keeps its consumers in the previous layout's one hash (one Redis Cluster slot); once every replica runs this build, run `keygate keys migrate` to spread them over 256 buckets")
 	}
 	cons, err := s.readConsumers(ctx, legacyCons > 0)
 	if err != nil {

@@ -43,6 +43,8 @@ type RedisAdmin struct {
 	keysOnce      sync.Once
 	keysV         *redisKeys
 	migrated      atomic.Bool
+	bucketed      atomic.Bool // the consumers' layout marker was seen (see consumersBucketed)
+	legacyGone    atomic.Bool // ... and the previous layout's one hash of consumers was gone
 	decodedTokens tokenDecodings
 }
 
@@ -487,19 +489,21 @@ func (a *RedisAdmin) announceItems(ctx context.Context, items string) error {
 	return nil
 }
 
-// migrate moves the records and consumers of the previous layouts (one
-// hash each) into the buckets, a page at a time, and then announces
-// "re-read everything". Each record or consumer is copied with HSETNX,
-// so that a copy never overwrites one that another admin already moved
-// and changed, and then deleted from the old hash. Replicas read both
-// layouts meanwhile. It runs once per RedisAdmin, before its first
-// write.
+// migrate moves the records of the previous layout (one hash) into the
+// buckets, a page at a time, and then announces "re-read everything".
+// Each record is copied with HSETNX, so that a copy never overwrites a
+// record that another admin already moved and changed, and then deleted
+// from the old hash. Replicas read both layouts meanwhile. A store that
+// holds nothing yet is then marked as keeping its consumers in buckets
+// (see redis_layout.go; a store that holds anything keeps its consumers'
+// layout until MoveConsumers). It runs once per RedisAdmin, before its
+// first write.
 func (a *RedisAdmin) migrate(ctx context.Context) error {
 	if a.migrated.Load() {
 		return nil
 	}
 	k := a.keys()
-	n, err := a.Client.Exists(ctx, k.legacyRecords, k.legacyIDs, k.legacyConsumers).Result()
+	n, err := a.Client.Exists(ctx, k.legacyRecords, k.legacyIDs).Result()
 	if err != nil {
 		return fmt.Errorf("keystore: %w", err)
 	}
@@ -519,22 +523,127 @@ func (a *RedisAdmin) migrate(ctx context.Context) error {
 		if err := a.Client.Del(ctx, k.legacyIDs).Err(); err != nil {
 			return fmt.Errorf("keystore: %w", err)
 		}
-		err = a.moveHash(ctx, k.legacyConsumers, func(p redis.Pipeliner, id, v string) error {
-			if _, err := decodeConsumer(id, v); err != nil {
-				return fmt.Errorf("keystore: moving to the bucketed layout: %w", err)
-			}
-			p.HSetNX(ctx, k.consumersOf(id), id, v)
-			return nil
-		})
-		if err != nil {
-			return err
-		}
 		if err := a.AnnounceAll(ctx); err != nil {
 			return err
 		}
 	}
+	if err := a.markNewStore(ctx); err != nil {
+		return err
+	}
 	a.migrated.Store(true)
 	return nil
+}
+
+// markNewStore sets the consumers' layout marker on a store that holds
+// no record and no consumer (one round trip: the marker, the one hash of
+// consumers and the record buckets' lengths): no replica of a build
+// that reads the one hash alone can have anything to lose there.
+func (a *RedisAdmin) markNewStore(ctx context.Context) error {
+	k := a.keys()
+	var marked, old *redis.IntCmd
+	lens := make([]*redis.IntCmd, redisBuckets)
+	_, err := a.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		marked = p.Exists(ctx, k.layout)
+		old = p.Exists(ctx, k.legacyConsumers)
+		for i, b := range k.records {
+			lens[i] = p.HLen(ctx, b)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("keystore: %w", err)
+	}
+	if marked.Val() > 0 {
+		a.bucketed.Store(true)
+		return nil
+	}
+	if old.Val() > 0 {
+		return nil
+	}
+	for _, l := range lens {
+		if l.Val() > 0 {
+			return nil
+		}
+	}
+	if err := a.Client.SetNX(ctx, k.layout, layoutBuckets, 0).Err(); err != nil {
+		return fmt.Errorf("keystore: %w", err)
+	}
+	a.bucketed.Store(true)
+	return nil
+}
+
+// layoutBuckets is the value of the consumers' layout marker.
+const layoutBuckets = "consumers:buckets"
+
+// consumersBucketed reports whether consumers are written to their
+// buckets: whether the layout marker exists. Once seen, it is not read
+// again (nothing removes it).
+func (a *RedisAdmin) consumersBucketed(ctx context.Context) (bool, error) {
+	if a.bucketed.Load() {
+		return true, nil
+	}
+	n, err := a.Client.Exists(ctx, a.keys().layout).Result()
+	if err != nil {
+		return false, fmt.Errorf("keystore: %w", err)
+	}
+	if n > 0 {
+		a.bucketed.Store(true)
+	}
+	return n > 0, nil
+}
+
+// legacyConsumersLeft reports whether the previous layout's one hash of
+// consumers may still hold some: until the layout marker is set and that
+// hash is gone, after which nothing writes it again (one round trip, until
+// then). The admin's reads look there first while it may (see
+// readConsumer).
+func (a *RedisAdmin) legacyConsumersLeft(ctx context.Context) bool {
+	if a.legacyGone.Load() {
+		return false
+	}
+	k := a.keys()
+	var marked, old *redis.IntCmd
+	_, err := a.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		marked, old = p.Exists(ctx, k.layout), p.Exists(ctx, k.legacyConsumers)
+		return nil
+	})
+	if err != nil || marked.Val() == 0 || old.Val() > 0 {
+		return true
+	}
+	a.legacyGone.Store(true)
+	return false
+}
+
+// MoveConsumers moves the consumers of the previous layout's one hash
+// into their buckets (see redis_layout.go), and reports how many it
+// moved. It first sets the layout marker, so that no admin writes the
+// one hash any more (a write under way fails its transaction and goes to
+// the bucket), then moves them a page at a time (HSETNX, then HDEL) and
+// announces "re-read everything". Run it once no replica of a build that
+// reads the one hash alone is left: such a replica loses every consumer.
+// Running it again moves nothing.
+func (a *RedisAdmin) MoveConsumers(ctx context.Context) (int, error) {
+	if err := a.migrate(ctx); err != nil {
+		return 0, err
+	}
+	k := a.keys()
+	if err := a.Client.Set(ctx, k.layout, layoutBuckets, 0).Err(); err != nil {
+		return 0, fmt.Errorf("keystore: %w", err)
+	}
+	a.bucketed.Store(true)
+	moved := 0
+	err := a.moveHash(ctx, k.legacyConsumers, func(p redis.Pipeliner, id, v string) error {
+		if _, err := decodeConsumer(id, v); err != nil {
+			return fmt.Errorf("keystore: moving to the bucketed layout: %w", err)
+		}
+		p.HSetNX(ctx, k.consumersOf(id), id, v)
+		moved++
+		return nil
+	})
+	if err != nil {
+		return moved, err
+	}
+	return moved, a.AnnounceAll(ctx)
 }
 
 // moveHash moves every field of the hash key a page at a time: copy

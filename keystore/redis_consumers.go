@@ -1,6 +1,7 @@
 package keystore
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -196,14 +197,72 @@ func sameLimits(a, b *Consumer) bool {
 	return reflect.DeepEqual(Subject(Record{}, a), Subject(Record{}, b))
 }
 
-// watch runs an optimistic transaction on the bucket of the consumer with
-// id, retrying when another admin changed that bucket meanwhile.
-func (a *RedisAdmin) watch(ctx context.Context, id string, f func(tx *redis.Tx) error) error {
+// writeConsumers runs write, which queues writes of consumers, each into
+// the hash where gives for its id: their buckets, in one pipeline, once
+// the consumers have moved; before, the previous layout's one hash, in a
+// transaction that watches the layout marker (see consumerHash).
+func (a *RedisAdmin) writeConsumers(ctx context.Context, write func(p redis.Pipeliner, where func(id string) string)) error {
 	k := a.keys()
 	var err error
-	for attempt := 0; attempt < 20; attempt++ {
-		err = a.Client.Watch(ctx, f, k.consumersOf(id))
-		if !errors.Is(err, redis.TxFailedErr) {
+	for attempt := 0; attempt < maxChangeTries; attempt++ {
+		var bucketed bool
+		if bucketed, err = a.consumersBucketed(ctx); err != nil {
+			return err
+		}
+		if bucketed {
+			_, err = a.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+				write(p, k.consumersOf)
+				return nil
+			})
+			return err
+		}
+		err = a.Client.Watch(ctx, func(tx *redis.Tx) error {
+			if n, err := tx.Exists(ctx, k.layout).Result(); err != nil || n > 0 {
+				return cmp.Or(err, errConsumersMoved)
+			}
+			_, err := tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+				write(p, func(string) string { return k.legacyConsumers })
+				return nil
+			})
+			return err
+		}, k.legacyConsumers, k.layout)
+		if !errors.Is(err, redis.TxFailedErr) && !errors.Is(err, errConsumersMoved) {
+			return err
+		}
+	}
+	return err
+}
+
+// errConsumersMoved aborts a transaction on the previous layout's one
+// hash of consumers: the consumers have moved meanwhile (MoveConsumers).
+var errConsumersMoved = errors.New("keystore: the consumers moved to their buckets")
+
+// consumerHash runs f in an optimistic transaction on the hash that holds
+// the consumer with id (see redis_layout.go), retrying when another admin
+// changed that hash meanwhile: its bucket once the consumers have moved;
+// before, the previous layout's one hash, in a transaction that also
+// watches the layout marker, so that a write under way when the
+// consumers move fails and is made again, to the bucket. f gets the
+// hash's key.
+func (a *RedisAdmin) consumerHash(ctx context.Context, id string, f func(tx *redis.Tx, key string) error) error {
+	k := a.keys()
+	var err error
+	for attempt := 0; attempt < maxChangeTries; attempt++ {
+		var bucketed bool
+		if bucketed, err = a.consumersBucketed(ctx); err != nil {
+			return err
+		}
+		if bucketed {
+			err = a.Client.Watch(ctx, func(tx *redis.Tx) error { return f(tx, k.consumersOf(id)) }, k.consumersOf(id))
+		} else {
+			err = a.Client.Watch(ctx, func(tx *redis.Tx) error {
+				if n, err := tx.Exists(ctx, k.layout).Result(); err != nil || n > 0 {
+					return cmp.Or(err, errConsumersMoved)
+				}
+				return f(tx, k.legacyConsumers)
+			}, k.legacyConsumers, k.layout)
+		}
+		if !errors.Is(err, redis.TxFailedErr) && !errors.Is(err, errConsumersMoved) {
 			return err
 		}
 	}
@@ -221,7 +280,7 @@ func (a *RedisAdmin) writeKey(ctx context.Context, rec Record) error {
 		return err
 	}
 	if rec.Consumer != "" {
-		c, err := getConsumer(ctx, a.Client, a.keys(), rec.Consumer, false)
+		c, err := getConsumer(ctx, a.Client, a.keys(), rec.Consumer, a.legacyConsumersLeft(ctx))
 		if err != nil {
 			return err
 		}
@@ -276,11 +335,11 @@ func (a *RedisAdmin) CreateConsumer(ctx context.Context, c Consumer) error {
 	if err := a.migrate(ctx); err != nil {
 		return err
 	}
-	ok, err := a.Client.HSetNX(ctx, a.keys().consumersOf(c.ID), c.ID, v).Result()
-	if err != nil {
+	var set *redis.BoolCmd
+	if err := a.writeConsumers(ctx, func(p redis.Pipeliner, where func(string) string) { set = p.HSetNX(ctx, where(c.ID), c.ID, v) }); err != nil {
 		return fmt.Errorf("keystore: %w", err)
 	}
-	if !ok {
+	if !set.Val() {
 		return fmt.Errorf("keystore: consumer id %s already in use", c.ID)
 	}
 	return a.announceConsumer(ctx, c.ID)
@@ -293,7 +352,11 @@ func (a *RedisAdmin) ListConsumers(ctx context.Context) ([]Consumer, error) {
 	seen := make(map[string]bool)
 	// The previous layout's hash first (see readConsumer); a consumer
 	// moved meanwhile is listed once.
-	for _, key := range append([]string{k.legacyConsumers}, k.consumers[:]...) {
+	hashes := k.consumers[:]
+	if a.legacyConsumersLeft(ctx) {
+		hashes = append([]string{k.legacyConsumers}, hashes...)
+	}
+	for _, key := range hashes {
 		err := scanHash(ctx, a.Client, key, a.scanCount(), func(kv []string) error {
 			for i := 0; i+1 < len(kv); i += 2 {
 				if seen[kv[i]] {
@@ -317,18 +380,20 @@ func (a *RedisAdmin) ListConsumers(ctx context.Context) ([]Consumer, error) {
 }
 
 // GetConsumer returns the consumer with id, or ErrConsumerNotFound.
+// Like every read of the admin's, it looks in the previous layout's one
+// hash first while that may hold consumers (legacyConsumersLeft).
 func (a *RedisAdmin) GetConsumer(ctx context.Context, id string) (Consumer, error) {
-	return getConsumer(ctx, a.Client, a.keys(), id, !a.migrated.Load())
+	return getConsumer(ctx, a.Client, a.keys(), id, a.legacyConsumersLeft(ctx))
 }
 
 // GetConsumers returns the consumers with ids that Redis holds, in the
 // order of ids, leaving out those it does not (deleted meanwhile): for
 // each PageSize of ids, one pipelined round trip of an HMGET per bucket
-// they fall in (and, before this admin moved the previous layout, one
-// HMGET of its hash first; see readConsumer).
+// they fall in, and one of the previous layout's one hash while that may
+// hold consumers, which wins (see readConsumer).
 func (a *RedisAdmin) GetConsumers(ctx context.Context, ids []string) ([]Consumer, error) {
 	k := a.keys()
-	legacy := !a.migrated.Load()
+	legacy := a.legacyConsumersLeft(ctx)
 	out := make([]Consumer, 0, len(ids))
 	for page := range slices.Chunk(ids, a.pageSize()) {
 		byBucket := make(map[string][]int) // bucket -> positions in page
@@ -385,7 +450,7 @@ func (a *RedisAdmin) GetConsumers(ctx context.Context, ids []string) ([]Consumer
 // UpdateConsumer applies f to the consumer with id and stores and
 // announces the result; see FileAdmin.UpdateConsumer.
 func (a *RedisAdmin) UpdateConsumer(ctx context.Context, id string, f func(Consumer) (Consumer, error)) (Consumer, error) {
-	return a.changeConsumer(ctx, id, func(tx *redis.Tx, k *redisKeys, old Consumer) (Consumer, func(redis.Pipeliner), error) {
+	return a.changeConsumer(ctx, id, func(tx *redis.Tx, k *redisKeys, old Consumer) (Consumer, func(redis.Pipeliner, string), error) {
 		c, err := updateConsumer(old, f, a.now())
 		if err != nil {
 			return Consumer{}, nil, err
@@ -399,34 +464,42 @@ func (a *RedisAdmin) UpdateConsumer(ctx context.Context, id string, f func(Consu
 		if err != nil {
 			return Consumer{}, nil, err
 		}
-		return c, func(p redis.Pipeliner) { p.HSet(ctx, k.consumersOf(id), id, v) }, nil
+		return c, func(p redis.Pipeliner, key string) { p.HSet(ctx, key, id, v) }, nil
 	})
 }
 
 // DeleteConsumer removes the consumer with id; see
 // FileAdmin.DeleteConsumer.
 func (a *RedisAdmin) DeleteConsumer(ctx context.Context, id string) (Consumer, error) {
-	return a.changeConsumer(ctx, id, func(tx *redis.Tx, k *redisKeys, c Consumer) (Consumer, func(redis.Pipeliner), error) {
+	return a.changeConsumer(ctx, id, func(tx *redis.Tx, k *redisKeys, c Consumer) (Consumer, func(redis.Pipeliner, string), error) {
 		if err := a.checkConsumerKeys(ctx, tx, k, c, true); err != nil {
 			return Consumer{}, nil, err
 		}
-		return c, func(p redis.Pipeliner) { p.HDel(ctx, k.consumersOf(id), id) }, nil
+		return c, func(p redis.Pipeliner, key string) { p.HDel(ctx, key, id) }, nil
 	})
 }
 
 // changeConsumer reads the consumer with id in a watched transaction on
-// its bucket (after this admin moved the previous layout, so that the
-// bucket is where it is) and passes it to change, which returns the
-// consumer to report and the write that stores the change; the write
-// runs in the transaction, and the consumer is then announced.
-func (a *RedisAdmin) changeConsumer(ctx context.Context, id string, change func(*redis.Tx, *redisKeys, Consumer) (Consumer, func(redis.Pipeliner), error)) (Consumer, error) {
+// the hash that holds it (consumerHash) and passes it to change, which
+// returns the consumer to report and the write that stores the change
+// into a hash; the write runs in the transaction, and the consumer is
+// then announced. A consumer that MoveConsumers, under way, has not
+// moved yet is moved first.
+func (a *RedisAdmin) changeConsumer(ctx context.Context, id string, change func(*redis.Tx, *redisKeys, Consumer) (Consumer, func(redis.Pipeliner, string), error)) (Consumer, error) {
 	if err := a.migrate(ctx); err != nil {
 		return Consumer{}, err
 	}
 	k := a.keys()
 	var out Consumer
-	err := a.watch(ctx, id, func(tx *redis.Tx) error {
-		old, err := getConsumer(ctx, tx, k, id, false)
+	f := func(tx *redis.Tx, key string) error {
+		v, err := tx.HGet(ctx, key, id).Result()
+		if errors.Is(err, redis.Nil) {
+			return fmt.Errorf("consumer %q: %w", id, ErrConsumerNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("keystore: %w", err)
+		}
+		old, err := decodeConsumer(id, v)
 		if err != nil {
 			return err
 		}
@@ -435,16 +508,46 @@ func (a *RedisAdmin) changeConsumer(ctx context.Context, id string, change func(
 			return err
 		}
 		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			write(p)
+			write(p, key)
 			return nil
 		})
 		out = c
 		return err
-	})
+	}
+	err := a.consumerHash(ctx, id, f)
+	if errors.Is(err, ErrConsumerNotFound) && a.bucketed.Load() {
+		var moved bool
+		if moved, err = a.moveConsumer(ctx, id); err == nil && moved {
+			err = a.consumerHash(ctx, id, f)
+		} else if err == nil {
+			err = fmt.Errorf("consumer %q: %w", id, ErrConsumerNotFound)
+		}
+	}
 	if err != nil {
 		return Consumer{}, err
 	}
 	return out, a.announceConsumer(ctx, id)
+}
+
+// moveConsumer moves the consumer with id from the previous layout's one
+// hash into its bucket, as MoveConsumers does, and reports whether the
+// one hash held it.
+func (a *RedisAdmin) moveConsumer(ctx context.Context, id string) (bool, error) {
+	k := a.keys()
+	v, err := a.Client.HGet(ctx, k.legacyConsumers, id).Result()
+	if errors.Is(err, redis.Nil) {
+		return false, nil
+	}
+	if err == nil {
+		err = a.Client.HSetNX(ctx, k.consumersOf(id), id, v).Err()
+	}
+	if err == nil {
+		err = a.Client.HDel(ctx, k.legacyConsumers, id).Err()
+	}
+	if err != nil {
+		return false, fmt.Errorf("keystore: %w", err)
+	}
+	return true, nil
 }
 
 // checkConsumerKeys is CheckConsumerKeys over the consumer's key records:
@@ -491,7 +594,6 @@ func (a *RedisAdmin) ImportConsumers(ctx context.Context, cons []Consumer) (adde
 	if err := a.migrate(ctx); err != nil {
 		return 0, 0, err
 	}
-	k := a.keys()
 	for start := 0; start < len(cons); start += a.pageSize() {
 		batch := cons[start:min(start+a.pageSize(), len(cons))]
 		vals := make([]string, len(batch))
@@ -501,11 +603,10 @@ func (a *RedisAdmin) ImportConsumers(ctx context.Context, cons []Consumer) (adde
 			}
 		}
 		set := make([]*redis.BoolCmd, len(batch))
-		if _, err := a.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		if err := a.writeConsumers(ctx, func(p redis.Pipeliner, where func(id string) string) {
 			for i, c := range batch {
-				set[i] = p.HSetNX(ctx, k.consumersOf(c.ID), c.ID, vals[i])
+				set[i] = p.HSetNX(ctx, where(c.ID), c.ID, vals[i])
 			}
-			return nil
 		}); err != nil {
 			return added, skipped, fmt.Errorf("keystore: import consumers: %w", err)
 		}
