@@ -17,6 +17,8 @@ import (
 	"github.com/keygate/keygate/keyops"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/redisconn"
+	"github.com/keygate/keygate/server"
+	usagestore "github.com/keygate/keygate/usage"
 
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
@@ -300,8 +302,10 @@ func keysImport(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error
 }
 
 // keysMigrate moves the Redis keystore's consumers from the previous
-// layout's one hash into their 256 buckets (RedisAdmin.MoveConsumers):
-// the second step of an upgrade, once every replica runs this build.
+// layout's one hash into their 256 buckets (RedisAdmin.MoveConsumers),
+// and the keys' last uses from the previous layout's two sorted sets into
+// theirs (usage.RedisStore.MoveLastUses): the second step of an upgrade,
+// once every replica runs this build.
 func keysMigrate(fs *flag.FlagSet, args []string, stdout io.Writer) error {
 	cfgPath := fs.Lookup("config").Value
 	if err := fs.Parse(interleave(args)); err != nil {
@@ -328,16 +332,22 @@ func keysMigrate(fs *flag.FlagSet, args []string, stdout io.Writer) error {
 		return err
 	}
 	defer log.Close()
-	moved, err := ra.MoveConsumers(context.Background())
-	aerr := log.Audit(context.Background(), keyops.Event{Time: time.Now().UTC(), Actor: Actor(), Action: "keystore.migrate",
-		Changes: map[string]string{"consumers_moved": strconv.Itoa(moved)}, Err: err})
+	ctx := context.Background()
+	moved, err := ra.MoveConsumers(ctx)
+	lasts := 0
+	if us, ok := server.UsageStore(cfg, ra.Client).(*usagestore.RedisStore); ok && err == nil {
+		lasts, err = us.MoveLastUses(ctx)
+	}
+	aerr := log.Audit(ctx, keyops.Event{Time: time.Now().UTC(), Actor: Actor(), Action: "keystore.migrate",
+		Changes: map[string]string{"consumers_moved": strconv.Itoa(moved), "last_uses_moved": strconv.Itoa(lasts)}, Err: err})
 	if err != nil {
-		return fmt.Errorf("keys migrate: moved %d consumers before the error: %w", moved, err)
+		return fmt.Errorf("keys migrate: moved %d consumers and %d last uses before the error: %w", moved, lasts, err)
 	}
 	if aerr != nil {
 		return fmt.Errorf("keys migrate was made but not audited: %w", aerr)
 	}
 	fmt.Fprintf(stdout, "moved %d consumers into their buckets; every write now goes there\n", moved)
+	fmt.Fprintf(stdout, "moved %d last uses of keys into their sorted sets\n", lasts)
 	return nil
 }
 

@@ -97,7 +97,8 @@ func TestRedisLastUseStep(t *testing.T) {
 					t.Fatalf("at %v: flush error %v, want failure %v", st.at, err, st.fail)
 				}
 				for _, w := range st.want {
-					for set, off := range map[string]time.Duration{"kg:usage:last": w.last, "kg:usage:last_api_key": w.api} {
+					for name, off := range map[string]time.Duration{"last": w.last, "last_api_key": w.api} {
+						set := lastSet("kg:", name, w.key)
 						got, err := client.ZScore(ctx, set, w.key).Result()
 						if off < 0 {
 							if err == nil {

@@ -37,7 +37,6 @@ func days(since time.Duration, now time.Time) []string {
 func (s *RedisStore) methodsKey(id, d string) string {
 	return s.Prefix + "usage:{" + id + "}:methods:" + d
 }
-func (s *RedisStore) lastKeyAuthKey() string { return s.Prefix + "usage:last_api_key" }
 
 // Methods reads ids' counts by method over the last since (whole days,
 // today included, at most MaxMethodWindow), in bounded pipelines (see
@@ -45,7 +44,7 @@ func (s *RedisStore) lastKeyAuthKey() string { return s.Prefix + "usage:last_api
 func (s *RedisStore) Methods(ctx context.Context, ids []string, since time.Duration, now time.Time) (map[string]MethodCounts, error) {
 	out := make(map[string]MethodCounts, len(ids))
 	ds := days(min(since, MaxMethodWindow), now)
-	err := s.hashesOf(ctx, ids, len(ds), func(id string, j int) string { return s.methodsKey(id, ds[j]) }, s.lastKeyAuthKey(),
+	err := s.hashesOf(ctx, ids, len(ds), func(id string, j int) string { return s.methodsKey(id, ds[j]) }, lastAPIKey,
 		func(id string, _ int, m map[string]string) {
 			c := out[id]
 			a, _ := strconv.ParseInt(m["api_key"], 10, 64)

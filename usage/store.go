@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -64,10 +65,10 @@ func sum(hs []Hour) Counts {
 // (fields admitted, rate, quota, context, product, concurrency,
 // forbidden_*, bytes_in; expiring Retention after they are created) and
 // daily hashes by method PREFIX usage:{ID}:methods:YYYYMMDD (api_key,
-// bearer; MethodRetention plus a day), and the sorted sets PREFIX
-// usage:last and usage:last_api_key (member the key id, score its last
-// use in unix ms, raised with ZADD GT so that replicas flushing out of
-// order never move it back).
+// bearer; MethodRetention plus a day), and the sorted sets of last uses
+// PREFIX usage:last:{lu:B} and usage:last_api_key:{lu:B} (lastsets.go; member
+// the key id, score its last use in unix ms, raised with ZADD GT so that
+// replicas flushing out of order never move it back).
 //
 // A replica writes a key's last use again only once it moved by
 // LastUseStep since the replica last wrote it, so the sorted sets lag a
@@ -82,10 +83,14 @@ type RedisStore struct {
 
 	lastOnce sync.Once
 	last     *lastUses
+	// legacyGone is set once the previous layout's sorted sets of last
+	// uses are found gone (see lastsets.go).
+	legacyGone atomic.Bool
+	setsOnce   sync.Once
+	sets       [2][lastBuckets]string // lastSetsOf
 }
 
 func (s *RedisStore) bucket(id, h string) string { return s.Prefix + "usage:{" + id + "}:" + h }
-func (s *RedisStore) lastKey() string            { return s.Prefix + "usage:last" }
 
 // FlushBatch is how many keys' deltas one script call of a Redis flush
 // carries: a few hundred short commands inside Redis, well under a
@@ -171,8 +176,8 @@ func (s *RedisStore) flushBatch(ctx context.Context, b []Delta, single bool, h, 
 			c.cmd = flushScript.EvalSha(ctx, p, c.keys, c.args...)
 			calls = append(calls, c)
 		}
-		s.zaddLast(ctx, p, s.lastKey(), b, due.any, func(d *Delta) time.Time { return d.LastUsed })
-		s.zaddLast(ctx, p, s.lastKeyAuthKey(), b, due.apiKey, func(d *Delta) time.Time { return d.LastAPIKey })
+		s.zaddLast(ctx, p, lastAny, b, due.any, func(d *Delta) time.Time { return d.LastUsed })
+		s.zaddLast(ctx, p, lastAPIKey, b, due.apiKey, func(d *Delta) time.Time { return d.LastAPIKey })
 		return nil
 	})
 	if err == nil {
@@ -220,18 +225,22 @@ func (s *RedisStore) flushArgs(b []Delta, h, d string) ([]string, []any) {
 }
 
 // zaddLast raises the last use of each delta that is due (a due one is
-// set: lastUses.due) in the sorted set key (ZADD GT, so that replicas
-// flushing out of order never move it back), in one command of many
-// members.
-func (s *RedisStore) zaddLast(ctx context.Context, p redis.Pipeliner, key string, ds []Delta, due []bool, at func(*Delta) time.Time) {
-	zs := make([]redis.Z, 0, len(ds))
+// set: lastUses.due) in the sorted sets of name (ZADD GT, so that
+// replicas flushing out of order never move it back), in one command of
+// many members per sorted set.
+func (s *RedisStore) zaddLast(ctx context.Context, p redis.Pipeliner, name string, ds []Delta, due []bool, at func(*Delta) time.Time) {
+	var zs [lastBuckets][]redis.Z
 	for i := range ds {
 		if due[i] {
-			zs = append(zs, redis.Z{Score: float64(at(&ds[i]).UnixMilli()), Member: ds[i].ID})
+			b := lastBucket(ds[i].ID)
+			zs[b] = append(zs[b], redis.Z{Score: float64(at(&ds[i]).UnixMilli()), Member: ds[i].ID})
 		}
 	}
-	if len(zs) > 0 {
-		p.ZAddGT(ctx, key, zs...)
+	sets := s.lastSetsOf(name)
+	for b, z := range zs {
+		if len(z) > 0 {
+			p.ZAddGT(ctx, sets[b], z...)
+		}
 	}
 }
 
@@ -262,11 +271,11 @@ func (s *RedisStore) Series(ctx context.Context, ids []string, since time.Durati
 func (s *RedisStore) read(ctx context.Context, ids []string, since time.Duration, now time.Time, withLast bool) ([]Hour, map[string]time.Time, error) {
 	hs := newSeries(since, now)
 	last := map[string]time.Time{}
-	lastKey := ""
+	lastName := ""
 	if withLast {
-		lastKey = s.lastKey()
+		lastName = lastAny
 	}
-	err := s.hashesOf(ctx, ids, len(hs), func(id string, j int) string { return s.bucket(id, hour(hs[j].Start)) }, lastKey,
+	err := s.hashesOf(ctx, ids, len(hs), func(id string, j int) string { return s.bucket(id, hour(hs[j].Start)) }, lastName,
 		func(_ string, j int, m map[string]string) { hs[j].Add(parse(m)) },
 		func(id string, at time.Time) { last[id] = at })
 	if err != nil {
@@ -285,18 +294,19 @@ func (s *RedisStore) read(ctx context.Context, ids []string, since time.Duration
 const readBatch = 10_000
 
 // hashesOf reads, for each of ids, the n hashes key(id, 0..n-1)
-// (HGETALL each, passed to each) and, with last set, the id's score in
-// that sorted set (a time in Unix milliseconds, passed to score when
-// set), in pipelines of at most readBatch commands and LastUsedPage ids.
+// (HGETALL each, passed to each) and, with last set, the id's last use of
+// that name (lastsets.go; passed to score when set), in pipelines of at
+// most readBatch commands and LastUsedPage ids.
 func (s *RedisStore) hashesOf(ctx context.Context, ids []string, n int, key func(id string, j int) string, last string,
 	each func(id string, j int, m map[string]string), score func(id string, at time.Time)) error {
 	if n == 0 && last == "" {
 		return nil
 	}
+	legacy := last != "" && s.legacyLastLeft(ctx)
 	per := max(1, min(LastUsedPage, readBatch/max(n, 1)))
 	for batch := range slices.Chunk(ids, per) {
 		gets := make([]*redis.MapStringStringCmd, 0, len(batch)*n)
-		var scores *redis.FloatSliceCmd
+		var scores func() []float64
 		_, err := s.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for _, id := range batch {
 				for j := range n {
@@ -304,7 +314,7 @@ func (s *RedisStore) hashesOf(ctx context.Context, ids []string, n int, key func
 				}
 			}
 			if last != "" {
-				scores = p.ZMScore(ctx, last, batch...)
+				scores = s.zmscore(ctx, p, last, batch, legacy)
 			}
 			return nil
 		})
@@ -319,7 +329,7 @@ func (s *RedisStore) hashesOf(ctx context.Context, ids []string, n int, key func
 			each(batch[i/n], i%n, m)
 		}
 		if scores != nil {
-			for i, v := range scores.Val() {
+			for i, v := range scores() {
 				if v > 0 {
 					score(batch[i], time.UnixMilli(int64(v)).UTC())
 				}
@@ -341,27 +351,29 @@ const LastUsedPage = 200
 // trips.
 const lastUsedPipeline = 16
 
-// LastUsed returns the last use of each of ids that has one: one ZMSCORE
-// per LastUsedPage ids (lastUsedPipeline of them per round trip), never a
+// LastUsed returns the last use of each of ids that has one: for each
+// LastUsedPage ids, one ZMSCORE per sorted set they fall in (up to
+// lastBuckets; lastUsedPipeline pages per round trip), never a
 // read of the whole sorted set (a fleet's million keys would be one reply
 // of tens of megabytes, and redis-server would answer nothing else while
 // it built it).
 func (s *RedisStore) LastUsed(ctx context.Context, ids []string) (map[string]time.Time, error) {
 	out := make(map[string]time.Time, len(ids))
+	legacy := s.legacyLastLeft(ctx)
 	for batch := range slices.Chunk(ids, LastUsedPage*lastUsedPipeline) {
 		var pages [][]string
-		var cmds []*redis.FloatSliceCmd
+		var scores []func() []float64
 		_, err := s.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for page := range slices.Chunk(batch, LastUsedPage) {
-				pages, cmds = append(pages, page), append(cmds, p.ZMScore(ctx, s.lastKey(), page...))
+				pages, scores = append(pages, page), append(scores, s.zmscore(ctx, p, lastAny, page, legacy))
 			}
 			return nil
 		})
 		if err != nil {
 			return nil, err
 		}
-		for i, c := range cmds {
-			for j, v := range c.Val() {
+		for i, sc := range scores {
+			for j, v := range sc() {
 				if v > 0 {
 					out[pages[i][j]] = time.UnixMilli(int64(v)).UTC()
 				}
@@ -382,19 +394,32 @@ func parse(m map[string]string) Counts {
 }
 
 // Forget drops the last uses of ids (keys that were purged): ZREM of
-// LastUsedPage ids at a time, lastUsedPipeline to a round trip, from both
-// sorted sets, which otherwise keep a member for every key id ever used.
+// LastUsedPage ids at a time (one per sorted set they fall in),
+// lastUsedPipeline to a round trip, from the sorted sets of both names
+// (and the previous layout's while they exist), which otherwise keep a
+// member for every key id ever used.
 // Their hourly and daily counts expire on their own.
 func (s *RedisStore) Forget(ctx context.Context, ids []string) error {
+	legacy := s.legacyLastLeft(ctx)
 	for batch := range slices.Chunk(ids, LastUsedPage*lastUsedPipeline) {
 		_, err := s.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for page := range slices.Chunk(batch, LastUsedPage) {
-				members := make([]any, len(page))
-				for i, id := range page {
-					members[i] = id
+				for _, name := range []string{lastAny, lastAPIKey} {
+					for k, at := range s.byLastSet(name, page) {
+						members := make([]any, len(at))
+						for j, i := range at {
+							members[j] = page[i]
+						}
+						p.ZRem(ctx, k, members...)
+					}
+					if legacy {
+						members := make([]any, len(page))
+						for i, id := range page {
+							members[i] = id
+						}
+						p.ZRem(ctx, s.legacyLastSet(name), members...)
+					}
 				}
-				p.ZRem(ctx, s.lastKey(), members...)
-				p.ZRem(ctx, s.lastKeyAuthKey(), members...)
 			}
 			return nil
 		})

@@ -3,6 +3,7 @@ package usage_test
 import (
 	"context"
 	"fmt"
+	"hash/crc32"
 	"maps"
 	"os"
 	"path/filepath"
@@ -16,6 +17,38 @@ import (
 	"github.com/keygate/keygate/internal/testsupport/redistest"
 	"github.com/keygate/keygate/usage"
 )
+
+// lastSet is the sorted set of last uses of name ("last" or
+// "last_api_key") that holds id's (the layout of lastsets.go, written out
+// again here).
+func lastSet(prefix, name, id string) string {
+	return fmt.Sprintf("%susage:%s:{lu:%x}", prefix, name, crc32.ChecksumIEEE([]byte(id))%16)
+}
+
+// lastSetsOf is how many sorted sets of one name the ids fall in.
+func lastSetsOf(ids []string) int {
+	sets := map[string]bool{}
+	for _, id := range ids {
+		sets[lastSet("", "last", id)] = true
+	}
+	return len(sets)
+}
+
+// zcard is how many last uses of name the store at prefix holds, over
+// its sorted sets.
+func zcard(t *testing.T, c redis.UniversalClient, prefix, name string) int64 {
+	t.Helper()
+	var n int64
+	for b := range 16 {
+		k := fmt.Sprintf("%susage:%s:{lu:%x}", prefix, name, b)
+		m, err := c.ZCard(context.Background(), k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += m
+	}
+	return n
+}
 
 func byID(ds []usage.Delta) map[string]usage.Delta {
 	m := map[string]usage.Delta{}
@@ -222,19 +255,34 @@ func TestRedisLastUsedReadsOnlyTheKeysAsked(t *testing.T) {
 		}
 		return out
 	}
+	// A store looks once for the sorted sets of the layout before the
+	// buckets; there are none here.
+	if _, err := s.LastUsed(ctx, []string{"key_0"}); err != nil {
+		t.Fatal(err)
+	}
 	h := &countHook{}
 	client.AddHook(h)
+	// pages is how many ZMSCOREs ids cost: one per page and sorted set.
+	pages := func(ids []string) int {
+		n := 0
+		for i := 0; i < len(ids); i += usage.LastUsedPage {
+			n += lastSetsOf(ids[i:min(i+usage.LastUsedPage, len(ids))])
+		}
+		return n
+	}
+	few := []string{"key_7", "key_2999", "key_unused"}
 	for _, tc := range []struct {
 		name       string
 		ids        []string
 		found      int
 		zmscores   int
-		roundTrips int // 16 ZMSCOREs per round trip at most
+		roundTrips int // 16 pages per round trip at most
 	}{
-		{"a consumer's few keys", []string{"key_7", "key_2999", "key_unused"}, 2, 1, 1},
-		{"one page exactly", ids(0, usage.LastUsedPage), usage.LastUsedPage, 1, 1},
-		{"more than two pages, some never used", ids(used-2*usage.LastUsedPage, used+usage.LastUsedPage/2), 2 * usage.LastUsedPage, 3, 1},
-		{"more than one round trip of pages", ids(0, used+usage.LastUsedPage*5/2), used, 18, 2},
+		{"a consumer's few keys", few, 2, lastSetsOf(few), 1},
+		{"one page exactly", ids(0, usage.LastUsedPage), usage.LastUsedPage, pages(ids(0, usage.LastUsedPage)), 1},
+		{"more than two pages, some never used", ids(used-2*usage.LastUsedPage, used+usage.LastUsedPage/2), 2 * usage.LastUsedPage,
+			pages(ids(used-2*usage.LastUsedPage, used+usage.LastUsedPage/2)), 1},
+		{"more than one round trip of pages", ids(0, used+usage.LastUsedPage*5/2), used, pages(ids(0, used+usage.LastUsedPage*5/2)), 2},
 		{"none", nil, 0, 0, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -321,7 +369,15 @@ func TestRedisFlushIsOnePipeline(t *testing.T) {
 		if h.pipelines != tc.pipelines || h.single != 0 {
 			t.Errorf("%s: flush made %d pipelines and %d single calls, want %d and 0", tc.name, h.pipelines, h.single, tc.pipelines)
 		}
-		for cmd, want := range map[string]int{"evalsha": batches, "eval": tc.evals, "zadd": 2 * batches, "multi": 0, "exec": 0} {
+		zadds := 0 // one per batch, sorted set and name
+		for b := 0; b < n; b += usage.FlushBatch {
+			var ids []string
+			for i := b; i < min(b+usage.FlushBatch, n); i++ {
+				ids = append(ids, fmt.Sprintf("key_%d", i))
+			}
+			zadds += 2 * lastSetsOf(ids)
+		}
+		for cmd, want := range map[string]int{"evalsha": batches, "eval": tc.evals, "zadd": zadds, "multi": 0, "exec": 0} {
 			if got := c1[cmd] - c0[cmd]; got != want {
 				t.Errorf("%s: %d %s calls, want %d", tc.name, got, cmd, want)
 			}
@@ -356,9 +412,9 @@ func TestRedisFlushOfManyKeysFitsTheReadTimeout(t *testing.T) {
 	if err := s.Flush(ctx, c.Drain(), now); err != nil {
 		t.Fatalf("flush of %d keys: %v", n, err)
 	}
-	for _, set := range []string{"kg:usage:last", "kg:usage:last_api_key"} {
-		if got, err := client.ZCard(ctx, set).Result(); err != nil || got != n {
-			t.Errorf("%s holds %d members, %v; want %d", set, got, err, n)
+	for _, name := range []string{"last", "last_api_key"} {
+		if got := zcard(t, client, "kg:", name); got != n {
+			t.Errorf("the sorted sets of %s hold %d members; want %d", name, got, n)
 		}
 	}
 	ids := []string{"key_00000", "key_14999", "key_29999"}

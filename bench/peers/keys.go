@@ -84,9 +84,9 @@ type keyStats struct {
 type ttlCount struct {
 	kind         string
 	keys, noTTL  int
-	sampleNoTTL  string
-	members      int64 // for a sorted set without TTL: its members
-	memoryBytes  int64 // MEMORY USAGE of such a key
+	noTTLKeys    []string
+	members      int64 // for sorted sets without TTL: their members
+	memoryBytes  int64 // MEMORY USAGE of such keys
 	isPerKeyData bool
 }
 
@@ -422,6 +422,10 @@ func keyKind(k string) string {
 		return "usage by method (usage:{id}:methods:DAY)"
 	case strings.Contains(k, "usage:{"):
 		return "usage counts (usage:{id}:HOUR)"
+	case strings.Contains(k, "usage:last:{lu:"):
+		return "last uses (usage:last:{lu:B})"
+	case strings.Contains(k, "usage:last_api_key:{lu:"):
+		return "last API key uses (usage:last_api_key:{lu:B})"
 	}
 	return k
 }
@@ -465,7 +469,7 @@ func auditTTL(ctx context.Context, addr string) ([]ttlCount, error) {
 			tc.keys++
 			if ttl < 0 {
 				tc.noTTL++
-				tc.sampleNoTTL = k
+				tc.noTTLKeys = append(tc.noTTLKeys, k)
 			}
 		}
 		if cursor = next; cursor == 0 {
@@ -475,10 +479,12 @@ func auditTTL(ctx context.Context, addr string) ([]ttlCount, error) {
 	out := make([]ttlCount, 0, len(byKind))
 	for _, tc := range byKind {
 		if tc.noTTL > 0 {
-			if typ, _ := c.Type(ctx, tc.sampleNoTTL).Result(); typ == "zset" {
-				tc.members, _ = c.ZCard(ctx, tc.sampleNoTTL).Result()
-				tc.memoryBytes, _ = c.MemoryUsage(ctx, tc.sampleNoTTL, 0).Result()
-				tc.isPerKeyData = true
+			for _, k := range tc.noTTLKeys {
+				if typ, _ := c.Type(ctx, k).Result(); typ == "zset" {
+					n, _ := c.ZCard(ctx, k).Result()
+					m, _ := c.MemoryUsage(ctx, k, 0).Result()
+					tc.members, tc.memoryBytes, tc.isPerKeyData = tc.members+n, tc.memoryBytes+m, true
+				}
 			}
 		}
 		out = append(out, *tc)
@@ -548,7 +554,7 @@ func (b *bench) printKeysTables(w io.Writer, r *results) {
 		for _, a := range st.audit {
 			note := ""
 			if a.isPerKeyData {
-				note = fmt.Sprintf(" (a sorted set of %d members, one per key id, %d bytes: %.0f B per key)", a.members, a.memoryBytes, float64(a.memoryBytes)/math.Max(1, float64(a.members)))
+				note = fmt.Sprintf(" (sorted sets of %d members in all, one per key id, %d bytes: %.0f B per key)", a.members, a.memoryBytes, float64(a.memoryBytes)/math.Max(1, float64(a.members)))
 			}
 			fmt.Fprintf(w, "| %s | %d | %d%s |\n", a.kind, a.keys, a.noTTL, note)
 		}
