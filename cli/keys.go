@@ -18,6 +18,7 @@ import (
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/redisconn"
 	"github.com/keygate/keygate/server"
+	"github.com/keygate/keygate/tokenissuer"
 	usagestore "github.com/keygate/keygate/usage"
 
 	"github.com/schollz/progressbar/v3"
@@ -303,8 +304,10 @@ func keysImport(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error
 
 // keysMigrate moves the Redis keystore's consumers from the previous
 // layout's one hash into their 256 buckets (RedisAdmin.MoveConsumers),
-// and the keys' last uses from the previous layout's two sorted sets into
-// theirs (usage.RedisStore.MoveLastUses): the second step of an upgrade,
+// the keys' last uses from the previous layout's two sorted sets into
+// theirs (usage.RedisStore.MoveLastUses) and the token endpoint's key
+// references from its one hash into theirs (tokenissuer.RedisStore.
+// MoveRefs): the second step of an upgrade,
 // once every replica runs this build.
 func keysMigrate(fs *flag.FlagSet, args []string, stdout io.Writer) error {
 	cfgPath := fs.Lookup("config").Value
@@ -334,20 +337,24 @@ func keysMigrate(fs *flag.FlagSet, args []string, stdout io.Writer) error {
 	defer log.Close()
 	ctx := context.Background()
 	moved, err := ra.MoveConsumers(ctx)
-	lasts := 0
+	lasts, refs := 0, 0
 	if us, ok := server.UsageStore(cfg, ra.Client).(*usagestore.RedisStore); ok && err == nil {
 		lasts, err = us.MoveLastUses(ctx)
 	}
+	if ts, ok := server.TokenKeyStore(cfg, ra.Client).(*tokenissuer.RedisStore); ok && err == nil {
+		refs, err = ts.MoveRefs(ctx)
+	}
 	aerr := log.Audit(ctx, keyops.Event{Time: time.Now().UTC(), Actor: Actor(), Action: "keystore.migrate",
-		Changes: map[string]string{"consumers_moved": strconv.Itoa(moved), "last_uses_moved": strconv.Itoa(lasts)}, Err: err})
+		Changes: map[string]string{"consumers_moved": strconv.Itoa(moved), "last_uses_moved": strconv.Itoa(lasts), "token_refs_moved": strconv.Itoa(refs)}, Err: err})
 	if err != nil {
-		return fmt.Errorf("keys migrate: moved %d consumers and %d last uses before the error: %w", moved, lasts, err)
+		return fmt.Errorf("keys migrate: moved %d consumers, %d last uses and %d token references before the error: %w", moved, lasts, refs, err)
 	}
 	if aerr != nil {
 		return fmt.Errorf("keys migrate was made but not audited: %w", aerr)
 	}
 	fmt.Fprintf(stdout, "moved %d consumers into their buckets; every write now goes there\n", moved)
 	fmt.Fprintf(stdout, "moved %d last uses of keys into their sorted sets\n", lasts)
+	fmt.Fprintf(stdout, "moved %d token references of keys into their buckets\n", refs)
 	return nil
 }
 

@@ -15,8 +15,9 @@ import (
 
 // TestKeysMigrateMovesTheConsumers: `keygate keys migrate` moves the
 // consumers of a store that the previous build wrote (every consumer in
-// one hash, no layout marker) into their buckets, and the keys' last uses
-// from its one sorted set into theirs, says how many, and audits it; a
+// one hash, no layout marker) into their buckets, the keys' last uses
+// from its one sorted set and the token endpoint's key references from
+// its one hash into theirs, says how many, and audits it; a
 // second run moves none, and the file keystore has nothing to move.
 func TestKeysMigrateMovesTheConsumers(t *testing.T) {
 	t.Parallel()
@@ -52,13 +53,15 @@ func TestKeysMigrateMovesTheConsumers(t *testing.T) {
 	}
 	c.Del(ctx, "kgm:keystore:{ks}:layout")
 	c.ZAdd(ctx, "kgm:usage:last", redis.Z{Score: 1764237600000, Member: "key_0123456789abcdef"})
+	c.HSet(ctx, "kgm:tokenissuer:key-refs", "key_0123456789abcdef", "sha256:"+strings.Repeat("ab", 32))
 
 	code, out, errOut := run("keys", "migrate", "--config", cfg)
-	if code != 0 || !strings.Contains(out, "moved 3 consumers") || !strings.Contains(out, "moved 1 last uses") {
+	if code != 0 || !strings.Contains(out, "moved 3 consumers") || !strings.Contains(out, "moved 1 last uses") ||
+		!strings.Contains(out, "moved 1 token references") {
 		t.Fatalf("keys migrate: %d\n%s%s", code, out, errOut)
 	}
-	if n, _ := c.Exists(ctx, "kgm:keystore:{ks}:consumers", "kgm:usage:last").Result(); n != 0 {
-		t.Error("the one hash of consumers or the one sorted set of last uses is still there")
+	if n, _ := c.Exists(ctx, "kgm:keystore:{ks}:consumers", "kgm:usage:last", "kgm:tokenissuer:key-refs").Result(); n != 0 {
+		t.Error("the one hash of consumers, the one sorted set of last uses or the one hash of token references is still there")
 	}
 	for _, id := range ids {
 		code, out, _ := run("consumers", "show", "--config", cfg, id)

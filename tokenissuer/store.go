@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"os"
 	"path/filepath"
 	"sync"
@@ -162,19 +163,41 @@ func (s *FileStore) GetRef(_ context.Context, id string) (string, bool, error) {
 // RedisStore keeps the state under the Redis key prefix, shared by every
 // replica:
 //
-//	<prefix>tokenissuer:signing-keys   string, the State as JSON
-//	<prefix>tokenissuer:key-refs       hash, key id -> key hash
+//	<prefix>tokenissuer:signing-keys         string, the State as JSON
+//	<prefix>tokenissuer:{kr:<bb>}:key-refs   hash, key id -> key hash
+//	    (bb: CRC-32 of the key id modulo refBuckets, in hex)
+//
+// The references are spread over refBuckets hashes, each its own
+// Cluster hash tag, so that a fleet's million keys with tokens do not
+// sit in one hash on one Cluster slot. keygate before kept them in one
+// hash, <prefix>tokenissuer:key-refs: a reference is never changed, so
+// a read that misses its bucket looks there too (a replica of that
+// build, during a rolling upgrade, writes there), and MoveRefs
+// (`keygate keys migrate`) moves them.
 type RedisStore struct {
 	c          redis.UniversalClient
-	keys, refs string
+	keys, refs string // refs: the previous layout's one hash
+	buckets    [refBuckets]string
 }
+
+// refBuckets is how many hashes the key references are spread over.
+const refBuckets = 64
 
 // NewRedisStore stores under prefix.
 func NewRedisStore(c redis.UniversalClient, prefix string) *RedisStore {
 	if prefix == "" {
 		prefix = "keygate:"
 	}
-	return &RedisStore{c: c, keys: prefix + "tokenissuer:signing-keys", refs: prefix + "tokenissuer:key-refs"}
+	s := &RedisStore{c: c, keys: prefix + "tokenissuer:signing-keys", refs: prefix + "tokenissuer:key-refs"}
+	for b := range s.buckets {
+		s.buckets[b] = fmt.Sprintf("%stokenissuer:{kr:%02x}:key-refs", prefix, b)
+	}
+	return s
+}
+
+// refsOf is the hash that holds the reference of key id.
+func (s *RedisStore) refsOf(id string) string {
+	return s.buckets[crc32.ChecksumIEEE([]byte(id))%refBuckets]
 }
 
 func decodeState(b string) (State, error) {
@@ -242,15 +265,19 @@ func (s *RedisStore) Update(ctx context.Context, f func(*State) (bool, error)) (
 
 // PutRef implements Store.
 func (s *RedisStore) PutRef(ctx context.Context, id, hash string) error {
-	if err := s.c.HSet(ctx, s.refs, id, hash).Err(); err != nil {
+	if err := s.c.HSet(ctx, s.refsOf(id), id, hash).Err(); err != nil {
 		return fmt.Errorf("tokenissuer: %w", err)
 	}
 	return nil
 }
 
-// GetRef implements Store.
+// GetRef implements Store: the reference's bucket, else the previous
+// layout's one hash.
 func (s *RedisStore) GetRef(ctx context.Context, id string) (string, bool, error) {
-	h, err := s.c.HGet(ctx, s.refs, id).Result()
+	h, err := s.c.HGet(ctx, s.refsOf(id), id).Result()
+	if errors.Is(err, redis.Nil) {
+		h, err = s.c.HGet(ctx, s.refs, id).Result()
+	}
 	if errors.Is(err, redis.Nil) {
 		return "", false, nil
 	}
@@ -259,3 +286,41 @@ func (s *RedisStore) GetRef(ctx context.Context, id string) (string, bool, error
 	}
 	return h, true, nil
 }
+
+// MoveRefs moves the references of the previous layout's one hash into
+// their buckets, a page at a time (HSCAN; HSETNX into the buckets, then
+// HDEL of the page), and reports how many it moved. Running it again
+// moves nothing.
+func (s *RedisStore) MoveRefs(ctx context.Context) (int, error) {
+	moved := 0
+	var cursor uint64
+	for {
+		kv, next, err := s.c.HScan(ctx, s.refs, cursor, "", moveRefsPage).Result()
+		if err != nil {
+			return moved, fmt.Errorf("tokenissuer: %w", err)
+		}
+		if len(kv) > 0 {
+			fields := make([]string, 0, len(kv)/2)
+			_, err := s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+				for i := 0; i+1 < len(kv); i += 2 {
+					p.HSetNX(ctx, s.refsOf(kv[i]), kv[i], kv[i+1])
+					fields = append(fields, kv[i])
+				}
+				return nil
+			})
+			if err == nil {
+				err = s.c.HDel(ctx, s.refs, fields...).Err()
+			}
+			if err != nil {
+				return moved, fmt.Errorf("tokenissuer: %w", err)
+			}
+			moved += len(fields)
+		}
+		if cursor = next; cursor == 0 {
+			return moved, nil
+		}
+	}
+}
+
+// moveRefsPage is the COUNT of MoveRefs' HSCANs.
+const moveRefsPage = 1000
