@@ -438,7 +438,6 @@ func (s *RedisStore) fullPass(poll <-chan time.Time) error {
 	if err != nil {
 		return err
 	}
-	s.log.Info("TMP consumers read", zap.Int("n", len(cons)), zap.Duration("took", time.Since(started)))
 	s.consMu.Lock()
 	s.cons.replace(cons)
 	s.consMu.Unlock()

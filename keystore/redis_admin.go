@@ -646,8 +646,8 @@ func (a *RedisAdmin) MoveConsumers(ctx context.Context) (int, error) {
 	return moved, a.AnnounceAll(ctx)
 }
 
-// moveHash moves every field of the hash key a page at a time: copy
-// (put) queues each field's copy in one pipeline, which runs before the page's
+// moveHash moves every field of the hash key a page at a time: put
+// queues each field's copy on one pipeline, which runs before the page's
 // fields are deleted from key.
 func (a *RedisAdmin) moveHash(ctx context.Context, key string, put func(p redis.Pipeliner, field, v string) error) error {
 	return scanHash(ctx, a.Client, key, a.scanCount(), func(kv []string) error {
