@@ -13,6 +13,7 @@ import (
 
 	"github.com/keygate/keygate/internal/fieldpath"
 
+	"github.com/keygate/keygate/audit"
 	"github.com/keygate/keygate/config"
 	"github.com/keygate/keygate/keyops"
 	"github.com/keygate/keygate/keystore"
@@ -265,17 +266,11 @@ func keysImport(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return fmt.Errorf("keys import: %s: %w", *from, err)
 	}
-	admin, done, err := openAdmin(cfg)
+	ra, log, done, err := openRedisAdmin(cfg)
 	if err != nil {
 		return err
 	}
 	defer done()
-	ra := admin.(*keystore.RedisAdmin)
-	log, err := openAudit(cfg, ra)
-	if err != nil {
-		return err
-	}
-	defer log.Close()
 	ctx := context.Background()
 	cAdded, cSkipped, err := ra.ImportConsumers(ctx, cons)
 	var added, skipped int
@@ -302,6 +297,23 @@ func keysImport(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error
 	return nil
 }
 
+// openRedisAdmin opens the Redis keystore's admin of cfg (whose
+// keystore.backend is redis) and its audit log, and a function that
+// closes both.
+func openRedisAdmin(cfg config.Config) (*keystore.RedisAdmin, *audit.Log, func(), error) {
+	admin, done, err := openAdmin(cfg)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ra := admin.(*keystore.RedisAdmin)
+	log, err := openAudit(cfg, ra)
+	if err != nil {
+		done()
+		return nil, nil, nil, err
+	}
+	return ra, log, func() { _ = log.Close(); done() }, nil
+}
+
 // keysMigrate moves the Redis keystore's consumers from the previous
 // layout's one hash into their 256 buckets (RedisAdmin.MoveConsumers),
 // the keys' last uses from the previous layout's two sorted sets into
@@ -324,17 +336,11 @@ func keysMigrate(fs *flag.FlagSet, args []string, stdout io.Writer) error {
 	if cfg.Keystore.Backend != "redis" {
 		return usageError{"keys migrate: keystore.backend must be redis in --config; the file keystore has no layout to move"}
 	}
-	admin, done, err := openAdmin(cfg)
+	ra, log, done, err := openRedisAdmin(cfg)
 	if err != nil {
 		return err
 	}
 	defer done()
-	ra := admin.(*keystore.RedisAdmin)
-	log, err := openAudit(cfg, ra)
-	if err != nil {
-		return err
-	}
-	defer log.Close()
 	ctx := context.Background()
 	moved, err := ra.MoveConsumers(ctx)
 	lasts, refs := 0, 0

@@ -199,33 +199,60 @@ func sameLimits(a, b *Consumer) bool {
 
 // writeConsumers runs write, which queues writes of consumers, each into
 // the hash where gives for its id: their buckets, in one pipeline, once
-// the consumers have moved; before, the previous layout's one hash, in a
-// transaction that watches the layout marker (see consumerHash).
+// the consumers have moved; before, the previous layout's one hash (see
+// inConsumerLayout).
 func (a *RedisAdmin) writeConsumers(ctx context.Context, write func(p redis.Pipeliner, where func(id string) string)) error {
+	k := a.keys()
+	return a.inConsumerLayout(ctx, func() error {
+		_, err := a.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			write(p, k.consumersOf)
+			return nil
+		})
+		return err
+	}, func(tx *redis.Tx) error {
+		_, err := tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			write(p, func(string) string { return k.legacyConsumers })
+			return nil
+		})
+		return err
+	})
+}
+
+// consumerHash runs f in an optimistic transaction on the hash that holds
+// the consumer with id, its bucket or the previous layout's one hash (see
+// inConsumerLayout). f gets the hash's key.
+func (a *RedisAdmin) consumerHash(ctx context.Context, id string, f func(tx *redis.Tx, key string) error) error {
+	k := a.keys()
+	bucket := k.consumersOf(id)
+	return a.inConsumerLayout(ctx, func() error {
+		return a.Client.Watch(ctx, func(tx *redis.Tx) error { return f(tx, bucket) }, bucket)
+	}, func(tx *redis.Tx) error { return f(tx, k.legacyConsumers) })
+}
+
+// inConsumerLayout runs bucketed once the consumers have moved to their
+// buckets; before (see redis_layout.go), it runs legacy in an optimistic
+// transaction on the previous layout's one hash that also watches the
+// layout marker, so that a write under way when the consumers move fails
+// and is made again, by bucketed. A transaction that another admin's
+// change made fail is tried again too, up to maxChangeTries times.
+func (a *RedisAdmin) inConsumerLayout(ctx context.Context, bucketed func() error, legacy func(tx *redis.Tx) error) error {
 	k := a.keys()
 	var err error
 	for attempt := 0; attempt < maxChangeTries; attempt++ {
-		var bucketed bool
-		if bucketed, err = a.consumersBucketed(ctx); err != nil {
+		var moved bool
+		if moved, err = a.consumersBucketed(ctx); err != nil {
 			return err
 		}
-		if bucketed {
-			_, err = a.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
-				write(p, k.consumersOf)
-				return nil
-			})
-			return err
+		if moved {
+			err = bucketed()
+		} else {
+			err = a.Client.Watch(ctx, func(tx *redis.Tx) error {
+				if n, err := tx.Exists(ctx, k.layout).Result(); err != nil || n > 0 {
+					return cmp.Or(err, errConsumersMoved)
+				}
+				return legacy(tx)
+			}, k.legacyConsumers, k.layout)
 		}
-		err = a.Client.Watch(ctx, func(tx *redis.Tx) error {
-			if n, err := tx.Exists(ctx, k.layout).Result(); err != nil || n > 0 {
-				return cmp.Or(err, errConsumersMoved)
-			}
-			_, err := tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
-				write(p, func(string) string { return k.legacyConsumers })
-				return nil
-			})
-			return err
-		}, k.legacyConsumers, k.layout)
 		if !errors.Is(err, redis.TxFailedErr) && !errors.Is(err, errConsumersMoved) {
 			return err
 		}
@@ -236,38 +263,6 @@ func (a *RedisAdmin) writeConsumers(ctx context.Context, write func(p redis.Pipe
 // errConsumersMoved aborts a transaction on the previous layout's one
 // hash of consumers: the consumers have moved meanwhile (MoveConsumers).
 var errConsumersMoved = errors.New("keystore: the consumers moved to their buckets")
-
-// consumerHash runs f in an optimistic transaction on the hash that holds
-// the consumer with id (see redis_layout.go), retrying when another admin
-// changed that hash meanwhile: its bucket once the consumers have moved;
-// before, the previous layout's one hash, in a transaction that also
-// watches the layout marker, so that a write under way when the
-// consumers move fails and is made again, to the bucket. f gets the
-// hash's key.
-func (a *RedisAdmin) consumerHash(ctx context.Context, id string, f func(tx *redis.Tx, key string) error) error {
-	k := a.keys()
-	var err error
-	for attempt := 0; attempt < maxChangeTries; attempt++ {
-		var bucketed bool
-		if bucketed, err = a.consumersBucketed(ctx); err != nil {
-			return err
-		}
-		if bucketed {
-			err = a.Client.Watch(ctx, func(tx *redis.Tx) error { return f(tx, k.consumersOf(id)) }, k.consumersOf(id))
-		} else {
-			err = a.Client.Watch(ctx, func(tx *redis.Tx) error {
-				if n, err := tx.Exists(ctx, k.layout).Result(); err != nil || n > 0 {
-					return cmp.Or(err, errConsumersMoved)
-				}
-				return f(tx, k.legacyConsumers)
-			}, k.legacyConsumers, k.layout)
-		}
-		if !errors.Is(err, redis.TxFailedErr) && !errors.Is(err, errConsumersMoved) {
-			return err
-		}
-	}
-	return err
-}
 
 // writeKey stores a new key record whose id must be unused; a key of a
 // consumer needs the consumer to exist and to allow the key's context.
