@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	lru "github.com/hashicorp/golang-lru/v2"
 	"go.uber.org/zap"
 
 	"github.com/keygate/keygate/keystore"
@@ -102,7 +103,11 @@ type Issuer struct {
 	scopes []productScope // sorted by product
 	meta   []byte
 
-	refs sync.Map // key id -> keystore.Hash (never changes)
+	// refs caches key id -> keystore.Hash (never changes) for the keys of
+	// the tokens in use: bounded, so that a fleet whose million keys all
+	// once had a token does not keep a million entries in every replica
+	// (an evicted one is read from the Store again, one round trip).
+	refs *lru.Cache[string, keystore.Hash]
 
 	stop chan struct{}
 	done chan struct{}
@@ -123,7 +128,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Issuer, error) {
 	if len(deps.ProductScopes) == 0 {
 		return nil, errors.New("tokenissuer: no product scopes (auth.oauth2.product_scopes)")
 	}
-	i := &Issuer{cfg: cfg, deps: deps, log: deps.Logger, now: deps.Now, stop: make(chan struct{}), done: make(chan struct{})}
+	i := &Issuer{cfg: cfg, deps: deps, log: deps.Logger, now: deps.Now, refs: newRefCache(refCacheSize), stop: make(chan struct{}), done: make(chan struct{})}
 	if i.log == nil {
 		i.log = zap.NewNop()
 	}
@@ -248,6 +253,17 @@ func List(ctx context.Context, s Store, now time.Time) ([]KeyInfo, error) {
 // running replica is seen within a second anyway).
 func (i *Issuer) RefreshNow(ctx context.Context) error { return i.refresh(ctx) }
 
+// refCacheSize bounds Issuer.refs: about 100 bytes an entry.
+const refCacheSize = 100_000
+
+func newRefCache(size int) *lru.Cache[string, keystore.Hash] {
+	c, err := lru.New[string, keystore.Hash](size)
+	if err != nil {
+		panic(err) // only for a size below 1
+	}
+	return c
+}
+
 func newJTI() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
@@ -257,8 +273,8 @@ func newJTI() string {
 // hashOf finds the key hash a key id stands for: from memory, else from
 // the Store (a token minted on another replica).
 func (i *Issuer) hashOf(ctx context.Context, id string) (keystore.Hash, bool, error) {
-	if h, ok := i.refs.Load(id); ok {
-		return h.(keystore.Hash), true, nil
+	if h, ok := i.refs.Get(id); ok {
+		return h, true, nil
 	}
 	s, ok, err := i.deps.Store.GetRef(ctx, id)
 	if err != nil || !ok {
@@ -268,6 +284,6 @@ func (i *Issuer) hashOf(ctx context.Context, id string) (keystore.Hash, bool, er
 	if err != nil {
 		return keystore.Hash{}, false, fmt.Errorf("tokenissuer: stored reference of %s: %w", id, err)
 	}
-	i.refs.Store(id, h)
+	i.refs.Add(id, h)
 	return h, true, nil
 }

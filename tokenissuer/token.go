@@ -272,13 +272,13 @@ func (i *Issuer) issue(r *http.Request) (*tokenResponse, error) {
 // remember stores which key hash the key id stands for, so that every
 // replica can find the key of a token.
 func (i *Issuer) remember(r *http.Request, rec keystore.Record) error {
-	if h, ok := i.refs.Load(rec.ID); ok && h.(keystore.Hash) == rec.Hash {
+	if h, ok := i.refs.Get(rec.ID); ok && h == rec.Hash {
 		return nil
 	}
 	if err := i.deps.Store.PutRef(r.Context(), rec.ID, rec.Hash.String()); err != nil {
 		return err
 	}
-	i.refs.Store(rec.ID, rec.Hash)
+	i.refs.Add(rec.ID, rec.Hash)
 	return nil
 }
 
