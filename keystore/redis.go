@@ -404,37 +404,36 @@ func (s *RedisStore) fullPass(poll <-chan time.Time) error {
 		id, err = s.cfg.Client.XAdd(pctx, &redis.XAddArgs{Stream: s.keys.log, MaxLen: redisLogLen, Approx: true, Values: []string{"c", ""}}).Result()
 		last = []redis.XMessage{{ID: id}}
 	}
-	var legacy, legacyCons int64
+	// Which layouts the store holds: one round trip.
+	var exists [3]*redis.IntCmd // the old records' hash, the old consumers' hash, the marker
 	if err == nil {
-		legacy, err = s.cfg.Client.Exists(pctx, s.keys.legacyRecords).Result()
-	}
-	var marked int64
-	if err == nil {
-		legacyCons, err = s.cfg.Client.Exists(pctx, s.keys.legacyConsumers).Result()
-	}
-	if err == nil {
-		marked, err = s.cfg.Client.Exists(pctx, s.keys.layout).Result()
+		_, err = s.cfg.Client.Pipelined(pctx, func(p redis.Pipeliner) error {
+			for i, k := range []string{s.keys.legacyRecords, s.keys.legacyConsumers, s.keys.layout} {
+				exists[i] = p.Exists(pctx, k)
+			}
+			return nil
+		})
 	}
 	cancel()
 	if err != nil {
 		return fmt.Errorf("keystore: %w", err)
 	}
 	from := last[0].ID
-	if legacy > 0 {
+	legacy, oldCons, marked := exists[0].Val() > 0, exists[1].Val() > 0, exists[2].Val() > 0
+	if legacy {
 		s.legacy.Store(true)
 	}
 	// Until the marker is set, an admin may write the one hash of
 	// consumers at any moment, even where it held none at the start.
-	oldHash := legacyCons > 0
-	legacyCons = max(legacyCons, 1-marked)
-	if legacyCons > 0 {
+	legacyCons := oldCons || !marked
+	if legacyCons {
 		s.legacyCons.Store(true)
 	}
-	if oldHash && marked == 0 && !s.warnedLayout {
+	if oldCons && !marked && !s.warnedLayout {
 		s.warnedLayout = true
 		s.log.Warn("keystore: this store keeps its consumers in the previous layout's one hash (one Redis Cluster slot); once every replica runs this build, run `keygate keys migrate` to spread them over 256 buckets")
 	}
-	cons, err := s.readConsumers(ctx, legacyCons > 0)
+	cons, err := s.readConsumers(ctx, legacyCons)
 	if err != nil {
 		return err
 	}
@@ -450,7 +449,7 @@ func (s *RedisStore) fullPass(poll <-chan time.Time) error {
 	for _, b := range s.keys.records {
 		buckets <- b
 	}
-	if legacy > 0 {
+	if legacy {
 		buckets <- s.keys.legacyRecords
 	}
 	close(buckets)
@@ -493,10 +492,10 @@ func (s *RedisStore) fullPass(poll <-chan time.Time) error {
 	}
 	removed := s.idx.sweep(gen)
 	s.cursor = from
-	if legacy == 0 {
+	if !legacy {
 		s.legacy.Store(false)
 	}
-	if legacyCons == 0 {
+	if !legacyCons {
 		s.legacyCons.Store(false)
 	}
 	n := s.idx.len()

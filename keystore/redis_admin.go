@@ -43,7 +43,7 @@ type RedisAdmin struct {
 	keysOnce      sync.Once
 	keysV         *redisKeys
 	migrated      atomic.Bool
-	bucketed      atomic.Bool // the consumers' layout marker was seen (see consumersBucketed)
+	bucketed      atomic.Bool // the consumers' layout marker was seen (see inConsumerLayout)
 	legacyGone    atomic.Bool // ... and the previous layout's one hash of consumers was gone
 	decodedTokens tokenDecodings
 }
@@ -575,23 +575,6 @@ func (a *RedisAdmin) markNewStore(ctx context.Context) error {
 // layoutBuckets is the value of the consumers' layout marker.
 const layoutBuckets = "consumers:buckets"
 
-// consumersBucketed reports whether consumers are written to their
-// buckets: whether the layout marker exists. Once seen, it is not read
-// again (nothing removes it).
-func (a *RedisAdmin) consumersBucketed(ctx context.Context) (bool, error) {
-	if a.bucketed.Load() {
-		return true, nil
-	}
-	n, err := a.Client.Exists(ctx, a.keys().layout).Result()
-	if err != nil {
-		return false, fmt.Errorf("keystore: %w", err)
-	}
-	if n > 0 {
-		a.bucketed.Store(true)
-	}
-	return n > 0, nil
-}
-
 // legacyConsumersLeft reports whether the previous layout's one hash of
 // consumers may still hold some: until the layout marker is set and that
 // hash is gone, after which nothing writes it again (one round trip, until
@@ -646,12 +629,19 @@ func (a *RedisAdmin) MoveConsumers(ctx context.Context) (int, error) {
 	return moved, a.AnnounceAll(ctx)
 }
 
-// moveHash moves every field of the hash key a page at a time: put
-// queues each field's copy on one pipeline, which runs before the page's
-// fields are deleted from key.
+// moveHash is MoveHash with the admin's client and page size.
 func (a *RedisAdmin) moveHash(ctx context.Context, key string, put func(p redis.Pipeliner, field, v string) error) error {
-	return scanHash(ctx, a.Client, key, a.scanCount(), func(kv []string) error {
-		_, err := a.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+	return MoveHash(ctx, a.Client, key, a.scanCount(), put)
+}
+
+// MoveHash moves every field of the hash key out of it, a page (HSCAN
+// COUNT count) at a time: put queues each field's copy on one pipeline,
+// which runs before the page's fields are deleted from key. A copy that
+// does not overwrite (HSETNX) makes a move that is cut and run again, or
+// run by two at once, lose nothing.
+func MoveHash(ctx context.Context, c redis.UniversalClient, key string, count int, put func(p redis.Pipeliner, field, v string) error) error {
+	return scanHash(ctx, c, key, count, func(kv []string) error {
+		_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i := 0; i+1 < len(kv); i += 2 {
 				if err := put(p, kv[i], kv[i+1]); err != nil {
 					return err
@@ -666,7 +656,7 @@ func (a *RedisAdmin) moveHash(ctx context.Context, key string, put func(p redis.
 		for i := 0; i < len(kv); i += 2 {
 			fields = append(fields, kv[i])
 		}
-		return a.Client.HDel(ctx, key, fields...).Err()
+		return c.HDel(ctx, key, fields...).Err()
 	})
 }
 

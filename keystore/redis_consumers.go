@@ -234,16 +234,14 @@ func (a *RedisAdmin) consumerHash(ctx context.Context, id string, f func(tx *red
 // transaction on the previous layout's one hash that also watches the
 // layout marker, so that a write under way when the consumers move fails
 // and is made again, by bucketed. A transaction that another admin's
-// change made fail is tried again too, up to maxChangeTries times.
+// change made fail is tried again too, up to maxChangeTries times. The
+// caller has run migrate, which saw the marker if it was there then; the
+// transaction sees it if it came since.
 func (a *RedisAdmin) inConsumerLayout(ctx context.Context, bucketed func() error, legacy func(tx *redis.Tx) error) error {
 	k := a.keys()
 	var err error
 	for attempt := 0; attempt < maxChangeTries; attempt++ {
-		var moved bool
-		if moved, err = a.consumersBucketed(ctx); err != nil {
-			return err
-		}
-		if moved {
+		if a.bucketed.Load() {
 			err = bucketed()
 		} else {
 			err = a.Client.Watch(ctx, func(tx *redis.Tx) error {
@@ -252,6 +250,9 @@ func (a *RedisAdmin) inConsumerLayout(ctx context.Context, bucketed func() error
 				}
 				return legacy(tx)
 			}, k.legacyConsumers, k.layout)
+			if errors.Is(err, errConsumersMoved) {
+				a.bucketed.Store(true) // nothing removes the marker
+			}
 		}
 		if !errors.Is(err, redis.TxFailedErr) && !errors.Is(err, errConsumersMoved) {
 			return err

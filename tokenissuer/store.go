@@ -11,6 +11,8 @@ import (
 	"sync"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/keygate/keygate/keystore"
 )
 
 // Store keeps the issuer's state where the keystore keeps its keys, so
@@ -288,38 +290,20 @@ func (s *RedisStore) GetRef(ctx context.Context, id string) (string, bool, error
 }
 
 // MoveRefs moves the references of the previous layout's one hash into
-// their buckets, a page at a time (HSCAN; HSETNX into the buckets, then
-// HDEL of the page), and reports how many it moved. Running it again
-// moves nothing.
+// their buckets (keystore.MoveHash: HSETNX into the buckets, then HDEL
+// of each page), and reports how many it moved. Running it again moves
+// nothing.
 func (s *RedisStore) MoveRefs(ctx context.Context) (int, error) {
 	moved := 0
-	var cursor uint64
-	for {
-		kv, next, err := s.c.HScan(ctx, s.refs, cursor, "", moveRefsPage).Result()
-		if err != nil {
-			return moved, fmt.Errorf("tokenissuer: %w", err)
-		}
-		if len(kv) > 0 {
-			fields := make([]string, 0, len(kv)/2)
-			_, err := s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-				for i := 0; i+1 < len(kv); i += 2 {
-					p.HSetNX(ctx, s.refsOf(kv[i]), kv[i], kv[i+1])
-					fields = append(fields, kv[i])
-				}
-				return nil
-			})
-			if err == nil {
-				err = s.c.HDel(ctx, s.refs, fields...).Err()
-			}
-			if err != nil {
-				return moved, fmt.Errorf("tokenissuer: %w", err)
-			}
-			moved += len(fields)
-		}
-		if cursor = next; cursor == 0 {
-			return moved, nil
-		}
+	err := keystore.MoveHash(ctx, s.c, s.refs, moveRefsPage, func(p redis.Pipeliner, id, hash string) error {
+		p.HSetNX(ctx, s.refsOf(id), id, hash)
+		moved++
+		return nil
+	})
+	if err != nil {
+		return moved, fmt.Errorf("tokenissuer: %w", err)
 	}
+	return moved, nil
 }
 
 // moveRefsPage is the COUNT of MoveRefs' HSCANs.
