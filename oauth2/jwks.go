@@ -83,6 +83,9 @@ func (kp keyProvider) FetchKeys(ctx context.Context, sink jws.KeySink, sig *jws.
 	if !keyFits(alg, key) {
 		return errKeyMismatch
 	}
+	if u, ok := ctx.Value(usedKeyCtx{}).(*usedKey); ok {
+		u.kid, u.key = kid, key
+	}
 	sink.Key(alg, key)
 	return nil
 }

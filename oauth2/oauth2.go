@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/keygate/keygate/internal/fieldpath"
+	"github.com/keygate/keygate/internal/tokencache"
 	"github.com/keygate/keygate/policy"
 	"github.com/keygate/keygate/product"
 
@@ -85,6 +86,8 @@ type Deps struct {
 	// Operations resolves the operation names of Config.ProductScopes;
 	// nil means the built-in operations.
 	Operations *policy.Operations
+	// Now is the clock tokens are checked by; nil means time.Now.
+	Now func() time.Time
 }
 
 // Authenticator checks OAuth 2.0 bearer tokens.
@@ -103,6 +106,9 @@ type Authenticator struct {
 	accessBy  sync.Map // policy.OpSet → *policy.Access; bounded by 2^len(scopes)
 	audiences []string
 	parseOpts []jwt.ParseOption
+
+	now      func() time.Time
+	verified *tokencache.Cache[verified] // see verify
 
 	limiter *rate.Limiter // on-demand JWKS refreshes
 	flight  singleflight.Group
@@ -138,7 +144,10 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Authenticator, error) {
 		// Authenticator exists only to check them.
 		return nil, errors.New("oauth2: New needs auth.oauth2.enabled")
 	}
-	a := &Authenticator{cfg: cfg, log: log.Named("oauth2")}
+	a := &Authenticator{cfg: cfg, log: log.Named("oauth2"), now: deps.Now, verified: tokencache.New[verified](verifiedCacheSize)}
+	if a.now == nil {
+		a.now = time.Now
+	}
 
 	a.algs = make(map[string]jwa.SignatureAlgorithm, len(cfg.Algorithms))
 	for _, name := range cfg.Algorithms {
@@ -172,6 +181,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Authenticator, error) {
 		jwt.WithKeyProvider(keyProvider{a}),
 		jwt.WithIssuer(cfg.Issuer),
 		jwt.WithAcceptableSkew(cfg.Leeway),
+		jwt.WithClock(jwt.ClockFunc(a.now)),
 		jwt.WithRequiredClaim(jwt.ExpirationKey),
 		jwt.WithValidator(jwt.ValidatorFunc(a.validateAudience)),
 	}
@@ -258,10 +268,46 @@ var (
 	errRateLimited  = errors.New("jwks refresh rate-limited")
 )
 
+// verifiedCacheSize bounds Authenticator.verified: about 300 bytes an
+// entry, one entry a token in use (a client keeps its token until it
+// expires).
+const verifiedCacheSize = 100_000
+
+// verified is what checking an accepted token found: its verdict, and the
+// issuer key that verified it.
+type verified struct {
+	v   auth.Verdict
+	kid string
+	key jwk.Key
+}
+
+// usedKey is where keyProvider notes the key it handed jws, when the
+// parse's context carries one.
+type usedKey struct {
+	kid string
+	key jwk.Key
+}
+
+type usedKeyCtx struct{}
+
+// verify checks raw, or finds it checked before: an accepted token's
+// verdict is cached (by its SHA-256) until its expiry, for as long as the
+// issuer's key set still gives the same key for its kid. The verdict is
+// made of the token's claims and this Authenticator's configuration
+// alone, so a hit answers what the check would.
 func (a *Authenticator) verify(ctx context.Context, raw string) (auth.Verdict, error) {
+	now := a.now()
+	ck := tokencache.KeyOf(raw)
+	if e, ok := a.verified.Get(ck, now); ok {
+		if key, found := lookup(a.res.Resource(), e.kid); found && key == e.key {
+			return e.v, nil
+		}
+		a.verified.Remove(ck) // the key set changed: check it again
+	}
+	var used usedKey
 	opts := make([]jwt.ParseOption, 0, len(a.parseOpts)+1)
 	opts = append(opts, a.parseOpts...)
-	opts = append(opts, jwt.WithContext(ctx))
+	opts = append(opts, jwt.WithContext(context.WithValue(ctx, usedKeyCtx{}, &used)))
 	t, err := jwt.ParseString(raw, opts...)
 	if err != nil {
 		if errors.Is(err, ErrJWKSUnavailable) {
@@ -274,6 +320,9 @@ func (a *Authenticator) verify(ctx context.Context, raw string) (auth.Verdict, e
 		a.debugRefusal(auth.ReasonInvalid, err)
 		return refuse(auth.ReasonInvalid, "invalid bearer token", ChallengeInvalidToken), nil
 	}
-
-	return a.principalOf(t), nil
+	v := a.principalOf(t)
+	if exp, ok := t.Expiration(); v.OK && used.key != nil && ok && now.Before(exp) {
+		a.verified.Add(ck, verified{v: v, kid: used.kid, key: used.key}, exp)
+	}
+	return v, nil
 }

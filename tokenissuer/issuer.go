@@ -16,6 +16,7 @@ import (
 	lru "github.com/hashicorp/golang-lru/v2"
 	"go.uber.org/zap"
 
+	"github.com/keygate/keygate/internal/tokencache"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/policy"
 	"github.com/keygate/keygate/ratelimit"
@@ -108,6 +109,9 @@ type Issuer struct {
 	// once had a token does not keep a million entries in every replica
 	// (an evicted one is read from the Store again, one round trip).
 	refs *lru.Cache[string, keystore.Hash]
+	// verified caches what the signature and claims of the tokens in use
+	// said (see Verify).
+	verified *tokencache.Cache[checked]
 
 	stop chan struct{}
 	done chan struct{}
@@ -128,7 +132,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Issuer, error) {
 	if len(deps.ProductScopes) == 0 {
 		return nil, errors.New("tokenissuer: no product scopes (auth.oauth2.product_scopes)")
 	}
-	i := &Issuer{cfg: cfg, deps: deps, log: deps.Logger, now: deps.Now, refs: newRefCache(refCacheSize), stop: make(chan struct{}), done: make(chan struct{})}
+	i := &Issuer{cfg: cfg, deps: deps, log: deps.Logger, now: deps.Now, refs: newRefCache(refCacheSize), verified: tokencache.New[checked](verifiedCacheSize), stop: make(chan struct{}), done: make(chan struct{})}
 	if i.log == nil {
 		i.log = zap.NewNop()
 	}
@@ -255,6 +259,10 @@ func (i *Issuer) RefreshNow(ctx context.Context) error { return i.refresh(ctx) }
 
 // refCacheSize bounds Issuer.refs: about 100 bytes an entry.
 const refCacheSize = 100_000
+
+// verifiedCacheSize bounds Issuer.verified: about 250 bytes an entry, one
+// entry a token in use (a client keeps its token until it expires).
+const verifiedCacheSize = 100_000
 
 func newRefCache(size int) *lru.Cache[string, keystore.Hash] {
 	c, err := lru.New[string, keystore.Hash](size)

@@ -25,11 +25,21 @@ const ctxA = "11111111-2222-4333-8444-555555555555"
 type fixture struct {
 	iss     *tokenissuer.Issuer
 	key, id string
+	admin   *keystore.FileAdmin
+	store   tokenissuer.Store
+	cfg     tokenissuer.Config
 }
 
 // newFixture is an issuer over a real file keystore holding one
 // extraction key.
 func newFixture(t testing.TB, alg string) *fixture {
+	t.Helper()
+	return newFixtureWith(t, alg, nil, true)
+}
+
+// newFixtureWith is newFixture with the issuer's clock (nil: time.Now) and
+// a keystore that reloads its file when it changes (watch false: never).
+func newFixtureWith(t testing.TB, alg string, clock func() time.Time, noWatch bool) *fixture {
 	t.Helper()
 	dir := t.TempDir()
 	admin := &keystore.FileAdmin{Path: filepath.Join(dir, "keys.yaml")}
@@ -37,22 +47,23 @@ func newFixture(t testing.TB, alg string) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ks, err := keystore.OpenFile(keystore.FileConfig{Path: admin.Path, NoWatch: true})
+	ks, err := keystore.OpenFile(keystore.FileConfig{Path: admin.Path, NoWatch: noWatch})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = ks.Close() })
 	cfg := tokenissuer.DefaultConfig()
 	cfg.Enabled, cfg.Issuer, cfg.Algorithm = true, "https://keygate.test", alg
+	store := tokenissuer.NewFileStore(tokenissuer.FilePathBeside(admin.Path))
 	iss, err := tokenissuer.New(context.Background(), cfg, tokenissuer.Deps{
-		Store: tokenissuer.NewFileStore(tokenissuer.FilePathBeside(admin.Path)), Keys: ks,
-		ProductScopes: scopes, ContextClaim: "context",
+		Store: store, Keys: ks,
+		ProductScopes: scopes, ContextClaim: "context", Now: clock,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = iss.Close() })
-	return &fixture{iss: iss, key: key, id: rec.ID}
+	return &fixture{iss: iss, key: key, id: rec.ID, admin: admin, store: store, cfg: cfg}
 }
 
 func (f *fixture) token(t testing.TB) string {

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/lestrrat-go/jwx/v3/jws"
 	"github.com/lestrrat-go/jwx/v3/jwt"
 	"go.uber.org/zap"
 
 	"github.com/keygate/keygate/auth"
+	"github.com/keygate/keygate/internal/tokencache"
 	"github.com/keygate/keygate/keystore"
 )
 
@@ -52,53 +54,103 @@ func (i *Issuer) refused(reason auth.Reason, err error) auth.Verdict {
 // rotation grace, refuses its tokens as soon as the keystore knows. The
 // principal is the key's (same id, env, context and limits), with the
 // method auth.MethodBearer. An error means the keystore could not answer.
+//
+// The token's signature and claims are checked once: what they say is
+// cached (see verifiedCacheSize) until the token's expiry, for as long as
+// the key that signed it is still published. Everything that can change
+// while a token lives (the key behind it, its state, context, product and
+// permissions) is read again on every use, cached or not.
 func (i *Issuer) Verify(ctx context.Context, raw string) (auth.Verdict, error) {
-	ks := i.keys.Load()
+	ks, now := i.keys.Load(), i.now()
+	ck := tokencache.KeyOf(raw)
+	c, ok := i.verified.Get(ck, now)
+	if ok && ks.byKid[c.kid] != c.key {
+		// Its signing key was withdrawn (or the keys rebuilt): check it
+		// again against the keys as they are now.
+		i.verified.Remove(ck)
+		ok = false
+	}
+	if !ok {
+		var v auth.Verdict
+		if c, v, ok = i.check(ctx, ks, raw); !ok {
+			return v, nil
+		}
+		if now.Before(c.exp) { // not in the leeway after it
+			i.verified.Add(ck, c, c.exp)
+		}
+	}
+	return i.principal(ctx, c)
+}
+
+// checked is what the check of a token's signature and claims found.
+type checked struct {
+	kid string
+	key *loadedKey // the key that verified it, to be still published on a hit
+	exp time.Time
+	// The claims that the key's principal is made of.
+	sub, env, scope, context string
+}
+
+// check verifies raw's signature with ks and its claims, or returns the
+// refusal.
+func (i *Issuer) check(ctx context.Context, ks *keySet, raw string) (checked, auth.Verdict, bool) {
 	msg, err := jws.Parse([]byte(raw), jws.WithCompact())
 	if err != nil || len(msg.Signatures()) != 1 {
-		return i.refused(auth.ReasonMalformed, errHeader), nil
+		return checked{}, i.refused(auth.ReasonMalformed, errHeader), false
 	}
 	hdr := msg.Signatures()[0].ProtectedHeaders()
 	typ, _ := hdr.Type()
 	if !strings.EqualFold(typ, "at+jwt") && !strings.EqualFold(typ, "application/at+jwt") {
-		return i.refused(auth.ReasonInvalid, errTyp), nil
+		return checked{}, i.refused(auth.ReasonInvalid, errTyp), false
 	}
 	kid, okKid := hdr.KeyID()
 	alg, okAlg := hdr.Algorithm()
 	if !okKid || !okAlg {
-		return i.refused(auth.ReasonInvalid, errHeader), nil
+		return checked{}, i.refused(auth.ReasonInvalid, errHeader), false
 	}
 	k := ks.byKid[kid]
 	if k == nil {
-		return i.refused(auth.ReasonInvalid, errKid), nil
+		return checked{}, i.refused(auth.ReasonInvalid, errKid), false
 	}
 	if alg != k.alg {
-		return i.refused(auth.ReasonInvalid, errAlg), nil
+		return checked{}, i.refused(auth.ReasonInvalid, errAlg), false
 	}
 	t, err := jwt.ParseString(raw,
 		jwt.WithKey(k.alg, k.pub),
 		jwt.WithIssuer(i.cfg.Issuer),
 		jwt.WithAudience(i.cfg.audience()),
 		jwt.WithAcceptableSkew(leeway),
+		jwt.WithClock(jwt.ClockFunc(i.now)),
 		jwt.WithRequiredClaim(jwt.ExpirationKey),
 		jwt.WithRequiredClaim(jwt.JwtIDKey),
 		jwt.WithContext(ctx),
 	)
 	if err != nil {
 		if errors.Is(err, jwt.TokenExpiredError()) {
-			return i.refused(auth.ReasonExpired, err), nil
+			return checked{}, i.refused(auth.ReasonExpired, err), false
 		}
-		return i.refused(auth.ReasonInvalid, err), nil
+		return checked{}, i.refused(auth.ReasonInvalid, err), false
 	}
-	sub, _ := t.Subject()
-	var cid, scope, env string
+	c := checked{kid: kid, key: k}
+	c.sub, _ = t.Subject()
+	c.exp, _ = t.Expiration() // required above
+	var cid string
 	_ = t.Get("client_id", &cid)
-	_ = t.Get("scope", &scope)
-	_ = t.Get("env", &env)
-	if sub == "" || cid != sub {
-		return i.refused(auth.ReasonInvalid, errClaims), nil
+	_ = t.Get("scope", &c.scope)
+	_ = t.Get("env", &c.env)
+	if c.sub == "" || cid != c.sub {
+		return checked{}, i.refused(auth.ReasonInvalid, errClaims), false
 	}
-	h, ok, err := i.hashOf(ctx, sub)
+	if name := i.deps.ContextClaim; name != "" {
+		_ = t.Get(name, &c.context)
+	}
+	return c, auth.Verdict{}, true
+}
+
+// principal is the principal of the key a checked token stands for, as the
+// key is now, or the refusal.
+func (i *Issuer) principal(ctx context.Context, c checked) (auth.Verdict, error) {
+	h, ok, err := i.hashOf(ctx, c.sub)
 	if err != nil {
 		return auth.Verdict{}, err
 	}
@@ -109,7 +161,7 @@ func (i *Issuer) Verify(ctx context.Context, raw string) (auth.Verdict, error) {
 	if err != nil {
 		return auth.Verdict{}, err
 	}
-	if !ok || rec.ID != sub || string(rec.Env) != env {
+	if !ok || rec.ID != c.sub || string(rec.Env) != c.env {
 		return i.refused(auth.ReasonUnknown, errKey), nil
 	}
 	switch rec.StateAt(i.now()) {
@@ -119,12 +171,8 @@ func (i *Issuer) Verify(ctx context.Context, raw string) (auth.Verdict, error) {
 	default:
 		return i.refused(auth.ReasonExpired, errKey), nil
 	}
-	if c := i.deps.ContextClaim; c != "" {
-		var got string
-		_ = t.Get(c, &got)
-		if got != rec.Context {
-			return i.refused(auth.ReasonInvalid, errContext), nil
-		}
+	if i.deps.ContextClaim != "" && c.context != rec.Context {
+		return i.refused(auth.ReasonInvalid, errContext), nil
 	}
 	p := auth.Principal{ID: rec.ID, Name: rec.Name, Env: string(rec.Env), Context: rec.Context, Method: auth.MethodBearer, Limits: rec.Limits}
 	if rec.Limits != nil {
@@ -134,7 +182,7 @@ func (i *Issuer) Verify(ctx context.Context, raw string) (auth.Verdict, error) {
 		p.Access = rec.Limits.Access
 	}
 	if keyScope := i.scopeOf(rec.Product); keyScope != "" {
-		for f := range strings.FieldsSeq(scope) {
+		for f := range strings.FieldsSeq(c.scope) {
 			if f == keyScope {
 				p.Products = []string{string(rec.Product)}
 			}

@@ -15,6 +15,7 @@ import (
 	"encoding/pem"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -189,6 +190,17 @@ func (is *Issuer) Publish(tb testing.TB, s Signer) {
 	is.mu.Lock()
 	is.keys = append(is.keys, pub)
 	is.mu.Unlock()
+}
+
+// Withdraw removes the key kid from the JWKS (a key the issuer no longer
+// trusts).
+func (is *Issuer) Withdraw(kid string) {
+	is.mu.Lock()
+	defer is.mu.Unlock()
+	is.keys = slices.DeleteFunc(is.keys, func(k jwk.Key) bool {
+		id, _ := k.KeyID()
+		return id == kid
+	})
 }
 
 func (is *Issuer) serve(w http.ResponseWriter, _ *http.Request) {
