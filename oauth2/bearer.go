@@ -16,6 +16,9 @@ import (
 type LocalIssuer interface {
 	Issuer() string
 	Verify(ctx context.Context, raw string) (auth.Verdict, error)
+	// VerifyChecked answers for a token it has accepted before (found),
+	// without reading the token.
+	VerifyChecked(ctx context.Context, raw string) (v auth.Verdict, found bool, err error)
 }
 
 // Bearer authenticates every bearer token: those of keygate's own issuer
@@ -57,8 +60,15 @@ func (b *Bearer) Authenticate(r *http.Request) (auth.Verdict, error) {
 	if !ok {
 		return v, nil
 	}
-	if b.Local != nil && unverifiedIssuer(tok) == b.Local.Issuer() {
-		return b.Local.Verify(r.Context(), tok)
+	if b.Local != nil {
+		// A token the local issuer accepted before needs no routing (its
+		// iss was the local issuer's): no decoding of its claims here.
+		if v, found, err := b.Local.VerifyChecked(r.Context(), tok); found {
+			return v, err
+		}
+		if unverifiedIssuer(tok) == b.Local.Issuer() {
+			return b.Local.Verify(r.Context(), tok)
+		}
 	}
 	if b.External != nil {
 		return b.External.verify(r.Context(), tok)

@@ -61,25 +61,43 @@ func (i *Issuer) refused(reason auth.Reason, err error) auth.Verdict {
 // while a token lives (the key behind it, its state, context, product and
 // permissions) is read again on every use, cached or not.
 func (i *Issuer) Verify(ctx context.Context, raw string) (auth.Verdict, error) {
-	ks, now := i.keys.Load(), i.now()
 	ck := tokencache.KeyOf(raw)
-	c, ok := i.verified.Get(ck, now)
-	if ok && ks.byKid[c.kid] != c.key {
+	if v, found, err := i.verifyChecked(ctx, ck); found {
+		return v, err
+	}
+	ks, now := i.keys.Load(), i.now()
+	c, v, ok := i.check(ctx, ks, raw)
+	if !ok {
+		return v, nil
+	}
+	if now.Before(c.exp) { // not in the leeway after it
+		i.verified.Add(ck, c, c.exp)
+	}
+	return i.principal(ctx, c)
+}
+
+// VerifyChecked answers as Verify does for a token this issuer has
+// checked and accepted before (found), without a look at the token: from
+// what its check found, and the key behind it as it is now. found false
+// means it must go to Verify. It lets a router that serves several
+// issuers send a token used before to this one without reading it.
+func (i *Issuer) VerifyChecked(ctx context.Context, raw string) (v auth.Verdict, found bool, err error) {
+	return i.verifyChecked(ctx, tokencache.KeyOf(raw))
+}
+
+func (i *Issuer) verifyChecked(ctx context.Context, ck tokencache.Key) (auth.Verdict, bool, error) {
+	c, ok := i.verified.Get(ck, i.now())
+	if !ok {
+		return auth.Verdict{}, false, nil
+	}
+	if i.keys.Load().byKid[c.kid] != c.key {
 		// Its signing key was withdrawn (or the keys rebuilt): check it
 		// again against the keys as they are now.
 		i.verified.Remove(ck)
-		ok = false
+		return auth.Verdict{}, false, nil
 	}
-	if !ok {
-		var v auth.Verdict
-		if c, v, ok = i.check(ctx, ks, raw); !ok {
-			return v, nil
-		}
-		if now.Before(c.exp) { // not in the leeway after it
-			i.verified.Add(ck, c, c.exp)
-		}
-	}
-	return i.principal(ctx, c)
+	v, err := i.principal(ctx, c)
+	return v, true, err
 }
 
 // checked is what the check of a token's signature and claims found.
