@@ -205,10 +205,17 @@ func (b *bench) keyAt(t *target, i int) string {
 	return b.keys.many[i%len(b.keys.many)]
 }
 
-// wrkScriptFor is the closed loop's wrk script for t: wrkScript without
-// -keys, else the key-list script (N keys for a many-keys target, the
-// one key for any other).
-func (b *bench) wrkScriptFor(t *target, size int) (string, error) {
+// wrkScriptFor is the closed loop's wrk script for t: a bearer target's
+// token (bearer.go); wrkScript without -keys; else the key-list script (N
+// keys for a many-keys target, the one key for any other).
+func (b *bench) wrkScriptFor(ctx context.Context, t *target, size int) (string, error) {
+	if isBearer(t.name) {
+		name, value, err := b.credential(ctx, t, 0)
+		if err != nil {
+			return "", err
+		}
+		return b.wrkScriptWith(size, name, value, "-"+t.name)
+	}
 	if b.o.Keys <= 0 {
 		return b.wrkScript(size)
 	}

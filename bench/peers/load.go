@@ -143,20 +143,26 @@ var (
 )
 
 func (b *bench) wrkScript(size int) (string, error) {
+	return b.wrkScriptWith(size, "X-Api-Key", b.key, "")
+}
+
+// wrkScriptWith is wrkScript with the credential header name: value, in a
+// file named with suffix.
+func (b *bench) wrkScriptWith(size int, name, value, suffix string) (string, error) {
 	body, ctype := multipartBody(size, true)
 	bp := filepath.Join(b.dir, fmt.Sprintf("body-%d.bin", size))
 	if err := os.WriteFile(bp, body, 0o600); err != nil {
 		return "", err
 	}
-	lua := fmt.Sprintf(`-- keygate bench-peers: multipart POST /sync, contextId first, with x-api-key.
+	lua := fmt.Sprintf(`-- keygate bench-peers: multipart POST /sync, contextId first, with %s.
 local f = assert(io.open(%q, "rb"))
 wrk.method = "POST"
 wrk.body = f:read("*a")
 f:close()
 wrk.headers["Content-Type"] = %q
-wrk.headers["X-Api-Key"] = %q
-`, bp, ctype, b.key)
-	sp := filepath.Join(b.dir, fmt.Sprintf("sync-%d.lua", size))
+wrk.headers[%q] = %q
+`, strings.ToLower(name), bp, ctype, name, value)
+	sp := filepath.Join(b.dir, fmt.Sprintf("sync-%d%s.lua", size, suffix))
 	return sp, os.WriteFile(sp, []byte(lua), 0o600)
 }
 
@@ -185,7 +191,7 @@ func (b *bench) wrkFor(ctx context.Context, t *target, size int, d time.Duration
 	if wrk == "" {
 		return closedResult{}, errNoWrk
 	}
-	script, err := b.wrkScriptFor(t, size)
+	script, err := b.wrkScriptFor(ctx, t, size)
 	if err != nil {
 		return closedResult{}, err
 	}
@@ -254,10 +260,14 @@ func (b *bench) openLoop(ctx context.Context, t *target, size, rps int) (openRes
 	url := b.scheme() + t.addr + "/sync"
 	b.warmOpen(ctx, client, url, body, ctype)
 	n := int(b.o.Duration.Seconds() * float64(rps))
+	if _, _, err := b.credential(ctx, t, 0); err != nil {
+		return openResult{}, err
+	}
 	lat, failed := openloop.Run(ctx, client, n, time.Second/time.Duration(rps), func(ctx context.Context, i int) *http.Request {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 		req.Header.Set("Content-Type", ctype)
-		req.Header.Set("X-Api-Key", b.keyAt(t, i))
+		h, v, _ := b.credential(ctx, t, i) // fetched above, for the run
+		req.Header.Set(h, v)
 		return req
 	})
 	r := openResult{sent: n, errors: failed}
@@ -316,6 +326,12 @@ func (b *bench) large(ctx context.Context, t *target, contextFirst bool) (largeR
 			}
 		}
 	}()
+	credName, credValue, err := b.credential(ctx, t, 0)
+	if err != nil {
+		close(stop)
+		mon.Wait()
+		return largeResult{}, err
+	}
 	tr := &http.Transport{MaxIdleConnsPerHost: b.o.LargeN, WriteBufferSize: 64 << 10}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr, Timeout: 5 * time.Minute}
@@ -331,7 +347,7 @@ func (b *bench) large(ctx context.Context, t *target, contextFirst bool) (largeR
 			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+t.addr+"/sync", body)
 			req.ContentLength = int64(len(head)) + size + int64(len(tail))
 			req.Header.Set("Content-Type", contentType)
-			req.Header.Set("X-Api-Key", b.key)
+			req.Header.Set(credName, credValue)
 			resp, err := client.Do(req)
 			ok := err == nil && resp.StatusCode == http.StatusOK
 			if err == nil {

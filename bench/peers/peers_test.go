@@ -35,7 +35,7 @@ func TestSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Log("\n" + out.String())
-	for _, want := range []string{"| direct |", "| bare |", "| keygate |", "| keygate-redis |", "Open loop", "Large uploads"} {
+	for _, want := range []string{"| direct |", "| bare |", "| keygate |", "| keygate-redis |", "| keygate-bearer |", "Open loop", "Large uploads"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q", want)
 		}

@@ -106,6 +106,8 @@ type target struct {
 	redis *exec.Cmd
 	// warm is false from each start until its warm-up run.
 	warm bool
+	// token is a bearer target's token (bearer.go).
+	token bearerToken
 }
 
 // bench holds what a run started, to stop it at the end.
@@ -113,6 +115,7 @@ type bench struct {
 	o       Options
 	dir     string
 	key     string
+	keyID   string // the key's id: a bearer target's client_id
 	procs   []*exec.Cmd
 	targets []*target
 	stderr  io.Writer
@@ -338,7 +341,7 @@ ratelimit:
     test: { rate: 1000000, per: 1s, burst: 1000000000 }
 log: { level: info, format: json }
 `, listen, admin, spool, b.keygateTLS(), upstream, pool, upstream, pool, filepath.Join(keysDir, "keys.yaml"), redisAddr, backend)
-	cfg = b.keysConfig(name, cfg)
+	cfg = bearerConfig(name, b.keysConfig(name, cfg))
 	p := filepath.Join(b.dir, name+".yaml")
 	return p, spool, os.WriteFile(p, []byte(cfg), 0o600)
 }
@@ -351,6 +354,12 @@ func (b *bench) issueKey(bin, cfg string) error {
 		return fmt.Errorf("keygate keys issue: %w: %s", err, errb.String())
 	}
 	b.key = strings.TrimSpace(out.String())
+	// "issued key_…: product=…" on stderr.
+	id, _, _ := strings.Cut(strings.TrimPrefix(strings.TrimSpace(errb.String()), "issued "), ":")
+	if !strings.HasPrefix(id, "key_") {
+		return fmt.Errorf("keygate keys issue: no key id in %q", errb.String())
+	}
+	b.keyID = id
 	return nil
 }
 
@@ -480,6 +489,8 @@ func (b *bench) startAll() error {
 		{"keygate-redis-lease", bin, "redis\n  lease: " + leaseTTL},
 		{"keygate-base", b.o.BaseBin, "local"},
 		{"keygate-base-redis", b.o.BaseBin, "redis"},
+		{"keygate-bearer", bin, "local"},
+		{"keygate-base-bearer", b.o.BaseBin, "local"},
 		{"keygate-keys", b.keysBin(bin), "local"},
 		{"keygate-redis-keys", b.keysBin(bin), "redis"},
 	} {

@@ -30,6 +30,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -301,8 +302,12 @@ func (b *bench) h2Loop(ctx context.Context, t *target, size int) (closedResult, 
 	// target that stops answering fails the run instead of hanging it.
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(secs)*time.Second+time.Minute)
 	defer cancel()
+	credName, credValue, err := b.credential(ctx, t, 0)
+	if err != nil {
+		return closedResult{}, err
+	}
 	cmd := exec.CommandContext(ctx, h2load, "-c32", "-m10", "-t2", "-D", strconv.Itoa(secs), "-d", bp,
-		"-H", "content-type: "+ctype, "-H", "x-api-key: "+b.key, "https://"+t.addr+"/sync")
+		"-H", "content-type: "+ctype, "-H", strings.ToLower(credName)+": "+credValue, "https://"+t.addr+"/sync")
 	before := benchproc.CPUTicks(t.root.Process.Pid)
 	total0, steal0 := benchproc.MachineTicks()
 	out, err := cmd.CombinedOutput()
