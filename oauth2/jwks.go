@@ -84,7 +84,7 @@ func (kp keyProvider) FetchKeys(ctx context.Context, sink jws.KeySink, sig *jws.
 		return errKeyMismatch
 	}
 	if u, ok := ctx.Value(usedKeyCtx{}).(*usedKey); ok {
-		u.kid, u.key = kid, key
+		u.kid, u.alg, u.key = kid, alg, key
 	}
 	sink.Key(alg, key)
 	return nil

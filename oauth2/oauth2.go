@@ -268,6 +268,9 @@ var (
 	errRateLimited  = errors.New("jwks refresh rate-limited")
 )
 
+// CacheStats is what the cache of accepted tokens did (see verify).
+func (a *Authenticator) CacheStats() tokencache.Stats { return a.verified.Stats() }
+
 // verifiedCacheSize bounds Authenticator.verified: about 300 bytes an
 // entry, one entry a token in use (a client keeps its token until it
 // expires).
@@ -277,15 +280,24 @@ const verifiedCacheSize = 100_000
 // issuer key that verified it.
 type verified struct {
 	v   auth.Verdict
+	exp time.Time
+	usedKey
+}
+
+// usedKey is where keyProvider notes the key it handed jws, and for which
+// alg, when the parse's context carries one.
+type usedKey struct {
 	kid string
+	alg jwa.SignatureAlgorithm
 	key jwk.Key
 }
 
-// usedKey is where keyProvider notes the key it handed jws, when the
-// parse's context carries one.
-type usedKey struct {
-	kid string
-	key jwk.Key
+// stillFits reports whether key, what the key set now gives for u's kid,
+// would verify what u verified: the same key, or (after a refresh of the
+// key set, which builds every key anew) one that fits the alg and has the
+// same RFC 7638 thumbprint, the same key material.
+func (u usedKey) stillFits(key jwk.Key) bool {
+	return key == u.key || keyFits(u.alg, key) && jwk.Equal(key, u.key)
 }
 
 type usedKeyCtx struct{}
@@ -294,16 +306,23 @@ type usedKeyCtx struct{}
 // verdict is cached (by its SHA-256) until its expiry, for as long as the
 // issuer's key set still gives the same key for its kid. The verdict is
 // made of the token's claims and this Authenticator's configuration
-// alone, so a hit answers what the check would.
+// alone, so a hit answers what the check would. A refresh of the key set
+// keeps a token cached whose key it still holds unchanged.
 func (a *Authenticator) verify(ctx context.Context, raw string) (auth.Verdict, error) {
 	now := a.now()
 	ck := tokencache.KeyOf(raw)
 	if e, ok := a.verified.Get(ck, now); ok {
-		if key, found := lookup(a.res.Resource(), e.kid); found && key == e.key {
+		if key, found := lookup(a.res.Resource(), e.kid); found && e.stillFits(key) {
+			if key != e.key {
+				e.key = key // the same key, from a refreshed set
+				a.verified.Add(ck, e, e.exp)
+			}
+			a.verified.Answered()
 			return e.v, nil
 		}
-		a.verified.Remove(ck) // the key set changed: check it again
+		a.verified.Remove(ck) // its key is gone or changed: check it again
 	}
+	a.verified.Checked()
 	var used usedKey
 	opts := make([]jwt.ParseOption, 0, len(a.parseOpts)+1)
 	opts = append(opts, a.parseOpts...)
@@ -322,7 +341,7 @@ func (a *Authenticator) verify(ctx context.Context, raw string) (auth.Verdict, e
 	}
 	v := a.principalOf(t)
 	if exp, ok := t.Expiration(); v.OK && used.key != nil && ok && now.Before(exp) {
-		a.verified.Add(ck, verified{v: v, kid: used.kid, key: used.key}, exp)
+		a.verified.Add(ck, verified{v: v, exp: exp, usedKey: used}, exp)
 	}
 	return v, nil
 }

@@ -23,26 +23,31 @@ func TestAcceptedTokenIsCheckedAgainOnEveryUse(t *testing.T) {
 		name   string
 		change func(t *testing.T, a *oauth2.Authenticator, is *oauth2test.Issuer, clock *atomic.Int64)
 		want   auth.Reason // "" = still accepted
+		// checked: the uses after the change are all checked in full (in
+		// the leeway after its exp a token is accepted, not cached).
+		checked bool
 	}{
 		{"nothing changes, a minute later", func(t *testing.T, a *oauth2.Authenticator, is *oauth2test.Issuer, clock *atomic.Int64) {
 			clock.Add(int64(time.Minute))
-		}, ""},
+		}, "", false},
 		{"its lifetime is over but not the leeway", func(t *testing.T, a *oauth2.Authenticator, is *oauth2test.Issuer, clock *atomic.Int64) {
 			clock.Add(int64(10*time.Minute + 20*time.Second))
-		}, ""},
+		}, "", true},
 		{"its lifetime and the leeway are over", func(t *testing.T, a *oauth2.Authenticator, is *oauth2test.Issuer, clock *atomic.Int64) {
 			clock.Add(int64(10*time.Minute + 31*time.Second))
-		}, auth.ReasonExpired},
+		}, auth.ReasonExpired, true},
+		{"the key set is fetched again and still holds its key", func(t *testing.T, a *oauth2.Authenticator, is *oauth2test.Issuer, clock *atomic.Int64) {
+			refetch(t, a, is, clock)
+		}, "", false},
 		{"its key is withdrawn from the issuer's key set", func(t *testing.T, a *oauth2.Authenticator, is *oauth2test.Issuer, clock *atomic.Int64) {
 			is.Withdraw("rsa-1")
-			// A token of a kid the replica has not seen makes it fetch the
-			// key set again.
-			other := oauth2test.NewEC(t, "ec-2")
-			is.Publish(t, other)
-			if v, err := a.Authenticate(bearerRequest(oauth2test.Mint(t, other, claimsAt(clock)))); err != nil || !v.OK {
-				t.Fatalf("a token of the new key: %+v, %v", v, err)
-			}
-		}, auth.ReasonInvalid},
+			refetch(t, a, is, clock)
+		}, auth.ReasonInvalid, true},
+		{"another key takes its kid", func(t *testing.T, a *oauth2.Authenticator, is *oauth2test.Issuer, clock *atomic.Int64) {
+			is.Withdraw("rsa-1")
+			is.Publish(t, oauth2test.RSA(t, 1, "rsa-1"))
+			refetch(t, a, is, clock)
+		}, auth.ReasonInvalid, true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -65,6 +70,7 @@ func TestAcceptedTokenIsCheckedAgainOnEveryUse(t *testing.T) {
 				}
 			}
 			c.change(t, a, is, &clock)
+			answered := a.CacheStats().Answered
 			for use := range 2 {
 				v, err := a.Authenticate(bearerRequest(tok))
 				if err != nil {
@@ -73,6 +79,11 @@ func TestAcceptedTokenIsCheckedAgainOnEveryUse(t *testing.T) {
 				if c.want == "" && (!v.OK || v.Principal.ID != "oauth2:client-123") || c.want != "" && (v.OK || v.Reason != c.want) {
 					t.Fatalf("use %d after the change: %+v, want refused %q", use+1, v, c.want)
 				}
+			}
+			// While the token's key stands, its signature is not checked
+			// again: both uses are answered from the cache.
+			if got, want := a.CacheStats().Answered-answered, map[bool]uint64{false: 2, true: 0}[c.checked]; got != want {
+				t.Errorf("%d uses after the change answered from the cache, want %d", got, want)
 			}
 		})
 	}
@@ -84,4 +95,19 @@ func claimsAt(clock *atomic.Int64) map[string]any {
 	c, now := claims(), time.Unix(0, clock.Load())
 	c["iat"], c["nbf"], c["exp"] = now.Add(-time.Minute), now.Add(-time.Minute), now.Add(10*time.Minute)
 	return c
+}
+
+// refetch makes a fetch the issuer's key set again: a token of a kid it
+// has not seen does.
+func refetch(t *testing.T, a *oauth2.Authenticator, is *oauth2test.Issuer, clock *atomic.Int64) {
+	t.Helper()
+	other := oauth2test.NewEC(t, "ec-2")
+	is.Publish(t, other)
+	n := is.Fetches.Load()
+	if v, err := a.Authenticate(bearerRequest(oauth2test.Mint(t, other, claimsAt(clock)))); err != nil || !v.OK {
+		t.Fatalf("a token of the new key: %+v, %v", v, err)
+	}
+	if is.Fetches.Load() == n {
+		t.Fatal("the key set was not fetched again")
+	}
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/keygate/keygate/internal/tokencache"
 	"github.com/keygate/keygate/policy"
 	"github.com/keygate/keygate/ratelimit"
 )
@@ -97,4 +98,23 @@ func (t timedLimiter) Allow(ctx context.Context, id string, lim policy.Limit) (r
 	d, err := t.Resilient.Allow(ctx, id, lim)
 	t.obs.Observe(time.Since(start).Seconds())
 	return d, err
+}
+
+// registerTokenCacheMetrics exposes what an issuer's cache of accepted
+// bearer tokens did: uses answered from it, tokens checked in full (first
+// uses, refusals, a token whose signing key changed) and tokens held.
+// issuer is "local" (the token endpoint's) or "external" (auth.oauth2).
+func registerTokenCacheMetrics(reg prometheus.Registerer, issuer string, stats func() tokencache.Stats) {
+	labels := prometheus.Labels{"issuer": issuer}
+	reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "keygate_bearer_tokens_cached_total", ConstLabels: labels,
+			Help: "Bearer token uses answered from the cache of accepted tokens, without a signature check (the key behind the token is still read)."},
+			func() float64 { return float64(stats().Answered) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "keygate_bearer_tokens_checked_total", ConstLabels: labels,
+			Help: "Bearer tokens whose signature and claims were checked: first uses, refusals, and tokens whose signing key changed."},
+			func() float64 { return float64(stats().Checked) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "keygate_bearer_token_cache_entries", ConstLabels: labels,
+			Help: "Accepted bearer tokens in the cache (at most 100,000 an issuer)."},
+			func() float64 { return float64(stats().Entries) }),
+	)
 }

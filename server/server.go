@@ -385,6 +385,7 @@ func (s *Server) openAuth(ctx context.Context) (gateway.Authenticator, error) {
 		}
 		s.oauth = a
 		s.closers = append(s.closers, a.Close)
+		registerTokenCacheMetrics(s.registry, "external", a.CacheStats)
 	}
 	if s.oauth != nil || s.issuer != nil {
 		// One bearer credential for both issuers: a token goes to the

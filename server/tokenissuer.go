@@ -71,6 +71,7 @@ func (s *Server) openIssuer(ctx context.Context, failures gateway.FailureLimiter
 	}
 	s.issuer = iss
 	s.closers = append(s.closers, iss.Close)
+	registerTokenCacheMetrics(s.registry, "local", iss.CacheStats)
 	return nil
 }
 

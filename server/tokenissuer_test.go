@@ -256,6 +256,9 @@ func TestTokenEndpointIssuanceLimit(t *testing.T) {
 	}
 }
 
+// TestTokenDiesWithItsKey: a token used three times (its signature
+// checked once, then answered from the cache) is refused once its key is
+// revoked: the key behind a cached token is read on every use.
 func TestTokenDiesWithItsKey(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, setup{mod: withTokenEndpoint()})
@@ -268,8 +271,18 @@ func TestTokenDiesWithItsKey(t *testing.T) {
 		}
 		return nil
 	})
-	if r := h.sync(tokCred(tok), ctxA); r.Status != 200 {
-		t.Fatalf("%d %s", r.Status, r.Body)
+	for range 3 {
+		if r := h.sync(tokCred(tok), ctxA); r.Status != 200 {
+			t.Fatalf("%d %s", r.Status, r.Body)
+		}
+	}
+	// The token's signature was checked at its first use; the next two
+	// were answered from the cache of accepted tokens, which the operator
+	// sees on the admin /metrics.
+	for name, want := range map[string]float64{"keygate_bearer_tokens_checked_total": 1, "keygate_bearer_tokens_cached_total": 2, "keygate_bearer_token_cache_entries": 1} {
+		if got := h.metric(name, "issuer", "local"); got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
 	}
 	if _, err := h.Keys.Revoke(context.Background(), rec.ID); err != nil {
 		t.Fatal(err)
@@ -737,6 +750,21 @@ func TestOwnAndExternalIssuersSideBySide(t *testing.T) {
 				t.Errorf("%d %s", r.Status, r.Body)
 			}
 		})
+	}
+	// Each issuer remembers the tokens it accepted (two each), and
+	// answers their next use from that alone.
+	for _, tok := range []string{external, own} {
+		if r := h.sync(tokCred(tok), ctxA); r.Status != 200 {
+			t.Fatalf("second use: %d %s", r.Status, r.Body)
+		}
+	}
+	for _, issuer := range []string{"local", "external"} {
+		if got := h.metric("keygate_bearer_tokens_cached_total", "issuer", issuer); got != 1 {
+			t.Errorf("%s issuer: %v uses answered from its cache, want 1", issuer, got)
+		}
+		if got := h.metric("keygate_bearer_token_cache_entries", "issuer", issuer); got != 2 {
+			t.Errorf("%s issuer: %v tokens in its cache, want 2", issuer, got)
+		}
 	}
 }
 

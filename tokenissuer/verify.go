@@ -66,6 +66,7 @@ func (i *Issuer) Verify(ctx context.Context, raw string) (auth.Verdict, error) {
 		return v, err
 	}
 	ks, now := i.keys.Load(), i.now()
+	i.verified.Checked()
 	c, v, ok := i.check(ctx, ks, raw)
 	if !ok {
 		return v, nil
@@ -96,9 +97,13 @@ func (i *Issuer) verifyChecked(ctx context.Context, ck tokencache.Key) (auth.Ver
 		i.verified.Remove(ck)
 		return auth.Verdict{}, false, nil
 	}
+	i.verified.Answered()
 	v, err := i.principal(ctx, c)
 	return v, true, err
 }
+
+// CacheStats is what the cache of accepted tokens did (see Verify).
+func (i *Issuer) CacheStats() tokencache.Stats { return i.verified.Stats() }
 
 // checked is what the check of a token's signature and claims found.
 type checked struct {

@@ -15,6 +15,7 @@ package tokencache
 
 import (
 	"crypto/sha256"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -37,6 +38,30 @@ type entry[V any] struct {
 // is safe for concurrent use.
 type Cache[V any] struct {
 	lru *lru.Cache[Key, entry[V]]
+	// Counted by the caller: a token's use answered from the cache, and
+	// a full check of a token (a first use, a refusal, or a use after
+	// what the cache held no longer applied).
+	answered, checked atomic.Uint64
+}
+
+// Stats is what a Cache did, for metrics.
+type Stats struct {
+	// Answered counts token uses answered from the cache; Checked, the
+	// tokens checked in full.
+	Answered, Checked uint64
+	// Entries is how many tokens the cache holds now.
+	Entries int
+}
+
+// Answered counts a token use answered from the cache.
+func (c *Cache[V]) Answered() { c.answered.Add(1) }
+
+// Checked counts a token checked in full.
+func (c *Cache[V]) Checked() { c.checked.Add(1) }
+
+// Stats returns the counts so far and the entries held.
+func (c *Cache[V]) Stats() Stats {
+	return Stats{Answered: c.answered.Load(), Checked: c.checked.Load(), Entries: c.lru.Len()}
 }
 
 // New returns a Cache of at most size entries (size ≥ 1).
