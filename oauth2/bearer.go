@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/keygate/keygate/auth"
+	"github.com/keygate/keygate/internal/tokencache"
 )
 
 // LocalIssuer is keygate's own token issuer (package tokenissuer): it
@@ -17,8 +18,8 @@ type LocalIssuer interface {
 	Issuer() string
 	Verify(ctx context.Context, raw string) (auth.Verdict, error)
 	// VerifyChecked answers for a token it has accepted before (found),
-	// without reading the token.
-	VerifyChecked(ctx context.Context, raw string) (v auth.Verdict, found bool, err error)
+	// by the token's cache key, without reading the token.
+	VerifyChecked(ctx context.Context, key tokencache.Key) (v auth.Verdict, found bool, err error)
 }
 
 // Bearer authenticates every bearer token: those of keygate's own issuer
@@ -60,10 +61,11 @@ func (b *Bearer) Authenticate(r *http.Request) (auth.Verdict, error) {
 	if !ok {
 		return v, nil
 	}
+	ck := tokencache.KeyOf(tok)
 	if b.Local != nil {
 		// A token the local issuer accepted before needs no routing (its
 		// iss was the local issuer's): no decoding of its claims here.
-		if v, found, err := b.Local.VerifyChecked(r.Context(), tok); found {
+		if v, found, err := b.Local.VerifyChecked(r.Context(), ck); found {
 			return v, err
 		}
 		if unverifiedIssuer(tok) == b.Local.Issuer() {
@@ -71,7 +73,7 @@ func (b *Bearer) Authenticate(r *http.Request) (auth.Verdict, error) {
 		}
 	}
 	if b.External != nil {
-		return b.External.verify(r.Context(), tok)
+		return b.External.verifyKeyed(r.Context(), tok, ck)
 	}
 	return refuse(auth.ReasonInvalid, "invalid bearer token", ChallengeInvalidToken), nil
 }

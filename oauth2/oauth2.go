@@ -309,8 +309,12 @@ type usedKeyCtx struct{}
 // alone, so a hit answers what the check would. A refresh of the key set
 // keeps a token cached whose key it still holds unchanged.
 func (a *Authenticator) verify(ctx context.Context, raw string) (auth.Verdict, error) {
+	return a.verifyKeyed(ctx, raw, tokencache.KeyOf(raw))
+}
+
+// verifyKeyed is verify with raw's cache key, computed by the caller.
+func (a *Authenticator) verifyKeyed(ctx context.Context, raw string, ck tokencache.Key) (auth.Verdict, error) {
 	now := a.now()
-	ck := tokencache.KeyOf(raw)
 	if e, ok := a.verified.Get(ck, now); ok {
 		if key, found := lookup(a.res.Resource(), e.kid); found && e.stillFits(key) {
 			if key != e.key {

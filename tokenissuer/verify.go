@@ -62,7 +62,7 @@ func (i *Issuer) refused(reason auth.Reason, err error) auth.Verdict {
 // permissions) is read again on every use, cached or not.
 func (i *Issuer) Verify(ctx context.Context, raw string) (auth.Verdict, error) {
 	ck := tokencache.KeyOf(raw)
-	if v, found, err := i.verifyChecked(ctx, ck); found {
+	if v, found, err := i.VerifyChecked(ctx, ck); found {
 		return v, err
 	}
 	ks, now := i.keys.Load(), i.now()
@@ -78,15 +78,12 @@ func (i *Issuer) Verify(ctx context.Context, raw string) (auth.Verdict, error) {
 }
 
 // VerifyChecked answers as Verify does for a token this issuer has
-// checked and accepted before (found), without a look at the token: from
-// what its check found, and the key behind it as it is now. found false
-// means it must go to Verify. It lets a router that serves several
-// issuers send a token used before to this one without reading it.
-func (i *Issuer) VerifyChecked(ctx context.Context, raw string) (v auth.Verdict, found bool, err error) {
-	return i.verifyChecked(ctx, tokencache.KeyOf(raw))
-}
-
-func (i *Issuer) verifyChecked(ctx context.Context, ck tokencache.Key) (auth.Verdict, bool, error) {
+// checked and accepted before (found), by the token's cache key
+// (tokencache.KeyOf), without a look at the token: from what its check
+// found, and the key behind it as it is now. found false means it must go
+// to Verify. It lets a router that serves several issuers send a token
+// used before to this one without reading it.
+func (i *Issuer) VerifyChecked(ctx context.Context, ck tokencache.Key) (v auth.Verdict, found bool, err error) {
 	c, ok := i.verified.Get(ck, i.now())
 	if !ok {
 		return auth.Verdict{}, false, nil
@@ -98,7 +95,7 @@ func (i *Issuer) verifyChecked(ctx context.Context, ck tokencache.Key) (auth.Ver
 		return auth.Verdict{}, false, nil
 	}
 	i.verified.Answered()
-	v, err := i.principal(ctx, c)
+	v, err = i.principal(ctx, c)
 	return v, true, err
 }
 
