@@ -81,11 +81,11 @@ func namedMetrics(t *testing.T) map[string]string {
 
 // TestDashboardAndRulesNameExportedMetrics runs the real binary with every
 // part that registers metrics switched on (Redis keystore and limiter, the
-// failure limit, the plain-HTTP listener, the admin API, the portal),
-// sends it the requests that make labelled series appear (a forwarded
-// request, an unknown key, one over the limit, the admin API, the
-// portal), scrapes /metrics and checks that every metric the alert rules
-// and the Grafana dashboard name is exported.
+// failure limit, the plain-HTTP listener, the admin API, the portal, the
+// token endpoint), sends it the requests that make labelled series appear
+// (a forwarded request, an unknown key, one over the limit, the admin API,
+// the portal), scrapes /metrics and checks that every metric the alert
+// rules and the Grafana dashboard name is exported.
 func TestDashboardAndRulesNameExportedMetrics(t *testing.T) {
 	rs := redistest.Start(t)
 	portalAddr, adminAPIAddr, httpAddr := testkit.FreeAddr(t), testkit.FreeAddr(t), testkit.FreeAddr(t)
@@ -99,6 +99,9 @@ func TestDashboardAndRulesNameExportedMetrics(t *testing.T) {
 	g := startGateway(t, gwOpts{
 		skipStart:  true,
 		serverYAML: fmt.Sprintf("  http_listen: %q\n", httpAddr),
+		// The token endpoint, for its cache's metrics.
+		authYAML: "auth:\n  failure_limit: { enabled: true, rate: 100000, per: 1s, burst: 100000 }\n" +
+			"  token_endpoint: { enabled: true, issuer: \"https://keygate.test\" }\n",
 		limitsYAML: "    live: { rate: 1000, per: 1s, burst: 1000 }\n    test: { rate: 1, per: 1h, burst: 1 }",
 		extra: fmt.Sprintf(`redis:
   addrs: [%q]
