@@ -81,12 +81,15 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 	st := resp.Request.Context().Value(stateKey{}).(*state)
 	st.upLatency = time.Since(st.upStart)
 	g.metrics.upstreamLatency(st.upstream).Observe(st.upLatency.Seconds())
-	h := resp.Header
-	for _, k := range []string{"X-Trace-Id", "Ratelimit-Limit", "Ratelimit-Remaining", "Ratelimit-Reset", "Strict-Transport-Security"} {
-		h.Del(k)
+	for _, k := range gatewayHeaders {
+		delete(resp.Header, k) // canonical, as net/http read them: Del would canonicalize each again
 	}
 	return nil
 }
+
+// gatewayHeaders are the response headers keygate sets itself, which an
+// upstream's must not stand beside, in canonical form.
+var gatewayHeaders = [...]string{"X-Trace-Id", "Ratelimit-Limit", "Ratelimit-Remaining", "Ratelimit-Reset", "Strict-Transport-Security"}
 
 // proxyError answers a failed upstream round trip. A check that failed
 // while the body streamed (conflicting context, truncated multipart, size
