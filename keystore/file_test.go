@@ -137,7 +137,14 @@ func TestFileStoreSeesRevokeAndRotate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "replacement key found", func() bool { _, ok := found(s, k3); return ok })
+	// A reload applies its changes key by key to the live index (a change
+	// costs O(changes), not a copy of the key set): a reader may see the
+	// new key a moment before the old one is marked rotated. Wait for both.
+	eventually(t, "replacement key found and the old key rotated", func() bool {
+		_, ok3 := found(s, k3)
+		r, ok1 := found(s, k1)
+		return ok3 && ok1 && r.Status == Rotated
+	})
 	old, ok := found(s, k1)
 	if !ok || old.Status != Rotated || old.StateAt(now) != Active || old.StateAt(now.Add(time.Hour+time.Second)) != Expired {
 		t.Errorf("old key after rotation with grace = %+v", old)
