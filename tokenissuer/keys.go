@@ -6,6 +6,7 @@ import (
 	"crypto/ed25519"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
@@ -81,6 +82,9 @@ type loadedKey struct {
 	alg  jwa.SignatureAlgorithm
 	priv jwk.Key
 	pub  jwk.Key
+	// thumb is the public key's RFC 7638 thumbprint (SHA-256): what the
+	// cache of checked tokens remembers of the key that verified one.
+	thumb [sha256.Size]byte
 }
 
 func loadKey(k StoredKey) (*loadedKey, error) {
@@ -117,7 +121,13 @@ func loadKey(k StoredKey) (*loadedKey, error) {
 			return nil, err
 		}
 	}
-	return &loadedKey{StoredKey: k, alg: alg, priv: priv, pub: pub}, nil
+	tp, err := pub.Thumbprint(crypto.SHA256)
+	if err != nil || len(tp) != sha256.Size {
+		return nil, fmt.Errorf("tokenissuer: signing key %s: thumbprint: %v", k.Kid, err)
+	}
+	lk := &loadedKey{StoredKey: k, alg: alg, priv: priv, pub: pub}
+	copy(lk.thumb[:], tp)
+	return lk, nil
 }
 
 // keySet is an immutable view of the signing keys at one time.

@@ -24,27 +24,32 @@ func TestAcceptedTokenIsCheckedAgainOnEveryUse(t *testing.T) {
 		// is the reason of the refusal after it ("" = still accepted).
 		change func(t *testing.T, f *fixture, clock *atomic.Int64)
 		want   auth.Reason
+		// rechecked: its signature is checked again after the change (a
+		// token past its exp, or whose key is gone); otherwise every use
+		// after it is answered from the cache, accepted or refused by the
+		// key behind it.
+		rechecked bool
 	}{
 		{"nothing changes, a minute later", func(t *testing.T, f *fixture, clock *atomic.Int64) {
 			clock.Add(int64(time.Minute))
-		}, ""},
+		}, "", false},
 		{"its lifetime is over but not the leeway", func(t *testing.T, f *fixture, clock *atomic.Int64) {
 			clock.Add(int64(f.cfg.TTL + 20*time.Second))
-		}, ""},
+		}, "", true},
 		{"its lifetime and the leeway are over", func(t *testing.T, f *fixture, clock *atomic.Int64) {
 			clock.Add(int64(f.cfg.TTL + 31*time.Second))
-		}, auth.ReasonExpired},
+		}, auth.ReasonExpired, true},
 		{"its key is revoked", func(t *testing.T, f *fixture, clock *atomic.Int64) {
 			if _, err := f.admin.Revoke(context.Background(), f.id); err != nil {
 				t.Fatal(err)
 			}
-		}, auth.ReasonRevoked},
+		}, auth.ReasonRevoked, false},
 		{"its signing key is rotated, and stays published", func(t *testing.T, f *fixture, clock *atomic.Int64) {
 			rotate(t, f, clock, false)
-		}, ""},
+		}, "", false},
 		{"its signing key is withdrawn at once", func(t *testing.T, f *fixture, clock *atomic.Int64) {
 			rotate(t, f, clock, true)
-		}, auth.ReasonInvalid},
+		}, auth.ReasonInvalid, true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -59,6 +64,7 @@ func TestAcceptedTokenIsCheckedAgainOnEveryUse(t *testing.T) {
 					t.Fatalf("before the change: %+v, %v", v, err)
 				}
 			}
+			checks := f.iss.CacheStats().Checked
 			c.change(t, f, &clock)
 			// The keystore reloads its file on its own: a revocation is
 			// seen when it has (a few ms), so wait for it up to 5 s.
@@ -71,6 +77,7 @@ func TestAcceptedTokenIsCheckedAgainOnEveryUse(t *testing.T) {
 				switch {
 				case c.want == "" && v.OK && v.Principal.ID == f.id:
 				case c.want != "" && !v.OK && v.Reason == c.want:
+					assertRechecked(t, f, checks, c.rechecked)
 					return
 				case c.want != "" && v.OK && time.Now().Before(deadline):
 					time.Sleep(5 * time.Millisecond)
@@ -80,11 +87,21 @@ func TestAcceptedTokenIsCheckedAgainOnEveryUse(t *testing.T) {
 				}
 				break
 			}
-			// Still accepted: and on the next use too (from the cache).
+			// Still accepted: and on the next use too.
 			if v, err := f.iss.Verify(ctx, tok); err != nil || !v.OK {
 				t.Fatalf("second use after the change: %+v, %v", v, err)
 			}
+			assertRechecked(t, f, checks, c.rechecked)
 		})
+	}
+}
+
+// assertRechecked checks whether the issuer checked a token in full since
+// it had checked checks of them.
+func assertRechecked(t *testing.T, f *fixture, checks uint64, want bool) {
+	t.Helper()
+	if got := f.iss.CacheStats().Checked > checks; got != want {
+		t.Errorf("the token's signature checked again: %v, want %v", got, want)
 	}
 }
 

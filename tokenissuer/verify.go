@@ -2,6 +2,7 @@ package tokenissuer
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"net/http"
 	"strings"
@@ -57,9 +58,10 @@ func (i *Issuer) refused(reason auth.Reason, err error) auth.Verdict {
 //
 // The token's signature and claims are checked once: what they say is
 // cached (see verifiedCacheSize) until the token's expiry, for as long as
-// the key that signed it is still published. Everything that can change
-// while a token lives (the key behind it, its state, context, product and
-// permissions) is read again on every use, cached or not.
+// the key that signed it is still published under its kid (the same
+// thumbprint). Everything that can change while a token lives (the key
+// behind it, its state, context, product and permissions) is read again
+// on every use, cached or not.
 func (i *Issuer) Verify(ctx context.Context, raw string) (auth.Verdict, error) {
 	ck := tokencache.KeyOf(raw)
 	if v, found, err := i.VerifyChecked(ctx, ck); found {
@@ -88,9 +90,9 @@ func (i *Issuer) VerifyChecked(ctx context.Context, ck tokencache.Key) (v auth.V
 	if !ok {
 		return auth.Verdict{}, false, nil
 	}
-	if i.keys.Load().byKid[c.kid] != c.key {
-		// Its signing key was withdrawn (or the keys rebuilt): check it
-		// again against the keys as they are now.
+	if k := i.keys.Load().byKid[c.kid]; k == nil || k.thumb != c.thumb {
+		// Its signing key was withdrawn: check it again against the keys
+		// as they are now (it is refused).
 		i.verified.Remove(ck)
 		return auth.Verdict{}, false, nil
 	}
@@ -105,8 +107,13 @@ func (i *Issuer) CacheStats() tokencache.Stats { return i.verified.Stats() }
 // checked is what the check of a token's signature and claims found.
 type checked struct {
 	kid string
-	key *loadedKey // the key that verified it, to be still published on a hit
-	exp time.Time
+	// thumb is the thumbprint of the key that verified it, which must
+	// still be published under kid on a hit. (Not the key itself: a
+	// withdrawn key's private half is not kept alive by a cache entry,
+	// and a rebuilt key set that still holds the key keeps its tokens
+	// cached.)
+	thumb [sha256.Size]byte
+	exp   time.Time
 	// The claims that the key's principal is made of.
 	sub, env, scope, context string
 }
@@ -151,7 +158,7 @@ func (i *Issuer) check(ctx context.Context, ks *keySet, raw string) (checked, au
 		}
 		return checked{}, i.refused(auth.ReasonInvalid, err), false
 	}
-	c := checked{kid: kid, key: k}
+	c := checked{kid: kid, thumb: k.thumb}
 	c.sub, _ = t.Subject()
 	c.exp, _ = t.Expiration() // required above
 	var cid string
