@@ -7,6 +7,8 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -332,6 +334,8 @@ func TestRedisFlushIsOnePipeline(t *testing.T) {
 	}
 	h := &countHook{}
 	client.AddHook(h)
+	zh := &zaddHook{}
+	client.AddHook(zh)
 	s := &usage.RedisStore{Client: client, Prefix: "kg:"}
 	const n = 500
 	now := time.Now()
@@ -363,19 +367,26 @@ func TestRedisFlushIsOnePipeline(t *testing.T) {
 	} {
 		tc.before()
 		h.pipelines, h.single = 0, 0
+		zh.batches = nil
 		c0 := calls()
 		flush()
 		c1 := calls()
 		if h.pipelines != tc.pipelines || h.single != 0 {
 			t.Errorf("%s: flush made %d pipelines and %d single calls, want %d and 0", tc.name, h.pipelines, h.single, tc.pipelines)
 		}
-		zadds := 0 // one per batch, sorted set and name
-		for b := 0; b < n; b += usage.FlushBatch {
-			var ids []string
-			for i := b; i < min(b+usage.FlushBatch, n); i++ {
-				ids = append(ids, fmt.Sprintf("key_%d", i))
+		// One ZADD per batch, sorted set and name, writing each of the
+		// batch's keys once a name. A batch is any 100 of the keys (a
+		// drain's order is a map's), so what it should send is worked out
+		// from the keys it flushed.
+		zadds, keys := 0, 0
+		for _, b := range zh.batches {
+			if want := 2 * lastSetsOf(b.ids); b.zadds != want || b.members != 2*len(b.ids) {
+				t.Errorf("%s: a batch of %d keys sent %d ZADDs of %d members, want %d of %d", tc.name, len(b.ids), b.zadds, b.members, want, 2*len(b.ids))
 			}
-			zadds += 2 * lastSetsOf(ids)
+			zadds, keys = zadds+b.zadds, keys+len(b.ids)
+		}
+		if keys != n {
+			t.Errorf("%s: the batches flushed %d keys, want %d", tc.name, keys, n)
 		}
 		for cmd, want := range map[string]int{"evalsha": batches, "eval": tc.evals, "zadd": zadds, "multi": 0, "exec": 0} {
 			if got := c1[cmd] - c0[cmd]; got != want {
@@ -444,6 +455,50 @@ func TestRedisFlushOfManyKeysFitsTheReadTimeout(t *testing.T) {
 		if c := m[id]; c.APIKey != 1 || c.Bearer != 0 || c.LastAPIKey.IsZero() {
 			t.Errorf("methods of %s: %+v, want one request by API key and its time", id, c)
 		}
+	}
+}
+
+// zaddHook records, for each pipeline with a flush script call, the keys
+// the call flushes and the ZADDs sent beside it (their count and members).
+type zaddHook struct {
+	batches []zaddBatch
+}
+
+type zaddBatch struct {
+	ids            []string
+	zadds, members int
+}
+
+func (h *zaddHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *zaddHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *zaddHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		var b zaddBatch
+		seen := map[string]bool{}
+		for _, c := range cmds {
+			args := c.Args()
+			switch c.Name() {
+			case "evalsha", "eval":
+				nkeys, _ := strconv.Atoi(fmt.Sprint(args[2]))
+				for _, k := range args[3 : 3+nkeys] {
+					// kg:usage:{ID}:HOUR and kg:usage:{ID}:methods:DAY
+					ks := fmt.Sprint(k)
+					id := ks[strings.IndexByte(ks, '{')+1 : strings.IndexByte(ks, '}')]
+					if !seen[id] {
+						seen[id] = true
+						b.ids = append(b.ids, id)
+					}
+				}
+			case "zadd":
+				b.zadds++
+				b.members += (len(args) - 3) / 2 // zadd key gt score member ...
+			}
+		}
+		if len(b.ids) > 0 && !slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return c.Name() == "eval" }) {
+			// (a NOSCRIPT retry's pipeline, of EVALs alone, is not a batch)
+			h.batches = append(h.batches, b)
+		}
+		return next(ctx, cmds)
 	}
 }
 
