@@ -94,9 +94,6 @@ func (c *Cache[V]) Add(k Key, v V, until time.Time) {
 	c.lru.Add(k, entry[V]{v: v, until: until})
 }
 
-// Remove forgets k: its token was refused by a check made after it was
-// cached.
+// Remove forgets k: what it holds no longer applies (the key that
+// verified its token is gone or changed), and the token is checked again.
 func (c *Cache[V]) Remove(k Key) { c.lru.Remove(k) }
-
-// Len is how many entries the cache holds.
-func (c *Cache[V]) Len() int { return c.lru.Len() }

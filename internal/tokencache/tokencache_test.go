@@ -24,8 +24,8 @@ func TestCache(t *testing.T) {
 			if _, ok := c.Get(k, t0.Add(time.Minute)); ok {
 				t.Fatal("found at its deadline")
 			}
-			if c.Len() != 0 {
-				t.Fatalf("%d entries after the deadline passed, want 0", c.Len())
+			if c.Stats().Entries != 0 {
+				t.Fatalf("%d entries after the deadline passed, want 0", c.Stats().Entries)
 			}
 		}},
 		{"another token, even one byte apart, is not found", func(t *testing.T, c *tokencache.Cache[string]) {
@@ -52,8 +52,8 @@ func TestCache(t *testing.T) {
 			for i := 4; i < 6; i++ {
 				c.Add(tokencache.KeyOf(fmt.Sprint("tok-", i)), fmt.Sprint(i), t0.Add(time.Hour))
 			}
-			if c.Len() != 4 {
-				t.Fatalf("%d entries, want 4", c.Len())
+			if c.Stats().Entries != 4 {
+				t.Fatalf("%d entries, want 4", c.Stats().Entries)
 			}
 			for i, want := range []bool{true, false, false, true, true, true} {
 				if _, ok := c.Get(tokencache.KeyOf(fmt.Sprint("tok-", i)), t0); ok != want {
