@@ -60,6 +60,7 @@ type keysState struct {
 	many     []string // the N keys' plaintext, b.key first
 	manyFile string   // their plaintext, one a line
 	oneFile  string   // b.key alone
+	luaFile  string   // their hashes and ids for nginx-lua-keys (nginxLuaKeys)
 
 	mu    sync.Mutex
 	stats map[string]*keyStats // by target name
@@ -185,6 +186,10 @@ func (b *bench) prepareKeys(issued string) error {
 		return err
 	}
 	b.keys.many = many
+	b.keys.luaFile = filepath.Join(b.dir, "nginx-lua-keys-many.txt")
+	if err := os.WriteFile(b.keys.luaFile, nginxLuaKeys(all), 0o600); err != nil {
+		return err
+	}
 	b.keys.manyFile = filepath.Join(b.dir, "keys-many.txt")
 	b.keys.oneFile = filepath.Join(b.dir, "keys-one.txt")
 	if err := os.WriteFile(b.keys.manyFile, []byte(strings.Join(many, "\n")+"\n"), 0o600); err != nil {
@@ -516,7 +521,7 @@ func (b *bench) printKeysTables(w io.Writer, r *results) {
 	p99 := func(name string, size int) float64 {
 		return median(r.open[name][size], func(o openResult) float64 { return float64(o.p99) / float64(time.Millisecond) })
 	}
-	fmt.Fprintf(w, "\nMany keys: keygate's keystore holds %d keys and the load spreads evenly over them (wrk: round robin from an offset per thread; open loop: round robin), against the same keygate with one key, in the same run. Every key is sent once before each rep (warm-up, not measured). Closed loop rps and CPU µs/req, open-loop p99 (median over reps).\n\n", b.o.Keys)
+	fmt.Fprintf(w, "\nMany keys: the target holds %d keys (keygate in its keystore, nginx-lua in its Lua table) and the load spreads evenly over them (wrk: round robin from an offset per thread; open loop: round robin), against the same target with one key, in the same run. Every key is sent once before each rep (warm-up, not measured). Closed loop rps and CPU µs/req, open-loop p99 (median over reps).\n\n", b.o.Keys)
 	fmt.Fprint(w, "| many keys | one key |")
 	for _, s := range sz {
 		fmt.Fprintf(w, " %s rps × one key | CPU µs/req one | many | p99 @ %d/s one | many |", sizeName(s), rate(b.o, s))

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/keygate/keygate/bench/internal/benchproc"
 )
 
 // TestMain lets the test binary play the bench's roles (upstream, bare
@@ -35,7 +37,11 @@ func TestSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Log("\n" + out.String())
-	for _, want := range []string{"| direct |", "| bare |", "| keygate |", "| keygate-redis |", "| keygate-bearer |", "Open loop", "Large uploads"} {
+	wants := []string{"| direct |", "| bare |", "| keygate |", "| keygate-redis |", "| keygate-bearer |", "Open loop", "Large uploads"}
+	if benchproc.LookPath("nginx") != "" && luaInstalled() {
+		wants = append(wants, "| nginx-lua |")
+	}
+	for _, want := range wants {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q", want)
 		}

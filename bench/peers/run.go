@@ -5,8 +5,10 @@ import (
 	"bytes"
 	"context"
 	_ "embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/keygate/keygate/keystore"
 	"io"
 	"net"
 	"net/http"
@@ -77,6 +79,8 @@ func (o Options) largeModes() []bool {
 var (
 	//go:embed configs/nginx.conf
 	nginxConf string
+	//go:embed configs/nginx-lua.tmpl
+	nginxLuaTmpl string
 	//go:embed configs/haproxy.cfg
 	haproxyConf string
 	//go:embed configs/Caddyfile
@@ -277,6 +281,44 @@ func (b *bench) waitReady(name, addr string) error {
 	return fmt.Errorf("%s on %s never answered 200 (%s); its log:\n%s", name, addr, last, tail(logs, 2000))
 }
 
+// checksKeys says whether target name checks the API key: keygate's
+// targets and nginx-lua's. The other peers proxy whatever comes.
+func checksKeys(name string) bool {
+	return strings.HasPrefix(name, "nginx-lua") || strings.HasPrefix(name, "keygate")
+}
+
+// checkRefusals makes sure a target that checks keys does: a request
+// with no key and one with a made-up key of the right shape each get 401
+// with the spec's error body, so that no figure of the bench comes from
+// a peer that lets everything through.
+func (b *bench) checkRefusals(name, addr string) error {
+	madeUp, err := keystore.Generate(keystore.Live)
+	if err != nil {
+		return err
+	}
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: b.clientTLS()}}
+	defer client.CloseIdleConnections()
+	body, ctype := multipartBody(64, true)
+	for _, c := range []struct{ what, key string }{{"no key", ""}, {"a made-up key", madeUp}} {
+		key := c.key
+		req, _ := http.NewRequest(http.MethodPost, b.scheme()+addr+"/sync", bytes.NewReader(body))
+		req.Header.Set("Content-Type", ctype)
+		if key != "" {
+			req.Header.Set("X-Api-Key", key)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return fmt.Errorf("%s: a request with %s: %w", name, c.what, err)
+		}
+		rb, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized || !bytes.Contains(rb, []byte(`"StateText":"ERROR"`)) {
+			return fmt.Errorf("%s answered a request with %s with %d %s, want 401 and the spec's error body", name, c.what, resp.StatusCode, rb)
+		}
+	}
+	return nil
+}
+
 func tail(b []byte, n int) []byte {
 	if len(b) > n {
 		return b[len(b)-n:]
@@ -364,12 +406,25 @@ func (b *bench) issueKey(bin, cfg string) error {
 }
 
 type confData struct {
-	Dir, Listen, Upstream string
-	Pool, Workers         int
+	// Name is the target's: it names its pid file, logs and temp dirs.
+	Name, Dir, Listen, Upstream string
+	Pool, Workers               int
+	// Lua is set for nginx-lua only (configs/nginx-lua.tmpl).
+	Lua *luaConf
+}
+
+// luaConf is what nginx-lua's templates need.
+type luaConf struct {
+	Modules  string // the directory of ndk_http_module.so and ngx_http_lua_module.so
+	Path     string // the directory of lua-resty-core's modules
+	KeysFile string // "<hex sha256> <key id>" lines
 }
 
 func (b *bench) writeConf(name, tmpl string, d confData) (string, error) {
 	t, err := template.New(name).Parse(tmpl)
+	if err == nil && d.Lua != nil {
+		t, err = t.Parse(nginxLuaTmpl)
+	}
 	if err != nil {
 		return "", err
 	}
@@ -441,6 +496,11 @@ func (b *bench) startAll() error {
 		if err := b.waitReady(name, addr); err != nil {
 			return err
 		}
+		if checksKeys(name) {
+			if err := b.checkRefusals(name, addr); err != nil {
+				return err
+			}
+		}
 		b.targets = append(b.targets, &target{name: name, addr: addr, root: c, args: args})
 		return nil
 	}
@@ -449,36 +509,56 @@ func (b *bench) startAll() error {
 	}); err != nil {
 		return err
 	}
-	peer := func(bin, conf, tmpl string, args func(conf string) []string) func(string) ([]string, error) {
+	peer := func(name, bin, conf, tmpl string, args func(conf string) []string) func(string) ([]string, error) {
 		return func(addr string) ([]string, error) {
-			exe := benchproc.LookPath(bin)
+			exe, missing := benchproc.LookPath(bin), bin
+			var lua *luaConf
+			if exe != "" && strings.HasPrefix(name, "nginx-lua") {
+				if lua, err = b.nginxLua(name); err != nil {
+					return nil, err
+				}
+				if lua == nil {
+					exe, missing = "", "nginx's Lua module (libnginx-mod-http-lua)"
+				}
+			}
 			if exe == "" {
 				if b.o.Smoke {
 					return nil, nil
 				}
-				return nil, fmt.Errorf("%s is not installed: run bench/install-peers.sh", bin)
+				return nil, fmt.Errorf("%s is not installed: run bench/install-peers.sh", missing)
 			}
-			p, err := b.writeConf(conf, b.tlsTemplate(conf, tmpl), confData{Dir: b.dir, Listen: addr, Upstream: upAddr, Pool: pool, Workers: workers})
+			p, err := b.writeConf(conf, b.tlsTemplate(conf, tmpl), confData{Name: name, Dir: b.dir, Listen: addr, Upstream: upAddr, Pool: pool, Workers: workers, Lua: lua})
 			if err != nil {
 				return nil, err
 			}
 			return append([]string{exe}, args(p)...), nil
 		}
 	}
-	for _, d := range []string{"client_body", "proxy", "fastcgi", "uwsgi", "scgi"} {
-		_ = os.MkdirAll(filepath.Join(b.dir, d), 0o700)
+	nginxArgs := func(c string) []string { return []string{"-p", b.dir, "-c", c} }
+	for _, name := range []string{"nginx", "nginx-lua", "nginx-lua-keys"} {
+		for _, d := range []string{"client_body", "proxy", "fastcgi", "uwsgi", "scgi"} {
+			_ = os.MkdirAll(filepath.Join(b.dir, name+"-"+d), 0o700)
+		}
 	}
-	if err := add("nginx", peer("nginx", "nginx.conf", nginxConf, func(c string) []string { return []string{"-p", b.dir, "-c", c} })); err != nil {
+	if err := add("nginx", peer("nginx", "nginx", "nginx.conf", nginxConf, nginxArgs)); err != nil {
 		return err
 	}
-	if err := add("haproxy", peer("haproxy", "haproxy.cfg", haproxyConf, func(c string) []string { return []string{"-db", "-f", c} })); err != nil {
+	if err := add("nginx-lua", peer("nginx-lua", "nginx", "nginx-lua.conf", nginxConf, nginxArgs)); err != nil {
+		return err
+	}
+	if b.o.Keys > 0 {
+		if err := add("nginx-lua-keys", peer("nginx-lua-keys", "nginx", "nginx-lua-keys.conf", nginxConf, nginxArgs)); err != nil {
+			return err
+		}
+	}
+	if err := add("haproxy", peer("haproxy", "haproxy", "haproxy.cfg", haproxyConf, func(c string) []string { return []string{"-db", "-f", c} })); err != nil {
 		return err
 	}
 	caddyArgs := func(c string) []string { return []string{"run", "--config", c, "--adapter", "caddyfile"} }
-	if err := add("caddy", peer("caddy", "Caddyfile", caddyConf, caddyArgs)); err != nil {
+	if err := add("caddy", peer("caddy", "caddy", "Caddyfile", caddyConf, caddyArgs)); err != nil {
 		return err
 	}
-	if err := add("caddy-log", peer("caddy", "Caddyfile.log", caddyLogConf, caddyArgs)); err != nil {
+	if err := add("caddy-log", peer("caddy-log", "caddy", "Caddyfile.log", caddyLogConf, caddyArgs)); err != nil {
 		return err
 	}
 	for _, kg := range []struct{ name, exe, backend string }{
@@ -667,4 +747,50 @@ func filepathAbs(p string) (string, error) {
 		return filepath.Abs(p)
 	}
 	return filepath.Join(root, p), nil
+}
+
+// Where Debian's libnginx-mod-http-lua and lua-resty-core put their files.
+const (
+	nginxModules = "/usr/lib/nginx/modules"
+	luaPath      = "/usr/share/lua/5.1"
+)
+
+// luaInstalled says whether nginx's Lua module and lua-resty-core are.
+func luaInstalled() bool {
+	for _, f := range []string{nginxModules + "/ngx_http_lua_module.so", nginxModules + "/ndk_http_module.so", luaPath + "/resty/core.lua"} {
+		if _, err := os.Stat(f); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// nginxLua is the template data of nginx-lua (the bench key's hash, in a
+// file it writes) or nginx-lua-keys (the N keys' of -keys); nil when
+// nginx's Lua module is not installed.
+func (b *bench) nginxLua(name string) (*luaConf, error) {
+	if !luaInstalled() {
+		return nil, nil
+	}
+	if isManyKeys(name) {
+		return &luaConf{Modules: nginxModules, Path: luaPath, KeysFile: b.keys.luaFile}, nil
+	}
+	keys := filepath.Join(b.dir, "nginx-lua-keys.txt")
+	one := []keystore.Record{{ID: b.keyID, Hash: keystore.HashKey(b.key)}}
+	if err := os.WriteFile(keys, nginxLuaKeys(one), 0o600); err != nil {
+		return nil, err
+	}
+	return &luaConf{Modules: nginxModules, Path: luaPath, KeysFile: keys}, nil
+}
+
+// nginxLuaKeys is nginx-lua's file of keys: "<hex sha256> <key id>" lines.
+func nginxLuaKeys(recs []keystore.Record) []byte {
+	var buf bytes.Buffer
+	for _, r := range recs {
+		buf.WriteString(hex.EncodeToString(r.Hash[:]))
+		buf.WriteByte(' ')
+		buf.WriteString(r.ID)
+		buf.WriteByte('\n')
+	}
+	return buf.Bytes()
 }

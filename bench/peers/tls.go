@@ -150,7 +150,7 @@ func (b *bench) tlsTemplate(conf, plain string) string {
 		return plain
 	}
 	switch conf {
-	case "nginx.conf":
+	case "nginx.conf", "nginx-lua.conf", "nginx-lua-keys.conf":
 		return nginxTLSConf
 	case "haproxy.cfg":
 		return haproxyTLSConf
