@@ -2,7 +2,9 @@ package main
 
 // -keys N: keygate with N keys in its keystore and the load spread evenly
 // over all of them (targets keygate-keys and keygate-redis-keys), measured
-// in the same run beside keygate and keygate-redis with one key.
+// in the same run beside keygate and keygate-redis with one key; and
+// nginx-lua-keys, nginx-lua with the N keys' hashes in its Lua table,
+// beside nginx-lua with one.
 //
 // The N keys are minted here with the keystore package's own functions
 // (keystore.NewRecord: keygate's key format and checksum, its SHA-256

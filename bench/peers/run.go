@@ -8,7 +8,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/keygate/keygate/keystore"
 	"io"
 	"net"
 	"net/http"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/keygate/keygate/bench/internal/benchproc"
 	"github.com/keygate/keygate/gateway"
+	"github.com/keygate/keygate/keystore"
 )
 
 // Options are the bench's knobs (see the flags in main.go).
@@ -300,11 +300,10 @@ func (b *bench) checkRefusals(name, addr string) error {
 	defer client.CloseIdleConnections()
 	body, ctype := multipartBody(64, true)
 	for _, c := range []struct{ what, key string }{{"no key", ""}, {"a made-up key", madeUp}} {
-		key := c.key
 		req, _ := http.NewRequest(http.MethodPost, b.scheme()+addr+"/sync", bytes.NewReader(body))
 		req.Header.Set("Content-Type", ctype)
-		if key != "" {
-			req.Header.Set("X-Api-Key", key)
+		if c.key != "" {
+			req.Header.Set("X-Api-Key", c.key)
 		}
 		resp, err := client.Do(req)
 		if err != nil {
@@ -514,6 +513,7 @@ func (b *bench) startAll() error {
 			exe, missing := benchproc.LookPath(bin), bin
 			var lua *luaConf
 			if exe != "" && strings.HasPrefix(name, "nginx-lua") {
+				var err error
 				if lua, err = b.nginxLua(name); err != nil {
 					return nil, err
 				}
@@ -766,7 +766,7 @@ func luaInstalled() bool {
 }
 
 // nginxLua is the template data of nginx-lua (the bench key's hash, in a
-// file it writes) or nginx-lua-keys (the N keys' of -keys); nil when
+// file it writes) or nginx-lua-keys (the N keys of -keys); nil when
 // nginx's Lua module is not installed.
 func (b *bench) nginxLua(name string) (*luaConf, error) {
 	if !luaInstalled() {
