@@ -18,6 +18,7 @@ import (
 
 	"github.com/keygate/keygate/bench/internal/benchproc"
 	"github.com/keygate/keygate/bench/internal/openloop"
+	"github.com/keygate/keygate/keystore"
 )
 
 const boundary = "----keygatebench7MA4YWxkTrZu0gW"
@@ -129,6 +130,9 @@ type closedResult struct {
 	// without one).
 	redisCPUPerReq float64
 	errors         int64
+	// What wrk counted: requests answered, answers other than 2xx and
+	// 3xx, and socket errors (connect, read, write, timeout).
+	requests, non2xx, sockErrors int64
 	// steal is the share of the machine's CPU time the hypervisor gave
 	// to other guests during the run (/proc/stat): a rep run slow for
 	// that says so.
@@ -187,13 +191,25 @@ func (b *bench) closedLoop(ctx context.Context, t *target, size int) (closedResu
 
 // wrkFor runs wrk -t2 -c32 against t for d and reads t's CPU time around it.
 func (b *bench) wrkFor(ctx context.Context, t *target, size int, d time.Duration) (closedResult, error) {
-	wrk := benchproc.LookPath("wrk")
-	if wrk == "" {
+	if benchproc.LookPath("wrk") == "" {
 		return closedResult{}, errNoWrk
 	}
 	script, err := b.wrkScriptFor(ctx, t, size)
 	if err != nil {
 		return closedResult{}, err
+	}
+	r, err := b.wrkRun(ctx, t, script, d)
+	r.errors = r.non2xx + r.sockErrors
+	return r, err
+}
+
+// wrkRun runs wrk -t2 -c32 with script against t for d and reads t's CPU
+// time around it. It leaves errors to its caller: what counts as one
+// depends on what the script sends.
+func (b *bench) wrkRun(ctx context.Context, t *target, script string, d time.Duration) (closedResult, error) {
+	wrk := benchproc.LookPath("wrk")
+	if wrk == "" {
+		return closedResult{}, errNoWrk
 	}
 	secs := max(1, int(d/time.Second))
 	cmd := exec.CommandContext(ctx, wrk, "-t2", "-c32", fmt.Sprintf("-d%ds", secs), "-s", script, b.scheme()+t.addr+"/sync")
@@ -213,14 +229,14 @@ func (b *bench) wrkFor(ctx context.Context, t *target, size int, d time.Duration
 	if m := reTotal.FindSubmatch(out); m != nil {
 		total, _ = strconv.ParseInt(string(m[1]), 10, 64)
 	}
+	r.requests = total
 	if m := reNon2xx.FindSubmatch(out); m != nil {
-		n, _ := strconv.ParseInt(string(m[1]), 10, 64)
-		r.errors += n
+		r.non2xx, _ = strconv.ParseInt(string(m[1]), 10, 64)
 	}
 	if m := reSock.FindSubmatch(out); m != nil {
 		for _, s := range m[1:] {
 			n, _ := strconv.ParseInt(string(s), 10, 64)
-			r.errors += n
+			r.sockErrors += n
 		}
 	}
 	if total > 0 {
@@ -387,4 +403,46 @@ func largestOpenFile(pid int, dir string) int64 {
 		}
 	}
 	return m
+}
+
+// refusalLoop loads t, a target that checks keys, with a made-up key of
+// the right shape and the smallest body of the run, for the bench
+// duration: what a flood of guessed keys from one address costs it.
+// Every answer must be a refusal; an admitted request or a socket error
+// counts as an error. It returns the status of one more request with the
+// key, sent right after the flood: keygate's failure limit
+// (auth.failure_limit, on by default) answers an address past its
+// burst of failures 429 before it looks at any key. It then waits until
+// t admits the bench key again, so that the loads after it measure t
+// and not that limit.
+func (b *bench) refusalLoop(ctx context.Context, t *target) (closedResult, int, error) {
+	if benchproc.LookPath("wrk") == "" {
+		return closedResult{}, 0, errNoWrk
+	}
+	madeUp, err := keystore.Generate(keystore.Live)
+	if err != nil {
+		return closedResult{}, 0, err
+	}
+	script, err := b.wrkScriptWith(sizes(b.o)[0], "X-Api-Key", madeUp, "-refused")
+	if err != nil {
+		return closedResult{}, 0, err
+	}
+	r, err := b.wrkRun(ctx, t, script, b.o.Duration)
+	if err != nil {
+		return r, 0, err
+	}
+	r.errors = r.sockErrors + r.requests - r.non2xx
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: b.clientTLS()}}
+	defer client.CloseIdleConnections()
+	body, ctype := multipartBody(64, true)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, b.scheme()+t.addr+"/sync", bytes.NewReader(body))
+	req.Header.Set("Content-Type", ctype)
+	req.Header.Set("X-Api-Key", madeUp)
+	resp, err := client.Do(req)
+	if err != nil {
+		return r, 0, fmt.Errorf("%s: a request right after the refusals: %w", t.name, err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return r, resp.StatusCode, b.waitReady(t.name, t.addr)
 }

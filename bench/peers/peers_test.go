@@ -31,13 +31,16 @@ func TestSmoke(t *testing.T) {
 	var out, errb bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	err := Run(ctx, Options{Smoke: true}, &out, &errb)
+	err := Run(ctx, Options{Smoke: true, Refusals: true}, &out, &errb)
 	t.Log(errb.String())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Log("\n" + out.String())
 	wants := []string{"| direct |", "| bare |", "| keygate |", "| keygate-redis |", "| keygate-bearer |", "Open loop", "Large uploads"}
+	if benchproc.LookPath("wrk") != "" {
+		wants = append(wants, "Refusals: `wrk -t2 -c32`")
+	}
 	if benchproc.LookPath("nginx") != "" && luaInstalled() {
 		wants = append(wants, "| nginx-lua |")
 	}
@@ -113,5 +116,38 @@ func TestPrintTablesShowWhatRan(t *testing.T) {
 				t.Errorf("large-uploads table printed: %v, want %v:\n%s", got, c.wantLarge, s)
 			}
 		})
+	}
+}
+
+// The refusals table shows each target that was flooded with a made-up
+// key, beside its accepted rps, and counts an admitted request or a
+// socket error as an error; without -refusals there is no table.
+func TestPrintRefusals(t *testing.T) {
+	o := Options{Reps: 1, Duration: time.Second, Smoke: true}
+	r := &results{
+		order:        []string{"bare", "keygate", "nginx-lua"},
+		closed:       map[string]map[int][]closedResult{},
+		refused:      map[string][]closedResult{},
+		refusedAfter: map[string]int{"keygate": 429, "nginx-lua": 401},
+	}
+	for _, name := range r.order {
+		r.closed[name] = map[int][]closedResult{sizes(o)[0]: {{rps: 1000}}}
+	}
+	var none bytes.Buffer
+	printRefusals(&none, o, r)
+	if none.Len() != 0 {
+		t.Fatalf("a table without refusals:\n%s", none.String())
+	}
+	r.refused["keygate"] = []closedResult{{rps: 3000, cpuPerReq: 30, errors: 0}}
+	r.refused["nginx-lua"] = []closedResult{{rps: 8000, cpuPerReq: 13, errors: 2}}
+	var out bytes.Buffer
+	printRefusals(&out, o, r)
+	for _, want := range []string{"| keygate | 3000 | 3.00 | 30 | 0 | 429 | 0 |", "| nginx-lua | 8000 | 8.00 | 13 | 0 | 401 | 2 |"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("refusals table lacks %q:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "| bare |") {
+		t.Errorf("a target that checks no keys has a row:\n%s", out.String())
 	}
 }

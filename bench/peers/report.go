@@ -18,6 +18,10 @@ type results struct {
 	closed map[string]map[int][]closedResult
 	open   map[string]map[int][]openResult
 	large  map[string]map[bool][]largeResult
+	// refused are the -refusals loops, by target (refusalLoop), and
+	// refusedAfter the status of a request right after the last one.
+	refused      map[string][]closedResult
+	refusedAfter map[string]int
 	// withRedis are the targets with a redis-server of their own.
 	withRedis map[string]bool
 	noWrk     bool
@@ -25,7 +29,7 @@ type results struct {
 
 // measure runs every rep, in alternating target order.
 func (b *bench) measure(ctx context.Context) (*results, error) {
-	res := &results{closed: map[string]map[int][]closedResult{}, open: map[string]map[int][]openResult{}, large: map[string]map[bool][]largeResult{}, withRedis: map[string]bool{}}
+	res := &results{closed: map[string]map[int][]closedResult{}, open: map[string]map[int][]openResult{}, large: map[string]map[bool][]largeResult{}, refused: map[string][]closedResult{}, refusedAfter: map[string]int{}, withRedis: map[string]bool{}}
 	for _, t := range b.targets {
 		res.order = append(res.order, t.name)
 		res.withRedis[t.name] = t.redis != nil
@@ -63,6 +67,18 @@ func (b *bench) measure(ctx context.Context) (*results, error) {
 			}
 			if err := b.afterKeysLoad(ctx, t); err != nil {
 				return nil, err
+			}
+			if b.o.Refusals && checksKeys(t.name) {
+				c, after, err := b.refusalLoop(ctx, t)
+				switch {
+				case errors.Is(err, errNoWrk) && b.o.Smoke:
+				case err != nil:
+					return nil, err
+				default:
+					res.refused[t.name] = append(res.refused[t.name], c)
+					res.refusedAfter[t.name] = after
+				}
+				b.logf("rep %d %-13s refusals: %.0f a second, %.1f CPU µs each (redis-server %.1f), steal %.1f%%, then %d, %d errors", rep+1, t.name, c.rps, c.cpuPerReq, c.redisCPUPerReq, 100*c.steal, after, c.errors)
 			}
 			for _, first := range b.o.largeModes() {
 				// Peak RSS is that of a fresh process: not what the
@@ -200,6 +216,8 @@ func printTables(w io.Writer, o Options, r *results) {
 		fmt.Fprint(w, "\n")
 	}
 
+	printRefusals(w, o, r)
+
 	if !o.runsLarge() {
 		return
 	}
@@ -262,4 +280,28 @@ func sizedHead(w io.Writer, sz []int, cols func(size int) []string, tail ...stri
 		fmt.Fprintf(w, " %s |", c)
 	}
 	fmt.Fprint(w, "\n|---|"+strings.Repeat("---|", n)+"\n")
+}
+
+// printRefusals prints the -refusals table: each target that checks keys
+// under a flood of one made-up key.
+func printRefusals(w io.Writer, o Options, r *results) {
+	if len(r.refused) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nRefusals: `wrk -t2 -c32`, %s per run, every request from one address with the same made-up key of the right shape and a %s multipart body, against each target that checks keys; refusals a second and as a ratio to the same target's accepted requests of that size; CPU µs per refusal (the target's, and its redis-server's); the status of one more such request right after the flood (keygate answers an address past its failure limit 429 before it looks at a key); errors are admitted requests and socket errors (median of %d rep(s); the target admits the bench key again before the bench goes on).\n\n", o.Duration, sizeName(sizes(o)[0]), o.Reps)
+	fmt.Fprint(w, "| target | refusals/s | × accepted rps | CPU µs each | redis-server | then | errors |\n|---|---|---|---|---|---|---|\n")
+	for _, name := range r.order {
+		cs := r.refused[name]
+		if len(cs) == 0 {
+			continue
+		}
+		rps := median(cs, func(c closedResult) float64 { return c.rps })
+		accepted := median(r.closed[name][sizes(o)[0]], func(c closedResult) float64 { return c.rps })
+		var errs int64
+		for _, c := range cs {
+			errs += c.errors
+		}
+		fmt.Fprintf(w, "| %s | %.0f | %s | %.0f | %.0f | %d | %d |\n", name, rps, ratio(rps, accepted),
+			median(cs, func(c closedResult) float64 { return c.cpuPerReq }), median(cs, func(c closedResult) float64 { return c.redisCPUPerReq }), r.refusedAfter[name], errs)
+	}
 }

@@ -58,6 +58,9 @@ type Options struct {
 	RoleBin string
 	// Keys, when positive, adds the many-keys targets (keys.go).
 	Keys int
+	// Refusals adds, in plain mode, a closed loop of made-up keys against
+	// every target that checks keys (refusalLoop).
+	Refusals bool
 	// Warmup is a closed-loop run, not measured, that every target gets
 	// after each start before its measured loads: each is measured warm
 	// (heap grown, pools and caches filled), as a running proxy is.
