@@ -40,10 +40,10 @@ test: deps
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 -timeout 30m ./...
 
-## bench-peers: keygate against a bare httputil.ReverseProxy, nginx (also with a key check in Lua),
-##              HAProxy and Caddy on
-##              loopback (installs them and wrk with apt-get when missing); prints a Markdown
-##              table. BENCH_PEERS_FLAGS="-reps 5 -duration 10s" to change the defaults.
+## bench-peers: keygate against a bare httputil.ReverseProxy, nginx (also with a key check in
+##              Lua), HAProxy and Caddy on loopback (installs them and wrk with apt-get when
+##              missing); prints Markdown tables. BENCH_PEERS_FLAGS="-reps 5 -duration 10s" to
+##              change the defaults.
 ##              BENCH_SMOKE=1 (or -smoke) is a one-second run that only proves it works.
 ##              BENCH_PEERS_FLAGS="-tls": every target terminates TLS 1.3 (one ECDSA P-256
 ##              cert the bench makes), loaded over HTTP/1.1 (wrk) and HTTP/2 (h2load -c32 -m10).
