@@ -71,7 +71,8 @@ type keysState struct {
 // keyStats are one keygate target's figures over every rep.
 type keyStats struct {
 	redisAddr string
-	rssKiB    []int64 // VmRSS right after each rep's load
+	rssKiB    []int64 // VmRSS right after each rep's load, summed over the process tree
+	pssKiB    []int64 // and its proportional set size (pssKiB)
 	// warmed and loaded are the distinct key ids keygate logged in the
 	// warm-up and in the measured load, each rep; used is every one seen.
 	warmed, loaded []int
@@ -344,18 +345,19 @@ func fileSize(p string) int64 {
 	return fi.Size()
 }
 
-// afterKeysLoad reads, after a rep's load of a keygate target and before
-// it restarts: its RSS; for a many-keys target the distinct key ids in
-// its access log; for keygate-redis-keys redis-server's used_memory and
-// the TTL audit.
+// afterKeysLoad reads, after a rep's load of a target that checks keys
+// and before it restarts: its memory; for a keygate many-keys target the
+// distinct key ids in its access log; for keygate-redis-keys
+// redis-server's used_memory and the TTL audit.
 func (b *bench) afterKeysLoad(ctx context.Context, t *target) error {
-	if b.o.Keys <= 0 || !strings.HasPrefix(t.name, "keygate") {
+	if b.o.Keys <= 0 || !checksKeys(t.name) {
 		return nil
 	}
 	st := b.keyStats(t.name)
 	time.Sleep(logSettle)
 	st.rssKiB = append(st.rssKiB, memKiB(t.root.Process.Pid, "VmRSS"))
-	if !isManyKeys(t.name) {
+	st.pssKiB = append(st.pssKiB, pssKiB(t.root.Process.Pid))
+	if !isManyKeys(t.name) || !strings.HasPrefix(t.name, "keygate") {
 		return nil
 	}
 	warm, load, err := distinctKeyIDs(filepath.Join(b.dir, t.name+".log"), st.logOffset, st.used)
@@ -546,10 +548,10 @@ func (b *bench) printKeysTables(w io.Writer, r *results) {
 		fmt.Fprintf(w, " %s | %s |\n", minMax(st.warmed), minMax(st.loaded))
 	}
 
-	fmt.Fprint(w, "\nkeygate's RSS right after each rep's load (MiB, the largest over reps; ratelimit.local_max_keys bounds the local limiter's ids, default 100000):\n\n| target | RSS MiB |\n|---|---|\n")
+	fmt.Fprint(w, "\nMemory of each target that checks keys right after each rep's load (MiB, the largest over reps; keygate's ratelimit.local_max_keys bounds the local limiter's ids, default 100000): RSS summed over the target's processes, and PSS, which counts a page its processes share once (nginx's workers share the Lua table the master loaded, and the limit_req zone).\n\n| target | RSS MiB | PSS MiB |\n|---|---|---|\n")
 	for _, name := range r.order {
 		if st := b.keys.stats[name]; st != nil && len(st.rssKiB) > 0 {
-			fmt.Fprintf(w, "| %s | %.0f |\n", name, float64(slices.Max(st.rssKiB))/1024)
+			fmt.Fprintf(w, "| %s | %.0f | %.0f |\n", name, float64(slices.Max(st.rssKiB))/1024, float64(slices.Max(st.pssKiB))/1024)
 		}
 	}
 	for _, name := range r.order {

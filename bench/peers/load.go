@@ -115,6 +115,27 @@ func memKiB(pid int, field string) int64 {
 	return sum
 }
 
+// pssKiB sums the proportional set size (/proc/pid/smaps_rollup) over
+// the tree: a page that several of its processes share (nginx's workers
+// share what the master loaded before it forked them, and its shared
+// memory zones) counts once in all, where VmRSS counts it in each.
+func pssKiB(pid int) int64 {
+	var sum int64
+	for _, p := range benchproc.Tree(pid) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", p))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) >= 2 && f[0] == "Pss:" {
+				v, _ := strconv.ParseInt(f[1], 10, 64)
+				sum += v
+			}
+		}
+	}
+	return sum
+}
+
 // resetHWM resets the peak RSS of the tree (Linux clear_refs 5).
 func resetHWM(pid int) {
 	for _, p := range benchproc.Tree(pid) {
