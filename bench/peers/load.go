@@ -98,36 +98,24 @@ func filler(n int) []byte {
 // --- process accounting ------------------------------------------------
 
 // memKiB sums a /proc/pid/status field (VmHWM, VmRSS) over the tree.
-func memKiB(pid int, field string) int64 {
-	var sum int64
-	for _, p := range benchproc.Tree(pid) {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p))
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if strings.HasPrefix(line, field+":") {
-				v, _ := strconv.ParseInt(strings.Fields(line[len(field)+1:])[0], 10, 64)
-				sum += v
-			}
-		}
-	}
-	return sum
-}
+func memKiB(pid int, field string) int64 { return procKiB(pid, "status", field) }
 
 // pssKiB sums the proportional set size (/proc/pid/smaps_rollup) over
 // the tree: a page that several of its processes share (nginx's workers
 // share what the master loaded before it forked them, and its shared
 // memory zones) counts once in all, where VmRSS counts it in each.
-func pssKiB(pid int) int64 {
+func pssKiB(pid int) int64 { return procKiB(pid, "smaps_rollup", "Pss") }
+
+// procKiB sums a "Field: N kB" line of /proc/PID/file over the tree.
+func procKiB(pid int, file, field string) int64 {
 	var sum int64
 	for _, p := range benchproc.Tree(pid) {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", p))
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/%s", p, file))
 		if err != nil {
 			continue
 		}
 		for _, line := range strings.Split(string(b), "\n") {
-			if f := strings.Fields(line); len(f) >= 2 && f[0] == "Pss:" {
+			if f := strings.Fields(line); len(f) >= 2 && f[0] == field+":" {
 				v, _ := strconv.ParseInt(f[1], 10, 64)
 				sum += v
 			}

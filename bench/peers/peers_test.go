@@ -151,3 +151,15 @@ func TestPrintRefusals(t *testing.T) {
 		t.Errorf("a target that checks no keys has a row:\n%s", out.String())
 	}
 }
+
+// A process's memory as the bench reads it: RSS and PSS both found, and
+// PSS, which splits shared pages, no more than RSS.
+func TestProcessMemory(t *testing.T) {
+	rss, pss := memKiB(os.Getpid(), "VmRSS"), pssKiB(os.Getpid())
+	if rss <= 0 || pss <= 0 || pss > rss {
+		t.Errorf("VmRSS %d KiB, PSS %d KiB: want both found and PSS ≤ RSS", rss, pss)
+	}
+	if n := memKiB(os.Getpid(), "NoSuchField"); n != 0 {
+		t.Errorf("a field /proc does not have read as %d KiB", n)
+	}
+}
