@@ -8,9 +8,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/keygate/keygate/bench/internal/benchproc"
 )
 
-// TestSmokeKeys runs `-keys 1000 -smoke` on the four keygate targets. It
+// TestSmokeKeys runs `-keys 1000 -smoke` on the four keygate targets (and
+// nginx-lua's two where nginx's Lua module is installed). It
 // proves that the many-keys targets answer 200 to the load spread over
 // their keys (no errors anywhere, and keygate's access log names every
 // one of the 1000 keys in the warm-up and again in the measured load),
@@ -25,13 +28,20 @@ func TestSmokeKeys(t *testing.T) {
 	var out, errb bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	err := Run(ctx, Options{Smoke: true, Keys: n, Targets: "keygate,keygate-redis,keygate-keys,keygate-redis-keys"}, &out, &errb)
+	targets := "keygate,keygate-redis,keygate-keys,keygate-redis-keys"
+	wants := []string{"| keygate-keys | keygate |", "| keygate-redis-keys | keygate-redis |", "Memory of each target that checks keys right after", "| target | RSS MiB | PSS MiB |", "bytes per active key", "| quota counter (q:{id}) | 1000 | 0 |"}
+	if benchproc.LookPath("nginx") != "" && luaInstalled() {
+		// nginx checking the key in Lua, with the 1000 keys' hashes.
+		targets += ",nginx-lua,nginx-lua-keys"
+		wants = append(wants, "| nginx-lua-keys | nginx-lua |")
+	}
+	err := Run(ctx, Options{Smoke: true, Keys: n, Targets: targets}, &out, &errb)
 	t.Log(errb.String())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Log("\n" + out.String())
-	for _, want := range []string{"| keygate-keys | keygate |", "| keygate-redis-keys | keygate-redis |", "keygate's RSS right after", "bytes per active key", "| quota counter (q:{id}) | 1000 | 0 |"} {
+	for _, want := range wants {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q", want)
 		}
