@@ -16,10 +16,12 @@ import (
 // checks the tokens it signed, locally, and maps them to their key.
 type LocalIssuer interface {
 	Issuer() string
-	Verify(ctx context.Context, raw string) (auth.Verdict, error)
 	// VerifyChecked answers for a token it has accepted before (found),
 	// by the token's cache key, without reading the token.
 	VerifyChecked(ctx context.Context, key tokencache.Key) (v auth.Verdict, found bool, err error)
+	// VerifyUnchecked checks a token VerifyChecked did not find, in full;
+	// key is its cache key.
+	VerifyUnchecked(ctx context.Context, raw string, key tokencache.Key) (auth.Verdict, error)
 }
 
 // Bearer authenticates every bearer token: those of keygate's own issuer
@@ -69,7 +71,7 @@ func (b *Bearer) Authenticate(r *http.Request) (auth.Verdict, error) {
 			return v, err
 		}
 		if unverifiedIssuer(tok) == b.Local.Issuer() {
-			return b.Local.Verify(r.Context(), tok)
+			return b.Local.VerifyUnchecked(r.Context(), tok, ck)
 		}
 	}
 	if b.External != nil {

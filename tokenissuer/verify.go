@@ -67,6 +67,13 @@ func (i *Issuer) Verify(ctx context.Context, raw string) (auth.Verdict, error) {
 	if v, found, err := i.VerifyChecked(ctx, ck); found {
 		return v, err
 	}
+	return i.VerifyUnchecked(ctx, raw, ck)
+}
+
+// VerifyUnchecked is Verify for a token that VerifyChecked did not find:
+// it checks raw in full, and caches what it accepts under ck, raw's cache
+// key (tokencache.KeyOf), which the caller has already computed.
+func (i *Issuer) VerifyUnchecked(ctx context.Context, raw string, ck tokencache.Key) (auth.Verdict, error) {
 	ks, now := i.keys.Load(), i.now()
 	i.verified.Checked()
 	c, v, ok := i.check(ctx, ks, raw)
