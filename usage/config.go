@@ -9,9 +9,8 @@ import (
 type Config struct {
 	// FlushInterval is how often each replica writes its counts (to Redis
 	// when keystore.backend or ratelimit.backend is redis, else to the
-	// file keystore's companion file KEYS_FILE.usage.json). A crash loses
-	// at most this much of the counts; with the file, at most one paced
-	// rewrite's spacing (FileStore: about 3-5 s at 100k keys).
+	// file keystore's companion files KEYS_FILE.usage.json and its
+	// .journal). A crash loses at most this much of the counts.
 	FlushInterval time.Duration `yaml:"flush_interval"`
 	// MaxKeys caps the keys tracked between two flushes (memory bound);
 	// requests of further keys go uncounted (keygate_usage_dropped_total).

@@ -135,10 +135,10 @@ func (j *jsonWriter) times(d *usageData, at func(*keyUsage) time.Time) {
 	j.raw("}")
 }
 
-// writeFileData writes d to w as the usage file's JSON: the document
-// json.Marshal would make of the fileData that compacts to d, but for
-// the order of map keys.
-func writeFileData(w io.Writer, d *usageData) error {
+// writeFileData writes d to w as the usage file's JSON, the snapshot of
+// journal generation gen: the document json.Marshal would make of the
+// fileData that compacts to d, but for the order of map keys.
+func writeFileData(w io.Writer, d *usageData, gen uint64) error {
 	j := &jsonWriter{w: w, b: make([]byte, 0, 80<<10)}
 	j.raw(`{"buckets":`)
 	section(j, d, func(k *keyUsage) []hourCounts { return k.hours }, func(j *jsonWriter, h *hourCounts) {
@@ -167,6 +167,10 @@ func writeFileData(w io.Writer, d *usageData) error {
 	if lastAPIKey {
 		j.raw(`,"last_api_key_at":`)
 		j.times(d, func(k *keyUsage) time.Time { return k.lastAPIKey })
+	}
+	if gen != 0 {
+		j.raw(`,"journal_gen":`)
+		j.b = strconv.AppendUint(j.b, gen, 10)
 	}
 	j.raw("}")
 	j.flush(true)

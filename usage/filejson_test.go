@@ -16,7 +16,7 @@ func write(t testing.TB, w io.Writer, f *fileData) error {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return writeFileData(w, d)
+	return writeFileData(w, d, f.JournalGen)
 }
 
 // decoded is what json.Unmarshal makes of b.

@@ -3,9 +3,9 @@ package usage
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,19 +14,20 @@ import (
 	"time"
 )
 
-// FileStore keeps the buckets in a JSON file (the file keystore's
-// companion, keys.yaml.usage.json), rewritten atomically (temp file and
-// rename). One gateway process owns the file; the CLI only reads it.
+// FileStore keeps the buckets in two files beside the file keystore:
+// a snapshot, the JSON document KEYS_FILE.usage.json, and a journal,
+// KEYS_FILE.usage.json.journal, to which every flush appends one line
+// per key it counted (journal.go). One gateway process owns them; the
+// CLI only reads them: the snapshot, then the journal's lines over it.
 //
-// A rewrite costs every key the file holds (all used in the last 7
-// days), not the keys of one flush: at 100k keys it takes about a
-// quarter of a second of CPU. So Flush merges its deltas in memory at
-// once, and rewrites the file only when the last rewrite is at least
-// writeSpacing times its own duration old: every flush for a small file,
-// about every 5 s at 100k keys, never more than 1/writeSpacing of a
-// core. This store's own reads see every flush; another process (the
-// CLI) reads the file as last written. Sync writes what is pending
-// (Flusher.Close calls it).
+// A flush costs what it counted, not every key the store holds: a
+// snapshot of 100k keys used in the last 7 days takes about a tenth of a
+// second to write, a million keys' about a second. The snapshot is
+// rewritten (atomically: a temp file and a rename) only when a flush
+// has grown the journal past it (or past journalMin, for a small one),
+// or dropped buckets past Retention, so the bytes written stay within
+// about twice what the flushes appended. Every flush is on disk when
+// Flush returns, for a crash and for the CLI alike.
 //
 // In memory, each key's hours and days are short slices sorted by time,
 // with no pointers in them (see keyUsage): a key used in one hour holds
@@ -37,18 +38,24 @@ type FileStore struct {
 	Path string
 	mu   sync.Mutex
 	data *usageData
-	// dirty means data holds counts the file does not. lastWrite and
-	// writeCost are when the last rewrite ended and how long it took.
-	dirty     bool
-	lastWrite time.Time
-	writeCost time.Duration
+	// gen is the journal generation of the snapshot last written or
+	// read; journal is the journal open for appending (nil: the next
+	// flush rewrites the snapshot and starts a journal), journalSize its
+	// size and snapSize the snapshot's.
+	gen         uint64
+	journal     *os.File
+	journalSize int64
+	snapSize    int64
+	// line writes a flush's journal lines, its buffer reused.
+	line jsonWriter
 	// pruned is the hour of the last pass that dropped expired buckets.
 	pruned uint32
 }
 
-// writeSpacing paces FileStore's rewrites: at most one per writeSpacing
-// times the previous one's duration.
-const writeSpacing = 20
+// journalMin is the size to which a journal may grow whatever the
+// snapshot's size: below it a rewrite costs little, and so does reading
+// the journal back.
+var journalMin int64 = 1 << 20
 
 // usageData is the file's counts in memory, by key id.
 type usageData struct {
@@ -162,6 +169,9 @@ type fileData struct {
 	// LastAPIKey: key id -> its last request with the key itself.
 	Methods    map[string]map[string]MethodCounts `json:"methods,omitempty"`
 	LastAPIKey map[string]time.Time               `json:"last_api_key_at,omitempty"`
+	// JournalGen is the generation of the journal whose lines count on
+	// top of this snapshot (see FileStore).
+	JournalGen uint64 `json:"journal_gen,omitempty"`
 }
 
 // periods turns one key's section of the file (period name, of digits
@@ -210,91 +220,135 @@ func (f *fileData) compact() (*usageData, error) {
 	return d, nil
 }
 
-func (s *FileStore) load() (*usageData, error) {
-	b, err := os.ReadFile(s.Path)
-	if errors.Is(err, os.ErrNotExist) {
-		return newUsageData(), nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var f fileData
-	if err := json.Unmarshal(b, &f); err != nil {
-		return nil, fmt.Errorf("usage file %s: %w", s.Path, err)
-	}
-	d, err := f.compact()
-	if err != nil {
-		return nil, fmt.Errorf("usage file %s: %w", s.Path, err)
-	}
-	return d, nil
-}
-
 // Flush merges the deltas, drops buckets past Retention (once an hour)
-// and rewrites the file when its pace allows (see FileStore).
+// and appends the deltas to the journal, rewriting the snapshot instead
+// when the journal has outgrown it, or buckets were dropped (see
+// FileStore).
 func (s *FileStore) Flush(_ context.Context, ds []Delta, now time.Time) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.data == nil {
-		d, err := s.load()
-		if err != nil {
+		if err := s.open(); err != nil {
 			return err
 		}
-		s.data = d
 	}
 	if len(ds) == 0 {
 		return nil
 	}
 	h, today := hourNum(now), dayNum(now)
 	for i := range ds {
-		x := &ds[i]
-		k := s.data.key(x.ID)
-		var c *hourCounts
-		if k.hours == nil {
-			k.hours = k.hour[:0]
-		}
-		k.hours, c = at(k.hours, h, hourOf)
-		c.c.Add(x.Counts)
-		if x.LastUsed.After(k.lastUsed) {
-			k.lastUsed = x.LastUsed
-		}
-		if x.APIKey != 0 || x.Bearer != 0 {
-			var m *dayCounts
-			if k.days == nil {
-				k.days = k.day[:0]
-			}
-			k.days, m = at(k.days, today, dayOf)
-			m.apiKey += x.APIKey
-			m.bearer += x.Bearer
-			if x.LastAPIKey.After(k.lastAPIKey) {
-				k.lastAPIKey = x.LastAPIKey
-			}
-		}
+		s.data.add(&ds[i], h, today)
 	}
+	pruned := false
 	if h != s.pruned {
 		s.pruned = h
-		s.data.prune(now)
+		pruned = s.data.prune(now)
 	}
-	s.dirty = true
-	if !s.lastWrite.IsZero() && time.Since(s.lastWrite) < writeSpacing*s.writeCost {
-		return nil
+	if s.journal != nil && !pruned {
+		if err := s.append(ds, h, today); err != nil {
+			return err
+		}
+		if s.journalSize <= max(s.snapSize, journalMin) {
+			return nil
+		}
 	}
-	return s.write()
+	return s.rewrite()
 }
 
-// Sync writes the counts that Flush has not written yet.
+// append writes the deltas' lines at the journal's end, in chunks of
+// about 64 KiB. After a failed write the next flush rewrites the
+// snapshot: the counts are in memory.
+func (s *FileStore) append(ds []Delta, h, today uint32) error {
+	cw := &countWriter{w: s.journal}
+	if s.line.b == nil {
+		s.line.b = make([]byte, 0, 80<<10)
+	}
+	s.line.w, s.line.b, s.line.err = cw, s.line.b[:0], nil
+	for i := range ds {
+		s.line.journalLine(&ds[i], h, today)
+		s.line.flush(false)
+	}
+	s.line.flush(true)
+	if err := s.line.err; err != nil {
+		// The journal no longer holds what memory does: the next flush
+		// rewrites the snapshot. Until then readers read the lines
+		// written whole, counts that the snapshot will hold as well.
+		if cw.n > 0 {
+			_ = s.journal.Truncate(s.journalSize)
+		}
+		s.closeJournal()
+		return fmt.Errorf("usage journal: %w (%w)", err, errKept)
+	}
+	s.journalSize += cw.n
+	return nil
+}
+
+// errKept marks a failed flush whose counts a FileStore kept: the next
+// flush or Sync writes them.
+var errKept = errors.New("the counts are kept for the next flush")
+
+// add merges one delta into hour h and day today (the day's counts by
+// method only when it has some).
+func (d *usageData) add(x *Delta, h, today uint32) {
+	k := d.key(x.ID)
+	var c *hourCounts
+	if k.hours == nil {
+		k.hours = k.hour[:0]
+	}
+	k.hours, c = at(k.hours, h, hourOf)
+	c.c.Add(x.Counts)
+	if x.LastUsed.After(k.lastUsed) {
+		k.lastUsed = x.LastUsed
+	}
+	if x.APIKey != 0 || x.Bearer != 0 {
+		var m *dayCounts
+		if k.days == nil {
+			k.days = k.day[:0]
+		}
+		k.days, m = at(k.days, today, dayOf)
+		m.apiKey += x.APIKey
+		m.bearer += x.Bearer
+		if x.LastAPIKey.After(k.lastAPIKey) {
+			k.lastAPIKey = x.LastAPIKey
+		}
+	}
+}
+
+// Sync rewrites the snapshot if the last flush could not append to the
+// journal; every other flush is on disk already.
 func (s *FileStore) Sync(context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.data == nil || !s.dirty {
+	if s.data == nil || s.journal != nil {
 		return nil
 	}
-	return s.write()
+	return s.rewrite()
+}
+
+// Close closes the journal. The store may be used again: it then reads
+// the files afresh.
+func (s *FileStore) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.data = nil
+	return s.closeJournal()
+}
+
+func (s *FileStore) closeJournal() error {
+	if s.journal == nil {
+		return nil
+	}
+	err := s.journal.Close()
+	s.journal = nil
+	return err
 }
 
 // prune drops the buckets past Retention and the days past
 // MethodRetention; a key with neither, nor a last use, goes. (Last uses
-// are kept: they say when a key was last used, however long ago.)
-func (d *usageData) prune(now time.Time) {
+// are kept: they say when a key was last used, however long ago.) It
+// reports whether it dropped anything, which the files then still hold.
+func (d *usageData) prune(now time.Time) bool {
+	dropped := false
 	oldest, oldestDay := hourNum(now.Add(-Retention)), dayNum(now.Add(-MethodRetention))
 	for id, k := range d.keys {
 		n := 0
@@ -302,15 +356,18 @@ func (d *usageData) prune(now time.Time) {
 			n++
 		}
 		k.hours = drop(k.hours, n)
+		dropped = dropped || n > 0
 		n = 0
 		for n < len(k.days) && k.days[n].day < oldestDay {
 			n++
 		}
 		k.days = drop(k.days, n)
+		dropped = dropped || n > 0
 		if len(k.hours) == 0 && len(k.days) == 0 && k.lastUsed.IsZero() && k.lastAPIKey.IsZero() {
 			delete(d.keys, id)
 		}
 	}
+	return dropped
 }
 
 // drop removes list's first n elements, keeping its array (nil when
@@ -325,27 +382,68 @@ func drop[T any](list []T, n int) []T {
 	return slices.Delete(list, 0, n)
 }
 
-// write rewrites the file from s.data (s.mu held) and times it.
-func (s *FileStore) write() error {
-	start := time.Now()
-	tmp, err := os.CreateTemp(filepath.Dir(s.Path), ".usage-*")
+// rewrite writes s.data as a snapshot of the next generation, then
+// starts that generation's journal, empty, and keeps it open for the
+// flushes' lines (s.mu held). A crash between the two leaves the new
+// snapshot beside the old journal, whose lines the snapshot already
+// holds: readers skip a journal of another generation.
+func (s *FileStore) rewrite() error {
+	if err := s.closeJournal(); err != nil {
+		return err
+	}
+	gen := s.gen + 1
+	n, err := writeAtomic(s.Path, func(w io.Writer) error { return writeFileData(w, s.data, gen) })
 	if err != nil {
 		return err
 	}
-	defer os.Remove(tmp.Name())
-	if err := writeFileData(tmp, s.data); err != nil {
-		tmp.Close()
+	s.gen, s.snapSize = gen, n
+	tmp, err := os.CreateTemp(filepath.Dir(s.Path), ".usage-journal-*")
+	if err != nil {
 		return err
+	}
+	head := journalHead(gen)
+	if _, err := tmp.Write(head); err != nil {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return err
+	}
+	if err := os.Rename(tmp.Name(), s.journalPath()); err != nil {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return err
+	}
+	s.journal, s.journalSize = tmp, int64(len(head))
+	return nil
+}
+
+// writeAtomic writes a file through a temp file beside it and a rename,
+// and returns its size.
+func writeAtomic(path string, write func(io.Writer) error) (int64, error) {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".usage-*")
+	if err != nil {
+		return 0, err
+	}
+	defer os.Remove(tmp.Name())
+	cw := &countWriter{w: tmp}
+	if err := write(cw); err != nil {
+		tmp.Close()
+		return 0, err
 	}
 	if err := tmp.Close(); err != nil {
-		return err
+		return 0, err
 	}
-	if err := os.Rename(tmp.Name(), s.Path); err != nil {
-		return err
-	}
-	s.lastWrite = time.Now()
-	s.writeCost, s.dirty = s.lastWrite.Sub(start), false
-	return nil
+	return cw.n, os.Rename(tmp.Name(), path)
+}
+
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // view calls fn with this store's counts when it has flushed (they may be
@@ -357,11 +455,11 @@ func (s *FileStore) view(fn func(*usageData)) error {
 		fn(s.data)
 		return nil
 	}
-	d, err := s.load()
+	f, err := s.read()
 	if err != nil {
 		return err
 	}
-	fn(d)
+	fn(f.data)
 	return nil
 }
 

@@ -2,6 +2,7 @@ package usage
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -60,7 +61,10 @@ func (f *Flusher) Flush() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	err := f.Store.Flush(ctx, ds, time.Now())
-	if err != nil {
+	switch {
+	case errors.Is(err, errKept):
+		f.Logger.Warn("usage flush not written; its counts are kept for the next", zap.Int("keys", len(ds)), zap.Error(err))
+	case err != nil:
 		f.Logger.Warn("usage flush failed; its counts are lost", zap.Int("keys", len(ds)), zap.Error(err))
 	}
 	if f.OnFlush != nil {
@@ -68,8 +72,8 @@ func (f *Flusher) Flush() {
 	}
 }
 
-// Syncer is a Store that may hold flushed counts back (FileStore paces
-// its rewrites); Sync writes them.
+// Syncer is a Store that may hold flushed counts back (FileStore, when
+// its journal could not be appended to); Sync writes them.
 type Syncer interface {
 	Sync(ctx context.Context) error
 }
