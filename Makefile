@@ -53,7 +53,8 @@ bench: deps
 ##              keystore holds N keys, the load spreads evenly over them (each key sent once
 ##              before each rep), against keygate and keygate-redis with one key, in the same
 ##              run; prints the ratios, keygate's RSS, redis-server's used_memory per active
-##              key and the Redis keys without TTL. With `make profile`: keygate with N keys.
+##              key and the Redis keys without TTL. Plain mode only (-tls refuses it, and
+##              -refusals). With `make profile` (also -tls): keygate with N keys.
 BENCH_PEERS_FLAGS ?=
 bench-peers: deps
 	@./bench/install-peers.sh

@@ -288,7 +288,7 @@ func (b *bench) warmKeys(ctx context.Context, t *target) error {
 	}
 	start := time.Now()
 	body, ctype := multipartBody(64, true)
-	tr := &http.Transport{MaxIdleConnsPerHost: 32, DisableCompression: true}
+	tr := &http.Transport{MaxIdleConnsPerHost: 32, DisableCompression: true, TLSClientConfig: b.clientTLS()}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr, Timeout: 30 * time.Second}
 	var next, failed atomic.Int64
@@ -303,7 +303,7 @@ func (b *bench) warmKeys(ctx context.Context, t *target) error {
 				if i >= len(b.keys.many) || ctx.Err() != nil {
 					return
 				}
-				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+t.addr+"/sync", bytes.NewReader(body))
+				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, b.scheme()+t.addr+"/sync", bytes.NewReader(body))
 				req.Header.Set("Content-Type", ctype)
 				req.Header.Set("X-Api-Key", b.keys.many[i])
 				resp, err := client.Do(req)

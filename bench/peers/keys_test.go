@@ -3,6 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -70,5 +73,36 @@ func TestSmokeKeys(t *testing.T) {
 		if r[3] != "0" {
 			t.Errorf("%s: %s of %s keys have no TTL", r[1], r[3], r[2])
 		}
+	}
+}
+
+// TestKeysOverTLS: a profile of keygate with many keys over TLS warms
+// every key over https and profiles the load (the warm-up used to send
+// plain http to a TLS listener); the measured run refuses -keys and
+// -refusals with -tls, whose tables have no rows for them, rather than
+// print tables without them.
+func TestKeysOverTLS(t *testing.T) {
+	for _, o := range []Options{{TLS: true, Keys: 10}, {TLS: true, Refusals: true}} {
+		if err := Run(context.Background(), o, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "plain mode only") {
+			t.Errorf("%+v: %v, want it refused: plain mode only", o, err)
+		}
+	}
+	if testing.Short() {
+		t.Skip("starts processes and builds keygate")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	prof := filepath.Join(t.TempDir(), "cpu.pprof")
+	var out, errb bytes.Buffer
+	err := Run(ctx, Options{Profile: prof, TLS: true, Keys: 300, Duration: time.Second, Sizes: "256"}, &out, &errb)
+	t.Log(errb.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(errb.String(), "warm-up sent each of 300 keys once") || !strings.Contains(out.String(), "keygate 256 B:") {
+		t.Errorf("want the warm-up of 300 keys and the profile's figure, got\n%s%s", errb.String(), out.String())
+	}
+	if st, err := os.Stat(prof); err != nil || st.Size() == 0 {
+		t.Errorf("profile: %v", err)
 	}
 }

@@ -63,7 +63,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.KeygateBin, "keygate", "", "keygate binary (default: built from ./cmd/keygate)")
 	fs.BoolVar(&o.TLS, "tls", false, "every target terminates TLS 1.3 (one ECDSA P-256 certificate); loads over HTTP/1.1 (wrk) and HTTP/2 (h2load); no large uploads. With -profile: keygate over TLS under wrk")
 	fs.BoolVar(&o.Refusals, "refusals", false, "plain mode: also load every target that checks keys (keygate's, nginx-lua) with a made-up key and the first size's body, for -duration each rep: refusals a second and CPU µs per refusal")
-	fs.IntVar(&o.Keys, "keys", 0, "also targets keygate-keys, keygate-redis-keys and nginx-lua-keys: N keys in the keystore (nginx-lua-keys: in its Lua table), the load spread evenly over them, against keygate, keygate-redis and nginx-lua with one key (keys.go); with -profile, profile keygate with N keys")
+	fs.IntVar(&o.Keys, "keys", 0, "also targets keygate-keys, keygate-redis-keys and nginx-lua-keys: N keys in the keystore (nginx-lua-keys: in its Lua table), the load spread evenly over them, against keygate, keygate-redis and nginx-lua with one key (keys.go); plain mode only; with -profile (also over -tls), profile keygate with N keys")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}

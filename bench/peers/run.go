@@ -67,6 +67,24 @@ type Options struct {
 	Warmup time.Duration
 }
 
+// check refuses the flags that measure nothing they say: TLS mode's
+// tables have no many-keys or refusals rows (h2load sends one set of
+// headers with every request, so it cannot spread a load over keys).
+// A profile may have both: its load is wrk's, which spreads keys over
+// TLS as in plain mode.
+func (o Options) check() error {
+	if !o.TLS || o.Profile != "" {
+		return nil
+	}
+	switch {
+	case o.Keys > 0:
+		return errors.New("-keys measures in plain mode only: h2load sends one key with every request (with -profile, -tls -keys profiles keygate over TLS)")
+	case o.Refusals:
+		return errors.New("-refusals measures in plain mode only")
+	}
+	return nil
+}
+
 // runsLarge says whether the plain mode's reps upload large files.
 func (o Options) runsLarge() bool { return o.LargeN > 0 && o.LargeRounds > 0 }
 
@@ -139,6 +157,9 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	}
 	if o.Reps < 1 {
 		o.Reps = 1
+	}
+	if err := o.check(); err != nil {
+		return err
 	}
 	dir, err := os.MkdirTemp("", "keygate-bench-")
 	if err != nil {
