@@ -252,7 +252,10 @@ func (s *FileStore) Flush(_ context.Context, ds []Delta, now time.Time) error {
 			return nil
 		}
 	}
-	return s.rewrite()
+	if err := s.rewrite(); err != nil {
+		return fmt.Errorf("usage file: %w (%w)", err, errKept)
+	}
+	return nil
 }
 
 // append writes the deltas' lines at the journal's end, in chunks of

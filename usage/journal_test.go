@@ -247,7 +247,8 @@ func TestFileStoreRefusesABadJournal(t *testing.T) {
 
 // TestFileStoreAppendFailure: a flush whose append fails keeps its
 // counts, and the operator's log says so; the next flush, or the
-// flusher's Close (Sync), writes them in a new snapshot.
+// flusher's Close (Sync), writes them in a new snapshot, and a flush
+// whose rewrite fails keeps them too.
 func TestFileStoreAppendFailure(t *testing.T) {
 	for _, then := range []string{"flush", "close"} {
 		t.Run(then, func(t *testing.T) {
@@ -274,8 +275,22 @@ func TestFileStoreAppendFailure(t *testing.T) {
 			}
 			want := int64(3)
 			if then == "flush" {
+				// The next flush must rewrite the snapshot, and fails
+				// too while the directory is gone.
+				dir := filepath.Dir(path)
+				if err := os.Rename(dir, dir+".away"); err != nil {
+					t.Fatal(err)
+				}
+				counters.Record("key_a", ByAPIKey, Admitted, 10, time.Now())
+				f.Flush()
+				if l := logs.TakeAll(); len(l) != 1 || l[0].Message != "usage flush not written; its counts are kept for the next" {
+					t.Errorf("a failed rewrite logged %v, want that the counts are kept", l)
+				}
+				if err := os.Rename(dir+".away", dir); err != nil {
+					t.Fatal(err)
+				}
 				flush(4)
-				want = 7
+				want = 8
 			} else if err := f.Close(); err != nil {
 				t.Fatal(err)
 			}
