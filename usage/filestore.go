@@ -449,16 +449,17 @@ func (c *countWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// view calls fn with this store's counts when it has flushed (they may be
-// ahead of the file), else with the file's as last written.
-func (s *FileStore) view(fn func(*usageData)) error {
+// view calls fn with this store's counts when it has flushed, else with
+// the files' counts of ids (a reader in another process, such as the
+// CLI, reads only the keys it asks for: see FileStore.read).
+func (s *FileStore) view(ids []string, fn func(*usageData)) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.data != nil {
 		fn(s.data)
 		return nil
 	}
-	f, err := s.read()
+	f, err := s.read(idSet(ids))
 	if err != nil {
 		return err
 	}
@@ -470,7 +471,7 @@ func (s *FileStore) view(fn func(*usageData)) error {
 func (s *FileStore) Read(_ context.Context, ids []string, since time.Duration, now time.Time) (Counts, map[string]time.Time, error) {
 	var c Counts
 	last := map[string]time.Time{}
-	err := s.view(func(d *usageData) {
+	err := s.view(ids, func(d *usageData) {
 		for _, id := range ids {
 			if k := d.keys[id]; k != nil && !k.lastUsed.IsZero() {
 				last[id] = k.lastUsed
@@ -487,7 +488,7 @@ func (s *FileStore) Read(_ context.Context, ids []string, since time.Duration, n
 // Series reads the counts (see view) hour by hour.
 func (s *FileStore) Series(_ context.Context, ids []string, since time.Duration, now time.Time) ([]Hour, error) {
 	var hs []Hour
-	if err := s.view(func(d *usageData) { hs = d.series(ids, since, now) }); err != nil {
+	if err := s.view(ids, func(d *usageData) { hs = d.series(ids, since, now) }); err != nil {
 		return nil, err
 	}
 	return hs, nil
@@ -512,7 +513,7 @@ func (d *usageData) series(ids []string, since time.Duration, now time.Time) []H
 // LastUsed returns the last use of each of ids that has one.
 func (s *FileStore) LastUsed(_ context.Context, ids []string) (map[string]time.Time, error) {
 	out := make(map[string]time.Time, len(ids))
-	err := s.view(func(d *usageData) {
+	err := s.view(ids, func(d *usageData) {
 		for _, id := range ids {
 			if k, ok := d.keys[id]; ok && !k.lastUsed.IsZero() {
 				out[id] = k.lastUsed
@@ -537,7 +538,7 @@ func (s *FileStore) Methods(_ context.Context, ids []string, since time.Duration
 		nums[i] = v
 	}
 	out := make(map[string]MethodCounts, len(ids))
-	err := s.view(func(d *usageData) {
+	err := s.view(ids, func(d *usageData) {
 		for _, id := range ids {
 			var c MethodCounts
 			if k := d.keys[id]; k != nil {

@@ -177,7 +177,7 @@ func TestFileStoreReadsWhatACrashLeft(t *testing.T) {
 			}
 			tt.crash(t, s)
 			s.journal.Close() // the process is gone
-			on, err := (&FileStore{Path: path}).read()
+			on, err := (&FileStore{Path: path}).read(nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -364,7 +364,7 @@ func FuzzJournalLine(f *testing.F) {
 			t.Fatalf("head: %+v, %v", jn, err)
 		}
 		got, want := newUsageData(), newUsageData()
-		if err := jn.replay(got); err != nil {
+		if err := jn.replay(got, nil); err != nil {
 			t.Fatalf("%v in %s", err, j.b)
 		}
 		want.add(&x, 2026112410, 20261124)
@@ -394,6 +394,97 @@ func FuzzJournalRead(f *testing.F) {
 		if err != nil {
 			return
 		}
-		_ = jn.replay(newUsageData())
+		_ = jn.replay(newUsageData(), nil)
+	})
+}
+
+// TestFileStoreReaderReadsItsKeys: a reader in another process (the
+// CLI) reads only the keys it asks for, and gets for each what the
+// owner holds, whether its counts are in the snapshot or the journal
+// and whatever its id (a plain one is skipped unread in the journal,
+// another read whole).
+func TestFileStoreReaderReadsItsKeys(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "keys.yaml.usage.json")
+	s := &FileStore{Path: path}
+	defer s.Close()
+	ids := []string{"key_plain", `key_"quoted"`, "key_\u00e9", `key_\back`, "key_\x01", "key_plain_longer"}
+	for i, id := range ids { // the snapshot
+		if err := s.Flush(ctx, []Delta{{ID: id, Counts: Counts{Admitted: int64(i + 1)}, LastUsed: journalNow.Add(time.Duration(i) * time.Second), APIKey: 1, LastAPIKey: journalNow}}, journalNow); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.rewrite(); err != nil {
+		t.Fatal(err)
+	}
+	for i, id := range ids { // and the journal, an hour later
+		later := journalNow.Add(time.Hour)
+		if err := s.Flush(ctx, []Delta{{ID: id, Counts: Counts{Admitted: int64(10 * (i + 1))}, LastUsed: later, Bearer: 2}}, later); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now := journalNow.Add(time.Hour)
+	for _, id := range ids {
+		want, wantLast, err := s.Read(ctx, []string{id}, 3*time.Hour, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := &FileStore{Path: path}
+		got, gotLast, err := r.Read(ctx, []string{id}, 3*time.Hour, now)
+		if err != nil || got != want || !reflect.DeepEqual(gotLast, wantLast) {
+			t.Errorf("%q: a reader read %+v %v (%v), the owner holds %+v %v", id, got, gotLast, err, want, wantLast)
+		}
+		wantM, _ := s.Methods(ctx, []string{id}, 24*time.Hour, now)
+		if gotM, err := r.Methods(ctx, []string{id}, 24*time.Hour, now); err != nil || !reflect.DeepEqual(gotM, wantM) {
+			t.Errorf("%q: a reader read methods %+v (%v), the owner holds %+v", id, gotM, err, wantM)
+		}
+		f, err := r.read(idSet([]string{id}))
+		if err != nil || len(f.data.keys) != 1 {
+			t.Errorf("%q: a reader of one key held %d keys (%v)", id, len(f.data.keys), err)
+		}
+	}
+}
+
+// FuzzReadFileData: a reader of some ids reads a snapshot as
+// json.Unmarshal reads it, those ids' part of it; it may read a
+// document that json.Unmarshal refuses only for what it reads past.
+func FuzzReadFileData(f *testing.F) {
+	var ours bytes.Buffer
+	d := newUsageData()
+	d.add(&Delta{ID: "key_a", Counts: Counts{Admitted: 3}, LastUsed: journalNow, APIKey: 1, LastAPIKey: journalNow}, 2026112410, 20261124)
+	d.add(&Delta{ID: "key_b", Counts: Counts{Rate: 1}, LastUsed: journalNow}, 2026112411, 20261124)
+	if err := writeFileData(&ours, d, 4); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(ours.Bytes(), "key_a")
+	f.Add([]byte(`{"buckets":null,"last_used_at":null}`), "key_a")
+	f.Add([]byte(`{"BUCKETS":{"key_a":{"2026112410":{"admitted":1}}},"buckets":{"key_a":{"2026112411":{}}},"x":[1,{}]}`), "key_a")
+	f.Add([]byte(`{"buckets":{"key_a":{},"key_a":{"2026112410":{"admitted":2}}},"journal_gen":2} `), "key_a")
+	f.Add([]byte(`null`), "key_a")
+	f.Add([]byte(`{"last_used_at":{"k\u0065y_a":"2026-11-24T10:30:00Z","key_b":5}}`), "key_a")
+	f.Fuzz(func(t *testing.T, doc []byte, id string) {
+		var whole fileData
+		if json.Unmarshal(doc, &whole) != nil {
+			_, _ = readFileData(bytes.NewReader(doc), idSet([]string{id}))
+			return
+		}
+		got, err := readFileData(bytes.NewReader(doc), idSet([]string{id}))
+		if err != nil {
+			t.Fatalf("json.Unmarshal reads %q, the reader of %q: %v", doc, id, err)
+		}
+		if got.JournalGen != whole.JournalGen {
+			t.Errorf("journal_gen %d, json.Unmarshal's %d", got.JournalGen, whole.JournalGen)
+		}
+		wd, werr := whole.compact()
+		gd, gerr := got.compact()
+		if werr != nil {
+			return // a bad period, maybe another id's
+		}
+		if gerr != nil {
+			t.Fatalf("the reader's part of %q: %v", doc, gerr)
+		}
+		if !reflect.DeepEqual(gd.keys[id], wd.keys[id]) || len(gd.keys) > 1 {
+			t.Errorf("%q in %q: read %+v (%d keys), json.Unmarshal's %+v", id, doc, gd.keys[id], len(gd.keys), wd.keys[id])
+		}
 	})
 }
