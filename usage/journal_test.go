@@ -462,6 +462,10 @@ func FuzzReadFileData(f *testing.F) {
 	f.Add([]byte(`{"buckets":{"key_a":{},"key_a":{"2026112410":{"admitted":2}}},"journal_gen":2} `), "key_a")
 	f.Add([]byte(`null`), "key_a")
 	f.Add([]byte(`{"last_used_at":{"k\u0065y_a":"2026-11-24T10:30:00Z","key_b":5}}`), "key_a")
+	f.Add([]byte("{\"last_used_at\":{\"key_\xff\xfe\":\"2026-11-24T10:30:00Z\"}}"), "key_\uFFFD\uFFFD")
+	f.Add([]byte(`{"last_used_at":{"key_\ud800":"2026-11-24T10:30:00Z","key_\udc00\ud83d\ude00":"2026-11-24T10:30:00Z"}}`), "key_\uFFFD")
+	f.Add([]byte(`{"LAST_USED_AT":{"key_a":"2026-11-24T10:30:00Z"},"last_used_at":null}`), "key_a")
+	f.Add([]byte(`{"journal_gen":1e2,"journal_gen":-1}`), "key_a")
 	f.Fuzz(func(t *testing.T, doc []byte, id string) {
 		var whole fileData
 		if json.Unmarshal(doc, &whole) != nil {
