@@ -241,19 +241,24 @@ func (s *FileStore) read(want ids) (files, error) {
 		if err := jn.replay(f.data, want); err != nil {
 			return files{}, fmt.Errorf("usage journal %s: %w", s.journalPath(), err)
 		}
-		f.appendable = jn.whole
+		// A journal without its head (say, emptied by a power cut that
+		// kept the rename and lost the data) is not appended to.
+		f.appendable = jn.whole && jn.gen != 0
 		return f, nil
 	}
 }
 
 // readSnapshot reads the snapshot's counts of the ids want keeps (nil:
-// all; none: no counts, generation 0).
+// all). None, or an empty file, is no counts, generation 0: a rewrite
+// never leaves an empty snapshot, but a power cut may keep a rename and
+// lose the data written before it (the files are not synced), and the
+// store must go on counting.
 func (s *FileStore) readSnapshot(want ids) (files, error) {
 	var fd fileData
 	var size int64
 	if want == nil {
 		b, err := os.ReadFile(s.Path)
-		if errors.Is(err, os.ErrNotExist) {
+		if errors.Is(err, os.ErrNotExist) || err == nil && len(b) == 0 {
 			return files{data: newUsageData()}, nil
 		}
 		if err != nil {
@@ -272,6 +277,9 @@ func (s *FileStore) readSnapshot(want ids) (files, error) {
 			return files{}, err
 		}
 		defer f.Close()
+		if st, err := f.Stat(); err == nil && st.Size() == 0 {
+			return files{data: newUsageData()}, nil
+		}
 		if fd, err = readFileData(bufio.NewReaderSize(f, 256<<10), want); err != nil {
 			return files{}, fmt.Errorf("usage file %s: %w", s.Path, err)
 		}

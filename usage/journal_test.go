@@ -156,6 +156,13 @@ func TestFileStoreReadsWhatACrashLeft(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, 6},
+		{"a power cut that kept neither file's data, only their names", func(t *testing.T, s *FileStore) {
+			for _, p := range []string{s.Path, s.journalPath()} {
+				if err := os.Truncate(p, 0); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}, 0},
 		{"a snapshot restored from an older backup, the journal newer", func(t *testing.T, s *FileStore) {
 			if _, err := writeAtomic(s.Path, func(w io.Writer) error { return writeFileData(w, newUsageData(), s.gen-1) }); err != nil {
 				t.Fatal(err)
