@@ -19,6 +19,30 @@ func write(t testing.TB, w io.Writer, f *fileData) error {
 	return writeFileData(w, d, f.JournalGen)
 }
 
+// compact turns the file's document, as json.Unmarshal reads it, into
+// its form in memory: the reference that readFileData, which streams,
+// is held to.
+func (f *fileData) compact() (*usageData, error) {
+	d := newUsageData()
+	for id, hs := range f.Buckets {
+		if err := d.setHours(id, hs); err != nil {
+			return nil, err
+		}
+	}
+	for id, ds := range f.Methods {
+		if err := d.setDays(id, ds); err != nil {
+			return nil, err
+		}
+	}
+	for id, t := range f.LastUsed {
+		d.setLastUsed(id, t)
+	}
+	for id, t := range f.LastAPIKey {
+		d.setLastAPIKey(id, t)
+	}
+	return d, nil
+}
+
 // decoded is what json.Unmarshal makes of b.
 func decoded(t testing.TB, b []byte) fileData {
 	t.Helper()

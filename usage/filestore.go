@@ -193,31 +193,36 @@ func periods[T, C any](inline []T, named map[string]C, digits int, of func(*T) *
 	return l, nil
 }
 
-// compact turns the file's document into its form in memory. A bucket
-// whose name is not a period is an error: nothing else writes one.
-func (f *fileData) compact() (*usageData, error) {
-	d := newUsageData()
-	for id, hs := range f.Buckets {
-		k := d.key(id)
-		var err error
-		if k.hours, err = periods(k.hour[:0], hs, 10, hourOf, func(h uint32, c Counts) hourCounts { return hourCounts{h, c} }); err != nil {
-			return nil, fmt.Errorf("buckets of %q: %w", id, err)
-		}
+// setHours sets id's hours to the file's section of them (period name
+// to counts); setDays, setLastUsed and setLastAPIKey set its other
+// sections. A bucket whose name is not a period is an error: nothing
+// else writes one.
+func (d *usageData) setHours(id string, hs map[string]Counts) error {
+	k := d.key(id)
+	var err error
+	if k.hours, err = periods(k.hour[:0], hs, 10, hourOf, func(h uint32, c Counts) hourCounts { return hourCounts{h, c} }); err != nil {
+		return fmt.Errorf("buckets of %q: %w", id, err)
 	}
-	for id, ds := range f.Methods {
-		k := d.key(id)
-		var err error
-		if k.days, err = periods(k.day[:0], ds, 8, dayOf, func(dd uint32, c MethodCounts) dayCounts { return dayCounts{dd, c.APIKey, c.Bearer} }); err != nil {
-			return nil, fmt.Errorf("methods of %q: %w", id, err)
-		}
+	return nil
+}
+
+func (d *usageData) setDays(id string, ds map[string]MethodCounts) error {
+	k := d.key(id)
+	var err error
+	if k.days, err = periods(k.day[:0], ds, 8, dayOf, func(dd uint32, c MethodCounts) dayCounts { return dayCounts{dd, c.APIKey, c.Bearer} }); err != nil {
+		return fmt.Errorf("methods of %q: %w", id, err)
 	}
-	for id, t := range f.LastUsed {
-		d.key(id).lastUsed = t
-	}
-	for id, t := range f.LastAPIKey {
-		d.key(id).lastAPIKey = t
-	}
-	return d, nil
+	return nil
+}
+
+func (d *usageData) setLastUsed(id string, t time.Time) error {
+	d.key(id).lastUsed = t
+	return nil
+}
+
+func (d *usageData) setLastAPIKey(id string, t time.Time) error {
+	d.key(id).lastAPIKey = t
+	return nil
 }
 
 // Flush merges the deltas, drops buckets past Retention (once an hour)

@@ -475,27 +475,56 @@ func FuzzReadFileData(f *testing.F) {
 	f.Add([]byte(`{"journal_gen":1e2,"journal_gen":-1}`), "key_a")
 	f.Fuzz(func(t *testing.T, doc []byte, id string) {
 		var whole fileData
-		if json.Unmarshal(doc, &whole) != nil {
-			_, _ = readFileData(bytes.NewReader(doc), idSet([]string{id}))
-			return
+		err := json.Unmarshal(doc, &whole)
+		var wd *usageData
+		if err == nil {
+			wd, err = whole.compact()
 		}
-		got, err := readFileData(bytes.NewReader(doc), idSet([]string{id}))
-		if err != nil {
-			t.Fatalf("json.Unmarshal reads %q, the reader of %q: %v", doc, id, err)
-		}
-		if got.JournalGen != whole.JournalGen {
-			t.Errorf("journal_gen %d, json.Unmarshal's %d", got.JournalGen, whole.JournalGen)
-		}
-		wd, werr := whole.compact()
-		gd, gerr := got.compact()
-		if werr != nil {
-			return // a bad period, maybe another id's
-		}
-		if gerr != nil {
-			t.Fatalf("the reader's part of %q: %v", doc, gerr)
-		}
-		if !reflect.DeepEqual(gd.keys[id], wd.keys[id]) || len(gd.keys) > 1 {
-			t.Errorf("%q in %q: read %+v (%d keys), json.Unmarshal's %+v", id, doc, gd.keys[id], len(gd.keys), wd.keys[id])
+		for _, want := range []ids{idSet([]string{id}), nil} {
+			gd, gen, gerr := readFileData(bytes.NewReader(doc), want)
+			if err != nil {
+				continue // json.Unmarshal refuses it; the reader may read past the part it refuses
+			}
+			if gerr != nil {
+				t.Fatalf("json.Unmarshal reads %q, the reader of %v: %v", doc, want, gerr)
+			}
+			if gen != whole.JournalGen {
+				t.Errorf("journal_gen %d, json.Unmarshal's %d", gen, whole.JournalGen)
+			}
+			if want != nil && len(gd.keys) > 1 {
+				t.Errorf("the reader of %q kept %d keys", id, len(gd.keys))
+			}
+			for kid, wk := range wd.keys {
+				if want.has(kid) && !sameUsage(gd.keys[kid], wk) {
+					t.Errorf("%q in %q: read %+v, json.Unmarshal's %+v", kid, doc, gd.keys[kid], wk)
+				}
+			}
+			for kid, gk := range gd.keys {
+				if !sameUsage(gk, wd.keys[kid]) {
+					t.Errorf("%q in %q: read %+v, json.Unmarshal's %+v", kid, doc, gk, wd.keys[kid])
+				}
+			}
 		}
 	})
+}
+
+// sameUsage compares two keys' usage, a key absent and a key with
+// nothing being the same, and an empty list and none.
+func sameUsage(a, b *keyUsage) bool {
+	norm := func(k *keyUsage) keyUsage {
+		if k == nil {
+			return keyUsage{}
+		}
+		n := keyUsage{hours: k.hours, days: k.days, lastUsed: k.lastUsed, lastAPIKey: k.lastAPIKey}
+		if len(n.hours) == 0 {
+			n.hours = nil
+		}
+		if len(n.days) == 0 {
+			n.days = nil
+		}
+		return n
+	}
+	x, y := norm(a), norm(b)
+	return reflect.DeepEqual(x.hours, y.hours) && reflect.DeepEqual(x.days, y.days) && x.lastUsed.Equal(y.lastUsed) && x.lastAPIKey.Equal(y.lastAPIKey) &&
+		x.lastUsed.Location().String() == y.lastUsed.Location().String()
 }
