@@ -200,7 +200,7 @@ type files struct {
 // rewrote the snapshot between its reads of the two files. The owner
 // rewrites only once its journal has grown past the snapshot, which
 // takes much longer than reading both, so a second read nearly always
-// does; past the last (45 ms of pauses later), the snapshot is read
+// does; past the last (36 ms of pauses later), the snapshot is read
 // alone (a snapshot restored from a backup, beside a newer journal,
 // until the owner rewrites it).
 const readAttempts = 10
