@@ -1,6 +1,7 @@
 package usage
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -210,7 +211,11 @@ func TestFileStoreReadsWhatACrashLeft(t *testing.T) {
 			if want := onDisk + 1; on.appendable && next.gen != onDisk || !on.appendable && next.gen != want {
 				t.Errorf("the next owner's generation %d, files' %d and %d (appendable %v)", next.gen, on.gen, on.journalGen, on.appendable)
 			}
-			if jn, err := parseJournal(readFile(t, path+".journal")); err != nil || jn.gen != next.gen || !jn.whole {
+			jn, err := parseJournal(bufio.NewReader(bytes.NewReader(readFile(t, path+".journal"))))
+			if err == nil {
+				err = jn.replay(newUsageData(), nil)
+			}
+			if err != nil || jn.gen != next.gen || !jn.whole {
 				t.Errorf("journal on disk: generation %d (whole %v, %v), want the owner's %d", jn.gen, jn.whole, err, next.gen)
 			}
 		})
@@ -366,13 +371,13 @@ func FuzzJournalLine(f *testing.F) {
 		var j jsonWriter
 		j.b = append(j.b, journalHead(7)...)
 		j.journalLine(&x, 2026112410, 20261124)
-		jn, err := parseJournal(j.b)
-		if err != nil || jn.gen != 7 || !jn.whole {
+		jn, err := parseJournal(bufio.NewReader(bytes.NewReader(j.b)))
+		if err != nil || jn.gen != 7 {
 			t.Fatalf("head: %+v, %v", jn, err)
 		}
 		got, want := newUsageData(), newUsageData()
-		if err := jn.replay(got, nil); err != nil {
-			t.Fatalf("%v in %s", err, j.b)
+		if err := jn.replay(got, nil); err != nil || !jn.whole {
+			t.Fatalf("%v (whole %v) in %s", err, jn.whole, j.b)
 		}
 		want.add(&x, 2026112410, 20261124)
 		for id, k := range want.keys { // as JSON reads back an id (each bad byte as U+FFFD)
@@ -397,11 +402,24 @@ func FuzzJournalRead(f *testing.F) {
 	f.Add([]byte(`{"journal_gen":1}` + "\n" + `{"id":"key_a","hour":2026112410,"counts":{"admitted":1},"day":20261124,"api_key":1,"bearer":0,"last_api_key_at":"2026-11-24T10:30:00Z"}`))
 	f.Add([]byte("\n\n\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		jn, err := parseJournal(b)
-		if err != nil {
-			return
+		// A buffer of 16 bytes, the least bufio allows, reads lines
+		// longer than itself as one of 1 MiB does.
+		read := func(size int) (*usageData, *journal, error) {
+			jn, err := parseJournal(bufio.NewReaderSize(bytes.NewReader(b), size))
+			if err != nil {
+				return nil, nil, err
+			}
+			d := newUsageData()
+			return d, jn, jn.replay(d, nil)
 		}
-		_ = jn.replay(newUsageData(), nil)
+		small, sj, serr := read(16)
+		large, lj, lerr := read(1 << 20)
+		if (serr == nil) != (lerr == nil) {
+			t.Fatalf("16-byte buffer: %v; 1 MiB: %v", serr, lerr)
+		}
+		if serr == nil && (sj.gen != lj.gen || sj.whole != lj.whole || sj.size != lj.size || !reflect.DeepEqual(small.keys, large.keys)) {
+			t.Errorf("16-byte buffer read %+v %+v, 1 MiB %+v %+v", sj, small.keys, lj, large.keys)
+		}
 	})
 }
 
@@ -415,7 +433,8 @@ func TestFileStoreReaderReadsItsKeys(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "keys.yaml.usage.json")
 	s := &FileStore{Path: path}
 	defer s.Close()
-	ids := []string{"key_plain", `key_"quoted"`, "key_\u00e9", `key_\back`, "key_\x01", "key_plain_longer"}
+	// The last id makes journal lines longer than a reader's buffer.
+	ids := []string{"key_plain", `key_"quoted"`, "key_\u00e9", `key_\back`, "key_\x01", "key_plain_longer", "key_" + strings.Repeat("x", 100_000)}
 	for i, id := range ids { // the snapshot
 		if err := s.Flush(ctx, []Delta{{ID: id, Counts: Counts{Admitted: int64(i + 1)}, LastUsed: journalNow.Add(time.Duration(i) * time.Second), APIKey: 1, LastAPIKey: journalNow}}, journalNow); err != nil {
 			t.Fatal(err)
