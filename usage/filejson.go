@@ -22,6 +22,7 @@ type jsonWriter struct {
 	w   io.Writer
 	b   []byte
 	err error
+	n   int64 // bytes written to w
 }
 
 // flush writes the buffer out once it holds 64 KiB (or always, at the end).
@@ -29,7 +30,9 @@ func (j *jsonWriter) flush(always bool) {
 	if j.err != nil || (!always && len(j.b) < 64<<10) {
 		return
 	}
-	_, j.err = j.w.Write(j.b)
+	var n int
+	n, j.err = j.w.Write(j.b)
+	j.n += int64(n)
 	j.b = j.b[:0]
 }
 

@@ -267,11 +267,10 @@ func (s *FileStore) Flush(_ context.Context, ds []Delta, now time.Time) error {
 // about 64 KiB. After a failed write the next flush rewrites the
 // snapshot: the counts are in memory.
 func (s *FileStore) append(ds []Delta, h, today uint32) error {
-	cw := &countWriter{w: s.journal}
 	if s.line.b == nil {
 		s.line.b = make([]byte, 0, 80<<10)
 	}
-	s.line.w, s.line.b, s.line.err = cw, s.line.b[:0], nil
+	s.line.w, s.line.b, s.line.err, s.line.n = s.journal, s.line.b[:0], nil, 0
 	for i := range ds {
 		s.line.journalLine(&ds[i], h, today)
 		s.line.flush(false)
@@ -281,13 +280,13 @@ func (s *FileStore) append(ds []Delta, h, today uint32) error {
 		// The journal no longer holds what memory does: the next flush
 		// rewrites the snapshot. Until then readers read the lines
 		// written whole, counts that the snapshot will hold as well.
-		if cw.n > 0 {
+		if s.line.n > 0 {
 			_ = s.journal.Truncate(s.journalSize)
 		}
 		s.closeJournal()
 		return fmt.Errorf("usage journal: %w (%w)", err, errKept)
 	}
-	s.journalSize += cw.n
+	s.journalSize += s.line.n
 	return nil
 }
 
@@ -432,26 +431,19 @@ func writeAtomic(path string, write func(io.Writer) error) (int64, error) {
 		return 0, err
 	}
 	defer os.Remove(tmp.Name())
-	cw := &countWriter{w: tmp}
-	if err := write(cw); err != nil {
+	err = write(tmp)
+	var size int64
+	if err == nil {
+		size, err = tmp.Seek(0, io.SeekCurrent)
+	}
+	if err != nil {
 		tmp.Close()
 		return 0, err
 	}
 	if err := tmp.Close(); err != nil {
 		return 0, err
 	}
-	return cw.n, os.Rename(tmp.Name(), path)
-}
-
-type countWriter struct {
-	w io.Writer
-	n int64
-}
-
-func (c *countWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	return n, err
+	return size, os.Rename(tmp.Name(), path)
 }
 
 // view calls fn with this store's counts when it has flushed, else with
