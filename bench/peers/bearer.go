@@ -74,8 +74,7 @@ func (b *bench) fetchToken(ctx context.Context, t *target) (string, error) {
 	}
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.SetBasicAuth(url.QueryEscape(b.keyID), url.QueryEscape(b.key))
-	client := &http.Client{Transport: &http.Transport{TLSClientConfig: b.clientTLS()}, Timeout: 10 * time.Second}
-	resp, err := client.Do(req)
+	resp, err := b.client().Do(req)
 	if err != nil {
 		return "", fmt.Errorf("%s: token endpoint: %w", t.name, err)
 	}

@@ -441,17 +441,11 @@ func (b *bench) refusalLoop(ctx context.Context, t *target) (closedResult, int, 
 		return r, 0, err
 	}
 	r.errors = r.sockErrors + r.requests - r.non2xx
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: b.clientTLS()}}
+	client := b.client()
 	defer client.CloseIdleConnections()
-	body, ctype := multipartBody(64, true)
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, b.scheme()+t.addr+"/sync", bytes.NewReader(body))
-	req.Header.Set("Content-Type", ctype)
-	req.Header.Set("X-Api-Key", madeUp)
-	resp, err := client.Do(req)
+	status, _, err := b.postSync(ctx, client, t.addr, madeUp)
 	if err != nil {
 		return r, 0, fmt.Errorf("%s: a request right after the refusals: %w", t.name, err)
 	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	return r, resp.StatusCode, b.waitReady(t.name, t.addr)
+	return r, status, b.waitReady(t.name, t.addr)
 }

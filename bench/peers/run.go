@@ -320,26 +320,45 @@ func (b *bench) checkRefusals(name, addr string) error {
 	if err != nil {
 		return err
 	}
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: b.clientTLS()}}
+	client := b.client()
 	defer client.CloseIdleConnections()
-	body, ctype := multipartBody(64, true)
 	for _, c := range []struct{ what, key string }{{"no key", ""}, {"a made-up key", madeUp}} {
-		req, _ := http.NewRequest(http.MethodPost, b.scheme()+addr+"/sync", bytes.NewReader(body))
-		req.Header.Set("Content-Type", ctype)
-		if c.key != "" {
-			req.Header.Set("X-Api-Key", c.key)
-		}
-		resp, err := client.Do(req)
+		status, rb, err := b.postSync(context.Background(), client, addr, c.key)
 		if err != nil {
 			return fmt.Errorf("%s: a request with %s: %w", name, c.what, err)
 		}
-		rb, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusUnauthorized || !bytes.Contains(rb, []byte(`"StateText":"ERROR"`)) {
-			return fmt.Errorf("%s answered a request with %s with %d %s, want 401 and the spec's error body", name, c.what, resp.StatusCode, rb)
+		if status != http.StatusUnauthorized || !bytes.Contains(rb, []byte(`"StateText":"ERROR"`)) {
+			return fmt.Errorf("%s answered a request with %s with %d %s, want 401 and the spec's error body", name, c.what, status, rb)
 		}
 	}
 	return nil
+}
+
+// client is an HTTP client for the bench's own one-off requests to a
+// target: its TLS config in TLS mode, and a 10 s limit.
+func (b *bench) client() *http.Client {
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: b.clientTLS()}}
+}
+
+// postSync sends the bench's small /sync request to addr with key (none
+// when empty) and returns the answer's status and body.
+func (b *bench) postSync(ctx context.Context, client *http.Client, addr, key string) (int, []byte, error) {
+	body, ctype := multipartBody(64, true)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.scheme()+addr+"/sync", bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Content-Type", ctype)
+	if key != "" {
+		req.Header.Set("X-Api-Key", key)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	rb, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, rb, err
 }
 
 func tail(b []byte, n int) []byte {
