@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -27,7 +26,8 @@ import (
 // has grown the journal past it (or past journalMin, for a small one),
 // or dropped buckets past Retention, so the bytes written stay within
 // about twice what the flushes appended. Every flush is on disk when
-// Flush returns, for a crash and for the CLI alike.
+// Flush returns, synced (fsys.go): a crash, even a power cut, loses
+// only the counts not yet flushed, and the CLI reads every flush.
 //
 // In memory, each key's hours and days are short slices sorted by time,
 // with no pointers in them (see keyUsage): a key used in one hour holds
@@ -43,13 +43,15 @@ type FileStore struct {
 	// flush rewrites the snapshot and starts a journal), journalSize its
 	// size and snapSize the snapshot's.
 	gen         uint64
-	journal     *os.File
+	journal     file
 	journalSize int64
 	snapSize    int64
 	// line writes a flush's journal lines, its buffer reused.
 	line jsonWriter
 	// pruned is the hour of the last pass that dropped expired buckets.
 	pruned uint32
+	// fsys is where the files are written (nil: the OS's; see fsys.go).
+	fsys fileSystem
 }
 
 // journalMin is the size to which a journal may grow whatever the
@@ -276,7 +278,11 @@ func (s *FileStore) append(ds []Delta, h, today uint32) error {
 		s.line.flush(false)
 	}
 	s.line.flush(true)
-	if err := s.line.err; err != nil {
+	err := s.line.err
+	if err == nil {
+		err = s.journal.Sync()
+	}
+	if err != nil {
 		// The journal no longer holds what memory does: the next flush
 		// rewrites the snapshot. Until then readers read the lines
 		// written whole, counts that the snapshot will hold as well.
@@ -399,51 +405,64 @@ func (s *FileStore) rewrite() error {
 		return err
 	}
 	gen := s.gen + 1
-	n, err := writeAtomic(s.Path, func(w io.Writer) error { return writeFileData(w, s.data, gen) })
+	fs, dir := s.fs(), filepath.Dir(s.Path)
+	n, err := writeAtomic(fs, s.Path, func(w io.Writer) error { return writeFileData(w, s.data, gen) })
 	if err != nil {
 		return err
 	}
 	s.gen, s.snapSize = gen, n
-	tmp, err := os.CreateTemp(filepath.Dir(s.Path), ".usage-journal-*")
+	tmp, err := fs.CreateTemp(dir, ".usage-journal-*")
 	if err != nil {
 		return err
 	}
+	// The head is not synced: until an append syncs the journal, head
+	// and all, the snapshot holds every count, and a journal without
+	// its head is read as none.
 	head := journalHead(gen)
-	if _, err := tmp.Write(head); err != nil {
+	_, err = tmp.Write(head)
+	if err == nil {
+		err = fs.Rename(tmp.Name(), s.journalPath())
+	}
+	if err != nil {
 		tmp.Close()
-		os.Remove(tmp.Name())
+		_ = fs.Remove(tmp.Name())
 		return err
 	}
-	if err := os.Rename(tmp.Name(), s.journalPath()); err != nil {
+	if err := fs.SyncDir(dir); err != nil {
 		tmp.Close()
-		os.Remove(tmp.Name())
 		return err
 	}
 	s.journal, s.journalSize = tmp, int64(len(head))
 	return nil
 }
 
-// writeAtomic writes a file through a temp file beside it and a rename,
-// and returns its size.
-func writeAtomic(path string, write func(io.Writer) error) (int64, error) {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".usage-*")
+// writeAtomic writes a file durably through a temp file beside it, a
+// sync, a rename and a sync of the directory, and returns its size.
+func writeAtomic(fs fileSystem, path string, write func(io.Writer) error) (int64, error) {
+	dir := filepath.Dir(path)
+	tmp, err := fs.CreateTemp(dir, ".usage-*")
 	if err != nil {
 		return 0, err
 	}
-	defer os.Remove(tmp.Name())
 	err = write(tmp)
 	var size int64
 	if err == nil {
 		size, err = tmp.Seek(0, io.SeekCurrent)
 	}
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = fs.Rename(tmp.Name(), path)
+	}
 	if err != nil {
-		tmp.Close()
+		_ = fs.Remove(tmp.Name())
 		return 0, err
 	}
-	if err := tmp.Close(); err != nil {
-		return 0, err
-	}
-	return size, os.Rename(tmp.Name(), path)
+	return size, fs.SyncDir(dir)
 }
 
 // view calls fn with this store's counts when it has flushed, else with

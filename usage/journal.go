@@ -295,9 +295,10 @@ func (s *FileStore) readJournal(f files, want ids) (_ files, retry bool, _ error
 
 // readSnapshot reads the snapshot's counts of the ids want keeps (nil:
 // all). None, or an empty file, is no counts, generation 0: a rewrite
-// never leaves an empty snapshot, but a power cut may keep a rename and
-// lose the data written before it (the files are not synced), and the
-// store must go on counting.
+// never leaves an empty snapshot (it syncs the file before its rename),
+// but a file system that loses synced data (or files written by an
+// older keygate, which did not sync) may, and the store must go on
+// counting.
 func (s *FileStore) readSnapshot(want ids) (files, error) {
 	f, err := os.Open(s.Path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -490,7 +491,7 @@ func (s *FileStore) open() error {
 	}
 	s.data, s.gen, s.snapSize = f.data, max(f.gen, f.journalGen), f.snapSize
 	if f.appendable {
-		j, err := os.OpenFile(s.journalPath(), os.O_WRONLY|os.O_APPEND, 0)
+		j, err := s.fs().OpenAppend(s.journalPath())
 		if err != nil {
 			return err
 		}

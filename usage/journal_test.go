@@ -148,7 +148,7 @@ func TestFileStoreReadsWhatACrashLeft(t *testing.T) {
 			}
 		}, 6},
 		{"in a rewrite, after the snapshot's rename, before the new journal", func(t *testing.T, s *FileStore) {
-			if _, err := writeAtomic(s.Path, func(w io.Writer) error { return writeFileData(w, s.data, s.gen+1) }); err != nil {
+			if _, err := writeAtomic(osFS{}, s.Path, func(w io.Writer) error { return writeFileData(w, s.data, s.gen+1) }); err != nil {
 				t.Fatal(err)
 			}
 		}, 6},
@@ -165,7 +165,7 @@ func TestFileStoreReadsWhatACrashLeft(t *testing.T) {
 			}
 		}, 0},
 		{"a snapshot restored from an older backup, the journal newer", func(t *testing.T, s *FileStore) {
-			if _, err := writeAtomic(s.Path, func(w io.Writer) error { return writeFileData(w, newUsageData(), s.gen-1) }); err != nil {
+			if _, err := writeAtomic(osFS{}, s.Path, func(w io.Writer) error { return writeFileData(w, newUsageData(), s.gen-1) }); err != nil {
 				t.Fatal(err)
 			}
 		}, 0},
