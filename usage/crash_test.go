@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -432,5 +433,21 @@ func materialize(t *testing.T, dir string, files map[string][]byte) {
 		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestSyncDirWhereDirectoriesCannotBeSynced: on a file system that
+// refuses to sync a directory (EINVAL, as procfs does, and as some
+// network and container mounts do), a flush's rewrite must not fail,
+// or every flush after it would fail the same way.
+func TestSyncDirWhereDirectoriesCannotBeSynced(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("procfs is Linux's")
+	}
+	if err := (osFS{}).SyncDir("/proc/self"); err != nil {
+		t.Errorf("SyncDir of a directory that cannot be synced: %v, want nil", err)
+	}
+	if err := (osFS{}).SyncDir(filepath.Join(t.TempDir(), "gone")); err == nil {
+		t.Error("SyncDir of a missing directory: nil, want its error")
 	}
 }
