@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/keygate/keygate/internal/atomicfile"
 )
 
 // FileAdmin changes a keystore file: it issues, lists, revokes and rotates
@@ -80,41 +82,11 @@ func (a *FileAdmin) updateDoc(ctx context.Context, change func(*fileDoc) error) 
 	return writeFileAtomic(a.Path, data)
 }
 
-// writeFileAtomic replaces path by data: temp file in the same directory,
-// fsync, rename, fsync of the directory. The file has mode 0600.
-func writeFileAtomic(path string, data []byte) (err error) {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
+// writeFileAtomic replaces path by data (mode 0600), durably: see
+// atomicfile.
+func writeFileAtomic(path string, data []byte) error {
+	if err := atomicfile.WriteFile(path, data, 0o600); err != nil {
 		return fmt.Errorf("keystore: write: %w", err)
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			_ = os.Remove(tmp)
-		}
-	}()
-	if err := f.Chmod(0o600); err != nil {
-		f.Close()
-		return fmt.Errorf("keystore: write: %w", err)
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return fmt.Errorf("keystore: write: %w", err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("keystore: write: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("keystore: write: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("keystore: write: %w", err)
-	}
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync() // best effort: make the rename durable
-		_ = d.Close()
 	}
 	return nil
 }

@@ -16,6 +16,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/keygate/keygate/internal/atomicfile"
 	"github.com/keygate/keygate/internal/fieldpath"
 
 	"go.uber.org/zap"
@@ -71,10 +72,10 @@ func (m *Manager) startSelfSigned(cfg Config) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fieldpath.Errorf("self_signed_dir", "%w", err)
 	}
-	if err := writeAtomic(keyPath, keyPEM, 0o600); err != nil {
+	if err := atomicfile.WriteFile(keyPath, keyPEM, 0o600); err != nil {
 		return fieldpath.Errorf("self_signed_dir", "%w", err)
 	}
-	if err := writeAtomic(certPath, certPEM, 0o644); err != nil {
+	if err := atomicfile.WriteFile(certPath, certPEM, 0o644); err != nil {
 		return fieldpath.Errorf("self_signed_dir", "%w", err)
 	}
 	cert, err := tls.X509KeyPair(certPEM, keyPEM)
@@ -139,31 +140,4 @@ func makeSelfSigned(dns []string, ips []net.IP, now time.Time) (certPEM, keyPEM 
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
 		pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), nil
-}
-
-// writeAtomic writes data to a temporary file in the same directory and
-// renames it over path, so a reader never sees half a file.
-func writeAtomic(path string, data []byte, perm os.FileMode) error {
-	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path)+"-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // no-op after a successful rename
-	if err := f.Chmod(perm); err != nil {
-		f.Close()
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/keygate/keygate/internal/atomicfile"
 	"github.com/keygate/keygate/keystore"
 )
 
@@ -83,30 +84,10 @@ func (s *FileStore) write(d fileDoc) error {
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(s.path), ".token-keys-*")
-	if err != nil {
+	if err := atomicfile.WriteFile(s.path, b, 0o600); err != nil {
 		return fmt.Errorf("tokenissuer: %w", err)
 	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(0o600); err == nil {
-		_, err = tmp.Write(b)
-		if err == nil {
-			err = tmp.Sync()
-		}
-		if cerr := tmp.Close(); err == nil {
-			err = cerr
-		}
-		if err == nil {
-			err = os.Rename(tmp.Name(), s.path)
-		}
-		if err != nil {
-			return fmt.Errorf("tokenissuer: %w", err)
-		}
-		return nil
-	} else {
-		tmp.Close()
-		return fmt.Errorf("tokenissuer: %w", err)
-	}
+	return nil
 }
 
 func (s *FileStore) modify(f func(*fileDoc) (bool, error)) (fileDoc, error) {

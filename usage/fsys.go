@@ -1,11 +1,10 @@
 package usage
 
 import (
-	"errors"
 	"io"
 	"os"
-	"runtime"
-	"syscall"
+
+	"github.com/keygate/keygate/internal/atomicfile"
 )
 
 // What a FileStore's writes do to make a flush durable, so that a power
@@ -68,28 +67,9 @@ func (osFS) OpenAppend(name string) (file, error) {
 func (osFS) Rename(from, to string) error { return os.Rename(from, to) }
 func (osFS) Remove(name string) error     { return os.Remove(name) }
 
-// SyncDir syncs dir. A file system that cannot sync a directory (EINVAL:
-// some network and container mounts) makes a rename durable some other
-// way, or not at all: either way a flush must not fail for it, or every
-// flush after it would rewrite the snapshot and fail again. Windows
-// has no such sync (NTFS journals its renames).
-func (osFS) SyncDir(dir string) error {
-	if runtime.GOOS == "windows" {
-		return nil
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if errors.Is(err, syscall.EINVAL) || errors.Is(err, errors.ErrUnsupported) {
-		err = nil
-	}
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
+// SyncDir syncs dir; a file system that cannot is not an error (see
+// atomicfile.SyncDir).
+func (osFS) SyncDir(dir string) error { return atomicfile.SyncDir(dir) }
 
 // fs is the file system s writes to.
 func (s *FileStore) fs() fileSystem {

@@ -8,9 +8,9 @@ package layers
 // bottom up. Test-support packages (under internal/testsupport), the
 // end-to-end and benchmark programs are outside the layering.
 var Layers = [][]string{
-	{"product", "redact", "filewatch", "formctx", "framing", "certstore", "usage", "standin",
-		"internal/capool", "internal/clientip", "internal/fieldpath", "internal/statuswriter", "internal/strictjson", "internal/tokencache", "internal/layers"},
-	{"redisconn", "tracing", "policy"},
+	{"product", "redact", "filewatch", "formctx", "framing", "certstore", "standin",
+		"internal/atomicfile", "internal/capool", "internal/clientip", "internal/fieldpath", "internal/statuswriter", "internal/strictjson", "internal/tokencache", "internal/layers"},
+	{"redisconn", "tracing", "policy", "usage"},
 	{"ratelimit", "tlsconf"},
 	{"keystore"},
 	{"auth", "keyops"},
