@@ -268,8 +268,8 @@ func viewOf(d *usageData) usageView {
 	v := usageView{}
 	for id, k := range d.keys {
 		kv := keyView{hours: map[uint32]int64{}, days: map[uint32]int64{}, lastUsed: k.lastUsed}
-		for _, h := range k.hours {
-			kv.hours[h.hour] = h.c.Admitted
+		for h, c := range k.hours.all() {
+			kv.hours[h] = c.Admitted
 		}
 		for _, dd := range k.days {
 			kv.days[dd.day] = dd.apiKey

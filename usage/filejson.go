@@ -89,13 +89,12 @@ func (j *jsonWriter) period(p uint32) {
 }
 
 // section appends a map of id to map of period to value, with a member
-// for each key whose list is not nil.
-func section[T any](j *jsonWriter, d *usageData, list func(*keyUsage) []T, member func(*jsonWriter, *T)) {
+// for each key that has the list (has), whose members members appends.
+func section(j *jsonWriter, d *usageData, has func(*keyUsage) bool, members func(*jsonWriter, *keyUsage)) {
 	j.raw("{")
 	first := true
 	for id, k := range d.keys {
-		l := list(k)
-		if l == nil {
+		if !has(k) {
 			continue
 		}
 		if !first {
@@ -104,12 +103,7 @@ func section[T any](j *jsonWriter, d *usageData, list func(*keyUsage) []T, membe
 		first = false
 		j.str(id)
 		j.raw(":{")
-		for i := range l {
-			if i > 0 {
-				j.raw(",")
-			}
-			member(j, &l[i])
-		}
+		members(j, k)
 		j.raw("}")
 		j.flush(false)
 	}
@@ -144,10 +138,17 @@ func (j *jsonWriter) times(d *usageData, at func(*keyUsage) time.Time) {
 func writeFileData(w io.Writer, d *usageData, gen uint64) error {
 	j := &jsonWriter{w: w, b: make([]byte, 0, 80<<10)}
 	j.raw(`{"buckets":`)
-	section(j, d, func(k *keyUsage) []hourCounts { return k.hours }, func(j *jsonWriter, h *hourCounts) {
-		j.period(h.hour)
-		j.raw(":")
-		j.counts(h.c)
+	section(j, d, func(k *keyUsage) bool { return k.hours.has() }, func(j *jsonWriter, k *keyUsage) {
+		first := true
+		for h, c := range k.hours.all() {
+			if !first {
+				j.raw(",")
+			}
+			first = false
+			j.period(h)
+			j.raw(":")
+			j.counts(c)
+		}
 	})
 	j.raw(`,"last_used_at":`)
 	j.times(d, func(k *keyUsage) time.Time { return k.lastUsed })
@@ -158,13 +159,18 @@ func writeFileData(w io.Writer, d *usageData, gen uint64) error {
 	}
 	if methods {
 		j.raw(`,"methods":`)
-		section(j, d, func(k *keyUsage) []dayCounts { return k.days }, func(j *jsonWriter, m *dayCounts) {
-			j.period(m.day)
-			j.raw(`:{"api_key":`)
-			j.int(m.apiKey)
-			j.raw(`,"bearer":`)
-			j.int(m.bearer)
-			j.raw("}")
+		section(j, d, func(k *keyUsage) bool { return k.days != nil }, func(j *jsonWriter, k *keyUsage) {
+			for i, m := range k.days {
+				if i > 0 {
+					j.raw(",")
+				}
+				j.period(m.day)
+				j.raw(`:{"api_key":`)
+				j.int(m.apiKey)
+				j.raw(`,"bearer":`)
+				j.int(m.bearer)
+				j.raw("}")
+			}
 		})
 	}
 	if lastAPIKey {

@@ -362,7 +362,7 @@ func readFileData(r io.Reader, want ids) (*usageData, uint64, error) {
 		is := func(field string) bool { return strings.EqualFold(name.String(), field) }
 		switch {
 		case is("buckets"):
-			err = readSection(dec, d, want, bad.of(0), d.setHours, func(k *keyUsage) { k.hours = nil })
+			err = readSection(dec, d, want, bad.of(0), d.setHours, func(k *keyUsage) { k.hours.clear() })
 		case is("last_used_at"):
 			err = readSection(dec, d, want, bad.of(1), d.setLastUsed, func(k *keyUsage) { k.lastUsed = time.Time{} })
 		case is("methods"):

@@ -530,13 +530,18 @@ func FuzzReadFileData(f *testing.F) {
 // sameUsage compares two keys' usage, a key absent and a key with
 // nothing being the same, and an empty list and none.
 func sameUsage(a, b *keyUsage) bool {
-	norm := func(k *keyUsage) keyUsage {
+	type usage struct {
+		hours                []hourCounts
+		days                 []dayCounts
+		lastUsed, lastAPIKey time.Time
+	}
+	norm := func(k *keyUsage) usage {
 		if k == nil {
-			return keyUsage{}
+			return usage{}
 		}
-		n := keyUsage{hours: k.hours, days: k.days, lastUsed: k.lastUsed, lastAPIKey: k.lastAPIKey}
-		if len(n.hours) == 0 {
-			n.hours = nil
+		n := usage{days: k.days, lastUsed: k.lastUsed, lastAPIKey: k.lastAPIKey}
+		for h, c := range k.hours.all() {
+			n.hours = append(n.hours, hourCounts{h, c})
 		}
 		if len(n.days) == 0 {
 			n.days = nil

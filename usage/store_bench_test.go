@@ -96,13 +96,14 @@ func BenchmarkCountersDrain(b *testing.B) {
 
 // BenchmarkFileStoreMemory is what a file store holds in memory for the
 // keys used in the last 7 days: 100k keys, each used in 1 hour or in 24
-// hours (of one day), with their counts by method and last uses. It
-// reports the live heap per key after a collection, and each op is one
-// more hour's flush of every key (the merge, not a rewrite).
+// hours (of one day), and 20k keys used in every hour of the week
+// (Retention), with their counts by method and last uses. It reports
+// the live heap per key after a collection, and each op is one more
+// hour's flush of every key (the merge, not a rewrite).
 func BenchmarkFileStoreMemory(b *testing.B) {
-	for _, hours := range []int{1, 24} {
+	for _, tc := range []struct{ hours, keys int }{{1, 100_000}, {24, 100_000}, {168, 20_000}} {
+		hours, keys := tc.hours, tc.keys
 		b.Run(fmt.Sprintf("hours=%d", hours), func(b *testing.B) {
-			const keys = 100_000
 			ctx := context.Background()
 			start := time.Date(2026, 11, 24, 0, 30, 0, 0, time.UTC)
 			ds := make([]usage.Delta, keys)
@@ -118,7 +119,7 @@ func BenchmarkFileStoreMemory(b *testing.B) {
 				}
 			}
 			after, objsAfter := liveHeap()
-			perKey, objsPerKey := float64(after-before)/keys, float64(objsAfter-objsBefore)/keys
+			perKey, objsPerKey := float64(after-before)/float64(keys), float64(objsAfter-objsBefore)/float64(keys)
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := range b.N {
