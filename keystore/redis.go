@@ -181,11 +181,24 @@ func OpenRedis(cfg RedisConfig) (*RedisStore, error) {
 // path reads; CreatedAt, RevokedAt and ReplacedBy are left zero (the
 // admin side reads them from Redis).
 func (s *RedisStore) Lookup(ctx context.Context, h Hash) (Record, bool, error) {
-	if r, ok := s.idx.get(h); ok {
-		return r, true, nil
+	var r Record
+	ok, err := s.LookupInto(ctx, h, &r)
+	return r, ok, err
+}
+
+// LookupInto is Lookup into *r, which it leaves as it was when no record
+// has the hash: the request path's lookup, which copies the record once.
+func (s *RedisStore) LookupInto(ctx context.Context, h Hash, r *Record) (bool, error) {
+	if s.idx.getInto(h, r) {
+		return true, nil
 	}
+	return s.lookupMiss(ctx, h, r)
+}
+
+// lookupMiss looks up, in Redis, a hash the index does not hold.
+func (s *RedisStore) lookupMiss(ctx context.Context, h Hash, r *Record) (bool, error) {
 	if s.neg.Contains(h) {
-		return Record{}, false, nil
+		return false, nil
 	}
 	v, err, _ := s.sf.Do(h.String(), func() (any, error) {
 		rec, ok, err := s.fetch(h)
@@ -200,12 +213,13 @@ func (s *RedisStore) Lookup(ctx context.Context, h Hash) (Record, bool, error) {
 		return rec, nil
 	})
 	if err != nil {
-		return Record{}, false, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return false, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	if v == nil {
-		return Record{}, false, nil
+		return false, nil
 	}
-	return v.(Record), true, nil
+	*r = v.(Record)
+	return true, nil
 }
 
 // put resolves rec's limits and stores it in the index, marked as seen

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -221,4 +224,77 @@ func TestRedisImport(t *testing.T) {
 	}
 	s := openRedisStore(t, redisClient(t, rs.Addr))
 	testkit.Eventually(t, time.Second, "imported key", func() error { return testkit.Equal(state(t, s, key), keystore.Active) })
+}
+
+// TestLookupIntoIsLookup: each store's LookupInto, the request path's
+// lookup, fills a record that held another with what Lookup returns,
+// for a key in the index and for one a Redis replica reads on a miss,
+// and leaves it as it was for an unknown key.
+func TestLookupIntoIsLookup(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	req := keystore.IssueRequest{Product: keystore.Extraction, Env: keystore.Live, Context: ctxUUID, Name: "a", Permissions: []string{"extraction:sync"}}
+	rs := redistest.Start(t)
+	radmin := &keystore.RedisAdmin{Client: redisClient(t, rs.Addr)}
+	indexed, _, err := radmin.Issue(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rstore := openRedisStore(t, redisClient(t, rs.Addr))
+	testkit.Eventually(t, time.Second, "store loaded", func() error { return testkit.True(rstore.Ready(), "not ready") })
+	// Issued behind the store's back (no announcement read yet, or
+	// none at all): a miss that Redis answers.
+	missed, _, err := (&keystore.RedisAdmin{Client: redisClient(t, rs.Addr)}).Issue(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "keys.yaml")
+	fkey, _, err := (&keystore.FileAdmin{Path: path}).Issue(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fstore, err := keystore.OpenFile(keystore.FileConfig{Path: path, NoWatch: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = fstore.Close() })
+	type store interface {
+		Lookup(context.Context, keystore.Hash) (keystore.Record, bool, error)
+		LookupInto(context.Context, keystore.Hash, *keystore.Record) (bool, error)
+	}
+	unknown := "svc_live_" + strings.Repeat("A", 30)
+	tests := []struct {
+		name  string
+		store store
+		key   string
+		found bool
+	}{
+		{"redis, in the index", rstore, indexed, true},
+		{"redis, read on a miss", rstore, missed, true},
+		{"redis, unknown", rstore, unknown, false},
+		{"file", fstore, fkey, true},
+		{"file, unknown", fstore, unknown, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := keystore.HashKey(tc.key)
+			want, ok, err := tc.store.Lookup(ctx, h)
+			if err != nil || ok != tc.found {
+				t.Fatalf("Lookup: found %v, %v; want found %v", ok, err, tc.found)
+			}
+			held := keystore.Record{ID: "key_00000000000000ff", Name: "another", Plan: "pro", ReplacedBy: "key_0000000000000001",
+				RevokedAt: time.Now(), AllowedCIDRs: []string{"10.0.0.0/8"}, Status: keystore.Revoked}
+			got := held
+			ok, err = tc.store.LookupInto(ctx, h, &got)
+			if err != nil || ok != tc.found {
+				t.Fatalf("LookupInto: found %v, %v; want found %v", ok, err, tc.found)
+			}
+			if !tc.found {
+				want = held
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("LookupInto filled %+v\nwant %+v", got, want)
+			}
+		})
+	}
 }
