@@ -70,8 +70,8 @@ func countsAsFailure(v auth.Verdict) bool {
 // refuses the request (the rate-limit status, 429 by default) when all of
 // them are in use. Every slot taken (no refusal) must be given back with
 // g.concurrency.Release.
-func (g *Gateway) acquire(w http.ResponseWriter, p auth.Principal) refusal {
-	if g.concurrency.Acquire(p.ID) {
+func (g *Gateway) acquire(w http.ResponseWriter, id string) refusal {
+	if g.concurrency.Acquire(id) {
 		return refusal{}
 	}
 	w.Header().Set("Retry-After", "1")
