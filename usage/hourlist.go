@@ -72,16 +72,7 @@ func appendRecord(b []byte, delta uint32, c *Counts) []byte {
 // counts and the offset after it. The bytes are the list's own, made by
 // appendRecord: a short or bad record is a bug, and panics.
 func readRecord(b []byte, off int) (delta uint32, c Counts, next int) {
-	d, n := binary.Uvarint(b[off:])
-	if n <= 0 {
-		panic("usage: bad hour record")
-	}
-	off += n
-	mask, n := binary.Uvarint(b[off:])
-	if n <= 0 {
-		panic("usage: bad hour record")
-	}
-	off += n
+	delta, mask, off := recordHead(b, off)
 	for bit, i := range countOfBit {
 		if mask&(1<<bit) != 0 {
 			v, n := binary.Varint(b[off:])
@@ -92,7 +83,22 @@ func readRecord(b []byte, off int) (delta uint32, c Counts, next int) {
 			off += n
 		}
 	}
-	return uint32(d), c, off
+	return delta, c, off
+}
+
+// recordHead reads the hour delta and the mask of the record at b[off:],
+// and returns the offset of its counts.
+func recordHead(b []byte, off int) (delta uint32, mask uint64, counts int) {
+	d, n := binary.Uvarint(b[off:])
+	if n <= 0 {
+		panic("usage: bad hour record")
+	}
+	off += n
+	mask, n = binary.Uvarint(b[off:])
+	if n <= 0 {
+		panic("usage: bad hour record")
+	}
+	return uint32(d), mask, off + n
 }
 
 // has reports whether the file has hours for the key (maybe none).
@@ -175,22 +181,13 @@ func (l *hourList) add(h uint32, c Counts) {
 // skipRecord returns the hour delta of the record at b[off:] and the
 // offset after it, without decoding its counts.
 func skipRecord(b []byte, off int) (delta uint32, next int) {
-	d, n := binary.Uvarint(b[off:])
-	if n <= 0 {
-		panic("usage: bad hour record")
-	}
-	off += n
-	mask, n := binary.Uvarint(b[off:])
-	if n <= 0 {
-		panic("usage: bad hour record")
-	}
-	off += n
+	delta, mask, off := recordHead(b, off)
 	for k := bits.OnesCount64(mask); k > 0; off++ {
 		if b[off] < 0x80 {
 			k--
 		}
 	}
-	return uint32(d), off
+	return delta, off
 }
 
 // set makes the list hold hs, which are sorted by hour without repeats
