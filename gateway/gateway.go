@@ -382,12 +382,7 @@ func (g *Gateway) admit(w *recorder, r *http.Request, st *state) refusal {
 // hold (v), or could not be checked (err).
 func (g *Gateway) unauthenticated(w *recorder, r *http.Request, st *state, v *auth.Verdict, err error) refusal {
 	if err != nil {
-		if r.Context().Err() != nil {
-			return refusal{kind: refClientGone} // not the store's failure
-		}
-		w.Header().Set("Retry-After", "1")
-		g.log.Warn("authentication backend failed", zap.String("trace_id", st.trace.ID), zap.Error(err))
-		return refusal{kind: refAuthUnavailable}
+		return g.backendFailed(w, r, st, refAuthUnavailable, "authentication backend failed", err)
 	}
 	if v.Challenge != "" {
 		w.Header().Set("WWW-Authenticate", v.Challenge)
@@ -401,6 +396,18 @@ func (g *Gateway) unauthenticated(w *recorder, r *http.Request, st *state, v *au
 	return refusal{kind: refCredential, status: v.Status, message: v.Message, reason: string(v.Reason)}
 }
 
+// backendFailed is the refusal (kind, with Retry-After) of a request
+// whose credential or limit could not be checked, logged as what; or
+// none of the backend's, when the client went away meanwhile.
+func (g *Gateway) backendFailed(w *recorder, r *http.Request, st *state, kind refusalKind, what string, err error) refusal {
+	if r.Context().Err() != nil {
+		return refusal{kind: refClientGone}
+	}
+	w.Header().Set("Retry-After", "1")
+	g.log.Warn(what, zap.String("trace_id", st.trace.ID), zap.Error(err))
+	return refusal{kind: kind}
+}
+
 // limit asks the limiter whether p may make the request now.
 func (g *Gateway) limit(w *recorder, r *http.Request, st *state, p *auth.Principal) refusal {
 	lim, limitID := g.limitFor(p)
@@ -408,12 +415,7 @@ func (g *Gateway) limit(w *recorder, r *http.Request, st *state, p *auth.Princip
 	d, err := g.limiter.Allow(ctx, limitID, lim)
 	sp.end(string(d.Reason), err)
 	if err != nil {
-		if r.Context().Err() != nil {
-			return refusal{kind: refClientGone} // not the limiter's failure
-		}
-		w.Header().Set("Retry-After", "1")
-		g.log.Warn("rate limiter failed", zap.String("trace_id", st.trace.ID), zap.Error(err))
-		return refusal{kind: refLimiterUnavailable}
+		return g.backendFailed(w, r, st, refLimiterUnavailable, "rate limiter failed", err)
 	}
 	st.setRateHeaders(w.Header(), d)
 	if !d.Allowed {
