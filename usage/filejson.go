@@ -70,15 +70,21 @@ func (j *jsonWriter) counts(c Counts) {
 		if v == 0 {
 			continue
 		}
-		if !first {
-			j.raw(",")
-		}
-		first = false
+		j.next(&first)
 		j.str(name)
 		j.raw(":")
 		j.int(v)
 	}
 	j.raw("}")
+}
+
+// next appends the comma before a member of an object or an array,
+// unless it is the first.
+func (j *jsonWriter) next(first *bool) {
+	if !*first {
+		j.raw(",")
+	}
+	*first = false
 }
 
 // period appends a bucket's name: its number, in quotes.
@@ -97,10 +103,7 @@ func section(j *jsonWriter, d *usageData, has func(*keyUsage) bool, members func
 		if !has(k) {
 			continue
 		}
-		if !first {
-			j.raw(",")
-		}
-		first = false
+		j.next(&first)
 		j.str(id)
 		j.raw(":{")
 		members(j, k)
@@ -120,10 +123,7 @@ func (j *jsonWriter) times(d *usageData, at func(*keyUsage) time.Time) {
 		if t.IsZero() {
 			continue
 		}
-		if !first {
-			j.raw(",")
-		}
-		first = false
+		j.next(&first)
 		j.str(id)
 		j.raw(":")
 		j.time(t)
@@ -141,10 +141,7 @@ func writeFileData(w io.Writer, d *usageData, gen uint64) error {
 	section(j, d, func(k *keyUsage) bool { return k.hours.has() }, func(j *jsonWriter, k *keyUsage) {
 		first := true
 		for h, c := range k.hours.all() {
-			if !first {
-				j.raw(",")
-			}
-			first = false
+			j.next(&first)
 			j.period(h)
 			j.raw(":")
 			j.counts(c)
