@@ -203,13 +203,15 @@ func (x *index) getInto(h Hash, r *Record) bool {
 	return ok
 }
 
-// put stores r under its hash, marked as seen by pass gen.
-func (x *index) put(r Record, gen uint32) {
+// put stores r under its hash, marked as seen by pass gen, and returns
+// the entry it stored.
+func (x *index) put(r Record, gen uint32) *entry {
 	e := x.compact(r, gen)
 	s := x.shard(r.Hash)
 	s.mu.Lock()
 	s.m[r.Hash] = e
 	s.mu.Unlock()
+	return e
 }
 
 // del removes h.

@@ -209,8 +209,7 @@ func (s *RedisStore) lookupMiss(ctx context.Context, h Hash, r *Record) (bool, e
 			s.neg.Add(h, struct{}{})
 			return nil, nil
 		}
-		rec = s.put(rec)
-		return rec, nil
+		return s.put(rec), nil
 	})
 	if err != nil {
 		return false, fmt.Errorf("%w: %w", ErrUnavailable, err)
@@ -218,13 +217,15 @@ func (s *RedisStore) lookupMiss(ctx context.Context, h Hash, r *Record) (bool, e
 	if v == nil {
 		return false, nil
 	}
-	*r = v.(Record)
+	// The record as the index serves it, so that this lookup gets what
+	// the next one, which the index answers, will.
+	s.idx.fill(r, h, v.(*entry))
 	return true, nil
 }
 
 // put resolves rec's limits and stores it in the index, marked as seen
-// by the current pass; it returns rec as stored.
-func (s *RedisStore) put(rec Record) Record {
+// by the current pass; it returns the index's entry.
+func (s *RedisStore) put(rec Record) *entry {
 	c, ok := s.cons.get(rec.Consumer)
 	if !ok && rec.Consumer != "" && !s.loaded.Load() {
 		// The first pass has not read the consumers yet: read this one.
@@ -239,8 +240,7 @@ func (s *RedisStore) put(rec Record) Record {
 		con = &c
 	}
 	rec = s.limits.resolveFor(rec, con, time.Now())
-	s.idx.put(rec, s.gen.Load())
-	return rec
+	return s.idx.put(rec, s.gen.Load())
 }
 
 // fetch reads one record from Redis through the breaker.
