@@ -214,6 +214,9 @@ func runWith(cfg config.Config, stderr, access io.Writer, mod func(*server.Deps)
 		return err
 	}
 	defer stopLog()
+	if err := setMemoryLimit(log); err != nil {
+		return err
+	}
 	// go-redis logs through a process-wide logger; send it to zap, sampled
 	// to one line per message per second so an outage cannot flood stderr.
 	redis.SetLogger(redisLogger{log.Named("redis").WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core {

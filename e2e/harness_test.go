@@ -62,6 +62,8 @@ type gateway struct {
 	Client   *http.Client
 	Upstream *httptest.Server
 	exited   chan error
+	env      []string
+	cgroup   string
 }
 
 type gwOpts struct {
@@ -86,13 +88,18 @@ type gwOpts struct {
 	upstreamConnState func(net.Conn, http.ConnState)
 	// registry, when set, is the registry upstream; nil means a stand-in.
 	registry http.Handler
+	// env is more of keygate's environment ("NAME=value").
+	env []string
+	// cgroup, when set, is a cgroup directory that keygate runs in from
+	// its first instruction on (see memlimit_test.go).
+	cgroup string
 }
 
 // startGateway writes a config for a fresh keystore and stand-in upstreams,
 // starts the binary and waits until /readyz answers 200.
 func startGateway(t *testing.T, o gwOpts) *gateway {
 	t.Helper()
-	g := &gateway{t: t, dir: t.TempDir(), logs: &testkit.SyncBuffer{}, exited: make(chan error, 1)}
+	g := &gateway{t: t, dir: t.TempDir(), logs: &testkit.SyncBuffer{}, exited: make(chan error, 1), env: o.env, cgroup: o.cgroup}
 	h := o.upstream
 	if h == nil {
 		h = standin.Handler{Name: "extraction"}
@@ -197,6 +204,13 @@ func (g *gateway) start() {
 // tryStart starts the binary and waits until /readyz answers 200.
 func (g *gateway) tryStart() error {
 	g.cmd = exec.Command(binary, "serve", "--config", g.cfgPath)
+	if g.cgroup != "" {
+		// The shell joins the cgroup and then becomes keygate.
+		g.cmd = exec.Command("sh", "-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, g.cgroup, binary, "serve", "--config", g.cfgPath)
+	}
+	if g.env != nil {
+		g.cmd.Env = append(os.Environ(), g.env...)
+	}
 	g.cmd.Stdout, g.cmd.Stderr = g.logs, g.logs
 	g.cmd.Dir = g.dir
 	if err := g.cmd.Start(); err != nil {
