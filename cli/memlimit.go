@@ -13,9 +13,11 @@ import (
 
 // The Go collector lets the heap grow to twice what is live (GOGC=100)
 // and knows nothing of the container's memory limit, so a replica whose
-// keys fill a good part of its limit (500 B a key: a million keys are
-// about half of the Helm chart's 512 MiB) is killed by the kernel when
-// the heap outgrows the limit between two collections. With the limit
+// keys fill a good part of its limit is killed by the kernel when the
+// heap outgrows the limit between two collections: with a million keys
+// of a million consumers a replica holds about 370 MiB once loaded and
+// peaked at 590 MiB while loading, over the Helm chart's 512 MiB, where
+// it was killed every time (README, Memory limit). With the limit
 // (GOMEMLIMIT), the collector runs earlier as the heap nears it instead.
 // keygate sets it from the limit of its cgroup (v1 or v2, through
 // automemlimit), times AUTOMEMLIMIT (0.9 unless set), once at start.

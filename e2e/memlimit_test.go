@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/KimMachineGun/automemlimit/memlimit"
+
 	"github.com/keygate/keygate/internal/testsupport/testkit"
 )
 
@@ -37,7 +39,7 @@ func TestMemoryLimitFromCgroup(t *testing.T) {
 		{"AUTOMEMLIMIT is the share", true, []string{"AUTOMEMLIMIT=0.5"}, 0.5 * limit, `"ratio":0.5`},
 		{"GOMEMLIMIT wins", true, []string{"GOMEMLIMIT=300MiB", "AUTOMEMLIMIT=0.5"}, 300 << 20, `"from":"GOMEMLIMIT"`},
 		{"AUTOMEMLIMIT=off", true, []string{"AUTOMEMLIMIT=off"}, math.MaxInt64, `"memory limit off"`},
-		{"no limit, no cgroup of its own", false, nil, math.MaxInt64, ""},
+		{"no cgroup of its own: the test's limit, if any", false, nil, ownLimit(t), ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -55,6 +57,20 @@ func TestMemoryLimitFromCgroup(t *testing.T) {
 			}
 		})
 	}
+}
+
+// ownLimit is what keygate sets in the test's own cgroup: 0.9 of its
+// limit, or none.
+func ownLimit(t *testing.T) float64 {
+	limit, err := memlimit.FromCgroup()
+	switch {
+	case err == nil:
+		return math.Floor(0.9 * float64(limit))
+	case errors.Is(err, memlimit.ErrNoLimit):
+		return math.MaxInt64
+	}
+	t.Fatalf("the test's own memory limit: %v", err)
+	return 0
 }
 
 // TestMemoryLimitBadShare: an AUTOMEMLIMIT that is no share of the limit
