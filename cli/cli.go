@@ -214,9 +214,6 @@ func runWith(cfg config.Config, stderr, access io.Writer, mod func(*server.Deps)
 		return err
 	}
 	defer stopLog()
-	if err := setMemoryLimit(log); err != nil {
-		return err
-	}
 	// go-redis logs through a process-wide logger; send it to zap, sampled
 	// to one line per message per second so an outage cannot flood stderr.
 	redis.SetLogger(redisLogger{log.Named("redis").WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core {
@@ -224,6 +221,9 @@ func runWith(cfg config.Config, stderr, access io.Writer, mod func(*server.Deps)
 	}))})
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	if err := setMemoryLimit(ctx, log); err != nil {
+		return err
+	}
 	deps := server.Deps{Logger: log, Getenv: os.Getenv, Version: Version}
 	if mod != nil {
 		mod(&deps)

@@ -1,11 +1,14 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
 	"os"
+	"runtime/debug"
 	"strconv"
+	"time"
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
 	"go.uber.org/zap"
@@ -20,17 +23,23 @@ import (
 // it was killed every time (README, Memory limit). With the limit
 // (GOMEMLIMIT), the collector runs earlier as the heap nears it instead.
 // keygate sets it from the limit of its cgroup (v1 or v2, through
-// automemlimit), times AUTOMEMLIMIT (0.9 unless set), once at start.
+// automemlimit), times AUTOMEMLIMIT (0.9 unless set), at start, and
+// follows the cgroup's limit when it changes (a pod resized in place).
 // GOMEMLIMIT, when set, is the operator's and wins; AUTOMEMLIMIT=off
 // leaves the limit unset.
 
-// memLimitEnv is the ratio's variable, as automemlimit reads it.
+// memLimitRefresh is how often keygate reads its cgroup's limit again.
+var memLimitRefresh = 15 * time.Second
+
+// memLimitEnv is the ratio's variable, named as automemlimit names it.
 const memLimitEnv = "AUTOMEMLIMIT"
 
 // setMemoryLimit sets the Go runtime's memory limit as above and logs
-// it. Only an AUTOMEMLIMIT that is neither "off" nor a ratio in (0, 1]
-// is an error; a cgroup that cannot be read leaves the limit unset.
-func setMemoryLimit(log *zap.Logger) error {
+// it; when it came from the cgroup, it follows the cgroup's limit until
+// ctx ends. Only an AUTOMEMLIMIT that is neither "off" nor a ratio in
+// (0, 1] is an error; a cgroup that cannot be read leaves the limit
+// unset.
+func setMemoryLimit(ctx context.Context, log *zap.Logger) error {
 	if v, ok := os.LookupEnv("GOMEMLIMIT"); ok {
 		// The runtime read it at start; automemlimit would leave it too.
 		log.Info("memory limit", zap.String("from", "GOMEMLIMIT"), zap.String("GOMEMLIMIT", v))
@@ -58,12 +67,55 @@ func setMemoryLimit(log *zap.Logger) error {
 		log.Warn("memory limit not set: the cgroup's could not be read", zap.Error(err))
 		return nil
 	}
-	set, err := memlimit.Set(memlimit.WithRatio(ratio), memlimit.WithProvider(memlimit.Limit(limit)))
-	if err != nil {
-		log.Warn("memory limit not set", zap.Error(err))
-		return nil
-	}
+	set := goMemLimit(limit, ratio)
+	debug.SetMemoryLimit(set)
 	log.Info("memory limit", zap.String("from", "cgroup"), zap.Uint64("cgroup_bytes", limit),
 		zap.Float64("ratio", ratio), zap.Int64("GOMEMLIMIT", set))
+	go followMemoryLimit(ctx, log, ratio, limit)
 	return nil
+}
+
+// goMemLimit is the Go runtime's limit for a cgroup limit: ratio of it
+// (as automemlimit's ApplyRatio), or none when the cgroup has none.
+func goMemLimit(cgroup uint64, ratio float64) int64 {
+	if cgroup == 0 {
+		return math.MaxInt64
+	}
+	return int64(float64(cgroup) * ratio)
+}
+
+// followMemoryLimit reads the cgroup's limit every memLimitRefresh and
+// sets the runtime's again when it changed. A read that fails keeps the
+// limit as it is (logged once until a read succeeds again).
+func followMemoryLimit(ctx context.Context, log *zap.Logger, ratio float64, last uint64) {
+	t := time.NewTicker(memLimitRefresh)
+	defer t.Stop()
+	failing := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		limit, err := memlimit.FromCgroup()
+		switch {
+		case errors.Is(err, memlimit.ErrNoLimit):
+			limit, err = 0, nil
+		case err != nil:
+			if !failing {
+				log.Warn("memory limit kept: the cgroup's could not be read", zap.Error(err))
+			}
+			failing = true
+			continue
+		}
+		failing = false
+		if limit == last {
+			continue
+		}
+		set := goMemLimit(limit, ratio)
+		debug.SetMemoryLimit(set)
+		log.Info("memory limit changed", zap.String("from", "cgroup"), zap.Uint64("cgroup_bytes", limit),
+			zap.Uint64("previous_cgroup_bytes", last), zap.Float64("ratio", ratio), zap.Int64("GOMEMLIMIT", set))
+		last = limit
+	}
 }

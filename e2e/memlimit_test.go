@@ -59,6 +59,30 @@ func TestMemoryLimitFromCgroup(t *testing.T) {
 	}
 }
 
+// TestMemoryLimitFollowsTheCgroup: a container whose memory limit
+// changes while keygate runs (a pod resized in place) gets the new limit
+// in the Go runtime too, within keygate's 15 s between two reads.
+func TestMemoryLimitFollowsTheCgroup(t *testing.T) {
+	t.Parallel()
+	const before, after = 512 << 20, 256 << 20
+	dir := memCgroup(t, before)
+	g := startGateway(t, gwOpts{cgroup: dir})
+	if got, want := g.metric("go_gc_gomemlimit_bytes"), math.Floor(0.9*before); got != want {
+		t.Fatalf("go_gc_gomemlimit_bytes = %.0f at start, want %.0f", got, want)
+	}
+	setCgroupLimit(t, dir, after)
+	want := math.Floor(0.9 * after)
+	testkit.Eventually(t, 30*time.Second, "the new limit", func() error {
+		if got := g.metric("go_gc_gomemlimit_bytes"); got != want {
+			return fmt.Errorf("go_gc_gomemlimit_bytes = %.0f, want %.0f", got, want)
+		}
+		return nil
+	})
+	if !strings.Contains(g.logs.String(), `"msg":"memory limit changed"`) {
+		t.Errorf("no log line of the change:\n%s", tail(g.logs.String(), 2000))
+	}
+}
+
 // ownLimit is what keygate sets in the test's own cgroup: 0.9 of its
 // limit, or none.
 func ownLimit(t *testing.T) float64 {
@@ -118,6 +142,21 @@ func memCgroup(t *testing.T, limit int64) string {
 		t.Fatalf("%s: %q, %v; want %d", file, got, err, limit)
 	}
 	return dir
+}
+
+// setCgroupLimit changes the memory limit of the cgroup dir.
+func setCgroupLimit(t *testing.T, dir string, limit int64) {
+	t.Helper()
+	for _, file := range []string{"memory.limit_in_bytes", "memory.max"} {
+		p := filepath.Join(dir, file)
+		if _, err := os.Stat(p); err == nil {
+			if err := os.WriteFile(p, []byte(strconv.FormatInt(limit, 10)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+	}
+	t.Fatalf("%s has no memory limit file", dir)
 }
 
 // newMemCgroup makes the cgroup: under the memory controller's hierarchy
