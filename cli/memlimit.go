@@ -100,7 +100,7 @@ func followMemoryLimit(ctx context.Context, log *zap.Logger, ratio float64, last
 		limit, err := memlimit.FromCgroup()
 		switch {
 		case errors.Is(err, memlimit.ErrNoLimit):
-			limit, err = 0, nil
+			limit = 0
 		case err != nil:
 			if !failing {
 				log.Warn("memory limit kept: the cgroup's could not be read", zap.Error(err))
