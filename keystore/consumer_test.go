@@ -189,7 +189,7 @@ func TestConsumersOnEveryBackend(t *testing.T) {
 // until it has loaded and subscribed to the change log.
 func openSubscribed(t *testing.T, addr string, limits *policy.Resolver) *keystore.RedisStore {
 	t.Helper()
-	s, err := keystore.OpenRedis(keystore.RedisConfig{Client: redisClient(t, addr), ResyncInterval: time.Minute, Limits: limits})
+	s, err := keystore.OpenRedis(keystore.RedisConfig{Client: redisClient(t, addr), Timeout: testTimeout, ResyncInterval: time.Minute, Limits: limits})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,7 +297,7 @@ func TestRedisConsumerMissedMessageIsResynced(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := keystore.OpenRedis(keystore.RedisConfig{Client: redisClient(t, rs.Addr), ResyncInterval: 300 * time.Millisecond, Limits: testLimits(t)})
+	s, err := keystore.OpenRedis(keystore.RedisConfig{Client: redisClient(t, rs.Addr), Timeout: testTimeout, ResyncInterval: 300 * time.Millisecond, Limits: testLimits(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -341,7 +341,7 @@ func TestRedisFullPassReadsEveryConsumer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := keystore.OpenRedis(keystore.RedisConfig{Client: redisClient(t, rs.Addr), PageSize: 7, Limits: testLimits(t)})
+	s, err := keystore.OpenRedis(keystore.RedisConfig{Client: redisClient(t, rs.Addr), Timeout: testTimeout, PageSize: 7, Limits: testLimits(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,7 +42,7 @@ func keyRate(t *testing.T, s *keystore.RedisStore, key string) float64 {
 // openWithLimits is a replica that resolves limits with testLimits.
 func openWithLimits(t *testing.T, c redis.UniversalClient) *keystore.RedisStore {
 	t.Helper()
-	s, err := keystore.OpenRedis(keystore.RedisConfig{Client: c, PageSize: 3, PollInterval: 200 * time.Millisecond, ResyncInterval: time.Hour, Limits: testLimits(t)})
+	s, err := keystore.OpenRedis(keystore.RedisConfig{Client: c, Timeout: testTimeout, PageSize: 3, PollInterval: 200 * time.Millisecond, ResyncInterval: time.Hour, Limits: testLimits(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

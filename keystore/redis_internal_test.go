@@ -27,7 +27,7 @@ func TestRedisServesWhileLoading(t *testing.T) {
 		t.Fatal(err)
 	}
 	hold := make(chan struct{})
-	s, err := OpenRedis(RedisConfig{Client: c, PageSize: 1, beforePage: func() { <-hold }})
+	s, err := OpenRedis(RedisConfig{Client: c, Timeout: 2 * time.Second, PageSize: 1, beforePage: func() { <-hold }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,7 +32,7 @@ func issueMany(t *testing.T, admin keystore.Admin, n int) []string {
 
 func openPaged(t *testing.T, c redis.UniversalClient, page int) *keystore.RedisStore {
 	t.Helper()
-	s, err := keystore.OpenRedis(keystore.RedisConfig{Client: c, PageSize: page, PollInterval: 200 * time.Millisecond, ResyncInterval: time.Hour})
+	s, err := keystore.OpenRedis(keystore.RedisConfig{Client: c, Timeout: testTimeout, PageSize: page, PollInterval: 200 * time.Millisecond, ResyncInterval: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
