@@ -194,7 +194,7 @@ func openSubscribed(t *testing.T, addr string, limits *policy.Resolver) *keystor
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
-	testkit.Eventually(t, time.Second, "store loaded and subscribed", func() error {
+	testkit.Eventually(t, 5*time.Second, "store loaded and subscribed", func() error {
 		return testkit.True(s.Ready() && !s.Degraded(), "ready %v, degraded %v", s.Ready(), s.Degraded())
 	})
 	return s

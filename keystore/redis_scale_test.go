@@ -124,7 +124,7 @@ func TestRedisLostMessageCostsTheChange(t *testing.T) {
 	rs := redistest.Start(t)
 	c := redisClient(t, rs.Addr)
 	s := openPaged(t, c, 2)
-	testkit.Eventually(t, time.Second, "ready", func() error { return testkit.True(s.Ready(), "not ready") })
+	testkit.Eventually(t, 5*time.Second, "ready", func() error { return testkit.True(s.Ready(), "not ready") })
 	ctx := context.Background()
 	// Issue on another prefix, copy the record over and log it by hand,
 	// with no message.

@@ -83,7 +83,7 @@ func TestRedisChangesReachEveryReplica(t *testing.T) {
 		stores = append(stores, openRedisStore(t, redisClient(t, rs.Addr)))
 	}
 	for _, s := range stores {
-		testkit.Eventually(t, time.Second, "store loaded and subscribed", func() error {
+		testkit.Eventually(t, 5*time.Second, "store loaded and subscribed", func() error {
 			return testkit.True(s.Ready() && !s.Degraded(), "ready %v, degraded %v", s.Ready(), s.Degraded())
 		})
 	}
@@ -131,7 +131,7 @@ func TestRedisMissedMessageIsResynced(t *testing.T) {
 	rs := redistest.Start(t)
 	c := redisClient(t, rs.Addr)
 	s := openRedisStore(t, c)
-	testkit.Eventually(t, time.Second, "ready", func() error { return testkit.True(s.Ready(), "not ready") })
+	testkit.Eventually(t, 5*time.Second, "ready", func() error { return testkit.True(s.Ready(), "not ready") })
 	// Write through a second admin on another prefix, then copy the record
 	// over by hand, so no message is published for it.
 	other := &keystore.RedisAdmin{Client: c, Prefix: "other:"}
@@ -266,7 +266,7 @@ func TestLookupIntoIsLookup(t *testing.T) {
 		t.Fatal(err)
 	}
 	rstore := openRedisStore(t, redisClient(t, rs.Addr))
-	testkit.Eventually(t, time.Second, "store loaded", func() error { return testkit.True(rstore.Ready(), "not ready") })
+	testkit.Eventually(t, 5*time.Second, "store loaded", func() error { return testkit.True(rstore.Ready(), "not ready") })
 	// Issued behind the store's back (no announcement read yet, or
 	// none at all): a miss that Redis answers.
 	missed, _, err := (&keystore.RedisAdmin{Client: redisClient(t, rs.Addr)}).Issue(ctx, req)
