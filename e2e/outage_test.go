@@ -100,7 +100,7 @@ func TestRedisOutagePolicy(t *testing.T) {
 			// Persistence on, as production Redis runs: a killed Redis
 			// comes back with its keys.
 			rs := redistest.Start(t, "--appendonly", "yes", "--appendfsync", "always")
-			gs := replicas(t, 3, rs.Addr, "redis", `    live: { rate: 30, per: 1s, burst: 30 }
+			gs := outageReplicas(t, 3, rs.Addr, "redis", `    live: { rate: 30, per: 1s, burst: 30 }
     test: { rate: 30, per: 1s, burst: 30 }`, "")
 			// failure_mode is set by restarting with it: replicas() writes
 			// "open"; for closed, restart each replica with the change.

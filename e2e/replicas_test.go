@@ -19,14 +19,29 @@ import (
 
 // replicas starts n gateway processes that share one keystore and one
 // Redis-backed limiter, as operators run them behind a load balancer.
+// Their Redis calls may take a second: these tests count what Redis
+// decides, and a loopback read that the loaded test machine stalls past
+// the product's 100 ms would hand a decision to the local fallback.
 func replicas(t *testing.T, n int, redisAddr, keystoreBackend, limits string, extra string) []*gateway {
 	t.Helper()
 	return replicasLimited(t, n, redisAddr, keystoreBackend, limits, extra, "")
 }
 
+// outageReplicas is replicas with the product's 100 ms Redis timeouts,
+// for the tests that stop or freeze Redis under them.
+func outageReplicas(t *testing.T, n int, redisAddr, keystoreBackend, limits string, extra string) []*gateway {
+	t.Helper()
+	return replicasWith(t, n, redisAddr, keystoreBackend, limits, extra, "", 100*time.Millisecond)
+}
+
 // replicasLimited is replicas with more lines for their ratelimit
 // section (each indented, ending in a newline).
 func replicasLimited(t *testing.T, n int, redisAddr, keystoreBackend, limits, extra, ratelimit string) []*gateway {
+	t.Helper()
+	return replicasWith(t, n, redisAddr, keystoreBackend, limits, extra, ratelimit, time.Second)
+}
+
+func replicasWith(t *testing.T, n int, redisAddr, keystoreBackend, limits, extra, ratelimit string, timeout time.Duration) []*gateway {
 	t.Helper()
 	shared := t.TempDir() + "/keys.yaml"
 	var gs []*gateway
@@ -36,16 +51,16 @@ func replicasLimited(t *testing.T, n int, redisAddr, keystoreBackend, limits, ex
 			limitsYAML: limits,
 			extra: fmt.Sprintf(`redis:
   addrs: [%q]
-  read_timeout: 100ms
-  write_timeout: 100ms
-  dial_timeout: 100ms
-%s`, redisAddr, extra),
+  read_timeout: %[2]s
+  write_timeout: %[2]s
+  dial_timeout: %[2]s
+%[3]s`, redisAddr, timeout, extra),
 			skipStart: true,
 		})
 		// keystore and ratelimit sections are set through extra-less edits:
 		g.rewriteConfig(func(c string) string {
 			c = strings.Replace(c, "keystore:\n  backend: file", "keystore:\n  backend: "+keystoreBackend+"\n  resync_interval: 2s", 1)
-			c = strings.Replace(c, "ratelimit:\n  backend: local", fmt.Sprintf("ratelimit:\n%s  backend: redis\n  replicas: %d\n  breaker_backoff: 500ms", ratelimit, n), 1)
+			c = strings.Replace(c, "ratelimit:\n  backend: local", fmt.Sprintf("ratelimit:\n%s  backend: redis\n  replicas: %d\n  breaker_backoff: 500ms\n  redis_timeout: %s", ratelimit, n, timeout), 1)
 			return c
 		})
 		gs = append(gs, g)
