@@ -203,8 +203,9 @@ func redisReplicas(t *testing.T, rs *redistest.Server, n int, scopes string) ([]
 	t.Cleanup(client.CloseIdleConnections)
 	for range n {
 		addr := testkit.FreeAddr(t)
-		g := startGateway(t, gwOpts{skipStart: true, extra: fmt.Sprintf("redis:\n  addrs: [%q]\nadmin_api:\n  enabled: true\n  listen: %q\n", rs.Addr, addr)})
+		g := startGateway(t, gwOpts{skipStart: true, extra: fmt.Sprintf("redis:\n  addrs: [%q]\n"+slowMachineRedis+"admin_api:\n  enabled: true\n  listen: %q\n", rs.Addr, addr)})
 		g.rewriteConfig(func(c string) string {
+			c = strings.Replace(c, "ratelimit:\n  backend: local", "ratelimit:\n  backend: local\n"+slowMachineRateLimit, 1)
 			return strings.Replace(c, "keystore:\n  backend: file", "keystore:\n  backend: redis", 1)
 		})
 		g.start()

@@ -553,11 +553,11 @@ func TestLimitsBruteForceSharedAcrossReplicas(t *testing.T) {
 			upstream:  up,
 			keystore:  shared,
 			authYAML:  "auth:\n  failure_limit: { enabled: true, rate: 1, per: 1h, burst: 10 }\n",
-			extra:     fmt.Sprintf("redis:\n  addrs: [%q]\n  key_prefix: \"kgtest:\"\n", rs.Addr),
+			extra:     fmt.Sprintf("redis:\n  addrs: [%q]\n  key_prefix: \"kgtest:\"\n"+slowMachineRedis, rs.Addr),
 			skipStart: true,
 		})
 		g.rewriteConfig(func(c string) string {
-			return strings.Replace(c, "ratelimit:\n  backend: local", "ratelimit:\n  backend: redis\n  replicas: 2", 1)
+			return strings.Replace(c, "ratelimit:\n  backend: local", "ratelimit:\n  backend: redis\n  replicas: 2\n"+slowMachineRateLimit, 1)
 		})
 		gs = append(gs, g)
 	}

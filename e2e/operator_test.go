@@ -105,7 +105,7 @@ func TestDashboardAndRulesNameExportedMetrics(t *testing.T) {
 		limitsYAML: "    live: { rate: 1000, per: 1s, burst: 1000 }\n    test: { rate: 1, per: 1h, burst: 1 }",
 		extra: fmt.Sprintf(`redis:
   addrs: [%q]
-admin_api:
+`+slowMachineRedis+`admin_api:
   enabled: true
   listen: %q
 portal:
@@ -121,7 +121,7 @@ portal:
 	})
 	g.rewriteConfig(func(c string) string {
 		c = strings.Replace(c, "keystore:\n  backend: file", "keystore:\n  backend: redis", 1)
-		return strings.Replace(c, "ratelimit:\n  backend: local", "ratelimit:\n  backend: redis", 1)
+		return strings.Replace(c, "ratelimit:\n  backend: local", "ratelimit:\n  backend: redis\n"+slowMachineRateLimit, 1)
 	})
 	g.start()
 	key := g.issue("--product", "extraction", "--env", "test", "--context", ctxA)

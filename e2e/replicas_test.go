@@ -17,6 +17,17 @@ import (
 	"github.com/keygate/keygate/internal/testsupport/testkit"
 )
 
+// slowMachineRedis (lines of the redis section) and slowMachineRateLimit
+// (of the ratelimit section, whose redis_timeout also bounds the Redis
+// keystore's calls) give Redis a second, for the tests that do not stop
+// it: a loopback read that a loaded test machine stalls past the
+// product's 100 ms would make a lookup fail or hand a decision to the
+// local fallback, which is not what those tests are about.
+const (
+	slowMachineRedis     = "  read_timeout: 1s\n  write_timeout: 1s\n"
+	slowMachineRateLimit = "  redis_timeout: 1s\n"
+)
+
 // replicas starts n gateway processes that share one keystore and one
 // Redis-backed limiter, as operators run them behind a load balancer.
 // Their Redis calls may take a second: these tests count what Redis
