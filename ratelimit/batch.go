@@ -201,12 +201,7 @@ func (b *batcher) send(batch []*call) {
 		// that arrived together is a fair one): the script reads and
 		// writes each id's keys once.
 		slices.SortStableFunc(batch, func(x, y *call) int { return strings.Compare(x.keys[0], y.keys[0]) })
-		keys := make([]string, 0, 2*len(batch))
-		args := make([]any, 0, nArgs*len(batch))
-		for _, c := range batch {
-			keys = append(keys, c.keys...)
-			args = append(args, c.args...)
-		}
+		keys, args := groups(batch)
 		res, err := gcra.Run(ctx, b.client, keys, args...).Int64Slice()
 		if err == nil && len(res) != replyLen*len(batch) {
 			err = fmt.Errorf("%w: %d values for %d decisions", errReply, len(res), len(batch))
@@ -232,4 +227,26 @@ func (b *batcher) send(batch []*call) {
 		}
 		c.done <- struct{}{}
 	}
+}
+
+// groups are the script's keys and arguments for batch, whose calls of
+// one id are next to each other: each run of calls of one id with the
+// same limit and cells wanted is one group, its keys and limit sent once
+// and its last argument the number of calls in it.
+func groups(batch []*call) ([]string, []any) {
+	keys := make([]string, 0, 2*len(batch))
+	args := make([]any, 0, nArgs*len(batch))
+	n := 0 // calls in the last group
+	for i, c := range batch {
+		if i > 0 && c.keys[0] == batch[i-1].keys[0] && slices.Equal(c.args[:nArgs-1], batch[i-1].args[:nArgs-1]) {
+			n++
+			args[len(args)-1] = n
+			continue
+		}
+		keys = append(keys, c.keys...)
+		args = append(args, c.args[:nArgs-1]...)
+		args = append(args, 1)
+		n = 1
+	}
+	return keys, args
 }

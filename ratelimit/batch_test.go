@@ -221,3 +221,44 @@ func TestRedisDropsDecisionsOfCallersThatLeft(t *testing.T) {
 		t.Errorf("the first served request of key_gave_up was refused (%s): the abandoned decision spent its only token", d.Reason)
 	}
 }
+
+// TestRedisCombinedDecisionsOfOneIDUnderTwoLimits: requests of one key
+// decided in the same calls under two limits (an override that changed
+// while requests were in flight) are each decided, and answered, under
+// their own: the key's bucket is one, so the roomy limit admits all of
+// its requests, the tight one never more than its burst, and every
+// answer reports its own limit.
+func TestRedisCombinedDecisionsOfOneIDUnderTwoLimits(t *testing.T) {
+	t.Parallel()
+	s, r := newPureRedis(t)
+	tight := policy.Limit{Rate: 1, Per: time.Hour, Burst: 10}
+	roomy := policy.Limit{Rate: 1, Per: time.Hour, Burst: 1000}
+	var tightIn, roomyIn, roomyOut atomic.Int64
+	atOnce(200, func(i int) {
+		lim := tight
+		if i%2 == 1 {
+			lim = roomy
+		}
+		d, err := r.Allow(context.Background(), "key_two_limits", lim)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if d.Limit != int64(lim.Burst) {
+			t.Errorf("a request under burst %d answered with limit %d", lim.Burst, d.Limit)
+		}
+		switch {
+		case lim == roomy && d.Allowed:
+			roomyIn.Add(1)
+		case lim == roomy:
+			roomyOut.Add(1)
+		case d.Allowed:
+			tightIn.Add(1)
+		}
+	})
+	if roomyIn.Load() != 100 || roomyOut.Load() != 0 || tightIn.Load() > 10 {
+		t.Errorf("roomy limit: %d admitted, %d refused (want 100, 0); tight limit: %d admitted (want at most 10)",
+			roomyIn.Load(), roomyOut.Load(), tightIn.Load())
+	}
+	t.Logf("tight limit admitted %d; %d script calls for 200 decisions", tightIn.Load(), commandCalls(t, s, "evalsha")+commandCalls(t, s, "eval"))
+}
