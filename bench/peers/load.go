@@ -216,12 +216,17 @@ func (b *bench) wrkFor(ctx context.Context, t *target, size int, d time.Duration
 // time around it. It leaves errors to its caller: what counts as one
 // depends on what the script sends.
 func (b *bench) wrkRun(ctx context.Context, t *target, script string, d time.Duration) (closedResult, error) {
+	return b.wrkRunConns(ctx, t, script, d, 2, 32)
+}
+
+// wrkRunConns is wrkRun with wrk's threads and connections.
+func (b *bench) wrkRunConns(ctx context.Context, t *target, script string, d time.Duration, threads, conns int) (closedResult, error) {
 	wrk := benchproc.LookPath("wrk")
 	if wrk == "" {
 		return closedResult{}, errNoWrk
 	}
 	secs := max(1, int(d/time.Second))
-	cmd := exec.CommandContext(ctx, wrk, "-t2", "-c32", fmt.Sprintf("-d%ds", secs), "-s", script, b.scheme()+t.addr+"/sync")
+	cmd := exec.CommandContext(ctx, wrk, fmt.Sprintf("-t%d", threads), fmt.Sprintf("-c%d", conns), fmt.Sprintf("-d%ds", secs), "-s", script, b.scheme()+t.addr+"/sync")
 	before, redisBefore := benchproc.CPUTicks(t.root.Process.Pid), t.redisTicks()
 	total0, steal0 := benchproc.MachineTicks()
 	out, err := cmd.CombinedOutput()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -31,15 +32,15 @@ func TestSmoke(t *testing.T) {
 	var out, errb bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	err := Run(ctx, Options{Smoke: true, Refusals: true}, &out, &errb)
+	err := Run(ctx, Options{Smoke: true, Refusals: true, SideBySide: true}, &out, &errb)
 	t.Log(errb.String())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Log("\n" + out.String())
-	wants := []string{"| direct |", "| bare |", "| keygate |", "| keygate-redis |", "| keygate-bearer |", "Open loop", "Large uploads"}
+	wants := []string{"| direct |", "| bare |", "| keygate |", "| keygate-redis |", "| keygate-bearer |", "| keygate-base |", "Open loop", "Large uploads", "Side by side:"}
 	if benchproc.LookPath("wrk") != "" {
-		wants = append(wants, "Refusals: `wrk -t2 -c32`")
+		wants = append(wants, "Refusals: `wrk -t2 -c32`", "| keygate-redis | 256 B | **", "| keygate-bearer | 256 B | **")
 	}
 	if benchproc.LookPath("nginx") != "" && luaInstalled() {
 		wants = append(wants, "| nginx-lua |")
@@ -161,5 +162,62 @@ func TestProcessMemory(t *testing.T) {
 	}
 	if n := memKiB(os.Getpid(), "NoSuchField"); n != 0 {
 		t.Errorf("a field /proc does not have read as %d KiB", n)
+	}
+}
+
+// TestPrintSideBySide: each pair's row has the median of its rounds'
+// ratios, their range and every round's, in the order the pairs ran;
+// without rounds the table says why there is none.
+func TestPrintSideBySide(t *testing.T) {
+	round := func(pair [2]string, cur, base, rps float64) sideRound {
+		return sideRound{pair: pair, size: 256, cur: closedResult{cpuPerReq: cur, rps: rps}, base: closedResult{cpuPerReq: base, rps: 1000}}
+	}
+	kg, kgr := [2]string{"keygate", "keygate-base"}, [2]string{"keygate-redis", "keygate-base-redis"}
+	redis := round(kgr, 90, 100, 1000)
+	redis.cur.redisCPUPerReq, redis.base.redisCPUPerReq = 10, 20 // (90+10)/(100+20)
+	var out bytes.Buffer
+	printSideBySide(&out, Options{Duration: 8 * time.Second, BaseBin: "/tmp/kg-old"},
+		[]sideRound{round(kg, 99, 100, 1010), redis, round(kg, 90, 100, 1100), round(kg, 120, 100, 900)})
+	for _, want := range []string{
+		"under its own `wrk -t1 -c16` for 8s",
+		"The base is `/tmp/kg-old`.",
+		"| keygate | 256 B | **0.990** (0.900–1.200) | 1.010 | 99 | 100 | 0.990, 0.900, 1.200 |",
+		"| keygate-redis | 256 B | **0.833** (0.833–0.833) | 1.000 | 100 | 120 | 0.833 |",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	if strings.Index(out.String(), "| keygate |") > strings.Index(out.String(), "| keygate-redis |") {
+		t.Errorf("pairs out of order:\n%s", out.String())
+	}
+	out.Reset()
+	printSideBySide(&out, Options{Duration: time.Second}, nil)
+	for _, want := range []string{"a second copy of this keygate", "No pair ran"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+// TestReadmeFlags: every BENCH_PEERS_FLAGS the README shows is a set of
+// flags this bench takes, with values of their kinds.
+func TestReadmeFlags(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := regexp.MustCompile("BENCH_PEERS_FLAGS=(?:\"([^\"]*)\"|([^\\s`\"]+))").FindAllSubmatch(readme, -1)
+	if len(all) < 5 {
+		t.Fatalf("found %d BENCH_PEERS_FLAGS in README.md", len(all))
+	}
+	for _, m := range all {
+		flags := string(m[1]) + string(m[2])
+		var out bytes.Buffer
+		// A role no one plays: Main parses every flag, then stops at it.
+		Main(append(strings.Fields(flags), "-role", "readme-check"), &out, &out)
+		if !strings.Contains(out.String(), `unknown role "readme-check"`) {
+			t.Errorf("README.md's BENCH_PEERS_FLAGS=%q: %s", flags, out.String())
+		}
 	}
 }

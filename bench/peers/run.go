@@ -61,6 +61,10 @@ type Options struct {
 	// Refusals adds, in plain mode, a closed loop of made-up keys against
 	// every target that checks keys (refusalLoop).
 	Refusals bool
+	// SideBySide adds, in plain mode, rounds that load each keygate
+	// target and its base at the same time (sidebyside.go); without
+	// BaseBin the base is a second copy of the keygate binary.
+	SideBySide bool
 	// Warmup is a closed-loop run, not measured, that every target gets
 	// after each start before its measured loads: each is measured warm
 	// (heap grown, pools and caches filled), as a running proxy is.
@@ -73,6 +77,9 @@ type Options struct {
 // A profile may have both: its load is wrk's, which spreads keys over
 // TLS as in plain mode.
 func (o Options) check() error {
+	if o.SideBySide && (o.TLS || o.Profile != "") {
+		return errors.New("-side-by-side measures in plain mode only, not with -tls or -profile")
+	}
 	if !o.TLS || o.Profile != "" {
 		return nil
 	}
@@ -200,6 +207,13 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	}
 	printTables(stdout, o, res)
 	b.printKeysTables(stdout, res)
+	if o.SideBySide {
+		rounds, err := b.sideBySide(ctx)
+		if err != nil {
+			return err
+		}
+		printSideBySide(stdout, o, rounds)
+	}
 	return nil
 }
 
@@ -208,6 +222,10 @@ func (b *bench) logf(format string, args ...any) {
 }
 
 func (b *bench) want(name string) bool {
+	if base, ok := strings.CutPrefix(name, "keygate-base"); ok && b.o.SideBySide {
+		// Side by side, each keygate target runs with its base.
+		return b.want("keygate" + base)
+	}
 	if b.o.Targets == "" {
 		return true
 	}
@@ -604,16 +622,20 @@ func (b *bench) startAll() error {
 	if err := add("caddy-log", peer("caddy-log", "caddy", "Caddyfile.log", caddyLogConf, caddyArgs)); err != nil {
 		return err
 	}
+	base := b.o.BaseBin
+	if base == "" && b.o.SideBySide {
+		base = bin // a second copy: how far two of one binary differ
+	}
 	for _, kg := range []struct{ name, exe, backend string }{
 		{"keygate", bin, "local"},
 		{"keygate-redis", bin, "redis"},
 		// The Redis limiter with leases (ratelimit.lease), as the README
 		// suggests turning them on.
 		{"keygate-redis-lease", bin, "redis\n  lease: " + leaseTTL},
-		{"keygate-base", b.o.BaseBin, "local"},
-		{"keygate-base-redis", b.o.BaseBin, "redis"},
+		{"keygate-base", base, "local"},
+		{"keygate-base-redis", base, "redis"},
 		{"keygate-bearer", bin, "local"},
-		{"keygate-base-bearer", b.o.BaseBin, "local"},
+		{"keygate-base-bearer", base, "local"},
 		{"keygate-keys", b.keysBin(bin), "local"},
 		{"keygate-redis-keys", b.keysBin(bin), "redis"},
 	} {

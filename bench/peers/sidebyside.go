@@ -1,0 +1,149 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"sync"
+)
+
+// Side by side: a round loads a keygate target and its base at the same
+// time, each under its own wrk (-t1 -c16: together the -t2 -c32 of a
+// closed loop), against the one upstream. Both then run on the same two
+// cores in the same seconds, so what drifts between runs on a shared
+// machine (the hypervisor's steal, the other guests, the CPU's speed)
+// moves both alike, and the ratio of their CPU per request in a round is
+// the comparison. Runs one after another, even alternated, differ by up
+// to a fifth here between two copies of one binary; side by side, two
+// copies differ by a few percent a round.
+
+// sidePairs are the targets compared side by side: each keygate target
+// with its base.
+var sidePairs = [][2]string{
+	{"keygate", "keygate-base"},
+	{"keygate-redis", "keygate-base-redis"},
+	{"keygate-bearer", "keygate-base-bearer"},
+}
+
+// sideRound is one round of one pair at one size.
+type sideRound struct {
+	pair      [2]string
+	size      int
+	cur, base closedResult
+}
+
+// cpuRatio is the round's CPU per request of the target over its base's,
+// redis-server's included for the Redis limiter's.
+func (r sideRound) cpuRatio() float64 {
+	return (r.cur.cpuPerReq + r.cur.redisCPUPerReq) / (r.base.cpuPerReq + r.base.redisCPUPerReq)
+}
+
+func (r sideRound) rpsRatio() float64 { return r.cur.rps / r.base.rps }
+
+// sideBySide runs -reps rounds of every pair both of whose targets run,
+// at every size.
+func (b *bench) sideBySide(ctx context.Context) ([]sideRound, error) {
+	byName := map[string]*target{}
+	for _, t := range b.targets {
+		byName[t.name] = t
+	}
+	var out []sideRound
+	for rep := range b.o.Reps {
+		for _, pair := range sidePairs {
+			cur, base := byName[pair[0]], byName[pair[1]]
+			if cur == nil || base == nil {
+				continue
+			}
+			for _, size := range sizes(b.o) {
+				r, err := b.sideRound(ctx, cur, base, size)
+				if errors.Is(err, errNoWrk) && b.o.Smoke {
+					return nil, nil
+				}
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, r)
+				b.logf("side by side %d %-13s %-7s %.1f CPU µs/req (redis-server %.1f), %.0f rps; %s %.1f (%.1f), %.0f rps; CPU ratio %.3f, %d errors",
+					rep+1, cur.name, sizeName(size), r.cur.cpuPerReq, r.cur.redisCPUPerReq, r.cur.rps,
+					base.name, r.base.cpuPerReq, r.base.redisCPUPerReq, r.base.rps, r.cpuRatio(), r.cur.errors+r.base.errors)
+			}
+		}
+	}
+	return out, nil
+}
+
+// sideRound loads cur and base at once for -duration.
+func (b *bench) sideRound(ctx context.Context, cur, base *target, size int) (sideRound, error) {
+	r := sideRound{pair: [2]string{cur.name, base.name}, size: size}
+	var wg sync.WaitGroup
+	var errs [2]error
+	for i, t := range []*target{cur, base} {
+		script, err := b.wrkScriptFor(ctx, t, size)
+		if err != nil {
+			return r, err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := b.wrkRunConns(ctx, t, script, b.o.Duration, 1, 16)
+			res.errors = res.non2xx + res.sockErrors
+			errs[i] = err
+			if i == 0 {
+				r.cur = res
+			} else {
+				r.base = res
+			}
+		}()
+	}
+	wg.Wait()
+	return r, errors.Join(errs[:]...)
+}
+
+// printSideBySide prints, for each pair and size, the median over its
+// rounds of the CPU ratio and the rps ratio, with their spread and each
+// target's median CPU per request.
+func printSideBySide(w io.Writer, o Options, rounds []sideRound) {
+	base := "a second copy of this keygate (two copies of one binary: how far a round moves by itself)"
+	if o.BaseBin != "" {
+		base = "`" + o.BaseBin + "`"
+	}
+	fmt.Fprintf(w, "\nSide by side: each keygate target and its base at the same time, each under its own `wrk -t1 -c16` for %s, on one upstream: both see the same machine in the same seconds. The base is %s. CPU is the target's process tree, with its redis-server's for the Redis limiter; a ratio below 1 is the target spending less per request than its base.\n\n", o.Duration, base)
+	if len(rounds) == 0 {
+		fmt.Fprintln(w, "No pair ran (wrk is not installed, or no keygate target ran with its base).")
+		return
+	}
+	fmt.Fprintln(w, "| target | size | CPU µs/req × base: median (rounds) | rps × base: median | CPU µs/req | base's | rounds |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
+	type key struct {
+		pair [2]string
+		size int
+	}
+	var order []key
+	by := map[key][]sideRound{}
+	for _, r := range rounds {
+		k := key{r.pair, r.size}
+		if _, ok := by[k]; !ok {
+			order = append(order, k)
+		}
+		by[k] = append(by[k], r)
+	}
+	for _, k := range order {
+		rs := by[k]
+		cpu := func(r sideRound) float64 { return r.cpuRatio() }
+		ratios := make([]string, len(rs))
+		for i, r := range rs {
+			ratios[i] = fmt.Sprintf("%.3f", r.cpuRatio())
+		}
+		byCPU := func(a, b sideRound) int { return cmp.Compare(a.cpuRatio(), b.cpuRatio()) }
+		lo, hi := slices.MinFunc(rs, byCPU).cpuRatio(), slices.MaxFunc(rs, byCPU).cpuRatio()
+		fmt.Fprintf(w, "| %s | %s | **%.3f** (%.3f–%.3f) | %.3f | %.0f | %.0f | %s |\n", k.pair[0], sizeName(k.size),
+			median(rs, cpu), lo, hi, median(rs, sideRound.rpsRatio),
+			median(rs, func(r sideRound) float64 { return r.cur.cpuPerReq + r.cur.redisCPUPerReq }),
+			median(rs, func(r sideRound) float64 { return r.base.cpuPerReq + r.base.redisCPUPerReq }),
+			strings.Join(ratios, ", "))
+	}
+}
