@@ -133,7 +133,6 @@ func printSideBySide(w io.Writer, o Options, rounds []sideRound) {
 	}
 	for _, k := range order {
 		rs := by[k]
-		cpu := func(r sideRound) float64 { return r.cpuRatio() }
 		ratios := make([]string, len(rs))
 		for i, r := range rs {
 			ratios[i] = fmt.Sprintf("%.3f", r.cpuRatio())
@@ -141,7 +140,7 @@ func printSideBySide(w io.Writer, o Options, rounds []sideRound) {
 		byCPU := func(a, b sideRound) int { return cmp.Compare(a.cpuRatio(), b.cpuRatio()) }
 		lo, hi := slices.MinFunc(rs, byCPU).cpuRatio(), slices.MaxFunc(rs, byCPU).cpuRatio()
 		fmt.Fprintf(w, "| %s | %s | **%.3f** (%.3f–%.3f) | %.3f | %.0f | %.0f | %s |\n", k.pair[0], sizeName(k.size),
-			median(rs, cpu), lo, hi, median(rs, sideRound.rpsRatio),
+			median(rs, sideRound.cpuRatio), lo, hi, median(rs, sideRound.rpsRatio),
 			median(rs, func(r sideRound) float64 { return r.cur.cpuPerReq + r.cur.redisCPUPerReq }),
 			median(rs, func(r sideRound) float64 { return r.base.cpuPerReq + r.base.redisCPUPerReq }),
 			strings.Join(ratios, ", "))
