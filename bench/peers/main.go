@@ -61,6 +61,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.Sizes, "sizes", "", "comma-separated body sizes in bytes (default 256,102400)")
 	fs.StringVar(&o.BaseBin, "keygate-base", "", "another keygate binary (say, the last release) to run beside this one as targets keygate-base (local limiter) and keygate-base-redis")
 	fs.BoolVar(&o.SideBySide, "side-by-side", false, "plain mode: also load each keygate target and its base (keygate-base, keygate-base-redis, keygate-base-bearer; without -keygate-base a second copy of this keygate) at the same time, each under its own `wrk -t1 -c16`, -reps rounds of -duration a size, and print each round's ratios and their medians: both see the same machine, so the drift between runs cancels out")
+	fs.BoolVar(&o.OnlySideBySide, "only-side-by-side", false, "-side-by-side without the runs one after another and their tables: only the rounds of each pair (the quick check that a build is no slower than -keygate-base)")
 	fs.StringVar(&o.KeygateBin, "keygate", "", "keygate binary (default: built from ./cmd/keygate)")
 	fs.BoolVar(&o.TLS, "tls", false, "every target terminates TLS 1.3 (one ECDSA P-256 certificate); loads over HTTP/1.1 (wrk) and HTTP/2 (h2load); no large uploads. With -profile: keygate over TLS under wrk")
 	fs.BoolVar(&o.Refusals, "refusals", false, "plain mode: also load every target that checks keys (keygate's, nginx-lua) with a made-up key and the first size's body, for -duration each rep: refusals a second and CPU µs per refusal")

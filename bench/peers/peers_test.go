@@ -40,7 +40,8 @@ func TestSmoke(t *testing.T) {
 	t.Log("\n" + out.String())
 	wants := []string{"| direct |", "| bare |", "| keygate |", "| keygate-redis |", "| keygate-bearer |", "| keygate-base |", "Open loop", "Large uploads", "Side by side:"}
 	if benchproc.LookPath("wrk") != "" {
-		wants = append(wants, "Refusals: `wrk -t2 -c32`", "| keygate-redis | 256 B | **", "| keygate-bearer | 256 B | **")
+		wants = append(wants, "Refusals: `wrk -t2 -c32`", "| keygate-redis | keygate-base-redis | 256 B | **", "| keygate-bearer | keygate-base-bearer | 256 B | **",
+			"| keygate | bare | 256 B | **", "| keygate-redis | bare | 256 B | **")
 	}
 	if benchproc.LookPath("nginx") != "" && luaInstalled() {
 		wants = append(wants, "| nginx-lua |")
@@ -165,6 +166,36 @@ func TestProcessMemory(t *testing.T) {
 	}
 }
 
+// TestOnlySideBySide: -only-side-by-side runs the pairs' rounds and
+// prints their table alone, none of the runs one after another.
+func TestOnlySideBySide(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes and builds keygate")
+	}
+	if benchproc.LookPath("wrk") == "" {
+		t.Skip("wrk is not installed (make deps)")
+	}
+	var out, errb bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	err := Run(ctx, Options{Smoke: true, OnlySideBySide: true, Targets: "bare,keygate"}, &out, &errb)
+	t.Log(errb.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + out.String())
+	for _, want := range []string{"| keygate | keygate-base | 256 B | **", "| keygate | bare | 256 B | **"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	for _, unwanted := range []string{"\n| bare |", "Open loop", "closed:"} {
+		if strings.Contains(out.String()+errb.String(), unwanted) {
+			t.Errorf("output has %q, from a run one after another", unwanted)
+		}
+	}
+}
+
 // TestPrintSideBySide: each pair's row has the median of its rounds'
 // ratios, their range and every round's, in the order the pairs ran;
 // without rounds the table says why there is none.
@@ -177,18 +208,19 @@ func TestPrintSideBySide(t *testing.T) {
 	redis.cur.redisCPUPerReq, redis.base.redisCPUPerReq = 10, 20 // (90+10)/(100+20)
 	var out bytes.Buffer
 	printSideBySide(&out, Options{Duration: 8 * time.Second, BaseBin: "/tmp/kg-old"},
-		[]sideRound{round(kg, 99, 100, 1010), redis, round(kg, 90, 100, 1100), round(kg, 120, 100, 900)})
+		[]sideRound{round(kg, 99, 100, 1010), redis, round(kg, 90, 100, 1100), round(kg, 120, 100, 900), round([2]string{"keygate", "bare"}, 110, 100, 950)})
 	for _, want := range []string{
 		"under its own `wrk -t1 -c16` for 8s",
-		"The base is `/tmp/kg-old`.",
-		"| keygate | 256 B | **0.990** (0.900–1.200) | 1.010 | 99 | 100 | 0.990, 0.900, 1.200 |",
-		"| keygate-redis | 256 B | **0.833** (0.833–0.833) | 1.000 | 100 | 120 | 0.833 |",
+		"keygate-base… is `/tmp/kg-old`",
+		"| keygate | keygate-base | 256 B | **0.990** (0.900–1.200) | 1.010 | 99 | 100 | 0.990, 0.900, 1.200 |",
+		"| keygate-redis | keygate-base-redis | 256 B | **0.833** (0.833–0.833) | 1.000 | 100 | 120 | 0.833 |",
+		"| keygate | bare | 256 B | **1.100** (1.100–1.100) | 0.950 | 110 | 100 | 1.100 |",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
 	}
-	if strings.Index(out.String(), "| keygate |") > strings.Index(out.String(), "| keygate-redis |") {
+	if strings.Index(out.String(), "| keygate | keygate-base |") > strings.Index(out.String(), "| keygate-redis |") {
 		t.Errorf("pairs out of order:\n%s", out.String())
 	}
 	out.Reset()

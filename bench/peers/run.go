@@ -65,6 +65,10 @@ type Options struct {
 	// target and its base at the same time (sidebyside.go); without
 	// BaseBin the base is a second copy of the keygate binary.
 	SideBySide bool
+	// OnlySideBySide runs the side-by-side rounds alone, without the
+	// runs one after another and their tables: the quick check that a
+	// build is no slower than another.
+	OnlySideBySide bool
 	// Warmup is a closed-loop run, not measured, that every target gets
 	// after each start before its measured loads: each is measured warm
 	// (heap grown, pools and caches filled), as a running proxy is.
@@ -165,6 +169,9 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	if o.Reps < 1 {
 		o.Reps = 1
 	}
+	if o.OnlySideBySide {
+		o.SideBySide = true
+	}
 	if err := o.check(); err != nil {
 		return err
 	}
@@ -201,12 +208,14 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 		printTLSTables(stdout, o, res)
 		return nil
 	}
-	res, err := b.measure(ctx)
-	if err != nil {
-		return err
+	if !o.OnlySideBySide {
+		res, err := b.measure(ctx)
+		if err != nil {
+			return err
+		}
+		printTables(stdout, o, res)
+		b.printKeysTables(stdout, res)
 	}
-	printTables(stdout, o, res)
-	b.printKeysTables(stdout, res)
 	if o.SideBySide {
 		rounds, err := b.sideBySide(ctx)
 		if err != nil {

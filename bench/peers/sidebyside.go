@@ -22,11 +22,15 @@ import (
 // copies differ by a few percent a round.
 
 // sidePairs are the targets compared side by side: each keygate target
-// with its base.
+// with its base, and, when the bare proxy is among the targets, keygate
+// with each limiter against the bare proxy (issue 21's CPU bound, in the
+// same seconds).
 var sidePairs = [][2]string{
 	{"keygate", "keygate-base"},
 	{"keygate-redis", "keygate-base-redis"},
 	{"keygate-bearer", "keygate-base-bearer"},
+	{"keygate", "bare"},
+	{"keygate-redis", "bare"},
 }
 
 // sideRound is one round of one pair at one size.
@@ -57,6 +61,11 @@ func (b *bench) sideBySide(ctx context.Context) ([]sideRound, error) {
 			cur, base := byName[pair[0]], byName[pair[1]]
 			if cur == nil || base == nil {
 				continue
+			}
+			for _, t := range []*target{cur, base} {
+				if err := b.warmUp(ctx, t, sizes(b.o)[0]); err != nil {
+					return nil, err
+				}
 			}
 			for _, size := range sizes(b.o) {
 				r, err := b.sideRound(ctx, cur, base, size)
@@ -111,13 +120,13 @@ func printSideBySide(w io.Writer, o Options, rounds []sideRound) {
 	if o.BaseBin != "" {
 		base = "`" + o.BaseBin + "`"
 	}
-	fmt.Fprintf(w, "\nSide by side: each keygate target and its base at the same time, each under its own `wrk -t1 -c16` for %s, on one upstream: both see the same machine in the same seconds. The base is %s. CPU is the target's process tree, with its redis-server's for the Redis limiter; a ratio below 1 is the target spending less per request than its base.\n\n", o.Duration, base)
+	fmt.Fprintf(w, "\nSide by side: each keygate target and its base at the same time, each under its own `wrk -t1 -c16` for %s, on one upstream: both see the same machine in the same seconds. keygate-base… is %s; bare is the bare proxy. CPU is the target's process tree, with its redis-server's for the Redis limiter; a ratio below 1 is the target spending less per request than its base.\n\n", o.Duration, base)
 	if len(rounds) == 0 {
 		fmt.Fprintln(w, "No pair ran (wrk is not installed, or no keygate target ran with its base).")
 		return
 	}
-	fmt.Fprintln(w, "| target | size | CPU µs/req × base: median (rounds) | rps × base: median | CPU µs/req | base's | rounds |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| target | base | size | CPU µs/req × base: median (rounds) | rps × base: median | CPU µs/req | base's | rounds |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
 	type key struct {
 		pair [2]string
 		size int
@@ -139,7 +148,7 @@ func printSideBySide(w io.Writer, o Options, rounds []sideRound) {
 		}
 		byCPU := func(a, b sideRound) int { return cmp.Compare(a.cpuRatio(), b.cpuRatio()) }
 		lo, hi := slices.MinFunc(rs, byCPU).cpuRatio(), slices.MaxFunc(rs, byCPU).cpuRatio()
-		fmt.Fprintf(w, "| %s | %s | **%.3f** (%.3f–%.3f) | %.3f | %.0f | %.0f | %s |\n", k.pair[0], sizeName(k.size),
+		fmt.Fprintf(w, "| %s | %s | %s | **%.3f** (%.3f–%.3f) | %.3f | %.0f | %.0f | %s |\n", k.pair[0], k.pair[1], sizeName(k.size),
 			median(rs, sideRound.cpuRatio), lo, hi, median(rs, sideRound.rpsRatio),
 			median(rs, func(r sideRound) float64 { return r.cur.cpuPerReq + r.cur.redisCPUPerReq }),
 			median(rs, func(r sideRound) float64 { return r.base.cpuPerReq + r.base.redisCPUPerReq }),
