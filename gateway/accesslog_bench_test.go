@@ -7,6 +7,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/keygate/keygate/internal/logline"
+
 	"github.com/keygate/keygate/gateway"
 	"github.com/keygate/keygate/redact"
 )
@@ -15,25 +17,29 @@ import (
 // (cli.newLogger): zap's production JSON encoder with ISO 8601 times,
 // behind the redacting core, writing to w.
 func deployedLogger(w io.Writer) *zap.Logger {
-	encCfg := zap.NewProductionEncoderConfig()
-	encCfg.TimeKey = "ts"
-	encCfg.EncodeTime = zapcore.ISO8601TimeEncoder
-	encCfg.EncodeDuration = zapcore.MillisDurationEncoder
-	core := zapcore.NewCore(zapcore.NewJSONEncoder(encCfg), zapcore.AddSync(w), zapcore.InfoLevel)
+	core := zapcore.NewCore(zapcore.NewJSONEncoder(logline.EncoderConfig()), zapcore.AddSync(w), zapcore.InfoLevel)
 	return zap.New(redact.Core(core)).Named("access")
 }
 
 // BenchmarkRequestPathLogged is BenchmarkRequestPathSizes with the access
-// line written as deployed (JSON, redacting core) to io.Discard, so that
-// its cost shows in the request path's.
+// line written to io.Discard as deployed (appended by hand: Deps.AccessLog)
+// and through the logger (JSON, redacting core), so that its cost shows in
+// the request path's.
 func BenchmarkRequestPathLogged(b *testing.B) {
 	for _, c := range []struct {
 		name string
 		size int
 	}{{"256B", 256}, {"100KiB", 100 << 10}} {
-		b.Run(c.name, func(b *testing.B) {
-			gw, key := benchGatewayWith(b, func(_ *gateway.Config, d *gateway.Deps) { d.Logger = deployedLogger(io.Discard) })
-			benchSyncFile(b, gw, key, c.size)
-		})
+		for _, via := range []struct {
+			name string
+			sink io.Writer
+		}{{"hand", io.Discard}, {"zap", nil}} {
+			b.Run(c.name+"/"+via.name, func(b *testing.B) {
+				gw, key := benchGatewayWith(b, func(_ *gateway.Config, d *gateway.Deps) {
+					d.Logger, d.AccessLog = deployedLogger(io.Discard), via.sink
+				})
+				benchSyncFile(b, gw, key, c.size)
+			})
+		}
 	}
 }

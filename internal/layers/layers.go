@@ -9,7 +9,7 @@ package layers
 // end-to-end and benchmark programs are outside the layering.
 var Layers = [][]string{
 	{"product", "redact", "filewatch", "formctx", "framing", "certstore", "standin",
-		"internal/atomicfile", "internal/capool", "internal/clientip", "internal/fieldpath", "internal/statuswriter", "internal/strictjson", "internal/tokencache", "internal/layers"},
+		"internal/atomicfile", "internal/capool", "internal/clientip", "internal/fieldpath", "internal/logline", "internal/statuswriter", "internal/strictjson", "internal/tokencache", "internal/layers"},
 	{"redisconn", "tracing", "policy", "usage"},
 	{"ratelimit", "tlsconf"},
 	{"keystore"},

@@ -1,4 +1,4 @@
-package cli
+package logline
 
 import (
 	"testing"
@@ -22,10 +22,10 @@ func encodeWith(t testing.TB, te zapcore.TimeEncoder, at time.Time) string {
 	return buf.String()
 }
 
-// TestEncodeLogTimeIsISO8601: log lines carry the timestamps zap's
+// TestEncodeTimeIsISO8601: log lines carry the timestamps zap's
 // ISO8601 encoder writes, whichever line came before (the reused text of
 // the last millisecond is never another instant's or another zone's).
-func TestEncodeLogTimeIsISO8601(t *testing.T) {
+func TestEncodeTimeIsISO8601(t *testing.T) {
 	kolkata := time.FixedZone("IST", 5*3600+1800)
 	pst := time.FixedZone("PST", -8*3600)
 	base := time.Date(2026, 11, 25, 7, 30, 59, 999_400_000, time.UTC)
@@ -45,15 +45,15 @@ func TestEncodeLogTimeIsISO8601(t *testing.T) {
 		{"before 1970, the same millisecond", time.Date(1969, 12, 31, 23, 59, 59, 999_000_001, time.UTC)},
 		{"zero time", time.Time{}},
 	} {
-		if got, want := encodeWith(t, encodeLogTime, tc.at), encodeWith(t, zapcore.ISO8601TimeEncoder, tc.at); got != want {
+		if got, want := encodeWith(t, EncodeTime, tc.at), encodeWith(t, zapcore.ISO8601TimeEncoder, tc.at); got != want {
 			t.Errorf("%s: got %s, want %s", tc.name, got, want)
 		}
 	}
 }
 
-// FuzzEncodeLogTime: any instant, in any of a few zones, after any other,
+// FuzzEncodeTime: any instant, in any of a few zones, after any other,
 // is written as the ISO8601 encoder writes it.
-func FuzzEncodeLogTime(f *testing.F) {
+func FuzzEncodeTime(f *testing.F) {
 	f.Add(int64(1795000000), int64(999_400_000), int64(500_000), uint8(0), uint8(1))
 	f.Add(int64(-1), int64(999_999_999), int64(1), uint8(2), uint8(2))
 	zones := []*time.Location{time.UTC, time.Local, time.FixedZone("IST", 5*3600+1800), time.FixedZone("X", -(12*3600 + 45*60))}
@@ -61,7 +61,7 @@ func FuzzEncodeLogTime(f *testing.F) {
 		a := time.Unix(sec%(1<<40), nsec%1_000_000_000).In(zones[int(z1)%len(zones)])
 		b := a.Add(time.Duration(step % int64(time.Hour))).In(zones[int(z2)%len(zones)])
 		for _, at := range []time.Time{a, b} {
-			if got, want := encodeWith(t, encodeLogTime, at), encodeWith(t, zapcore.ISO8601TimeEncoder, at); got != want {
+			if got, want := encodeWith(t, EncodeTime, at), encodeWith(t, zapcore.ISO8601TimeEncoder, at); got != want {
 				t.Fatalf("%v: got %s, want %s", at, got, want)
 			}
 		}
@@ -74,7 +74,7 @@ func BenchmarkLogTime(b *testing.B) {
 	for _, bc := range []struct {
 		name string
 		te   zapcore.TimeEncoder
-	}{{"iso8601", zapcore.ISO8601TimeEncoder}, {"reused", encodeLogTime}} {
+	}{{"iso8601", zapcore.ISO8601TimeEncoder}, {"reused", EncodeTime}} {
 		b.Run(bc.name, func(b *testing.B) {
 			cfg.EncodeTime = bc.te
 			enc := zapcore.NewJSONEncoder(cfg)
