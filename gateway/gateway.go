@@ -367,7 +367,7 @@ func (g *Gateway) admit(w *recorder, r *http.Request, st *state) refusal {
 	}
 	st.principal, st.authed = v.Principal, true
 	p := &st.principal
-	g.metrics.KeyRequests.WithLabelValues(string(p.Method), p.Env).Inc()
+	g.metrics.keyRequests(p.Method, p.Env).Inc()
 	if p.Method == auth.MethodAPIKey {
 		for _, kv := range g.depHeaders {
 			w.Header().Set(kv[0], kv[1])

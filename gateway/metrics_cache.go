@@ -1,9 +1,12 @@
 package gateway
 
 import (
+	"slices"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/keygate/keygate/auth"
 )
 
 // seriesCache keeps the per-request series once looked up, so that the
@@ -12,8 +15,32 @@ import (
 // were used, as with WithLabelValues. Safe for concurrent use; the zero
 // value is ready.
 type seriesCache struct {
-	requests [numRoutes][600]atomic.Pointer[prometheus.Counter]
-	duration [numRoutes]atomic.Pointer[prometheus.Observer]
+	requests    [numRoutes][600]atomic.Pointer[prometheus.Counter]
+	duration    [numRoutes]atomic.Pointer[prometheus.Observer]
+	keyRequests [len(authMethods)][len(envs)]atomic.Pointer[prometheus.Counter]
+}
+
+// authMethods and envs are the label values of
+// keygate_authenticated_requests_total
+// the cache holds; others go straight to the vector.
+var (
+	authMethods = [...]auth.Method{auth.MethodAPIKey, auth.MethodOAuth2, auth.MethodBearer}
+	envs        = [...]string{"live", "test"}
+)
+
+// keyRequests is keygate_authenticated_requests_total{method, env}.
+func (m *Metrics) keyRequests(method auth.Method, env string) prometheus.Counter {
+	mi, ei := slices.Index(authMethods[:], method), slices.Index(envs[:], env)
+	if mi < 0 || ei < 0 {
+		return m.KeyRequests.WithLabelValues(string(method), env)
+	}
+	slot := &m.cache.keyRequests[mi][ei]
+	if c := slot.Load(); c != nil {
+		return *c
+	}
+	c := m.KeyRequests.WithLabelValues(string(method), env)
+	slot.Store(&c)
+	return c
 }
 
 // numRoutes bounds the route values the cache holds; others go straight to
