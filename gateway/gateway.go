@@ -663,7 +663,7 @@ func (g *Gateway) writeAccessLine(r *http.Request, w *recorder, st *state, route
 type accessEncoder interface {
 	str(key, val string, scan bool)
 	num(key string, v int64)
-	float(key string, v float64)
+	ms(key string, d time.Duration) // in milliseconds, a float
 	flag(key string, v bool)
 }
 
@@ -679,8 +679,8 @@ func (g *Gateway) accessLine(enc accessEncoder, r *http.Request, w *recorder, st
 	enc.num("status", int64(status))
 	enc.num("bytes_in", st.bytesIn.Load())
 	enc.num("bytes_out", w.bytes)
-	enc.float("latency_ms", millis(latency(st, start, elapsed)))
-	enc.float("duration_ms", millis(elapsed))
+	enc.ms("latency_ms", latency(st, start, elapsed))
+	enc.ms("duration_ms", elapsed)
 	enc.str("remote", st.remote(r), true)
 	if st.authed {
 		enc.str("key_id", st.principal.ID, true)
@@ -691,7 +691,7 @@ func (g *Gateway) accessLine(enc accessEncoder, r *http.Request, w *recorder, st
 	}
 	if st.upstream != nil {
 		enc.str("upstream", st.upstream.name, false)
-		enc.float("upstream_latency_ms", millis(st.upLatency))
+		enc.ms("upstream_latency_ms", st.upLatency)
 	}
 	if st.reason != "" {
 		enc.str("reason", st.reason, true)
@@ -713,9 +713,9 @@ func (z *zapFields) str(key, val string, scan bool) {
 		z.fs = append(z.fs, redact.Verbatim(key, val))
 	}
 }
-func (z *zapFields) num(key string, v int64)     { z.fs = append(z.fs, zap.Int64(key, v)) }
-func (z *zapFields) float(key string, v float64) { z.fs = append(z.fs, zap.Float64(key, v)) }
-func (z *zapFields) flag(key string, v bool)     { z.fs = append(z.fs, zap.Bool(key, v)) }
+func (z *zapFields) num(key string, v int64)        { z.fs = append(z.fs, zap.Int64(key, v)) }
+func (z *zapFields) ms(key string, d time.Duration) { z.fs = append(z.fs, zap.Float64(key, millis(d))) }
+func (z *zapFields) flag(key string, v bool)        { z.fs = append(z.fs, zap.Bool(key, v)) }
 
 // jsonLine is the access line appended by hand, scanned as the
 // redacting core scans the logger's string fields.
@@ -727,9 +727,9 @@ func (l *jsonLine) str(key, val string, scan bool) {
 	}
 	l.b = logline.String(l.b, key, val)
 }
-func (l *jsonLine) num(key string, v int64)     { l.b = logline.Int(l.b, key, v) }
-func (l *jsonLine) float(key string, v float64) { l.b = logline.Float(l.b, key, v) }
-func (l *jsonLine) flag(key string, v bool)     { l.b = logline.Bool(l.b, key, v) }
+func (l *jsonLine) num(key string, v int64)        { l.b = logline.Int(l.b, key, v) }
+func (l *jsonLine) ms(key string, d time.Duration) { l.b = logline.Millis(l.b, key, d) }
+func (l *jsonLine) flag(key string, v bool)        { l.b = logline.Bool(l.b, key, v) }
 
 // accessFields lends finish the access line's fields, with room for
 // every optional one so that appending never grows the slice (growslice

@@ -1,7 +1,7 @@
 // Package logline is keygate's JSON log line: the encoder configuration
 // every logger of the process writes with (EncoderConfig), and an
 // appender that writes the same bytes by hand (Begin, String, Int, Float,
-// Bool, End) for the one line a busy gateway writes per request.
+// Millis, Bool, End) for the one line a busy gateway writes per request.
 //
 // Why both: the access line through zap (fields built, checked, redacted
 // and encoded by zapcore's JSON encoder, then written) cost keygate about
@@ -75,6 +75,35 @@ func Float(b []byte, key string, v float64) []byte {
 		return append(b, `"-Inf"`...)
 	}
 	return strconv.AppendFloat(b, v, 'f', -1, 64)
+}
+
+// Millis appends the field key: d in milliseconds, exactly as Float
+// writes float64(d)/float64(time.Millisecond), without the float
+// formatting (three of them were 0.6% of keygate's CPU per request).
+// Below 10^15 ns (11 days) the quotient has at most 15 significant
+// digits, and two decimals of at most 15 digits are never the same
+// float64, so the shortest decimal that reads back as the quotient is
+// its exact decimal: whole milliseconds, then the nanoseconds without
+// their trailing zeros (FuzzMillis).
+func Millis(b []byte, key string, d time.Duration) []byte {
+	if d < 0 || d >= 1e15 {
+		return Float(b, key, float64(d)/float64(time.Millisecond))
+	}
+	b = strconv.AppendInt(appendKey(b, key), int64(d/time.Millisecond), 10)
+	frac := int64(d % time.Millisecond)
+	if frac == 0 {
+		return b
+	}
+	digits := 6
+	for frac%10 == 0 {
+		frac /= 10
+		digits--
+	}
+	b = append(b, '.')
+	for range digits - len(strconv.Itoa(int(frac))) {
+		b = append(b, '0')
+	}
+	return strconv.AppendInt(b, frac, 10)
 }
 
 // Bool appends the field key: v.

@@ -2,6 +2,7 @@ package logline
 
 import (
 	"math"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -118,4 +119,52 @@ func BenchmarkAccessLine(b *testing.B) {
 			buf.Free()
 		}
 	})
+}
+
+// FuzzMillis: a duration in milliseconds is written as Float writes the
+// quotient, whatever the duration.
+func FuzzMillis(f *testing.F) {
+	for _, d := range []int64{0, 1, 10, 999_999, 1_000_000, 1_500_000, 1_234_567, 120_000_000_000, 1e15 - 1, 1e15, -1, math.MaxInt64, math.MinInt64} {
+		f.Add(d)
+	}
+	f.Fuzz(func(t *testing.T, d int64) {
+		// d itself, and d brought into the exact path's range.
+		for _, d := range []int64{d, d % 1e15, (d % 1e15) & math.MaxInt64 % 1e15} {
+			got := string(Millis(nil, "ms", time.Duration(d)))
+			want := string(Float(nil, "ms", float64(d)/float64(time.Millisecond)))
+			if got != want {
+				t.Fatalf("%d ns: got %s, want %s", d, got, want)
+			}
+		}
+	})
+}
+
+// TestMillis: typical latencies, and the edges of the exact path.
+func TestMillis(t *testing.T) {
+	for _, c := range []struct {
+		d    time.Duration
+		want string
+	}{
+		{0, `,"ms":0`},
+		{time.Nanosecond, `,"ms":0.000001`},
+		{1_230 * time.Microsecond, `,"ms":1.23`},
+		{1_234_567, `,"ms":1.234567`},
+		{2 * time.Second, `,"ms":2000`},
+		{1e15 - 1, `,"ms":999999999.999999`},
+		{1e15, `,"ms":1000000000`},
+		{-1_500_000, `,"ms":-1.5`},
+	} {
+		if got := string(Millis(nil, "ms", c.d)); got != c.want {
+			t.Errorf("%d ns: got %s, want %s", c.d, got, c.want)
+		}
+	}
+	// A million durations spread evenly over the orders of magnitude of
+	// the exact path.
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 1_000_000 {
+		d := time.Duration(math.Pow(10, rng.Float64()*15))
+		if got, want := string(Millis(nil, "ms", d)), string(Float(nil, "ms", float64(d)/float64(time.Millisecond))); got != want {
+			t.Fatalf("%d ns: got %s, want %s", d, got, want)
+		}
+	}
 }
