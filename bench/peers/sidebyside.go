@@ -76,9 +76,11 @@ func (b *bench) sideBySide(ctx context.Context) ([]sideRound, error) {
 					return nil, err
 				}
 				out = append(out, r)
-				b.logf("side by side %d %-13s %-7s %.1f CPU µs/req (redis-server %.1f), %.0f rps; %s %.1f (%.1f), %.0f rps; CPU ratio %.3f, %d errors",
-					rep+1, cur.name, sizeName(size), r.cur.cpuPerReq, r.cur.redisCPUPerReq, r.cur.rps,
-					base.name, r.base.cpuPerReq, r.base.redisCPUPerReq, r.base.rps, r.cpuRatio(), r.cur.errors+r.base.errors)
+				// Errors are told apart (non-2xx answers, socket errors), so
+				// that a failed round says which target failed and how.
+				b.logf("side by side %d %-13s %-7s %.1f CPU µs/req (redis-server %.1f), %.0f rps, non-2xx %d, socket errors %d; %s %.1f (%.1f), %.0f rps, non-2xx %d, socket errors %d; CPU ratio %.3f, %d errors",
+					rep+1, cur.name, sizeName(size), r.cur.cpuPerReq, r.cur.redisCPUPerReq, r.cur.rps, r.cur.non2xx, r.cur.sockErrors,
+					base.name, r.base.cpuPerReq, r.base.redisCPUPerReq, r.base.rps, r.base.non2xx, r.base.sockErrors, r.cpuRatio(), r.cur.errors+r.base.errors)
 			}
 		}
 	}
