@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Side by side: a round loads a keygate target and its base at the same
@@ -76,6 +79,14 @@ func (b *bench) sideBySide(ctx context.Context) ([]sideRound, error) {
 					return nil, err
 				}
 				out = append(out, r)
+				for _, tr := range []struct {
+					t   *target
+					res closedResult
+				}{{cur, r.cur}, {base, r.base}} {
+					if tr.res.errors > 0 {
+						b.logf("side by side %d %s failed %d requests; the last refusal in its log: %s", rep+1, tr.t.name, tr.res.errors, b.lastRefusal(tr.t.name))
+					}
+				}
 				// Errors are told apart (non-2xx answers, socket errors), so
 				// that a failed round says which target failed and how.
 				b.logf("side by side %d %-13s %-7s %.1f CPU µs/req (redis-server %.1f), %.0f rps, non-2xx %d, socket errors %d; %s %.1f (%.1f), %.0f rps, non-2xx %d, socket errors %d; CPU ratio %.3f, %d errors",
@@ -156,4 +167,22 @@ func printSideBySide(w io.Writer, o Options, rounds []sideRound) {
 			median(rs, func(r sideRound) float64 { return r.base.cpuPerReq + r.base.redisCPUPerReq }),
 			strings.Join(ratios, ", "))
 	}
+}
+
+// lastRefusal is the last access line of a status other than 200 in
+// target name's log, for a failed round's progress line; it waits out the
+// access log's buffer (1 s) first.
+func (b *bench) lastRefusal(name string) string {
+	time.Sleep(1100 * time.Millisecond)
+	log, err := os.ReadFile(filepath.Join(b.dir, name+".log"))
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(string(log), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if l := lines[i]; strings.Contains(l, `"msg":"request"`) && !strings.Contains(l, `"status":200,`) {
+			return l
+		}
+	}
+	return "none"
 }
