@@ -101,13 +101,23 @@ func (b *bench) sideBySide(ctx context.Context) ([]sideRound, error) {
 // sideRound loads cur and base at once for -duration.
 func (b *bench) sideRound(ctx context.Context, cur, base *target, size int) (sideRound, error) {
 	r := sideRound{pair: [2]string{cur.name, base.name}, size: size}
+	// Both scripts are written before either wrk starts: two targets of
+	// one kind share a script and its body file, and writing them again
+	// (truncating, then writing) while the other's wrk reads them can
+	// leave that wrk with an empty script or body. Two CI smoke runs saw
+	// what that gives: one target of a pair answering every request of a
+	// round non-2xx, fast and without a limiter call, its twin fine.
+	var scripts [2]string
+	for i, t := range []*target{cur, base} {
+		var err error
+		if scripts[i], err = b.wrkScriptFor(ctx, t, size); err != nil {
+			return r, err
+		}
+	}
 	var wg sync.WaitGroup
 	var errs [2]error
 	for i, t := range []*target{cur, base} {
-		script, err := b.wrkScriptFor(ctx, t, size)
-		if err != nil {
-			return r, err
-		}
+		script := scripts[i]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
