@@ -79,6 +79,11 @@ func (b *bench) sideBySide(ctx context.Context) ([]sideRound, error) {
 					return nil, err
 				}
 				out = append(out, r)
+				// Errors are told apart (non-2xx answers, socket errors), so
+				// that a failed round says which target failed and how.
+				b.logf("side by side %d %-13s %-7s %.1f CPU µs/req (redis-server %.1f), %.0f rps, non-2xx %d, socket errors %d; %s %.1f (%.1f), %.0f rps, non-2xx %d, socket errors %d; CPU ratio %.3f, %d errors",
+					rep+1, cur.name, sizeName(size), r.cur.cpuPerReq, r.cur.redisCPUPerReq, r.cur.rps, r.cur.non2xx, r.cur.sockErrors,
+					base.name, r.base.cpuPerReq, r.base.redisCPUPerReq, r.base.rps, r.base.non2xx, r.base.sockErrors, r.cpuRatio(), r.cur.errors+r.base.errors)
 				for _, tr := range []struct {
 					t   *target
 					res closedResult
@@ -87,11 +92,6 @@ func (b *bench) sideBySide(ctx context.Context) ([]sideRound, error) {
 						b.logf("side by side %d %s failed %d requests; the last refusal in its log: %s", rep+1, tr.t.name, tr.res.errors, b.lastRefusal(tr.t.name))
 					}
 				}
-				// Errors are told apart (non-2xx answers, socket errors), so
-				// that a failed round says which target failed and how.
-				b.logf("side by side %d %-13s %-7s %.1f CPU µs/req (redis-server %.1f), %.0f rps, non-2xx %d, socket errors %d; %s %.1f (%.1f), %.0f rps, non-2xx %d, socket errors %d; CPU ratio %.3f, %d errors",
-					rep+1, cur.name, sizeName(size), r.cur.cpuPerReq, r.cur.redisCPUPerReq, r.cur.rps, r.cur.non2xx, r.cur.sockErrors,
-					base.name, r.base.cpuPerReq, r.base.redisCPUPerReq, r.base.rps, r.base.non2xx, r.base.sockErrors, r.cpuRatio(), r.cur.errors+r.base.errors)
 			}
 		}
 	}
