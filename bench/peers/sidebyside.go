@@ -25,15 +25,19 @@ import (
 // copies differ by a few percent a round.
 
 // sidePairs are the targets compared side by side: each keygate target
-// with its base, and, when the bare proxy is among the targets, keygate
-// with each limiter against the bare proxy (issue 21's CPU bound, in the
-// same seconds).
+// with its base; when the bare proxy is among the targets, keygate with
+// each limiter against the bare proxy (issue 21's CPU bound, in the same
+// seconds); and with -keys, keygate with N keys against keygate with one,
+// for each limiter (the load spread over the N keys against the same load
+// on one key, in the same seconds).
 var sidePairs = [][2]string{
 	{"keygate", "keygate-base"},
 	{"keygate-redis", "keygate-base-redis"},
 	{"keygate-bearer", "keygate-base-bearer"},
 	{"keygate", "bare"},
 	{"keygate-redis", "bare"},
+	{"keygate-keys", "keygate"},
+	{"keygate-redis-keys", "keygate-redis"},
 }
 
 // sideRound is one round of one pair at one size.
@@ -66,6 +70,14 @@ func (b *bench) sideBySide(ctx context.Context) ([]sideRound, error) {
 				continue
 			}
 			for _, t := range []*target{cur, base} {
+				// A many-keys target first sees every key once (warmKeys),
+				// so that its rounds run with N active keys; nothing
+				// restarts it between rounds, so once is enough.
+				if rep == 0 {
+					if err := b.warmKeys(ctx, t); err != nil {
+						return nil, err
+					}
+				}
 				if err := b.warmUp(ctx, t, sizes(b.o)[0]); err != nil {
 					return nil, err
 				}
@@ -143,7 +155,7 @@ func printSideBySide(w io.Writer, o Options, rounds []sideRound) {
 	if o.BaseBin != "" {
 		base = "`" + o.BaseBin + "`"
 	}
-	fmt.Fprintf(w, "\nSide by side: each keygate target and its base at the same time, each under its own `wrk -t1 -c16` for %s, on one upstream: both see the same machine in the same seconds. keygate-base… is %s; bare is the bare proxy. CPU is the target's process tree, with its redis-server's for the Redis limiter; a ratio below 1 is the target spending less per request than its base.\n\n", o.Duration, base)
+	fmt.Fprintf(w, "\nSide by side: each keygate target and its base at the same time, each under its own `wrk -t1 -c16` for %s, on one upstream: both see the same machine in the same seconds. keygate-base… is %s; bare is the bare proxy; a target named …-keys holds -keys keys and its load spreads over all of them, against the same keygate with one key. CPU is the target's process tree, with its redis-server's for the Redis limiter; a ratio below 1 is the target spending less per request than its base.\n\n", o.Duration, base)
 	if len(rounds) == 0 {
 		fmt.Fprintln(w, "No pair ran (wrk is not installed, or no keygate target ran with its base).")
 		return
