@@ -62,6 +62,20 @@ func ConnContext(ctx context.Context, c net.Conn) context.Context {
 	return ctx
 }
 
+// BodyBuffered reports whether r's whole body, as its framing (Content-Length
+// or chunked) delimits it, has already been read from r's HTTP/1.x
+// connection into net/http's buffer: reading r.Body then never waits for
+// the client, so a watch for a stalled body has nothing to watch. It is
+// false for a request Guard did not see (HTTP/2, another server), and
+// must be called from r's handler, on the connection's goroutine.
+func BodyBuffered(r *http.Request) bool {
+	c, _ := r.Context().Value(connKey{}).(*Conn)
+	if c == nil || r.ProtoMajor != 1 || c.served == 0 {
+		return false
+	}
+	return c.t.Whole(c.served - 1)
+}
+
 // Refuse answers a request whose framing is refused. Guard has already set
 // "Connection: close", so net/http closes the connection after it.
 type Refuse func(w http.ResponseWriter, r *http.Request, reason string)

@@ -60,7 +60,11 @@ const (
 // that request) and at bytes it cannot parse: a request past that point
 // is refused too, since its framing is unknown.
 type Tracker struct {
-	heads  atomic.Int64 // heads parsed and found sound
+	heads atomic.Int64 // heads parsed and found sound
+	// whole counts the requests (from 0) whose message, head and body,
+	// has been fed whole: the reader of a body it counts has every byte
+	// of it, and reading it never waits for the client.
+	whole  atomic.Int64
 	bad    atomic.Pointer[string]
 	phase  phase
 	remain int64
@@ -95,6 +99,7 @@ func (t *Tracker) Write(p []byte) (int, error) {
 			if t.remain == 0 {
 				if t.phase == phBody {
 					t.phase = phHead
+					t.whole.Add(1)
 				} else {
 					t.phase, t.remain = phChunkEnd, 2
 				}
@@ -200,6 +205,7 @@ func (t *Tracker) endLine() {
 		switch {
 		case empty:
 			t.phase = phHead
+			t.whole.Add(1)
 		case line[0] == ' ' || line[0] == '\t':
 			t.stop("")
 		}
@@ -301,8 +307,14 @@ func (t *Tracker) endHead() {
 		t.phase = phChunkSize
 	case t.cl > 0:
 		t.phase, t.remain = phBody, t.cl
+	default:
+		t.whole.Add(1) // no body
 	}
 }
+
+// Whole reports whether the i-th request's message (from 0), its body
+// included, has been fed whole. It may be called from another goroutine.
+func (t *Tracker) Whole(i int64) bool { return i < t.whole.Load() }
 
 // chunkSize parses a chunk-size line as net/http does: CRLF only, trailing
 // whitespace trimmed, extensions ignored, 1 to 16 hex digits.

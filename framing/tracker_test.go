@@ -2,6 +2,7 @@ package framing
 
 import (
 	"bufio"
+	"errors"
 	"io"
 	"net/http"
 	"net/textproto"
@@ -78,6 +79,14 @@ func TestTracker(t *testing.T) {
 					t.Errorf("%s (step %d): head %d refused: %s", tt.name, step, i, reason)
 				}
 			}
+			// On a stream that ends cleanly every request sound so far
+			// was fed whole; after a refused head nothing more counts.
+			if tt.reason == "" && (!tr.Whole(tt.heads-1) || tr.Whole(tt.heads)) {
+				t.Errorf("%s (step %d): %d requests whole, want %d", tt.name, step, tr.whole.Load(), tt.heads)
+			}
+			if tt.reason != "" && tr.whole.Load() > tt.heads {
+				t.Errorf("%s (step %d): %d requests whole after %d sound heads", tt.name, step, tr.whole.Load(), tt.heads)
+			}
 			ok, reason := tr.Check(tt.heads)
 			want := tt.reason
 			if want == "" {
@@ -90,6 +99,41 @@ func TestTracker(t *testing.T) {
 	}
 }
 
+// TestTrackerWhole: a request counts as whole only once the last byte of
+// its body arrived, however the bytes were split; a head alone (a client
+// waiting for 100 Continue, say) is not a whole request.
+func TestTrackerWhole(t *testing.T) {
+	t.Parallel()
+	expect := "POST /sync HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n"
+	tests := []struct {
+		name  string
+		in    string
+		whole int64
+	}{
+		{"no body", get, 1},
+		{"content-length body", postCL, 1},
+		{"content-length body but its last byte", postCL[:len(postCL)-1], 0},
+		{"head only, waiting for 100 Continue", expect, 0},
+		{"then the body", expect + "hello", 1},
+		{"chunked body", postChunk, 1},
+		{"chunked but the final CRLF", postChunk[:len(postChunk)-2], 0},
+		{"chunked but the last chunk", postChunk[:len(postChunk)-5], 0},
+		{"chunked with trailers", "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n0\r\nT: 1\r\n\r\n", 1},
+		{"chunked, in the trailers", "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n0\r\nT: 1\r\n", 0},
+		{"content-length 0", "POST / HTTP/1.1\r\nContent-Length: 0\r\n\r\n", 1},
+		{"pipelined, the second's body short", postCL + postCL[:len(postCL)-2], 1},
+		{"pipelined", postCL + postChunk + get, 3},
+		{"a refused head's body", "POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\nx", 0},
+	}
+	for _, tt := range tests {
+		for _, step := range []int{0, 1, 3, 7} {
+			if got := feed(tt.in, step).whole.Load(); got != tt.whole {
+				t.Errorf("%s (step %d): %d requests whole, want %d", tt.name, step, got, tt.whole)
+			}
+		}
+	}
+}
+
 // netHTTPHeads reads s as net/http's server reads a connection's
 // requests: http.ReadRequest, each body read to its end, up to four CR or
 // LF skipped after a POST, and stops where the server would close the
@@ -97,6 +141,13 @@ func TestTracker(t *testing.T) {
 // HTTP/1.1 request without exactly one Host, Connection: close). It
 // returns where each request's head starts and ends in s.
 func netHTTPHeads(s string) (starts, ends []int) {
+	starts, ends, _ = netHTTPMessages(s)
+	return starts, ends
+}
+
+// netHTTPMessages is netHTTPHeads, and where each request whose body
+// net/http read to its end without error ends in s.
+func netHTTPMessages(s string) (starts, ends, bodyEnds []int) {
 	cr := &countingReader{r: strings.NewReader(s)}
 	br := bufio.NewReaderSize(cr, 4096)
 	pos := func() int { return cr.n - br.Buffered() }
@@ -113,17 +164,66 @@ func netHTTPHeads(s string) (starts, ends []int) {
 		start := pos()
 		req, err := http.ReadRequest(br)
 		if err != nil || req.ProtoMajor != 1 {
-			return starts, ends
+			return starts, ends, bodyEnds
 		}
 		// ReadRequest drops the Host header (into req.Host); the server
 		// refuses an HTTP/1.1 request without exactly one.
 		h := headOf(s[start:pos()])
 		if h == nil || (req.ProtoAtLeast(1, 1) && len(h["Host"]) != 1) {
-			return starts, ends
+			return starts, ends, bodyEnds
 		}
 		starts, ends = append(starts, start), append(ends, pos())
-		if _, err := io.Copy(io.Discard, req.Body); err != nil || req.Close {
-			return starts, ends
+		if _, err := io.Copy(io.Discard, req.Body); err != nil {
+			return starts, ends, bodyEnds
+		}
+		bodyEnds = append(bodyEnds, pos())
+		if req.Close {
+			return starts, ends, bodyEnds
+		}
+		post = req.Method == http.MethodPost
+	}
+}
+
+// errNeedMore is needMoreReader's error at the end of its bytes.
+var errNeedMore = errors.New("read past the bytes given")
+
+// needMoreReader is a strings.Reader that tells running out of bytes
+// apart from everything else: it returns errNeedMore instead of io.EOF.
+type needMoreReader struct{ r *strings.Reader }
+
+func (n needMoreReader) Read(p []byte) (int, error) {
+	k, err := n.r.Read(p)
+	if err == io.EOF {
+		err = errNeedMore
+	}
+	return k, err
+}
+
+// netHTTPNeedsMore reads the requests in s as netHTTPMessages does and
+// reports whether reading the i-th request, its head or its body, asked
+// for a byte past the end of s.
+func netHTTPNeedsMore(s string, i int) bool {
+	br := bufio.NewReaderSize(needMoreReader{strings.NewReader(s)}, 4096)
+	post := false
+	for n := 0; ; n++ {
+		if post {
+			peek, _ := br.Peek(4)
+			k := 0
+			for k < len(peek) && (peek[k] == '\r' || peek[k] == '\n') {
+				k++
+			}
+			_, _ = br.Discard(k)
+		}
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return n == i && errors.Is(err, errNeedMore)
+		}
+		_, err = io.Copy(io.Discard, req.Body)
+		if n == i || err != nil {
+			return n == i && errors.Is(err, errNeedMore)
+		}
+		if req.Close || req.ProtoMajor != 1 {
+			return false
 		}
 		post = req.Method == http.MethodPost
 	}
@@ -157,6 +257,13 @@ func (c *countingReader) Read(p []byte) (int, error) {
 // trackerHeads feeds s to a Tracker a byte at a time and returns it and
 // where each head it found sound starts (its request line) and ends in s.
 func trackerHeads(s string) (t *Tracker, starts, ends []int) {
+	t, starts, ends, _ = trackerMessages(s)
+	return t, starts, ends
+}
+
+// trackerMessages is trackerHeads, and where each request the tracker
+// counts as whole ends in s.
+func trackerMessages(s string) (t *Tracker, starts, ends, wholeEnds []int) {
 	t = &Tracker{}
 	lineStart := 0
 	for i := 0; i < len(s); i++ {
@@ -172,8 +279,11 @@ func trackerHeads(s string) (t *Tracker, starts, ends []int) {
 		if h := int(t.heads.Load()); h > len(ends) {
 			ends = append(ends, i+1)
 		}
+		if w := int(t.whole.Load()); w > len(wholeEnds) {
+			wholeEnds = append(wholeEnds, i+1)
+		}
 	}
-	return t, starts, ends
+	return t, starts, ends, wholeEnds
 }
 
 // FuzzTracker holds the tracker against net/http over pipelined requests
@@ -212,8 +322,8 @@ func FuzzTracker(f *testing.F) {
 		}
 		// The same requests as net/http, as far as the tracker lets them
 		// through.
-		tr, tStarts, tEnds := trackerHeads(s)
-		nStarts, nEnds := netHTTPHeads(s)
+		tr, tStarts, tEnds, tWhole := trackerMessages(s)
+		nStarts, nEnds, nBodyEnds := netHTTPMessages(s)
 		for i := range nEnds {
 			if ok, _ := tr.Check(int64(i)); !ok {
 				break
@@ -226,6 +336,21 @@ func FuzzTracker(f *testing.F) {
 			}
 			if h := headOf(s[nStarts[i]:nEnds[i]]); len(h["Content-Length"]) > 0 && len(h["Transfer-Encoding"]) > 0 {
 				t.Fatalf("request %d with Content-Length and Transfer-Encoding let through: %q", i, s[nStarts[i]:nEnds[i]])
+			}
+			// A request the tracker counts as whole is one whose body
+			// net/http reads to its end within the bytes fed so far, so
+			// that reading it never waits for more (BodyBuffered).
+			if i < len(tWhole) && i < len(nBodyEnds) && tWhole[i] != nBodyEnds[i] {
+				t.Fatalf("request %d: whole at byte %d for the tracker, its body ends at %d for net/http, in %q", i, tWhole[i], nBodyEnds[i], s)
+			}
+			// Whatever net/http makes of the body (it may refuse it), it
+			// never needs a byte past where the tracker counted it whole:
+			// else a client could hold a request that no watch times out.
+			if i < len(tWhole) && netHTTPNeedsMore(s[:tWhole[i]], i) {
+				t.Fatalf("request %d: whole for the tracker at byte %d, but net/http reads past it, in %q", i, tWhole[i], s)
+			}
+			if i < len(nBodyEnds) && i >= len(tWhole) && i < int(tr.heads.Load()) && tr.phase != phStopped {
+				t.Fatalf("request %d: its body ends at byte %d for net/http, but the tracker never counted it whole, in %q", i, nBodyEnds[i], s)
 			}
 		}
 	})

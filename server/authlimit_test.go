@@ -68,27 +68,59 @@ func TestFailureLimitOff(t *testing.T) {
 }
 
 // TestBodyIdleTimeoutIsWired: server.body_idle_timeout reaches the request
-// path: a body that stops gets 408 and the connection is closed.
+// path: a body that stops gets 408 and the connection is closed, however
+// little of it is missing (a body whose every byte arrived with its head
+// is read without a timer: framing.BodyBuffered), on the connection's
+// first request or a later one, with Content-Length or chunked; a whole
+// body is served.
 func TestBodyIdleTimeoutIsWired(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, setup{mod: func(c *config.Config) { c.Server.BodyIdleTimeout = 300 * time.Millisecond }})
-	conn, err := tls.Dial("tcp", strings.TrimPrefix(h.API, "https://"), &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
 	ct, body := syncForm(t, ctxA)
-	fmt.Fprintf(conn, "POST /sync HTTP/1.1\r\nHost: localhost\r\nx-api-key: %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n", h.LiveKey, ct, len(body))
-	_, _ = conn.Write(body[:len(body)/2])
-	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	assertError(t, result{Status: resp.StatusCode, Header: resp.Header, Body: b}, 408, "no request body data")
-	if !resp.Close {
-		t.Error("connection not closed")
+	head := fmt.Sprintf("POST /sync HTTP/1.1\r\nHost: localhost\r\nx-api-key: %s\r\nContent-Type: %s\r\n", h.LiveKey, ct)
+	whole := head + fmt.Sprintf("Content-Length: %d\r\n\r\n", len(body)) + string(body)
+	chunked := head + "Transfer-Encoding: chunked\r\n\r\n" + fmt.Sprintf("%x\r\n%s\r\n0\r\n\r\n", len(body), body)
+	for _, tc := range []struct {
+		name string
+		sent string // then nothing more
+		want []int  // the statuses, in order
+	}{
+		{"half the body", whole[:len(whole)-len(body)/2], []int{408}},
+		{"all but the body's last byte", whole[:len(whole)-1], []int{408}},
+		{"a chunked body but its last CRLF", chunked[:len(chunked)-2], []int{408}},
+		{"a whole body, then a second request all but its last byte", whole + whole[:len(whole)-1], []int{200, 408}},
+		{"a whole body", whole, []int{200}},
+		{"a whole chunked body", chunked, []int{200}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			conn, err := tls.Dial("tcp", strings.TrimPrefix(h.API, "https://"), &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			if _, err := io.WriteString(conn, tc.sent); err != nil {
+				t.Fatal(err)
+			}
+			_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+			br := bufio.NewReader(conn)
+			for _, want := range tc.want {
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if want == 200 {
+					if resp.StatusCode != 200 {
+						t.Fatalf("status %d, want 200: %s", resp.StatusCode, b)
+					}
+					continue
+				}
+				assertError(t, result{Status: resp.StatusCode, Header: resp.Header, Body: b}, 408, "no request body data")
+				if !resp.Close {
+					t.Error("connection not closed")
+				}
+			}
+		})
 	}
 }
