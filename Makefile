@@ -61,6 +61,8 @@ bench: deps
 ##              run; prints the ratios, keygate's RSS, redis-server's used_memory per active
 ##              key and the Redis keys without TTL. Plain mode only (-tls refuses it, and
 ##              -refusals). With `make profile` (also -tls): keygate with N keys.
+##              BENCH_PEERS_FLAGS="-keygate-base-rev origin/main -only-side-by-side -targets keygate"
+##              loads this keygate and the one built at a git revision side by side.
 BENCH_PEERS_FLAGS ?=
 bench-peers: deps
 	@./bench/install-peers.sh

@@ -60,6 +60,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.LargeRounds, "large-rounds", 3, "large uploads per rep and mode, one after another in one process: time is the median of all, peak RSS and spool the largest (0: none)")
 	fs.StringVar(&o.Sizes, "sizes", "", "comma-separated body sizes in bytes (default 256,102400)")
 	fs.StringVar(&o.BaseBin, "keygate-base", "", "another keygate binary (say, the last release) to run beside this one as targets keygate-base (local limiter) and keygate-base-redis")
+	fs.StringVar(&o.BaseRev, "keygate-base-rev", "", "instead of -keygate-base: a git revision of keygate's repository (origin/main, a tag, HEAD~1…) to build the base from (its tree from git archive; the work tree is left alone)")
 	fs.BoolVar(&o.SideBySide, "side-by-side", false, "plain mode: also load each keygate target and its base (keygate-base, keygate-base-redis, keygate-base-bearer; without -keygate-base a second copy of this keygate) at the same time, each under its own `wrk -t1 -c16`, -reps rounds of -duration a size, and print each round's ratios and their medians: both see the same machine, so the drift between runs cancels out")
 	fs.BoolVar(&o.OnlySideBySide, "only-side-by-side", false, "-side-by-side without the runs one after another and their tables: only the rounds of each pair (the quick check that a build is no slower than -keygate-base)")
 	fs.StringVar(&o.KeygateBin, "keygate", "", "keygate binary (default: built from ./cmd/keygate)")

@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"os"
+	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -192,6 +194,38 @@ func TestOnlySideBySide(t *testing.T) {
 	for _, unwanted := range []string{"\n| bare |", "Open loop", "closed:"} {
 		if strings.Contains(out.String()+errb.String(), unwanted) {
 			t.Errorf("output has %q, from a run one after another", unwanted)
+		}
+	}
+}
+
+// TestOnlySideBySideBaseRev: -keygate-base-rev builds the base from a
+// git revision and compares this keygate with it, the table naming the
+// revision and its commit; with -keygate-base as well it is refused.
+func TestOnlySideBySideBaseRev(t *testing.T) {
+	if err := Run(context.Background(), Options{BaseRev: "HEAD", BaseBin: "/bin/true", OnlySideBySide: true}, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "give one") {
+		t.Errorf("both bases: %v, want refused", err)
+	}
+	if testing.Short() {
+		t.Skip("starts processes and builds keygate")
+	}
+	if benchproc.LookPath("wrk") == "" {
+		t.Skip("wrk is not installed (make deps)")
+	}
+	if exec.Command("git", "rev-parse", "--verify", "HEAD").Run() != nil {
+		t.Skip("not a git repository")
+	}
+	var out, errb bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	err := Run(ctx, Options{Smoke: true, OnlySideBySide: true, BaseRev: "HEAD", Targets: "keygate"}, &out, &errb)
+	t.Log(errb.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + out.String())
+	for _, want := range []string{"keygate-base: built at HEAD (", "keygate-base… is keygate at `HEAD (", "| keygate | keygate-base | 256 B | **"} {
+		if !strings.Contains(errb.String()+out.String(), want) {
+			t.Errorf("output lacks %q", want)
 		}
 	}
 }

@@ -50,7 +50,10 @@ type Options struct {
 	LargeRounds int
 	Sizes       string
 	BaseBin     string
-	KeygateBin  string
+	// BaseRev, instead of BaseBin, builds the base from a git revision
+	// of keygate's repository (benchproc.BuildKeygateAt).
+	BaseRev    string
+	KeygateBin string
 	// TLS is TLS mode (tls.go): every target terminates TLS 1.3.
 	TLS bool
 	// RoleBin plays the upstream, direct and bare roles (default: this
@@ -81,6 +84,9 @@ type Options struct {
 // A profile may have both: its load is wrk's, which spreads keys over
 // TLS as in plain mode.
 func (o Options) check() error {
+	if o.BaseRev != "" && o.BaseBin != "" {
+		return errors.New("-keygate-base and -keygate-base-rev both name the base: give one")
+	}
 	if o.SideBySide && (o.TLS || o.Profile != "") {
 		return errors.New("-side-by-side measures in plain mode only, not with -tls or -profile")
 	}
@@ -189,6 +195,15 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	}
 	b := &bench{o: o, dir: dir, stderr: stderr, self: self}
 	defer b.stopAll()
+	if o.BaseRev != "" {
+		start := time.Now()
+		bin, commit, err := benchproc.BuildKeygateAt(o.BaseRev, dir)
+		if err != nil {
+			return err
+		}
+		b.o.BaseBin, b.o.BaseRev = bin, fmt.Sprintf("%s (%s)", o.BaseRev, commit[:12])
+		b.logf("keygate-base: built at %s in %s", b.o.BaseRev, time.Since(start).Round(time.Second))
+	}
 	if o.TLS {
 		if b.cert, err = makeCert(dir); err != nil {
 			return err
@@ -221,7 +236,7 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		printSideBySide(stdout, o, rounds)
+		printSideBySide(stdout, b.o, rounds)
 	}
 	return nil
 }

@@ -152,7 +152,10 @@ func (b *bench) sideRound(ctx context.Context, cur, base *target, size int) (sid
 // target's median CPU per request.
 func printSideBySide(w io.Writer, o Options, rounds []sideRound) {
 	base := "a second copy of this keygate (two copies of one binary: how far a round moves by itself)"
-	if o.BaseBin != "" {
+	switch {
+	case o.BaseRev != "":
+		base = "keygate at `" + o.BaseRev + "`"
+	case o.BaseBin != "":
 		base = "`" + o.BaseBin + "`"
 	}
 	fmt.Fprintf(w, "\nSide by side: each keygate target and its base at the same time, each under its own `wrk -t1 -c16` for %s, on one upstream: both see the same machine in the same seconds. keygate-base… is %s; bare is the bare proxy; a target named …-keys holds -keys keys and its load spreads over all of them, against the same keygate with one key. CPU is the target's process tree, with its redis-server's for the Redis limiter; a ratio below 1 is the target spending less per request than its base.\n\n", o.Duration, base)
