@@ -37,7 +37,7 @@ func TestBuildKeygateAt(t *testing.T) {
 		t.Fatal(err)
 	}
 	status := func() string {
-		out, _ := exec.Command("git", "-C", root, "status", "--porcelain").Output()
+		out, _ := exec.Command("git", "-C", root, "status", "--porcelain", "--untracked-files=no").Output()
 		return string(out)
 	}
 	before := status()
