@@ -134,21 +134,25 @@ func TestTrackerWhole(t *testing.T) {
 	}
 }
 
-// netHTTPHeads reads s as net/http's server reads a connection's
+// netRequest is one request as net/http's server read it: where its head
+// starts and ends, and where its body, read to its end, ends (-1 when
+// reading it failed).
+type netRequest struct{ start, end, bodyEnd int }
+
+// netHTTPRead reads s as net/http's server reads a connection's
 // requests: http.ReadRequest, each body read to its end, up to four CR or
 // LF skipped after a POST, and stops where the server would close the
 // connection (a request or body it refuses, a version other than 1.x, an
 // HTTP/1.1 request without exactly one Host, Connection: close). It
-// returns where each request's head starts and ends in s.
-func netHTTPHeads(s string) (starts, ends []int) {
-	starts, ends, _ = netHTTPMessages(s)
-	return starts, ends
-}
-
-// netHTTPMessages is netHTTPHeads, and where each request whose body
-// net/http read to its end without error ends in s.
-func netHTTPMessages(s string) (starts, ends, bodyEnds []int) {
-	cr := &countingReader{r: strings.NewReader(s)}
+// returns the requests it read and the read error that stopped it, if
+// any. With needMore, reading past the end of s fails with errNeedMore
+// rather than io.EOF.
+func netHTTPRead(s string, needMore bool) (reqs []netRequest, stop error) {
+	var src io.Reader = strings.NewReader(s)
+	if needMore {
+		src = needMoreReader{strings.NewReader(s)}
+	}
+	cr := &countingReader{r: src}
 	br := bufio.NewReaderSize(cr, 4096)
 	pos := func() int { return cr.n - br.Buffered() }
 	post := false
@@ -163,25 +167,41 @@ func netHTTPMessages(s string) (starts, ends, bodyEnds []int) {
 		}
 		start := pos()
 		req, err := http.ReadRequest(br)
-		if err != nil || req.ProtoMajor != 1 {
-			return starts, ends, bodyEnds
+		if err != nil {
+			return reqs, err
+		}
+		if req.ProtoMajor != 1 {
+			return reqs, nil
 		}
 		// ReadRequest drops the Host header (into req.Host); the server
 		// refuses an HTTP/1.1 request without exactly one.
 		h := headOf(s[start:pos()])
 		if h == nil || (req.ProtoAtLeast(1, 1) && len(h["Host"]) != 1) {
-			return starts, ends, bodyEnds
+			return reqs, nil
 		}
-		starts, ends = append(starts, start), append(ends, pos())
+		reqs = append(reqs, netRequest{start: start, end: pos(), bodyEnd: -1})
 		if _, err := io.Copy(io.Discard, req.Body); err != nil {
-			return starts, ends, bodyEnds
+			return reqs, err
 		}
-		bodyEnds = append(bodyEnds, pos())
+		reqs[len(reqs)-1].bodyEnd = pos()
 		if req.Close {
-			return starts, ends, bodyEnds
+			return reqs, nil
 		}
 		post = req.Method == http.MethodPost
 	}
+}
+
+// netHTTPMessages is netHTTPRead's requests: where each head starts and
+// ends in s, and where each body read without error ends.
+func netHTTPMessages(s string) (starts, ends, bodyEnds []int) {
+	reqs, _ := netHTTPRead(s, false)
+	for _, r := range reqs {
+		starts, ends = append(starts, r.start), append(ends, r.end)
+		if r.bodyEnd >= 0 {
+			bodyEnds = append(bodyEnds, r.bodyEnd)
+		}
+	}
+	return starts, ends, bodyEnds
 }
 
 // errNeedMore is needMoreReader's error at the end of its bytes.
@@ -199,34 +219,15 @@ func (n needMoreReader) Read(p []byte) (int, error) {
 	return k, err
 }
 
-// netHTTPNeedsMore reads the requests in s as netHTTPMessages does and
-// reports whether reading the i-th request, its head or its body, asked
-// for a byte past the end of s.
+// netHTTPNeedsMore reports whether net/http, reading the requests in s,
+// asks for a byte past the end of s while it reads the i-th request, its
+// head or its body.
 func netHTTPNeedsMore(s string, i int) bool {
-	br := bufio.NewReaderSize(needMoreReader{strings.NewReader(s)}, 4096)
-	post := false
-	for n := 0; ; n++ {
-		if post {
-			peek, _ := br.Peek(4)
-			k := 0
-			for k < len(peek) && (peek[k] == '\r' || peek[k] == '\n') {
-				k++
-			}
-			_, _ = br.Discard(k)
-		}
-		req, err := http.ReadRequest(br)
-		if err != nil {
-			return n == i && errors.Is(err, errNeedMore)
-		}
-		_, err = io.Copy(io.Discard, req.Body)
-		if n == i || err != nil {
-			return n == i && errors.Is(err, errNeedMore)
-		}
-		if req.Close || req.ProtoMajor != 1 {
-			return false
-		}
-		post = req.Method == http.MethodPost
-	}
+	reqs, stop := netHTTPRead(s, true)
+	// The read stopped on request i: at its head (i requests read) or at
+	// its body (i+1, the last one unfinished).
+	stoppedAtI := len(reqs) == i || (len(reqs) == i+1 && reqs[i].bodyEnd < 0)
+	return stoppedAtI && errors.Is(stop, errNeedMore)
 }
 
 // headOf reads the header fields of a request head with net/textproto;
