@@ -27,9 +27,10 @@ func BuildKeygateAt(rev, dir string) (bin, commit string, err error) {
 		cmd.Stderr = new(strings.Builder)
 		return cmd
 	}
-	out, err := git("rev-parse", "--verify", "--end-of-options", rev+"^{commit}").Output()
+	parse := git("rev-parse", "--verify", "--end-of-options", rev+"^{commit}")
+	out, err := parse.Output()
 	if err != nil {
-		return "", "", fmt.Errorf("revision %q: git rev-parse: %w", rev, err)
+		return "", "", fmt.Errorf("revision %q: git rev-parse: %w: %s", rev, err, strings.TrimSpace(fmt.Sprint(parse.Stderr)))
 	}
 	commit = strings.TrimSpace(string(out))
 	src := filepath.Join(dir, "keygate-"+commit[:12])
