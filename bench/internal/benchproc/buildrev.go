@@ -33,7 +33,8 @@ func BuildKeygateAt(rev, dir string) (bin, commit string, err error) {
 		return "", "", fmt.Errorf("revision %q: git rev-parse: %w: %s", rev, err, strings.TrimSpace(fmt.Sprint(parse.Stderr)))
 	}
 	commit = strings.TrimSpace(string(out))
-	src := filepath.Join(dir, "keygate-"+commit[:12])
+	short := commit[:12]
+	src := filepath.Join(dir, "keygate-"+short)
 	archive := git("archive", "--format=tar", commit)
 	r, err := archive.StdoutPipe()
 	if err != nil {
@@ -50,11 +51,11 @@ func BuildKeygateAt(rev, dir string) (bin, commit string, err error) {
 	if err := archive.Wait(); err != nil {
 		return "", "", fmt.Errorf("git archive %s: %w: %s", commit, err, archive.Stderr)
 	}
-	bin = filepath.Join(dir, "keygate-"+commit[:12]+".bin")
-	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-X github.com/keygate/keygate/cli.Version="+commit[:12], "-o", bin, "./cmd/keygate")
+	bin = filepath.Join(dir, "keygate-"+short+".bin")
+	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-X github.com/keygate/keygate/cli.Version="+short, "-o", bin, "./cmd/keygate")
 	build.Dir = src
 	if out, err := build.CombinedOutput(); err != nil {
-		return "", "", fmt.Errorf("go build ./cmd/keygate at %s: %w\n%s", commit[:12], err, out)
+		return "", "", fmt.Errorf("go build ./cmd/keygate at %s: %w\n%s", short, err, out)
 	}
 	// The tree is no longer needed; the binary is.
 	_ = os.RemoveAll(src)
