@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -200,4 +201,84 @@ func newMemCgroup(limit int64) (dir, file string, err error) {
 		return "", "", err
 	}
 	return dir, file, nil
+}
+
+// TestGCHeapFloor: keygate raises the Go collector's minimum heap to 64
+// MiB (KEYGATE_GC_FLOOR_MIB), so that a replica with little live heap
+// does not collect several times a second under load. With one key its
+// GOGC, on /metrics as go_gc_gogc_percent, rises above 100 once it has
+// collected; 0 turns the floor off, an operator's GOGC wins, and the
+// start-up log says which.
+func TestGCHeapFloor(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		env  []string
+		gogc func(float64) bool
+		want string
+		log  string
+	}{
+		{"the default floor", nil, func(p float64) bool { return p > 100 }, "above 100", `"msg":"gc heap floor","floor_mib":64`},
+		{"a larger floor", []string{"KEYGATE_GC_FLOOR_MIB=256"}, func(p float64) bool { return p > 1000 }, "above 1000", `"floor_mib":256`},
+		{"KEYGATE_GC_FLOOR_MIB=0", []string{"KEYGATE_GC_FLOOR_MIB=0"}, func(p float64) bool { return p == 100 }, "100", `"msg":"gc heap floor off","from":"KEYGATE_GC_FLOOR_MIB=0"`},
+		{"GOGC wins", []string{"GOGC=50"}, func(p float64) bool { return p == 50 }, "50", `"msg":"gc heap floor off","from":"GOGC","GOGC":"50"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			// The test's own environment may set either: "" is unset.
+			env := append([]string{"GOGC=", "KEYGATE_GC_FLOOR_MIB="}, tc.env...)
+			g := startGateway(t, gwOpts{env: env})
+			key := g.issue("--product", "extraction", "--env", "live", "--context", ctxA)
+			eventually(t, 10*time.Second, func() string { // the key file is reloaded
+				if s, _, _ := g.post(key, ctxA, []byte("%PDF-1.4")); s != 200 {
+					return fmt.Sprint(s)
+				}
+				return ""
+			})
+			file := bytes.Repeat([]byte("%PDF-1.4 "), 1<<10)
+			collected := g.metric("go_gc_duration_seconds_count")
+			// GOGC is set after a collection: send uploads until one ran.
+			testkit.Eventually(t, 60*time.Second, "a collection", func() error {
+				for range 50 {
+					if s, b, _ := g.post(key, ctxA, file); s != 200 {
+						t.Fatalf("POST /sync: %d %s", s, b)
+					}
+				}
+				if g.metric("go_gc_duration_seconds_count") == collected {
+					return errors.New("no collection yet")
+				}
+				return nil
+			})
+			got := g.metric("go_gc_gogc_percent")
+			t.Logf("go_gc_gogc_percent = %.0f", got)
+			if !tc.gogc(got) {
+				t.Errorf("go_gc_gogc_percent = %.0f, want %s", got, tc.want)
+			}
+			if !strings.Contains(g.logs.String(), tc.log) {
+				t.Errorf("no start-up log line with %s:\n%s", tc.log, tail(g.logs.String(), 2000))
+			}
+		})
+	}
+}
+
+// TestGCHeapFloorBad: a KEYGATE_GC_FLOOR_MIB that is no size in MiB stops
+// keygate at start with a message that says what it wants.
+func TestGCHeapFloorBad(t *testing.T) {
+	t.Parallel()
+	g := startGateway(t, gwOpts{skipStart: true})
+	for _, v := range []string{"-1", "64MiB", "1e3", "4194305", " 64"} {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		cmd := exec.CommandContext(ctx, binary, "serve", "--config", g.cfgPath)
+		cmd.Env = append(os.Environ(), "GOGC=", "KEYGATE_GC_FLOOR_MIB="+v)
+		out, err := cmd.CombinedOutput()
+		cancel()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+			t.Errorf("KEYGATE_GC_FLOOR_MIB=%s: %v, want exit status 1\n%s", v, err, out)
+		}
+		if want := "KEYGATE_GC_FLOOR_MIB=" + strconv.Quote(v) + ": want the collector's heap floor in whole MiB"; !strings.Contains(string(out), want) {
+			t.Errorf("KEYGATE_GC_FLOOR_MIB=%s: output lacks %q:\n%s", v, want, out)
+		}
+	}
 }

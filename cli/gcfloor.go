@@ -1,0 +1,164 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
+	"strconv"
+	"sync"
+
+	"go.uber.org/zap"
+)
+
+// The Go collector starts a cycle when the heap has grown by GOGC% (100)
+// of what the last one left live, and not before the heap reaches 4 MiB
+// (its minimum heap). A replica with few keys has little live (about
+// 10 MiB with one key), so under load it collects every 10 MiB or so
+// allocated, several times a second, and each cycle's fixed costs
+// (stacks, roots, the pacer's turns, the write barrier) fall on the
+// requests: about 3-4% of keygate's CPU per request at 256 B, side by
+// side against GOGC=400 and 800 (README, Memory limit). So keygate
+// raises the minimum heap to a floor (64 MiB): after each cycle it sets
+// GOGC so that the next one starts when the heap reaches the floor, or
+// at GOGC=100's doubling when that is later. A replica whose keys hold
+// more than half the floor is left at GOGC=100 exactly as before, and
+// the memory limit (memlimit.go) still bounds the heap in a container:
+// the collector runs sooner as the heap nears it, whatever GOGC says.
+//
+// GOGC, when set, is the operator's and wins; KEYGATE_GC_FLOOR_MIB sets
+// the floor in MiB (0 turns it off). Either one set to "" is unset.
+
+// gcFloorEnv is the floor's variable, in MiB.
+const gcFloorEnv = "KEYGATE_GC_FLOOR_MIB"
+
+// defaultGCFloorMiB is the floor when gcFloorEnv is unset.
+const defaultGCFloorMiB = 64
+
+// maxGCFloorMiB bounds gcFloorEnv (1 TiB): a larger value is a typo.
+const maxGCFloorMiB = 1 << 20
+
+// gcFloorOnce starts the process's floor once: the GC percent is the
+// process's, whatever runs keygate in it.
+var gcFloorOnce sync.Once
+
+// setGCFloor starts the floor as above and logs what it did. Only a
+// gcFloorEnv that is not a whole number of MiB in [0, maxGCFloorMiB] is
+// an error.
+func setGCFloor(log *zap.Logger) error {
+	if v := os.Getenv("GOGC"); v != "" { // the runtime reads "" as unset too
+		log.Info("gc heap floor off", zap.String("from", "GOGC"), zap.String("GOGC", v))
+		return nil
+	}
+	mib := defaultGCFloorMiB
+	if v := os.Getenv(gcFloorEnv); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > maxGCFloorMiB {
+			return fmt.Errorf("%s=%q: want the collector's heap floor in whole MiB, from 0 (off) to %d, such as %d", gcFloorEnv, v, maxGCFloorMiB, defaultGCFloorMiB)
+		}
+		mib = n
+	}
+	if mib == 0 {
+		log.Info("gc heap floor off", zap.String("from", gcFloorEnv+"=0"))
+		return nil
+	}
+	gcFloorOnce.Do(func() { newGCFloor(uint64(mib)<<20, 100).start() })
+	log.Info("gc heap floor", zap.Int("floor_mib", mib))
+	return nil
+}
+
+// gcFloor sets GOGC after every collection from what it left live. The
+// runtime's goal for the next one is the heap found live plus GOGC% of
+// that heap, the stacks and the globals (the pacer's roots since Go
+// 1.18), and at least the minimum heap, which is also scaled by GOGC:
+// 4 MiB at 100. So GOGC is the floor's growth over what is live as a
+// share of the roots, but no more than makes the minimum heap the floor
+// (a process with little heap has a few MiB of globals and stacks, and
+// GOGC 6432 for a 64 MiB floor over 0.7 MiB live made its goal 257 MiB
+// through the minimum).
+type gcFloor struct {
+	floor  uint64 // the heap's goal, at least (bytes)
+	base   int    // GOGC when the floor is below base% of what is live
+	last   int    // GOGC as last set (0: not yet)
+	sample []metrics.Sample
+
+	mu      sync.Mutex // held by afterGC's turn after a collection, and by stop
+	stopped bool
+}
+
+func newGCFloor(floor uint64, base int) *gcFloor {
+	return &gcFloor{floor: floor, base: base, sample: []metrics.Sample{
+		{Name: "/gc/heap/live:bytes"}, {Name: "/gc/scan/stack:bytes"}, {Name: "/gc/scan/globals:bytes"},
+	}}
+}
+
+// heapMinimum is the runtime's minimum heap at GOGC=100 (its
+// defaultHeapMinimum; the heapminimum512kib experiment makes it smaller,
+// and the floor then a little lower for a process with a tiny heap).
+const heapMinimum = 4 << 20
+
+// percent is GOGC after a collection that found live bytes of heap live
+// and roots bytes of heap, stacks and globals: the floor's growth over
+// live as a share of roots, rounded up, at most what makes the minimum
+// heap the floor, and at least base.
+func (g *gcFloor) percent(live, roots uint64) int {
+	if roots == 0 || live >= g.floor {
+		return g.base
+	}
+	p := ((g.floor-live)*100 + roots - 1) / roots
+	p = min(p, g.floor*100/heapMinimum)
+	return int(max(p, uint64(g.base)))
+}
+
+// afterGC sets GOGC for the collection to come.
+func (g *gcFloor) afterGC() {
+	metrics.Read(g.sample)
+	var roots uint64
+	for _, s := range g.sample {
+		if s.Value.Kind() != metrics.KindUint64 {
+			return // not this runtime's metric: GOGC is left alone
+		}
+		roots += s.Value.Uint64()
+	}
+	if p := g.percent(g.sample[0].Value.Uint64(), roots); p != g.last {
+		debug.SetGCPercent(p)
+		g.last = p
+	}
+}
+
+// gcSentinel is unreachable from its birth: its finalizer runs once the
+// next collection has swept it. It holds a pointer so that it is not
+// packed with other small objects by the tiny allocator, whose blocks
+// may outlive it and keep the finalizer from running.
+type gcSentinel struct{ _ *gcFloor }
+
+// start sets GOGC now and after every collection from here on, until
+// stop.
+func (g *gcFloor) start() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.afterGC()
+	g.arm()
+}
+
+// arm makes the next collection call afterGC (in the runtime's finalizer
+// goroutine) and arm itself again.
+func (g *gcFloor) arm() {
+	runtime.SetFinalizer(&gcSentinel{}, func(*gcSentinel) {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if g.stopped {
+			return
+		}
+		g.afterGC()
+		g.arm()
+	})
+}
+
+// stop ends the floor: once it returns, GOGC is not set again.
+func (g *gcFloor) stop() {
+	g.mu.Lock()
+	g.stopped = true
+	g.mu.Unlock()
+}
