@@ -98,24 +98,34 @@ func ownLimit(t *testing.T) float64 {
 	return 0
 }
 
-// TestMemoryLimitBadShare: an AUTOMEMLIMIT that is no share of the limit
-// stops keygate at start with a message that says what it wants.
-func TestMemoryLimitBadShare(t *testing.T) {
+// TestMemoryEnvBad: an AUTOMEMLIMIT that is no share of the limit, or a
+// KEYGATE_GC_FLOOR_MIB that is no size in MiB, stops keygate at start
+// with a message that says what it wants.
+func TestMemoryEnvBad(t *testing.T) {
 	t.Parallel()
 	g := startGateway(t, gwOpts{skipStart: true})
-	for _, v := range []string{"2", "0", "-0.5", "ninety", "NaN"} {
-		// A keygate that started anyway would serve until killed.
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		cmd := exec.CommandContext(ctx, binary, "serve", "--config", g.cfgPath)
-		cmd.Env = append(os.Environ(), "AUTOMEMLIMIT="+v)
-		out, err := cmd.CombinedOutput()
-		cancel()
-		var exit *exec.ExitError
-		if !errors.As(err, &exit) || exit.ExitCode() != 1 {
-			t.Errorf("AUTOMEMLIMIT=%s: %v, want exit status 1\n%s", v, err, out)
-		}
-		if want := "AUTOMEMLIMIT=" + strconv.Quote(v) + ": want a share"; !strings.Contains(string(out), want) {
-			t.Errorf("AUTOMEMLIMIT=%s: output lacks %q:\n%s", v, want, out)
+	for _, tc := range []struct {
+		name   string
+		values []string
+		want   string
+	}{
+		{"AUTOMEMLIMIT", []string{"2", "0", "-0.5", "ninety", "NaN"}, "want a share"},
+		{"KEYGATE_GC_FLOOR_MIB", []string{"-1", "64MiB", "1e3", "4194305", " 64"}, "want the collector's heap floor in whole MiB"},
+	} {
+		for _, v := range tc.values {
+			// A keygate that started anyway would serve until killed.
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			cmd := exec.CommandContext(ctx, binary, "serve", "--config", g.cfgPath)
+			cmd.Env = append(os.Environ(), "GOGC=", tc.name+"="+v)
+			out, err := cmd.CombinedOutput()
+			cancel()
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+				t.Errorf("%s=%s: %v, want exit status 1\n%s", tc.name, v, err, out)
+			}
+			if want := tc.name + "=" + strconv.Quote(v) + ": " + tc.want; !strings.Contains(string(out), want) {
+				t.Errorf("%s=%s: output lacks %q:\n%s", tc.name, v, want, out)
+			}
 		}
 	}
 }
@@ -259,26 +269,5 @@ func TestGCHeapFloor(t *testing.T) {
 				t.Errorf("no start-up log line with %s:\n%s", tc.log, tail(g.logs.String(), 2000))
 			}
 		})
-	}
-}
-
-// TestGCHeapFloorBad: a KEYGATE_GC_FLOOR_MIB that is no size in MiB stops
-// keygate at start with a message that says what it wants.
-func TestGCHeapFloorBad(t *testing.T) {
-	t.Parallel()
-	g := startGateway(t, gwOpts{skipStart: true})
-	for _, v := range []string{"-1", "64MiB", "1e3", "4194305", " 64"} {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		cmd := exec.CommandContext(ctx, binary, "serve", "--config", g.cfgPath)
-		cmd.Env = append(os.Environ(), "GOGC=", "KEYGATE_GC_FLOOR_MIB="+v)
-		out, err := cmd.CombinedOutput()
-		cancel()
-		var exit *exec.ExitError
-		if !errors.As(err, &exit) || exit.ExitCode() != 1 {
-			t.Errorf("KEYGATE_GC_FLOOR_MIB=%s: %v, want exit status 1\n%s", v, err, out)
-		}
-		if want := "KEYGATE_GC_FLOOR_MIB=" + strconv.Quote(v) + ": want the collector's heap floor in whole MiB"; !strings.Contains(string(out), want) {
-			t.Errorf("KEYGATE_GC_FLOOR_MIB=%s: output lacks %q:\n%s", v, want, out)
-		}
 	}
 }
