@@ -64,9 +64,9 @@ type Options struct {
 	// Refusals adds, in plain mode, a closed loop of made-up keys against
 	// every target that checks keys (refusalLoop).
 	Refusals bool
-	// SideBySide adds, in plain mode, rounds that load each keygate
-	// target and its base at the same time (sidebyside.go); without
-	// BaseBin the base is a second copy of the keygate binary.
+	// SideBySide adds rounds that load each keygate target and its base
+	// at the same time (sidebyside.go), over both protocols in TLS mode;
+	// without BaseBin the base is a second copy of the keygate binary.
 	SideBySide bool
 	// OnlySideBySide runs the side-by-side rounds alone, without the
 	// runs one after another and their tables: the quick check that a
@@ -87,8 +87,8 @@ func (o Options) check() error {
 	if o.BaseRev != "" && o.BaseBin != "" {
 		return errors.New("-keygate-base and -keygate-base-rev both name the base: give one")
 	}
-	if o.SideBySide && (o.TLS || o.Profile != "") {
-		return errors.New("-side-by-side measures in plain mode only, not with -tls or -profile")
+	if o.SideBySide && o.Profile != "" {
+		return errors.New("-side-by-side measures; -profile profiles: give one")
 	}
 	if !o.TLS || o.Profile != "" {
 		return nil
@@ -215,15 +215,15 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	if err := b.startAll(); err != nil {
 		return err
 	}
-	if o.TLS {
+	switch {
+	case o.OnlySideBySide:
+	case o.TLS:
 		res, err := b.measureTLS(ctx)
 		if err != nil {
 			return err
 		}
 		printTLSTables(stdout, o, res)
-		return nil
-	}
-	if !o.OnlySideBySide {
+	default:
 		res, err := b.measure(ctx)
 		if err != nil {
 			return err

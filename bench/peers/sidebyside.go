@@ -23,27 +23,34 @@ import (
 // the comparison. Runs one after another, even alternated, differ by up
 // to a fifth here between two copies of one binary; side by side, two
 // copies differ by a few percent a round.
+//
+// In TLS mode (-tls) every pair runs twice a size: over HTTP/1.1 with
+// wrk over https, and over HTTP/2 with h2load -t1 -c16 -m10 each (their
+// -t2 -c32 halved, as wrk's are).
 
 // sidePairs are the targets compared side by side: each keygate target
-// with its base; when the bare proxy is among the targets, keygate with
-// each limiter against the bare proxy (issue 21's CPU bound, in the same
-// seconds); and with -keys, keygate with N keys against keygate with one,
-// for each limiter (the load spread over the N keys against the same load
-// on one key, in the same seconds).
+// with its base; when the bare proxy or Caddy is among the targets,
+// keygate with each limiter against the bare proxy and keygate against
+// Caddy (issue 21's bounds, in the same seconds); and with -keys, keygate
+// with N keys against keygate with one, for each limiter (the load spread
+// over the N keys against the same load on one key, in the same seconds).
 var sidePairs = [][2]string{
 	{"keygate", "keygate-base"},
 	{"keygate-redis", "keygate-base-redis"},
 	{"keygate-bearer", "keygate-base-bearer"},
 	{"keygate", "bare"},
 	{"keygate-redis", "bare"},
+	{"keygate", "caddy"},
 	{"keygate-keys", "keygate"},
 	{"keygate-redis-keys", "keygate-redis"},
 }
 
-// sideRound is one round of one pair at one size.
+// sideRound is one round of one pair at one size, over one protocol in
+// TLS mode ("" in plain mode).
 type sideRound struct {
 	pair      [2]string
 	size      int
+	proto     string
 	cur, base closedResult
 }
 
@@ -83,26 +90,16 @@ func (b *bench) sideBySide(ctx context.Context) ([]sideRound, error) {
 				}
 			}
 			for _, size := range sizes(b.o) {
-				r, err := b.sideRound(ctx, cur, base, size)
-				if errors.Is(err, errNoWrk) && b.o.Smoke {
-					return nil, nil
-				}
-				if err != nil {
-					return nil, err
-				}
-				out = append(out, r)
-				// Errors are told apart (non-2xx answers, socket errors), so
-				// that a failed round says which target failed and how.
-				b.logf("side by side %d %-13s %-7s %.1f CPU µs/req (redis-server %.1f), %.0f rps, non-2xx %d, socket errors %d; %s %.1f (%.1f), %.0f rps, non-2xx %d, socket errors %d; CPU ratio %.3f, %d errors",
-					rep+1, cur.name, sizeName(size), r.cur.cpuPerReq, r.cur.redisCPUPerReq, r.cur.rps, r.cur.non2xx, r.cur.sockErrors,
-					base.name, r.base.cpuPerReq, r.base.redisCPUPerReq, r.base.rps, r.base.non2xx, r.base.sockErrors, r.cpuRatio(), r.cur.errors+r.base.errors)
-				for _, tr := range []struct {
-					t   *target
-					res closedResult
-				}{{cur, r.cur}, {base, r.base}} {
-					if tr.res.errors > 0 {
-						b.logf("side by side %d %s failed %d requests; the last refusal in its log: %s", rep+1, tr.t.name, tr.res.errors, b.lastRefusal(tr.t.name))
+				for _, proto := range b.sideProtos() {
+					r, err := b.sideRound(ctx, cur, base, size, proto)
+					if (errors.Is(err, errNoWrk) || errors.Is(err, errNoH2load)) && b.o.Smoke {
+						return nil, nil
 					}
+					if err != nil {
+						return nil, err
+					}
+					out = append(out, r)
+					b.logSideRound(rep, r)
 				}
 			}
 		}
@@ -110,9 +107,43 @@ func (b *bench) sideBySide(ctx context.Context) ([]sideRound, error) {
 	return out, nil
 }
 
-// sideRound loads cur and base at once for -duration.
-func (b *bench) sideRound(ctx context.Context, cur, base *target, size int) (sideRound, error) {
-	r := sideRound{pair: [2]string{cur.name, base.name}, size: size}
+// sideProtos are the protocols of each pair's rounds: "" (plain HTTP/1.1)
+// in plain mode, HTTP/1.1 and HTTP/2 over TLS in TLS mode.
+func (b *bench) sideProtos() []string {
+	if b.o.TLS {
+		return tlsProtos
+	}
+	return []string{""}
+}
+
+// logSideRound prints one round's progress line. Errors are told apart
+// (non-2xx answers, socket errors), so that a failed round says which
+// target failed and how.
+func (b *bench) logSideRound(rep int, r sideRound) {
+	b.logf("side by side %d %-13s %-7s %.1f CPU µs/req (redis-server %.1f), %.0f rps, non-2xx %d, socket errors %d; %s %.1f (%.1f), %.0f rps, non-2xx %d, socket errors %d; CPU ratio %.3f, %d errors",
+		rep+1, r.pair[0], sizeName(r.size)+protoSuffix(r.proto), r.cur.cpuPerReq, r.cur.redisCPUPerReq, r.cur.rps, r.cur.non2xx, r.cur.sockErrors,
+		r.pair[1], r.base.cpuPerReq, r.base.redisCPUPerReq, r.base.rps, r.base.non2xx, r.base.sockErrors, r.cpuRatio(), r.cur.errors+r.base.errors)
+	for i, res := range []closedResult{r.cur, r.base} {
+		if res.errors > 0 {
+			b.logf("side by side %d %s failed %d requests; the last refusal in its log: %s", rep+1, r.pair[i], res.errors, b.lastRefusal(r.pair[i]))
+		}
+	}
+}
+
+// protoSuffix is ", HTTP/2" and the like after a size, "" in plain mode.
+func protoSuffix(proto string) string {
+	if proto == "" {
+		return ""
+	}
+	return ", " + proto
+}
+
+// sideRound loads cur and base at once for -duration, over proto.
+func (b *bench) sideRound(ctx context.Context, cur, base *target, size int, proto string) (sideRound, error) {
+	r := sideRound{pair: [2]string{cur.name, base.name}, size: size, proto: proto}
+	if proto == protoH2 {
+		return b.sideRoundH2(ctx, r, cur, base)
+	}
 	// Both scripts are written before either wrk starts: two targets of
 	// one kind share a script and its body file, and writing them again
 	// (truncating, then writing) while the other's wrk reads them can
@@ -126,24 +157,36 @@ func (b *bench) sideRound(ctx context.Context, cur, base *target, size int) (sid
 			return r, err
 		}
 	}
+	return bothAtOnce(r, cur, base, func(i int, t *target) (closedResult, error) {
+		res, err := b.wrkRunConns(ctx, t, scripts[i], b.o.Duration, 1, 16)
+		res.errors = res.non2xx + res.sockErrors
+		return res, err
+	})
+}
+
+// sideRoundH2 is sideRound over HTTP/2: h2load -t1 -c16 -m10 on each,
+// the one body file written before either starts.
+func (b *bench) sideRoundH2(ctx context.Context, r sideRound, cur, base *target) (sideRound, error) {
+	bp, ctype, err := b.h2Body(r.size)
+	if err != nil {
+		return r, err
+	}
+	return bothAtOnce(r, cur, base, func(_ int, t *target) (closedResult, error) {
+		return b.h2Run(ctx, t, bp, ctype, 1, 16)
+	})
+}
+
+// bothAtOnce runs load on cur (0) and base (1) at the same time and puts
+// their results in r.
+func bothAtOnce(r sideRound, cur, base *target, load func(i int, t *target) (closedResult, error)) (sideRound, error) {
 	var wg sync.WaitGroup
+	var res [2]closedResult
 	var errs [2]error
 	for i, t := range []*target{cur, base} {
-		script := scripts[i]
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			res, err := b.wrkRunConns(ctx, t, script, b.o.Duration, 1, 16)
-			res.errors = res.non2xx + res.sockErrors
-			errs[i] = err
-			if i == 0 {
-				r.cur = res
-			} else {
-				r.base = res
-			}
-		}()
+		wg.Go(func() { res[i], errs[i] = load(i, t) })
 	}
 	wg.Wait()
+	r.cur, r.base = res[0], res[1]
 	return r, errors.Join(errs[:]...)
 }
 
@@ -158,7 +201,11 @@ func printSideBySide(w io.Writer, o Options, rounds []sideRound) {
 	case o.BaseBin != "":
 		base = "`" + o.BaseBin + "`"
 	}
-	fmt.Fprintf(w, "\nSide by side: each keygate target and its base at the same time, each under its own `wrk -t1 -c16` for %s, on one upstream: both see the same machine in the same seconds. keygate-base… is %s; bare is the bare proxy; a target named …-keys holds -keys keys and its load spreads over all of them, against the same keygate with one key. CPU is the target's process tree, with its redis-server's for the Redis limiter; a ratio below 1 is the target spending less per request than its base.\n\n", o.Duration, base)
+	load := "each under its own `wrk -t1 -c16`"
+	if o.TLS {
+		load = "over TLS 1.3, each under its own `wrk -t1 -c16` over https (HTTP/1.1) and then its own `h2load -t1 -c16 -m10` (HTTP/2)"
+	}
+	fmt.Fprintf(w, "\nSide by side: each keygate target and its base at the same time, %s for %s, on one upstream: both see the same machine in the same seconds. keygate-base… is %s; bare is the bare proxy; a target named …-keys holds -keys keys and its load spreads over all of them, against the same keygate with one key. CPU is the target's process tree, with its redis-server's for the Redis limiter; a ratio below 1 is the target spending less per request than its base.\n\n", load, o.Duration, base)
 	if len(rounds) == 0 {
 		fmt.Fprintln(w, "No pair ran (wrk is not installed, or no keygate target ran with its base).")
 		return
@@ -166,13 +213,14 @@ func printSideBySide(w io.Writer, o Options, rounds []sideRound) {
 	fmt.Fprintln(w, "| target | base | size | CPU µs/req × base: median (rounds) | rps × base: median | CPU µs/req | base's | rounds |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
 	type key struct {
-		pair [2]string
-		size int
+		pair  [2]string
+		size  int
+		proto string
 	}
 	var order []key
 	by := map[key][]sideRound{}
 	for _, r := range rounds {
-		k := key{r.pair, r.size}
+		k := key{r.pair, r.size, r.proto}
 		if _, ok := by[k]; !ok {
 			order = append(order, k)
 		}
@@ -186,7 +234,7 @@ func printSideBySide(w io.Writer, o Options, rounds []sideRound) {
 		}
 		byCPU := func(a, b sideRound) int { return cmp.Compare(a.cpuRatio(), b.cpuRatio()) }
 		lo, hi := slices.MinFunc(rs, byCPU).cpuRatio(), slices.MaxFunc(rs, byCPU).cpuRatio()
-		fmt.Fprintf(w, "| %s | %s | %s | **%.3f** (%.3f–%.3f) | %.3f | %.0f | %.0f | %s |\n", k.pair[0], k.pair[1], sizeName(k.size),
+		fmt.Fprintf(w, "| %s | %s | %s%s | **%.3f** (%.3f–%.3f) | %.3f | %.0f | %.0f | %s |\n", k.pair[0], k.pair[1], sizeName(k.size), protoSuffix(k.proto),
 			median(rs, sideRound.cpuRatio), lo, hi, median(rs, sideRound.rpsRatio),
 			median(rs, func(r sideRound) float64 { return r.cur.cpuPerReq + r.cur.redisCPUPerReq }),
 			median(rs, func(r sideRound) float64 { return r.base.cpuPerReq + r.base.redisCPUPerReq }),

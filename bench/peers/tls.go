@@ -287,14 +287,31 @@ func h2Result(out []byte) (rps float64, done, errs int64, err error) {
 // h2Loop runs h2load -c32 -m10 -t2 against t for the bench duration with
 // the same multipart body as wrk, and reads t's CPU time around it.
 func (b *bench) h2Loop(ctx context.Context, t *target, size int) (closedResult, error) {
+	bp, ctype, err := b.h2Body(size)
+	if err != nil {
+		return closedResult{}, err
+	}
+	return b.h2Run(ctx, t, bp, ctype, 2, 32)
+}
+
+// h2Body writes size's multipart body for h2load and returns its file and
+// content type. Side by side it is written before either h2load starts:
+// one writing it again while the other reads it could send an empty body.
+func (b *bench) h2Body(size int) (path, ctype string, err error) {
+	if benchproc.LookPath("h2load") == "" {
+		return "", "", errNoH2load
+	}
+	body, ctype := multipartBody(size, true)
+	path = filepath.Join(b.dir, fmt.Sprintf("body-%d.bin", size))
+	return path, ctype, os.WriteFile(path, body, 0o600)
+}
+
+// h2Run runs h2load -t threads -c conns -m10 against t for the bench
+// duration with the body in file bp, and reads t's CPU time around it.
+func (b *bench) h2Run(ctx context.Context, t *target, bp, ctype string, threads, conns int) (closedResult, error) {
 	h2load := benchproc.LookPath("h2load")
 	if h2load == "" {
 		return closedResult{}, errNoH2load
-	}
-	body, ctype := multipartBody(size, true)
-	bp := filepath.Join(b.dir, fmt.Sprintf("body-%d.bin", size))
-	if err := os.WriteFile(bp, body, 0o600); err != nil {
-		return closedResult{}, err
 	}
 	secs := max(1, int(b.o.Duration/time.Second))
 	// h2load ends its clients after the duration by closing their
@@ -306,13 +323,13 @@ func (b *bench) h2Loop(ctx context.Context, t *target, size int) (closedResult, 
 	if err != nil {
 		return closedResult{}, err
 	}
-	cmd := exec.CommandContext(ctx, h2load, "-c32", "-m10", "-t2", "-D", strconv.Itoa(secs), "-d", bp,
+	cmd := exec.CommandContext(ctx, h2load, fmt.Sprintf("-c%d", conns), "-m10", fmt.Sprintf("-t%d", threads), "-D", strconv.Itoa(secs), "-d", bp,
 		"-H", "content-type: "+ctype, "-H", strings.ToLower(credName)+": "+credValue, "https://"+t.addr+"/sync")
-	before := benchproc.CPUTicks(t.root.Process.Pid)
+	before, redisBefore := benchproc.CPUTicks(t.root.Process.Pid), t.redisTicks()
 	total0, steal0 := benchproc.MachineTicks()
 	out, err := cmd.CombinedOutput()
 	total1, steal1 := benchproc.MachineTicks()
-	after := benchproc.CPUTicks(t.root.Process.Pid)
+	after, redisAfter := benchproc.CPUTicks(t.root.Process.Pid), t.redisTicks()
 	if err != nil {
 		if ctx.Err() != nil {
 			err = fmt.Errorf("%w: no end within a minute of the run's %ds; the target stopped answering the streams in flight", err, secs)
@@ -323,9 +340,10 @@ func (b *bench) h2Loop(ctx context.Context, t *target, size int) (closedResult, 
 	if err != nil {
 		return closedResult{}, fmt.Errorf("h2load %s: %w\n%s", t.name, err, out)
 	}
-	r := closedResult{rps: rps, errors: errs, steal: benchproc.StealShare(total0, steal0, total1, steal1)}
+	r := closedResult{rps: rps, errors: errs, requests: done, steal: benchproc.StealShare(total0, steal0, total1, steal1)}
 	if done > 0 {
 		r.cpuPerReq = float64((after-before)*benchproc.TickMicros) / float64(done)
+		r.redisCPUPerReq = float64((redisAfter-redisBefore)*benchproc.TickMicros) / float64(done)
 	}
 	return r, nil
 }

@@ -180,3 +180,60 @@ func TestH2Result(t *testing.T) {
 		})
 	}
 }
+
+// TestOnlySideBySideTLS: with -tls, each pair runs side by side over both
+// protocols, keygate against its base, the bare proxy and Caddy (when
+// installed), each row naming its size and protocol; and the TLS mode's
+// tables one after another are not made.
+func TestOnlySideBySideTLS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes and builds keygate")
+	}
+	if benchproc.LookPath("wrk") == "" || benchproc.LookPath("h2load") == "" {
+		t.Skip("wrk or h2load is not installed (make deps)")
+	}
+	root, err := benchproc.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	roles := filepath.Join(t.TempDir(), "peers")
+	build := exec.Command("go", "build", "-trimpath", "-o", roles, "./bench/peers")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./bench/peers: %v\n%s", err, out)
+	}
+	var out, errb bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	err = Run(ctx, Options{Smoke: true, TLS: true, OnlySideBySide: true, Targets: "bare,caddy,keygate", RoleBin: roles}, &out, &errb)
+	t.Log(errb.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + out.String())
+	wants := []string{"over TLS 1.3", "`h2load -t1 -c16 -m10`"}
+	bases := []string{"keygate-base", "bare"}
+	if benchproc.LookPath("caddy") != "" {
+		bases = append(bases, "caddy")
+	}
+	for _, base := range bases {
+		for _, proto := range []string{"HTTP/1.1", "HTTP/2"} {
+			wants = append(wants, "| keygate | "+base+" | 256 B, "+proto+" | **")
+		}
+	}
+	for _, want := range wants {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	for _, unwanted := range []string{"HTTP/1.1 over TLS 1.3, closed loop", "Open loop", "closed:"} {
+		if strings.Contains(out.String()+errb.String(), unwanted) {
+			t.Errorf("output has %q, from a run one after another", unwanted)
+		}
+	}
+	for _, line := range strings.Split(errb.String(), "\n") {
+		if strings.HasPrefix(line, "bench-peers: side by side") && !strings.HasSuffix(line, " 0 errors") {
+			t.Errorf("a round failed requests: %s", line)
+		}
+	}
+}
