@@ -29,24 +29,11 @@ func TestSmokeTLS(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes and builds keygate")
 	}
-	// The bench's own roles (upstream, direct, bare) are served by a
-	// build without -race, as keygate and the peers are: the race
-	// detector would slow their TLS stacks tenfold, and what they serve
-	// is not what this test checks for races (the bench driver is).
-	root, err := benchproc.ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	roles := filepath.Join(t.TempDir(), "peers")
-	build := exec.Command("go", "build", "-trimpath", "-o", roles, "./bench/peers")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./bench/peers: %v\n%s", err, out)
-	}
+	roles := buildRoles(t)
 	var out, errb bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	err = Run(ctx, Options{Smoke: true, TLS: true, RoleBin: roles}, &out, &errb)
+	err := Run(ctx, Options{Smoke: true, TLS: true, RoleBin: roles}, &out, &errb)
 	t.Log(errb.String())
 	if err != nil {
 		t.Fatal(err)
@@ -192,20 +179,11 @@ func TestOnlySideBySideTLS(t *testing.T) {
 	if benchproc.LookPath("wrk") == "" || benchproc.LookPath("h2load") == "" {
 		t.Skip("wrk or h2load is not installed (make deps)")
 	}
-	root, err := benchproc.ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	roles := filepath.Join(t.TempDir(), "peers")
-	build := exec.Command("go", "build", "-trimpath", "-o", roles, "./bench/peers")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./bench/peers: %v\n%s", err, out)
-	}
+	roles := buildRoles(t)
 	var out, errb bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	err = Run(ctx, Options{Smoke: true, TLS: true, OnlySideBySide: true, Targets: "bare,caddy,keygate", RoleBin: roles}, &out, &errb)
+	err := Run(ctx, Options{Smoke: true, TLS: true, OnlySideBySide: true, Targets: "bare,caddy,keygate", RoleBin: roles}, &out, &errb)
 	t.Log(errb.String())
 	if err != nil {
 		t.Fatal(err)
@@ -236,4 +214,23 @@ func TestOnlySideBySideTLS(t *testing.T) {
 			t.Errorf("a round failed requests: %s", line)
 		}
 	}
+}
+
+// buildRoles builds the bench's own roles (upstream, direct, bare) for a
+// TLS-mode test without -race, as keygate and the peers are: the race
+// detector would slow their TLS stacks tenfold, and what they serve is
+// not what these tests check for races (the bench driver is).
+func buildRoles(t *testing.T) string {
+	t.Helper()
+	root, err := benchproc.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	roles := filepath.Join(t.TempDir(), "peers")
+	build := exec.Command("go", "build", "-trimpath", "-o", roles, "./bench/peers")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./bench/peers: %v\n%s", err, out)
+	}
+	return roles
 }
