@@ -111,32 +111,18 @@ func TestKeysOverTLS(t *testing.T) {
 // target with the same keygate on one key, after sending every key once,
 // and every request of every round is answered 200.
 func TestOnlySideBySideKeys(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts processes and builds keygate")
-	}
-	if benchproc.LookPath("wrk") == "" {
-		t.Skip("wrk is not installed (make deps)")
-	}
-	var out, errb bytes.Buffer
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	err := Run(ctx, Options{Smoke: true, OnlySideBySide: true, Keys: 300, Targets: "keygate,keygate-keys,keygate-redis,keygate-redis-keys"}, &out, &errb)
-	t.Log(errb.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Log("\n" + out.String())
+	out, errb := runSideBySide(t, Options{Keys: 300, Targets: "keygate,keygate-keys,keygate-redis,keygate-redis-keys"}, 3*time.Minute)
 	for _, want := range []string{"| keygate-keys | keygate | 256 B | **", "| keygate-redis-keys | keygate-redis | 256 B | **", "against the same keygate with one key"} {
-		if !strings.Contains(out.String(), want) {
+		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q", want)
 		}
 	}
 	for _, name := range []string{"keygate-keys", "keygate-redis-keys"} {
-		if n := strings.Count(errb.String(), name+": warm-up sent each of 300 keys once"); n != 1 {
+		if n := strings.Count(errb, name+": warm-up sent each of 300 keys once"); n != 1 {
 			t.Errorf("%s warmed %d times, want once", name, n)
 		}
 	}
-	for _, line := range strings.Split(errb.String(), "\n") {
+	for _, line := range strings.Split(errb, "\n") {
 		if strings.Contains(line, "side by side") && !strings.HasSuffix(line, " 0 errors") {
 			t.Errorf("a round failed requests: %s", line)
 		}

@@ -171,31 +171,42 @@ func TestProcessMemory(t *testing.T) {
 // TestOnlySideBySide: -only-side-by-side runs the pairs' rounds and
 // prints their table alone, none of the runs one after another.
 func TestOnlySideBySide(t *testing.T) {
+	out, errb := runSideBySide(t, Options{Targets: "bare,keygate"}, 2*time.Minute)
+	for _, want := range []string{"| keygate | keygate-base | 256 B | **", "| keygate | bare | 256 B | **"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	for _, unwanted := range []string{"\n| bare |", "Open loop", "closed:"} {
+		if strings.Contains(out+errb, unwanted) {
+			t.Errorf("output has %q, from a run one after another", unwanted)
+		}
+	}
+}
+
+// runSideBySide runs the bench with -smoke -only-side-by-side and o's
+// other options within timeout, logs and returns its stdout and stderr,
+// and fails t if it fails. It skips where it cannot run: in -short mode
+// and without wrk.
+func runSideBySide(t *testing.T, o Options, timeout time.Duration) (out, errb string) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("starts processes and builds keygate")
 	}
 	if benchproc.LookPath("wrk") == "" {
 		t.Skip("wrk is not installed (make deps)")
 	}
-	var out, errb bytes.Buffer
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	o.Smoke, o.OnlySideBySide = true, true
+	var ob, eb bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	err := Run(ctx, Options{Smoke: true, OnlySideBySide: true, Targets: "bare,keygate"}, &out, &errb)
-	t.Log(errb.String())
+	err := Run(ctx, o, &ob, &eb)
+	t.Log(eb.String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Log("\n" + out.String())
-	for _, want := range []string{"| keygate | keygate-base | 256 B | **", "| keygate | bare | 256 B | **"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("output lacks %q", want)
-		}
-	}
-	for _, unwanted := range []string{"\n| bare |", "Open loop", "closed:"} {
-		if strings.Contains(out.String()+errb.String(), unwanted) {
-			t.Errorf("output has %q, from a run one after another", unwanted)
-		}
-	}
+	t.Log("\n" + ob.String())
+	return ob.String(), eb.String()
 }
 
 // TestOnlySideBySideBaseRev: -keygate-base-rev builds the base from a
@@ -205,26 +216,12 @@ func TestOnlySideBySideBaseRev(t *testing.T) {
 	if err := Run(context.Background(), Options{BaseRev: "HEAD", BaseBin: "/bin/true", OnlySideBySide: true}, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "give one") {
 		t.Errorf("both bases: %v, want refused", err)
 	}
-	if testing.Short() {
-		t.Skip("starts processes and builds keygate")
-	}
-	if benchproc.LookPath("wrk") == "" {
-		t.Skip("wrk is not installed (make deps)")
-	}
 	if exec.Command("git", "rev-parse", "--verify", "HEAD").Run() != nil {
 		t.Skip("not a git repository")
 	}
-	var out, errb bytes.Buffer
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	err := Run(ctx, Options{Smoke: true, OnlySideBySide: true, BaseRev: "HEAD", Targets: "keygate"}, &out, &errb)
-	t.Log(errb.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Log("\n" + out.String())
+	out, errb := runSideBySide(t, Options{BaseRev: "HEAD", Targets: "keygate"}, 3*time.Minute)
 	for _, want := range []string{"keygate-base: built at HEAD (", "keygate-base… is keygate at `HEAD (", "| keygate | keygate-base | 256 B | **"} {
-		if !strings.Contains(errb.String()+out.String(), want) {
+		if !strings.Contains(errb+out, want) {
 			t.Errorf("output lacks %q", want)
 		}
 	}

@@ -179,16 +179,7 @@ func TestOnlySideBySideTLS(t *testing.T) {
 	if benchproc.LookPath("wrk") == "" || benchproc.LookPath("h2load") == "" {
 		t.Skip("wrk or h2load is not installed (make deps)")
 	}
-	roles := buildRoles(t)
-	var out, errb bytes.Buffer
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	err := Run(ctx, Options{Smoke: true, TLS: true, OnlySideBySide: true, Targets: "bare,caddy,keygate", RoleBin: roles}, &out, &errb)
-	t.Log(errb.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Log("\n" + out.String())
+	out, errb := runSideBySide(t, Options{TLS: true, Targets: "bare,caddy,keygate", RoleBin: buildRoles(t)}, 5*time.Minute)
 	wants := []string{"over TLS 1.3", "`h2load -t1 -c16 -m10`"}
 	bases := []string{"keygate-base", "bare"}
 	if benchproc.LookPath("caddy") != "" {
@@ -200,16 +191,16 @@ func TestOnlySideBySideTLS(t *testing.T) {
 		}
 	}
 	for _, want := range wants {
-		if !strings.Contains(out.String(), want) {
+		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q", want)
 		}
 	}
 	for _, unwanted := range []string{"HTTP/1.1 over TLS 1.3, closed loop", "Open loop", "closed:"} {
-		if strings.Contains(out.String()+errb.String(), unwanted) {
+		if strings.Contains(out+errb, unwanted) {
 			t.Errorf("output has %q, from a run one after another", unwanted)
 		}
 	}
-	for _, line := range strings.Split(errb.String(), "\n") {
+	for _, line := range strings.Split(errb, "\n") {
 		if strings.HasPrefix(line, "bench-peers: side by side") && !strings.HasSuffix(line, " 0 errors") {
 			t.Errorf("a round failed requests: %s", line)
 		}
