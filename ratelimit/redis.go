@@ -60,9 +60,12 @@ local out = {}
 local bkey, qkey, loaded, tat, written
 local qused, qttl, qexp, qper, qadd = nil, 0, false, 0, 0
 
+-- tat goes as a number: Redis writes it with %.17g, every digit the
+-- number holds and no exponent at this magnitude, which every build
+-- reads back (a string.format of its own cost the script more).
 local function flush()
   if written then
-    redis.call('SET', bkey, string.format('%.3f', tat), 'PX', math.ceil((tat - now) / 1000) + 1)
+    redis.call('SET', bkey, tat, 'PX', math.ceil((tat - now) / 1000) + 1)
   end
   if qadd > 0 then
     redis.call('INCRBY', qkey, qadd)

@@ -303,3 +303,62 @@ func TestRedisAloneIsPure(t *testing.T) {
 		t.Fatalf("empty id: %v", err)
 	}
 }
+
+// Replicas of two builds share the buckets during a rolling upgrade: a
+// bucket's state written by an earlier build (its time with three
+// decimals, "%.3f") decides this build's next request, and what this
+// build writes is a plain decimal that any build reads back as the same
+// time (Redis formats a Lua number with %.17g: no exponent at these
+// magnitudes, every digit the number holds).
+func TestRedisBucketStateIsReadAcrossBuilds(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t)
+	r := newRedis(t, []string{s.Addr}, ratelimit.ResilientConfig{})
+	c := newClient(t, time.Second, s.Addr)
+	ctx := context.Background()
+	hourly := policy.Limit{Rate: 1, Per: time.Hour, Burst: 1}
+
+	// The script's clock: µs since 2017-01-01, from Redis's TIME.
+	now, err := c.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	scriptNow := float64(now.Unix()-1483228800)*1e6 + float64(now.Nanosecond()/1000)
+	for _, tc := range []struct {
+		name  string
+		state string // the bucket's value, as an earlier build wrote it
+		want  bool
+	}{
+		{"used 30 minutes ago by the earlier build", strconv.FormatFloat(scriptNow+30*60*1e6+0.125, 'f', 3, 64), false},
+		{"its hour over", strconv.FormatFloat(scriptNow-1e6, 'f', 3, 64), true},
+	} {
+		id := "key_" + strings.ReplaceAll(tc.name, " ", "_")
+		if err := c.Set(ctx, "keygate:rl:{"+id+"}", tc.state, time.Hour).Err(); err != nil {
+			t.Fatal(err)
+		}
+		d, err := allow(t, r, id, hourly)
+		if err != nil || d.Allowed != tc.want {
+			t.Errorf("%s: %+v %v, want allowed=%v", tc.name, d, err, tc.want)
+		}
+		if !d.Allowed && (d.RetryAfter < 29*time.Minute || d.RetryAfter > 31*time.Minute) {
+			t.Errorf("%s: retry after %s, want about 30m", tc.name, d.RetryAfter)
+		}
+	}
+
+	// What this build writes: a decimal number without an exponent, one
+	// interval (an hour) after the server's time, to the microsecond.
+	if _, err := allow(t, r, "key_fresh", hourly); err != nil {
+		t.Fatal(err)
+	}
+	v, err := c.Get(ctx, "keygate:rl:{key_fresh}").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tat, err := strconv.ParseFloat(v, 64)
+	if err != nil || strings.ContainsAny(v, "eE") {
+		t.Fatalf("bucket state %q: %v, want a plain decimal", v, err)
+	}
+	if d := tat - scriptNow - float64(time.Hour/time.Microsecond); d < 0 || d > 5e6 {
+		t.Errorf("bucket state %q is %.0f µs from an hour after the server's time, want within 5 s", v, d)
+	}
+}
