@@ -4,9 +4,10 @@
 // prints a Markdown table of ratios. `make profile` runs it with -profile
 // to write a CPU profile of keygate under load.
 //
-// The same binary also plays the plain upstream and the bare proxy (-role),
-// so that they run as processes of their own whose CPU time is measured
-// from /proc.
+// The same binary also plays the plain upstream and the bare proxy (-role;
+// with -redis, the bare proxy with a redis_rate limit: bareredis.go), so
+// that they run as processes of their own whose CPU time is measured from
+// /proc.
 package main
 
 import (
@@ -46,11 +47,12 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	cpuProfile := fs.String("cpuprofile", "", "internal: keygate role writes a CPU profile here on SIGTERM")
 	certFile := fs.String("cert", "", "internal: the upstream or bare role serves TLS 1.3 with this PEM certificate")
 	keyFile := fs.String("key", "", "internal: the PEM key of -cert")
+	redisAddr := fs.String("redis", "", "internal: the bare role decides each request's rate limit in the Redis at this host:port with redis_rate (target bare-redis)")
 	fs.IntVar(&o.Reps, "reps", 3, "repetitions, in alternating target order (the median of three is not moved by one slow rep)")
 	fs.DurationVar(&o.Duration, "duration", 5*time.Second, "length of each closed-loop and open-loop run")
 	fs.DurationVar(&o.Warmup, "warmup", time.Second, "a closed-loop run, not measured, that each target gets after every start before its measured loads (0: none)")
 	fs.BoolVar(&o.Smoke, "smoke", os.Getenv("BENCH_SMOKE") == "1", "one short rep with tiny sizes, skipping peers that are not installed (proves the bench works; measures nothing)")
-	fs.StringVar(&o.Targets, "targets", "", "comma-separated targets (default all): direct,bare,nginx,nginx-lua (nginx checking the key in Lua: configs/nginx-lua.tmpl),haproxy,caddy,caddy-log,keygate,keygate-redis,keygate-redis-lease,keygate-bearer (a bearer token of the key, from keygate's token endpoint),keygate-base,keygate-base-redis,keygate-base-bearer; with -keys also keygate-keys,keygate-redis-keys,nginx-lua-keys")
+	fs.StringVar(&o.Targets, "targets", "", "comma-separated targets (default all): direct,bare,bare-redis (the bare proxy with one redis_rate decision a request, keyed by x-api-key, in a redis-server of its own: bareredis.go),nginx,nginx-lua (nginx checking the key in Lua: configs/nginx-lua.tmpl),haproxy,caddy,caddy-log,keygate,keygate-redis,keygate-redis-lease,keygate-bearer (a bearer token of the key, from keygate's token endpoint),keygate-base,keygate-base-redis,keygate-base-bearer; with -keys also keygate-keys,keygate-redis-keys,nginx-lua-keys")
 	fs.StringVar(&o.Profile, "profile", "", "only profile keygate (local limiter) under wrk load and write the CPU profile to this file")
 	fs.BoolVar(&o.ProfileRedis, "profile-redis", false, "with -profile: keygate with the Redis limiter")
 	fs.BoolVar(&o.ProfileH2, "profile-h2", false, "with -profile -tls: load keygate with h2load over HTTP/2 instead of wrk")
@@ -61,7 +63,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.Sizes, "sizes", "", "comma-separated body sizes in bytes (default 256,102400)")
 	fs.StringVar(&o.BaseBin, "keygate-base", "", "another keygate binary (say, the last release) to run beside this one as targets keygate-base (local limiter) and keygate-base-redis")
 	fs.StringVar(&o.BaseRev, "keygate-base-rev", "", "instead of -keygate-base: a git revision of keygate's repository (origin/main, a tag, HEAD~1…) to build the base from (its tree from git archive; the work tree is left alone)")
-	fs.BoolVar(&o.SideBySide, "side-by-side", false, "also load each keygate target and its base (keygate-base, keygate-base-redis, keygate-base-bearer; without -keygate-base a second copy of this keygate; with bare or caddy among the targets, keygate against them too) at the same time, each under its own `wrk -t1 -c16` (with -tls: over https, then under its own `h2load -t1 -c16 -m10`), -reps rounds of -duration a size, and print each round's ratios and their medians: both see the same machine, so the drift between runs cancels out")
+	fs.BoolVar(&o.SideBySide, "side-by-side", false, "also load each keygate target and its base (keygate-base, keygate-base-redis, keygate-base-bearer; without -keygate-base a second copy of this keygate; with bare or caddy among the targets, keygate against them too, and with bare-redis keygate-redis against it) at the same time, each under its own `wrk -t1 -c16` (with -tls: over https, then under its own `h2load -t1 -c16 -m10`), -reps rounds of -duration a size, and print each round's ratios and their medians: both see the same machine, so the drift between runs cancels out")
 	fs.BoolVar(&o.OnlySideBySide, "only-side-by-side", false, "-side-by-side without the runs one after another and their tables: only the rounds of each pair (the quick check that a build is no slower than -keygate-base)")
 	fs.StringVar(&o.KeygateBin, "keygate", "", "keygate binary (default: built from ./cmd/keygate)")
 	fs.BoolVar(&o.TLS, "tls", false, "every target terminates TLS 1.3 (one ECDSA P-256 certificate); loads over HTTP/1.1 (wrk) and HTTP/2 (h2load); no large uploads. With -profile: keygate over TLS under wrk")
@@ -81,6 +83,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		h := upstreamHandler()
 		if *role == "bare" {
 			h = bareProxy(*up, *idlePool)
+			if *redisAddr != "" {
+				h = bareRedis(h, *redisAddr, bareRedisLimit)
+			}
 		}
 		if *certFile != "" {
 			return serveRoleTLS(*listen, *certFile, *keyFile, stderr, h)

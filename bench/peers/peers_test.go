@@ -169,7 +169,9 @@ func TestProcessMemory(t *testing.T) {
 }
 
 // TestOnlySideBySide: -only-side-by-side runs the pairs' rounds and
-// prints their table alone, none of the runs one after another.
+// prints their table alone, none of the runs one after another; only
+// the pairs both of whose targets were chosen run (keygate-redis and
+// bare-redis were not).
 func TestOnlySideBySide(t *testing.T) {
 	out, errb := runSideBySide(t, Options{Targets: "bare,keygate"}, 2*time.Minute)
 	for _, want := range []string{"| keygate | keygate-base | 256 B | **", "| keygate | bare | 256 B | **"} {
@@ -180,6 +182,11 @@ func TestOnlySideBySide(t *testing.T) {
 	for _, unwanted := range []string{"\n| bare |", "Open loop", "closed:"} {
 		if strings.Contains(out+errb, unwanted) {
 			t.Errorf("output has %q, from a run one after another", unwanted)
+		}
+	}
+	for _, unwanted := range []string{"| keygate-redis |", "| bare-redis |", "| keygate-redis | bare-redis |"} {
+		if strings.Contains(out, unwanted) {
+			t.Errorf("output has %q, a pair of targets not chosen", unwanted)
 		}
 	}
 }

@@ -593,6 +593,20 @@ func (b *bench) startAll() error {
 	}); err != nil {
 		return err
 	}
+	// The bare proxy with a redis_rate limit, in a redis-server of its own
+	// whose CPU is counted beside it, as keygate-redis's is.
+	if b.want("bare-redis") {
+		redisAddr, redisProc, err := b.startRedis()
+		if err != nil {
+			return err
+		}
+		if err := add("bare-redis", func(addr string) ([]string, error) {
+			return append([]string{b.self, "-role", "bare", "-listen", addr, "-upstream", upAddr, "-pool", fmt.Sprint(pool), "-redis", redisAddr}, b.roleTLSArgs()...), nil
+		}); err != nil {
+			return err
+		}
+		b.targets[len(b.targets)-1].redis = redisProc
+	}
 	peer := func(name, bin, conf, tmpl string, args func(conf string) []string) func(string) ([]string, error) {
 		return func(addr string) ([]string, error) {
 			exe, missing := benchproc.LookPath(bin), bin

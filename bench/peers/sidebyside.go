@@ -31,7 +31,9 @@ import (
 // sidePairs are the targets compared side by side: each keygate target
 // with its base; when the bare proxy or Caddy is among the targets,
 // keygate with each limiter against the bare proxy and keygate against
-// Caddy (issue 21's bounds, in the same seconds); and with -keys, keygate
+// Caddy (issue 21's bounds, in the same seconds); when bare-redis is,
+// keygate's Redis limiter against the bare proxy with redis_rate (the
+// floor of an exact shared limit in Redis); and with -keys, keygate
 // with N keys against keygate with one, for each limiter (the load spread
 // over the N keys against the same load on one key, in the same seconds).
 var sidePairs = [][2]string{
@@ -40,6 +42,7 @@ var sidePairs = [][2]string{
 	{"keygate-bearer", "keygate-base-bearer"},
 	{"keygate", "bare"},
 	{"keygate-redis", "bare"},
+	{"keygate-redis", "bare-redis"},
 	{"keygate", "caddy"},
 	{"keygate-keys", "keygate"},
 	{"keygate-redis-keys", "keygate-redis"},
@@ -205,7 +208,7 @@ func printSideBySide(w io.Writer, o Options, rounds []sideRound) {
 	if o.TLS {
 		load = "over TLS 1.3, each under its own `wrk -t1 -c16` over https (HTTP/1.1) and then its own `h2load -t1 -c16 -m10` (HTTP/2)"
 	}
-	fmt.Fprintf(w, "\nSide by side: each keygate target and its base at the same time, %s for %s, on one upstream: both see the same machine in the same seconds. keygate-base… is %s; bare is the bare proxy; a target named …-keys holds -keys keys and its load spreads over all of them, against the same keygate with one key. CPU is the target's process tree, with its redis-server's for the Redis limiter; a ratio below 1 is the target spending less per request than its base.\n\n", load, o.Duration, base)
+	fmt.Fprintf(w, "\nSide by side: each keygate target and its base at the same time, %s for %s, on one upstream: both see the same machine in the same seconds. keygate-base… is %s; bare is the bare proxy, bare-redis the bare proxy with one redis_rate decision a request in a redis-server of its own; a target named …-keys holds -keys keys and its load spreads over all of them, against the same keygate with one key. CPU is the target's process tree, with its redis-server's for a Redis limiter (keygate's, bare-redis's); a ratio below 1 is the target spending less per request than its base.\n\n", load, o.Duration, base)
 	if len(rounds) == 0 {
 		fmt.Fprintln(w, "No pair ran (wrk is not installed, or no keygate target ran with its base).")
 		return

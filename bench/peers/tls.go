@@ -462,7 +462,7 @@ func printTLSTables(w io.Writer, o Options, r *tlsResults) {
 	sz := sizes(o)
 	secs := max(1, int(o.Duration/time.Second))
 	fmt.Fprintf(w, "TLS 1.3 (only), one self-signed ECDSA P-256 certificate for every target, HTTP/1.1 and HTTP/2 offered by ALPN; the upstream behind the proxies is plain HTTP. "+
-		"direct is the upstream's handler on a Go TLS listener of its own (the ceiling); bare is the tuned `httputil.ReverseProxy` on a Go `http.Server` with TLS. "+
+		"direct is the upstream's handler on a Go TLS listener of its own (the ceiling); bare is the tuned `httputil.ReverseProxy` on a Go `http.Server` with TLS, bare-redis the same with one redis_rate decision a request in a redis-server of its own. "+
 		"Median of %d rep(s) in alternating order%s, %ds per run; rps as a ratio to direct, to bare and to caddy; CPU µs/req of the target's process tree; errors are every run's non-2xx answers and failed requests. "+
 		"Large uploads are not run in TLS mode.\n\n", o.Reps, warmNote(o), secs)
 	for _, s := range r.skipped {
