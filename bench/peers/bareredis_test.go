@@ -108,7 +108,7 @@ func TestBareRedisHandler(t *testing.T) {
 // keygate-redis: in plain mode it must carry every load without an error,
 // have a row in the Redis-limiter table with its redis-server's CPU per
 // request (not zero: redis_rate decided every request there), and be
-// paired side by side with keygate-redis; over TLS it must answer on
+// paired side by side with keygate-redis and with bare; over TLS it must answer on
 // both protocols (the readiness probe) and carry wrk's and h2load's load.
 func TestSmokeBareRedis(t *testing.T) {
 	if testing.Short() {
@@ -126,7 +126,7 @@ func TestSmokeBareRedis(t *testing.T) {
 		wants []string
 	}{
 		{"plain", Options{Targets: "bare,bare-redis,keygate-redis", SideBySide: true, Sizes: "256"},
-			[]string{"| bare-redis |", "| keygate-redis | bare-redis | 256 B | **", "| keygate-redis | bare | 256 B | **"}},
+			[]string{"| bare-redis |", "| keygate-redis | bare-redis | 256 B | **", "| keygate-redis | bare | 256 B | **", "| bare-redis | bare | 256 B | **"}},
 		{"TLS", Options{Targets: "bare,bare-redis", TLS: true, Sizes: "256"},
 			[]string{"bare-redis the same with one redis_rate decision", "| bare-redis |"}},
 	} {

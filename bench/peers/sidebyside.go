@@ -33,7 +33,8 @@ import (
 // keygate with each limiter against the bare proxy and keygate against
 // Caddy (issue 21's bounds, in the same seconds); when bare-redis is,
 // keygate's Redis limiter against the bare proxy with redis_rate (the
-// floor of an exact shared limit in Redis); and with -keys, keygate
+// floor of an exact shared limit in Redis), and with bare too, that floor
+// against the bare proxy (what the limit alone costs it); and with -keys, keygate
 // with N keys against keygate with one, for each limiter (the load spread
 // over the N keys against the same load on one key, in the same seconds).
 var sidePairs = [][2]string{
@@ -43,6 +44,7 @@ var sidePairs = [][2]string{
 	{"keygate", "bare"},
 	{"keygate-redis", "bare"},
 	{"keygate-redis", "bare-redis"},
+	{"bare-redis", "bare"},
 	{"keygate", "caddy"},
 	{"keygate-keys", "keygate"},
 	{"keygate-redis-keys", "keygate-redis"},
