@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -104,12 +103,11 @@ func TestBareRedisHandler(t *testing.T) {
 	}
 }
 
-// TestSmokeBareRedis runs bare-redis in smoke mode beside bare and
-// keygate-redis: in plain mode it must carry every load without an error,
-// have a row in the Redis-limiter table with its redis-server's CPU per
-// request (not zero: redis_rate decided every request there), and be
-// paired side by side with keygate-redis and with bare; over TLS it must answer on
-// both protocols (the readiness probe) and carry wrk's and h2load's load.
+// TestSmokeBareRedis: in smoke mode bare-redis carries its load without
+// an error and has a row in the Redis-limiter table with its
+// redis-server's CPU per request, not zero: redis_rate decided every
+// request there. (TestSmoke and TestSmokeTLS run it among every target,
+// side by side and over TLS.)
 func TestSmokeBareRedis(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes and builds keygate")
@@ -119,59 +117,25 @@ func TestSmokeBareRedis(t *testing.T) {
 	}
 	// The roles without -race, so that bare-redis makes requests at a
 	// rate whose redis-server CPU /proc's ticks can see.
-	roles := buildRoles(t)
-	for _, tc := range []struct {
-		name  string
-		o     Options
-		wants []string
-	}{
-		{"plain", Options{Targets: "bare,bare-redis,keygate-redis", SideBySide: true, Sizes: "256"},
-			[]string{"| bare-redis |", "| keygate-redis | bare-redis | 256 B | **", "| keygate-redis | bare | 256 B | **", "| bare-redis | bare | 256 B | **"}},
-		{"TLS", Options{Targets: "bare,bare-redis", TLS: true, Sizes: "256"},
-			[]string{"bare-redis the same with one redis_rate decision", "| bare-redis |"}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if tc.o.TLS && benchproc.LookPath("h2load") == "" {
-				t.Skip("h2load is not installed (make deps)")
-			}
-			o := tc.o
-			o.Smoke, o.RoleBin = true, roles
-			var out, errb bytes.Buffer
-			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-			defer cancel()
-			err := Run(ctx, o, &out, &errb)
-			t.Log(errb.String())
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Log("\n" + out.String())
-			for _, want := range tc.wants {
-				if !strings.Contains(out.String(), want) {
-					t.Errorf("output lacks %q", want)
-				}
-			}
-			if !o.TLS {
-				_, redisTable, ok := strings.Cut(out.String(), "The Redis-limiter targets' redis-server")
-				m := regexp.MustCompile(`\n\| bare-redis \| (\d+) \| (\d+) \| (\d+) \|`).FindStringSubmatch(redisTable)
-				if !ok || m == nil {
-					t.Fatalf("no bare-redis row in the Redis-limiter table:\n%s", out.String())
-				}
-				if m[2] == "0" {
-					t.Errorf("bare-redis's redis-server spent no CPU: %s", m[0])
-				}
-			}
-			var loaded int
-			for _, line := range strings.Split(errb.String(), "\n") {
-				if strings.Contains(line, "bare-redis") && strings.Contains(line, "closed:") {
-					loaded++
-				}
-				if strings.Contains(line, "errors") && !strings.HasSuffix(line, " 0 errors") && !strings.Contains(line, ", 0/") {
-					t.Errorf("a target failed requests: %s", line)
-				}
-			}
-			if loaded == 0 {
-				t.Error("bare-redis had no closed-loop run")
-			}
-		})
+	out, errb := runLogged(t, Options{Targets: "bare-redis", Sizes: "256", Smoke: true, RoleBin: buildRoles(t)}, 4*time.Minute)
+	_, redisTable, ok := strings.Cut(out, "The Redis-limiter targets' redis-server")
+	m := regexp.MustCompile(`\n\| bare-redis \| (\d+) \| (\d+) \| (\d+) \|`).FindStringSubmatch(redisTable)
+	if !ok || m == nil {
+		t.Fatalf("no bare-redis row in the Redis-limiter table:\n%s", out)
+	}
+	if m[2] == "0" {
+		t.Errorf("bare-redis's redis-server spent no CPU: %s", m[0])
+	}
+	var loaded int
+	for _, line := range strings.Split(errb, "\n") {
+		if strings.Contains(line, "bare-redis") && strings.Contains(line, "closed:") {
+			loaded++
+		}
+		if strings.Contains(line, "errors") && !strings.HasSuffix(line, " 0 errors") && !strings.Contains(line, ", 0/") {
+			t.Errorf("a target failed requests: %s", line)
+		}
+	}
+	if loaded == 0 {
+		t.Error("bare-redis had no closed-loop run")
 	}
 }

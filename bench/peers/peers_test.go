@@ -40,10 +40,10 @@ func TestSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Log("\n" + out.String())
-	wants := []string{"| direct |", "| bare |", "| keygate |", "| keygate-redis |", "| keygate-bearer |", "| keygate-base |", "Open loop", "Large uploads", "Side by side:"}
+	wants := []string{"| direct |", "| bare |", "| bare-redis |", "| keygate |", "| keygate-redis |", "| keygate-bearer |", "| keygate-base |", "Open loop", "Large uploads", "Side by side:"}
 	if benchproc.LookPath("wrk") != "" {
 		wants = append(wants, "Refusals: `wrk -t2 -c32`", "| keygate-redis | keygate-base-redis | 256 B | **", "| keygate-bearer | keygate-base-bearer | 256 B | **",
-			"| keygate | bare | 256 B | **", "| keygate-redis | bare | 256 B | **")
+			"| keygate | bare | 256 B | **", "| keygate-redis | bare | 256 B | **", "| keygate-redis | bare-redis | 256 B | **", "| bare-redis | bare | 256 B | **")
 	}
 	if benchproc.LookPath("nginx") != "" && luaInstalled() {
 		wants = append(wants, "| nginx-lua |")
@@ -204,6 +204,13 @@ func runSideBySide(t *testing.T, o Options, timeout time.Duration) (out, errb st
 		t.Skip("wrk is not installed (make deps)")
 	}
 	o.Smoke, o.OnlySideBySide = true, true
+	return runLogged(t, o, timeout)
+}
+
+// runLogged runs the bench with o within timeout, logs its stderr and
+// stdout, returns them, and fails t if it fails.
+func runLogged(t *testing.T, o Options, timeout time.Duration) (out, errb string) {
+	t.Helper()
 	var ob, eb bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()

@@ -21,7 +21,7 @@ import (
 )
 
 // TestSmokeTLS runs the bench in TLS smoke mode: every installed target
-// (direct, bare, nginx, nginx-lua, HAProxy, Caddy, keygate with either limiter) must
+// (direct, bare, bare-redis, nginx, nginx-lua, HAProxy, Caddy, keygate with either limiter) must
 // answer the bench request with 200 over TLS 1.3 on both HTTP/1.1 and
 // HTTP/2 and refuse TLS 1.2 (the readiness check, TestTLSReady), then
 // carry wrk's and h2load's load without an error.
@@ -40,7 +40,7 @@ func TestSmokeTLS(t *testing.T) {
 	}
 	t.Log("\n" + out.String())
 	wants := []string{"TLS 1.3", "ECDSA P-256", "HTTP/1.1 over TLS 1.3, closed loop: `wrk", "HTTP/2 over TLS 1.3, closed loop: `h2load -c32 -m10",
-		"| direct |", "| bare |", "| keygate |", "| keygate-redis |", "Open loop over TLS 1.3"}
+		"| direct |", "| bare |", "| bare-redis |", "| keygate |", "| keygate-redis |", "Open loop over TLS 1.3"}
 	if benchproc.LookPath("nginx") != "" && luaInstalled() {
 		wants = append(wants, "| nginx-lua |")
 	}
