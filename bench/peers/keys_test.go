@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"os"
@@ -28,9 +27,6 @@ func TestSmokeKeys(t *testing.T) {
 		t.Skip("starts processes and builds keygate")
 	}
 	const n = 1000
-	var out, errb bytes.Buffer
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
 	targets := "keygate,keygate-redis,keygate-keys,keygate-redis-keys"
 	wants := []string{"| keygate-keys | keygate |", "| keygate-redis-keys | keygate-redis |", "Memory of each target that checks keys right after", "| target | RSS MiB | PSS MiB |", "bytes per active key", "| quota counter (q:{id}) | 1000 | 0 |"}
 	if benchproc.LookPath("nginx") != "" && luaInstalled() {
@@ -38,23 +34,14 @@ func TestSmokeKeys(t *testing.T) {
 		targets += ",nginx-lua,nginx-lua-keys"
 		wants = append(wants, "| nginx-lua-keys | nginx-lua |")
 	}
-	err := Run(ctx, Options{Smoke: true, Keys: n, Targets: targets}, &out, &errb)
-	t.Log(errb.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Log("\n" + out.String())
+	out, errb := runLogged(t, Options{Smoke: true, Keys: n, Targets: targets}, 5*time.Minute)
 	for _, want := range wants {
-		if !strings.Contains(out.String(), want) {
+		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q", want)
 		}
 	}
-	for _, line := range strings.Split(errb.String(), "\n") {
-		if strings.Contains(line, "errors") && !strings.HasSuffix(line, " 0 errors") && !strings.Contains(line, ", 0/") {
-			t.Errorf("a target failed requests: %s", line)
-		}
-	}
-	used := regexp.MustCompile(`(keygate-\S+): keys used: (\d+) in the warm-up, (\d+) in the measured load`).FindAllStringSubmatch(errb.String(), -1)
+	noFailedRequests(t, errb)
+	used := regexp.MustCompile(`(keygate-\S+): keys used: (\d+) in the warm-up, (\d+) in the measured load`).FindAllStringSubmatch(errb, -1)
 	if len(used) != 2 {
 		t.Fatalf("want the keys used by 2 many-keys targets, got %q", used)
 	}
@@ -65,7 +52,7 @@ func TestSmokeKeys(t *testing.T) {
 	}
 	// The TTL audit: every rate-limit bucket, quota counter and usage
 	// hash expires.
-	rows := regexp.MustCompile(`(?m)^\| ((?:rate-limit bucket|quota counter|usage)[^|]*) \| (\d+) \| (\d+) \|$`).FindAllStringSubmatch(out.String(), -1)
+	rows := regexp.MustCompile(`(?m)^\| ((?:rate-limit bucket|quota counter|usage)[^|]*) \| (\d+) \| (\d+) \|$`).FindAllStringSubmatch(out, -1)
 	if len(rows) < 3 {
 		t.Fatalf("want the TTL audit's quota and usage rows, got %q", rows)
 	}
@@ -90,17 +77,10 @@ func TestKeysOverTLS(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes and builds keygate")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
 	prof := filepath.Join(t.TempDir(), "cpu.pprof")
-	var out, errb bytes.Buffer
-	err := Run(ctx, Options{Profile: prof, TLS: true, Keys: 300, Duration: time.Second, Sizes: "256"}, &out, &errb)
-	t.Log(errb.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(errb.String(), "warm-up sent each of 300 keys once") || !strings.Contains(out.String(), "keygate 256 B:") {
-		t.Errorf("want the warm-up of 300 keys and the profile's figure, got\n%s%s", errb.String(), out.String())
+	out, errb := runLogged(t, Options{Profile: prof, TLS: true, Keys: 300, Duration: time.Second, Sizes: "256"}, 5*time.Minute)
+	if !strings.Contains(errb, "warm-up sent each of 300 keys once") || !strings.Contains(out, "keygate 256 B:") {
+		t.Errorf("want the warm-up of 300 keys and the profile's figure, got\n%s%s", errb, out)
 	}
 	if st, err := os.Stat(prof); err != nil || st.Size() == 0 {
 		t.Errorf("profile: %v", err)

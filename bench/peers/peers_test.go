@@ -31,15 +31,7 @@ func TestSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes and builds keygate")
 	}
-	var out, errb bytes.Buffer
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	err := Run(ctx, Options{Smoke: true, Refusals: true, SideBySide: true}, &out, &errb)
-	t.Log(errb.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Log("\n" + out.String())
+	out, errb := runLogged(t, Options{Smoke: true, Refusals: true, SideBySide: true}, 5*time.Minute)
 	wants := []string{"| direct |", "| bare |", "| bare-redis |", "| keygate |", "| keygate-redis |", "| keygate-bearer |", "| keygate-base |", "Open loop", "Large uploads", "Side by side:"}
 	if benchproc.LookPath("wrk") != "" {
 		wants = append(wants, "Refusals: `wrk -t2 -c32`", "| keygate-redis | keygate-base-redis | 256 B | **", "| keygate-bearer | keygate-base-bearer | 256 B | **",
@@ -49,16 +41,12 @@ func TestSmoke(t *testing.T) {
 		wants = append(wants, "| nginx-lua |")
 	}
 	for _, want := range wants {
-		if !strings.Contains(out.String(), want) {
+		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q", want)
 		}
 	}
 	// Every progress line ends with its error count; all must be zero.
-	for _, line := range strings.Split(errb.String(), "\n") {
-		if strings.Contains(line, "errors") && !strings.HasSuffix(line, " 0 errors") && !strings.Contains(line, ", 0/") {
-			t.Errorf("a target failed requests: %s", line)
-		}
-	}
+	noFailedRequests(t, errb)
 }
 
 // The large-uploads table is printed only when large uploads ran: with
@@ -221,6 +209,18 @@ func runLogged(t *testing.T, o Options, timeout time.Duration) (out, errb string
 	}
 	t.Log("\n" + ob.String())
 	return ob.String(), eb.String()
+}
+
+// noFailedRequests fails t for each progress line in errb whose error
+// count is not zero: every line that reports errors ends with " 0
+// errors" or, for an open loop, reads ", 0/…".
+func noFailedRequests(t *testing.T, errb string) {
+	t.Helper()
+	for _, line := range strings.Split(errb, "\n") {
+		if strings.Contains(line, "errors") && !strings.HasSuffix(line, " 0 errors") && !strings.Contains(line, ", 0/") {
+			t.Errorf("a target failed requests: %s", line)
+		}
+	}
 }
 
 // TestOnlySideBySideBaseRev: -keygate-base-rev builds the base from a
