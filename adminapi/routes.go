@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/keygate/keygate/internal/inputcheck"
 	"github.com/keygate/keygate/internal/statuswriter"
 	"github.com/keygate/keygate/internal/strictjson"
 
@@ -108,6 +109,12 @@ func (a *API) wrap(rt Route) http.Handler {
 			writeProblem(w, r, http.StatusForbidden, "forbidden", "missing scope", "this operation needs the scope "+rt.Scope)
 			return
 		}
+		// One value per query parameter, and a query that parses: what a
+		// handler reads is what every other parser of the URL reads.
+		if _, err := inputcheck.Query(r.URL.RawQuery); err != nil {
+			writeProblem(w, r, http.StatusBadRequest, "invalid-request", "the request is invalid", err.Error())
+			return
+		}
 		req := &request{Request: r, principal: p}
 		if isWrite(r.Method) {
 			body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
@@ -121,8 +128,15 @@ func (a *API) wrap(rt Route) http.Handler {
 				return
 			}
 			if len(bytes.TrimSpace(body)) > 0 {
-				if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-					writeProblem(w, r, http.StatusUnsupportedMediaType, "unsupported-media-type", "unsupported media type", "send the body as application/json")
+				ct := r.Header.Get("Content-Type")
+				if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+					writeProblem(w, r, http.StatusUnsupportedMediaType, "unsupported-media-type", "unsupported media type", "Content-Type: send the body as application/json")
+					return
+				}
+				// The body is read as UTF-8 whatever it declares, so a body
+				// declared as another charset is refused, not misread.
+				if err := inputcheck.Charset(ct); err != nil {
+					writeProblem(w, r, http.StatusUnsupportedMediaType, "unsupported-media-type", "unsupported media type", err.Error())
 					return
 				}
 			}
@@ -259,9 +273,9 @@ func writeBody(w http.ResponseWriter, status int, b []byte, ctype string) {
 // data are all a 400 that names the problem.
 func (r *request) decode(v any) error {
 	if len(bytes.TrimSpace(r.body)) == 0 {
-		return badRequest("a JSON body is required")
+		return badRequest("body: a JSON object is required")
 	}
-	if err := strictjson.Unmarshal(r.body, v); err != nil {
+	if err := strictjson.UnmarshalObject(r.body, v); err != nil {
 		return badRequest("body: " + err.Error())
 	}
 	return nil

@@ -223,7 +223,7 @@ func (s *Service) Create(ctx context.Context, a keyops.Actor, req CreateRequest)
 	if len(req.Scopes) == 0 {
 		err = invalidError{errors.New("scopes: at least one is required")}
 	}
-	if terr := keyops.CheckText("name", req.Name); terr != nil && err == nil {
+	if terr := keyops.CheckName("name", req.Name); terr != nil && err == nil {
 		err = terr // wraps keyops.ErrInvalid
 	}
 	var tok string

@@ -85,6 +85,7 @@ func TestInvalidConfigNamesTheField(t *testing.T) {
 		{"plan zero quota", "ratelimit:\n  plans:\n    pro: { rate: 5, per: 1s, burst: 10, quota: { requests: 0, per: 0s } }\n", "ratelimit.plans.pro.quota.requests"},
 		{"plan huge rate", "ratelimit:\n  plans:\n    pro: { rate: 1e9, per: 1s, burst: 10 }\n", "ratelimit.plans.pro.rate"},
 		{"failure limit huge rate", "auth:\n  failure_limit: { enabled: true, rate: 1e308 }\n", "auth.failure_limit.rate"},
+		{"trusted proxy with host bits", "server:\n  trusted_proxies: [10.0.0.0/8, 10.1.2.3/8]\n", `server.trusted_proxies[1]: "10.1.2.3/8" has host bits set; write the range as 10.0.0.0/8`},
 		{"same fixed port twice", "server:\n  listen: \"127.0.0.1:9000\"\n  admin_listen: \"127.0.0.1:9000\"\n", "server.admin_listen"},
 	}
 	for _, c := range cases {

@@ -51,6 +51,9 @@ func (s *Service) checkPermissions(product string, names []string) error {
 
 // normalizeCIDRs checks allowed_cidrs and returns them in canonical form.
 func normalizeCIDRs(cidrs []string) ([]string, error) {
+	if err := CheckCIDRs("allowed_cidrs", cidrs); err != nil {
+		return nil, err
+	}
 	out, err := policy.NormalizeCIDRs("allowed_cidrs", cidrs)
 	if err != nil {
 		return nil, asInvalid(err)

@@ -62,7 +62,7 @@ func (s *Service) CreateConsumer(ctx context.Context, a Actor, spec ConsumerSpec
 }
 
 func (s *Service) newConsumer(spec ConsumerSpec, lu LimitUpdate, changes map[string]string) (keystore.Consumer, error) {
-	if err := CheckText("name", spec.Name); err != nil {
+	if err := CheckName("name", spec.Name); err != nil {
 		return keystore.Consumer{}, err
 	}
 	if spec.AnyContext && len(spec.Contexts) > 0 {
@@ -191,7 +191,7 @@ func (s *Service) UpdateConsumer(ctx context.Context, a Actor, id string, u Cons
 		err = s.prepareAccess("", &u.Access)
 	}
 	if err == nil && u.Name != nil {
-		err = CheckText("name", *u.Name)
+		err = CheckName("name", *u.Name)
 	}
 	if err == nil {
 		err = checkMetadata(u.Metadata)

@@ -27,7 +27,7 @@ func (s *Service) IssueKey(ctx context.Context, a Actor, req keystore.IssueReque
 	if req.Permissions != nil {
 		changes["permissions"] = strings.Join(req.Permissions, ",")
 	}
-	if err := CheckText("name", req.Name); err != nil {
+	if err := CheckName("name", req.Name); err != nil {
 		return "", keystore.Record{}, s.audit(ctx, a, "key.issue", "", changes, err)
 	}
 	if req.Permissions != nil && len(req.Permissions) == 0 {
@@ -227,7 +227,7 @@ func (s *Service) UpdateKey(ctx context.Context, a Actor, id string, u KeyUpdate
 		}
 	}
 	if err == nil && u.Name != nil {
-		err = CheckText("name", *u.Name)
+		err = CheckName("name", *u.Name)
 	}
 	if err == nil {
 		err = s.precheckKey(ctx, id, u.Limits, s.now())

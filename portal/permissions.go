@@ -91,7 +91,12 @@ func (p *Portal) narrowKey(w http.ResponseWriter, r *http.Request, sess *Session
 	for _, line := range strings.FieldsFunc(r.PostForm.Get("allowed_cidrs"), func(c rune) bool { return c == '\n' || c == ',' || c == '\r' || c == ' ' }) {
 		cidrs = append(cidrs, line)
 	}
-	cidrs, err = policy.NormalizeCIDRs("allowed_cidrs", cidrs)
+	// Host bits are refused before the ranges are put in canonical form,
+	// as on every way in (keyops.CheckCIDRs).
+	err = keyops.CheckCIDRs("allowed_cidrs", cidrs)
+	if err == nil {
+		cidrs, err = policy.NormalizeCIDRs("allowed_cidrs", cidrs)
+	}
 	if err != nil {
 		p.permissionsForm(w, r, sess, rec, http.StatusBadRequest, "Addresses: "+userMessage(err))
 		return

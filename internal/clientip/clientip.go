@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+
+	"github.com/keygate/keygate/internal/inputcheck"
 )
 
 // TrustedProxies is the set of peers whose X-Forwarded-For keygate
@@ -21,10 +23,17 @@ type TrustedProxies struct {
 }
 
 // ParseTrustedProxies parses CIDRs ("10.0.0.0/8") and bare addresses
-// ("192.0.2.7", taken as one host). field names the option in errors.
+// ("192.0.2.7", taken as one host). A CIDR with host bits set
+// ("10.1.2.3/8") is refused, naming its canonical form, as on every way
+// in (package inputcheck): trusting a whole range where one proxy was
+// meant would let any host in it name the client. field names the option
+// in errors.
 func ParseTrustedProxies(field string, cidrs []string) (TrustedProxies, error) {
 	var tp TrustedProxies
 	for i, c := range cidrs {
+		if err := inputcheck.CIDR(fmt.Sprintf("%s[%d]", field, i), c); err != nil {
+			return TrustedProxies{}, err
+		}
 		c = strings.TrimSpace(c)
 		p, err := netip.ParsePrefix(c)
 		if err != nil {

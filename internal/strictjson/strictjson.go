@@ -49,6 +49,35 @@ func Unmarshal(b []byte, v any) error {
 	return nil
 }
 
+// UnmarshalObject is Unmarshal for a body that must be one JSON object:
+// any other top-level value (null, an array, a string, a number, true)
+// is refused before decoding. A null would otherwise decode into a struct
+// as nothing at all, and be read as a request that sets every field to
+// its zero value.
+func UnmarshalObject(b []byte, v any) error {
+	var what string
+	switch jsontext.NewDecoder(bytes.NewReader(b)).PeekKind() {
+	case '{':
+		return Unmarshal(b, v)
+	case 'n':
+		what = "null"
+	case '[':
+		what = "an array"
+	case '"':
+		what = "a string"
+	case '0':
+		what = "a number"
+	case 't', 'f':
+		what = "a boolean"
+	default: // not JSON: the parser says why
+		if err := Unmarshal(b, v); err != nil {
+			return err
+		}
+		what = "that"
+	}
+	return &Error{"the top level must be a JSON object, not " + what}
+}
+
 // checkNames walks b's tokens and refuses member names of one object that
 // fold to the same name. Duplicates and invalid UTF-8 are refused by the
 // tokenizer itself.
