@@ -91,7 +91,7 @@ func TestCIDR(t *testing.T) {
 func TestCharset(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
-		in       string
+		in        string
 		ok, is415 bool
 	}{
 		{"", true, false},
