@@ -2,6 +2,7 @@ package inputcheck_test
 
 import (
 	"errors"
+	"mime"
 	"net/netip"
 	"strings"
 	"testing"
@@ -185,20 +186,27 @@ func FuzzCIDR(f *testing.F) {
 	})
 }
 
-// FuzzCharset: an accepted Content-Type declares UTF-8 or no charset.
+// FuzzCharset: an accepted Content-Type parses, and declares UTF-8 or
+// no charset; a refused one that parses declares another charset.
 func FuzzCharset(f *testing.F) {
 	for _, s := range []string{"application/json", "application/json; charset=utf-16", `text/plain; charset="UTF-8"`, "a/b; charset=x; charset=y"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		if inputcheck.Charset(s) != nil || s == "" {
+		err := inputcheck.Charset(s)
+		if s == "" {
 			return
 		}
-		if !strings.Contains(strings.ToLower(s), "charset") {
-			return
-		}
-		if !strings.Contains(strings.ToLower(s), "utf-8") {
-			t.Fatalf("accepted %q", s)
+		_, params, perr := mime.ParseMediaType(s)
+		cs, has := params["charset"]
+		utf8 := !has || strings.EqualFold(cs, "utf-8")
+		switch {
+		case err == nil && (perr != nil || !utf8):
+			t.Fatalf("accepted %q (charset %q, parse error %v)", s, cs, perr)
+		case err != nil && perr == nil && utf8:
+			t.Fatalf("refused %q: %v", s, err)
+		case errors.Is(err, inputcheck.ErrCharset) != (perr == nil && !utf8):
+			t.Fatalf("%q: %v, want ErrCharset exactly for another charset", s, err)
 		}
 	})
 }

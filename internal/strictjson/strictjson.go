@@ -55,10 +55,17 @@ func Unmarshal(b []byte, v any) error {
 // as nothing at all, and be read as a request that sets every field to
 // its zero value.
 func UnmarshalObject(b []byte, v any) error {
-	var what string
-	switch jsontext.NewDecoder(bytes.NewReader(b)).PeekKind() {
-	case '{':
+	k := jsontext.NewDecoder(bytes.NewReader(b)).PeekKind()
+	if k == '{' {
 		return Unmarshal(b, v)
+	}
+	// Not JSON at all is a syntax error, said as Unmarshal says it.
+	var raw jsontext.Value
+	if err := Unmarshal(b, &raw); err != nil {
+		return err
+	}
+	var what string
+	switch k {
 	case 'n':
 		what = "null"
 	case '[':
@@ -69,10 +76,7 @@ func UnmarshalObject(b []byte, v any) error {
 		what = "a number"
 	case 't', 'f':
 		what = "a boolean"
-	default: // not JSON: the parser says why
-		if err := Unmarshal(b, v); err != nil {
-			return err
-		}
+	default:
 		what = "that"
 	}
 	return &Error{"the top level must be a JSON object, not " + what}

@@ -86,3 +86,46 @@ func FuzzUnmarshal(f *testing.F) {
 }
 
 func utf8Valid(s string) bool { return strings.ToValidUTF8(s, "\uFFFD") == s }
+
+// UnmarshalObject refuses every top-level value but an object, naming
+// what it got, and decodes an object as Unmarshal does.
+func TestUnmarshalObject(t *testing.T) {
+	t.Parallel()
+	type body struct {
+		Name string `json:"name"`
+	}
+	for in, want := range map[string]string{
+		`null`: "not null", ` null `: "not null", `[]`: "not an array", `"x"`: "not a string",
+		`0`: "not a number", `true`: "not a boolean", `false`: "not a boolean", `nul`: "not valid JSON", `}`: "not valid JSON",
+	} {
+		var b body
+		if err := strictjson.UnmarshalObject([]byte(in), &b); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("UnmarshalObject(%q) = %v, want %q", in, err, want)
+		}
+	}
+	var b body
+	if err := strictjson.UnmarshalObject([]byte(` {"name":"a"}`), &b); err != nil || b.Name != "a" {
+		t.Fatalf("an object: %v %+v", err, b)
+	}
+}
+
+// FuzzUnmarshalObject: whatever UnmarshalObject accepts is a JSON object
+// that Unmarshal accepts too.
+func FuzzUnmarshalObject(f *testing.F) {
+	for _, s := range []string{`null`, `{}`, `{"a":1}`, `[]`, ` {"a":null} `, `{"a":1}x`, "\ufeff{}"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var m map[string]any
+		if strictjson.UnmarshalObject(b, &m) != nil {
+			return
+		}
+		if m == nil {
+			t.Fatalf("accepted %q as no object", b)
+		}
+		var m2 map[string]any
+		if err := strictjson.Unmarshal(b, &m2); err != nil {
+			t.Fatalf("accepted %q, which Unmarshal refuses: %v", b, err)
+		}
+	})
+}
