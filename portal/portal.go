@@ -31,6 +31,7 @@ import (
 
 	"github.com/keygate/keygate/internal/fieldpath"
 
+	"github.com/keygate/keygate/internal/inputcheck"
 	"github.com/keygate/keygate/internal/statuswriter"
 
 	"github.com/keygate/keygate/internal/capool"
@@ -265,6 +266,14 @@ func (p *Portal) guard(next http.Handler) http.Handler {
 			p.tooMany(sw, r)
 		case r.Method == http.MethodPost && crossSite(r, p.scheme(r)):
 			p.errorPage(sw, r, nil, http.StatusForbidden, "Request refused", "This form was sent from another site.")
+		case queryProblem(r) != "":
+			// One value per parameter (package inputcheck), as the admin
+			// API: a page reads what every other parser of the URL reads.
+			p.errorPage(sw, r, nil, http.StatusBadRequest, "Bad request", queryProblem(r))
+		case r.Method == http.MethodPost && inputcheck.Charset(r.Header.Get("Content-Type")) != nil:
+			// Forms are read as UTF-8; one declared otherwise would be misread.
+			p.errorPage(sw, r, nil, http.StatusUnsupportedMediaType, "Unsupported form encoding",
+				"The form was sent in a character set other than UTF-8 ("+inputcheck.Charset(r.Header.Get("Content-Type")).Error()+").")
 		default:
 			// The real ResponseWriter, so that net/http closes the
 			// connection after a body over the cap; and net/http's own
@@ -283,6 +292,18 @@ func (p *Portal) guard(next http.Handler) http.Handler {
 			zap.String("method", r.Method), zap.String("route", route), zap.Int("status", sw.Status()),
 			zap.String("remote", addr.String()), zap.Float64("duration_ms", float64(p.now().Sub(start))/float64(time.Millisecond)))
 	})
+}
+
+// queryProblem says what is wrong with r's query (a parameter given
+// twice, or one that cannot be read), or "".
+func queryProblem(r *http.Request) string {
+	if r.URL.RawQuery == "" {
+		return ""
+	}
+	if _, err := inputcheck.Query(r.URL.RawQuery); err != nil {
+		return "The address is not valid: " + err.Error() + "."
+	}
+	return ""
 }
 
 // crossSite reports whether a POST comes from another origin, by the
