@@ -161,10 +161,12 @@ func OpenRedis(cfg RedisConfig) (*RedisStore, error) {
 		Failures: cfg.BreakerFailures,
 		Backoff:  cfg.BreakerBackoff,
 		OnStateChange: func(from, to string) {
-			switch to {
-			case "open":
-				s.log.Warn("keystore: Redis unavailable; serving cached keys, unknown keys get 503", zap.String("from", from))
-			case "closed":
+			// One line when Redis is lost and one when it is back, not one
+			// per failed probe (open → half-open → open each back-off).
+			switch {
+			case from == "closed":
+				s.log.Warn("keystore: Redis unavailable; serving cached keys, unknown keys get 503")
+			case to == "closed":
 				s.log.Info("keystore: Redis available again")
 				s.signal(s.wake)
 			}
