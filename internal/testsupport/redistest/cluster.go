@@ -101,14 +101,15 @@ func (c *Cluster) replicasUp(s *Server, want int) bool {
 // slot of key, by each node's own view (CLUSTER NODES, "myself,master").
 func (c *Cluster) PrimaryOf(t testing.TB, key string) *Server {
 	t.Helper()
-	if s := c.primaryOf(key); s != nil {
+	if s := c.ServingPrimary(key); s != nil {
 		return s
 	}
 	t.Fatalf("no live primary serves the slot of %q", key)
 	return nil
 }
 
-func (c *Cluster) primaryOf(key string) *Server {
+// ServingPrimary is PrimaryOf, or nil while no live node serves the slot.
+func (c *Cluster) ServingPrimary(key string) *Server {
 	for _, s := range c.Nodes {
 		if !s.Running() {
 			continue

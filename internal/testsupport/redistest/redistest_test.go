@@ -72,7 +72,7 @@ func TestClusterWithReplicasFailsOver(t *testing.T) {
 				}
 			}
 		}
-		return c.StateOK() && c.primaryOf("k") != nil
+		return c.StateOK() && c.ServingPrimary("k") != nil
 	})
 	t.Logf("the cluster recovered %s after the kill", time.Since(killed).Round(time.Millisecond))
 	if p := c.PrimaryOf(t, "k"); p == old {
