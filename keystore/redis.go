@@ -117,6 +117,10 @@ type RedisStore struct {
 	// cursor is the id of the last log entry applied; "" before the
 	// first pass, "0-0" when the log was empty. Owned by syncLoop.
 	cursor string
+	// pending are records named by applied log entries that could not
+	// be read (their node was down); each catch-up reads them again.
+	// Owned by syncLoop.
+	pending map[Hash]struct{}
 }
 
 // OpenRedis starts a RedisStore. It does not fail when Redis is down at
@@ -277,7 +281,16 @@ func (s *RedisStore) fetch(h Hash) (Record, bool, error) {
 
 // fetchMany reads the records of hs in pipelined round trips through the
 // breaker, and applies each: stores it, or removes it when it is gone.
-func (s *RedisStore) fetchMany(hs []Hash) error {
+// It returns the hashes it could not read, and the first error: in a
+// Cluster, a node that is down fails only the records in its slots, and
+// the others are applied all the same.
+func (s *RedisStore) fetchMany(hs []Hash) (failed []Hash, first error) {
+	fail := func(h Hash, err error) {
+		failed = append(failed, h)
+		if first == nil {
+			first = err
+		}
+	}
 	for start := 0; start < len(hs); start += s.cfg.PageSize {
 		page := hs[start:min(start+s.cfg.PageSize, len(hs))]
 		cmds := make([]*redis.StringCmd, len(page))
@@ -290,22 +303,35 @@ func (s *RedisStore) fetchMany(hs []Hash) error {
 				}
 				return nil
 			})
+			if err != nil {
+				// Redis answered when any command got an answer: only
+				// a page that failed whole counts against the breaker.
+				for _, c := range cmds {
+					if c != nil && (c.Err() == nil || errors.Is(c.Err(), redis.Nil)) {
+						return "", nil
+					}
+				}
+			}
 			if errors.Is(err, redis.Nil) {
 				err = nil
 			}
 			return "", err
 		})
 		if err != nil {
-			return err
+			for _, h := range page {
+				fail(h, err)
+			}
+			continue
 		}
 		for i, h := range page {
-			s.neg.Remove(h)
 			v, err := cmds[i].Result()
 			if errors.Is(err, redis.Nil) && s.legacy.Load() {
 				rec, ok, err := s.fetch(h)
 				if err != nil {
-					return err
+					fail(h, err)
+					continue
 				}
+				s.neg.Remove(h)
 				if ok {
 					s.put(rec)
 				} else {
@@ -315,10 +341,12 @@ func (s *RedisStore) fetchMany(hs []Hash) error {
 			}
 			switch {
 			case errors.Is(err, redis.Nil):
+				s.neg.Remove(h)
 				s.idx.del(h)
 			case err != nil:
-				return err
+				fail(h, err)
 			default:
+				s.neg.Remove(h)
 				rec, err := decodeRecord(h.String(), v)
 				if err != nil {
 					s.log.Error("keystore: bad record in Redis", zap.Error(err))
@@ -329,7 +357,7 @@ func (s *RedisStore) fetchMany(hs []Hash) error {
 			}
 		}
 	}
-	return nil
+	return failed, first
 }
 
 func (s *RedisStore) pageTimeout() time.Duration { return max(10*s.cfg.Timeout, time.Second) }
@@ -380,7 +408,10 @@ func (s *RedisStore) syncLoop() {
 			continue
 		case err != nil && s.ctx.Err() == nil:
 			s.log.Warn("keystore: reading the change log failed; retrying", zap.Error(err))
-			s.sleep(backoff)
+			// At most a poll interval apart: a Redis failover completes in
+			// seconds, and a revocation made just after it must not wait
+			// for a long back-off (one XRANGE per retry is cheap).
+			s.sleep(min(backoff, s.cfg.PollInterval))
 			backoff = min(2*backoff, 2*time.Second)
 			continue
 		}
@@ -507,6 +538,7 @@ func (s *RedisStore) fullPass(poll <-chan time.Time) error {
 		return firstErr
 	}
 	removed := s.idx.sweep(gen)
+	clear(s.pending) // the pass read them
 	s.cursor = from
 	if !legacy {
 		s.legacy.Store(false)
@@ -596,9 +628,54 @@ func (s *RedisStore) loadBucket(ctx context.Context, key string) error {
 	}
 }
 
+// maxPending is how many records may wait for a re-read before the
+// store re-reads everything instead.
+const maxPending = 10_000
+
+// retryLater keeps the hashes whose records could not be read, to read them
+// again at the next catch-up.
+func (s *RedisStore) retryLater(failed []Hash, err error) {
+	if len(failed) == 0 {
+		return
+	}
+	if s.pending == nil {
+		s.pending = make(map[Hash]struct{}, len(failed))
+	}
+	if len(s.pending) == 0 {
+		s.log.Warn("keystore: some changed records cannot be read from Redis; serving their previous state and retrying", zap.Int("records", len(failed)), zap.Error(err))
+	}
+	for _, h := range failed {
+		s.pending[h] = struct{}{}
+	}
+	if len(s.pending) > maxPending {
+		clear(s.pending)
+		s.signal(s.full)
+	}
+}
+
+// retryPending reads again the records that could not be read before.
+func (s *RedisStore) retryPending() {
+	if len(s.pending) == 0 {
+		return
+	}
+	hs := make([]Hash, 0, len(s.pending))
+	for h := range s.pending {
+		hs = append(hs, h)
+	}
+	failed, _ := s.fetchMany(hs)
+	clear(s.pending)
+	for _, h := range failed {
+		s.pending[h] = struct{}{}
+	}
+	if len(s.pending) == 0 {
+		s.log.Info("keystore: every changed record read again", zap.Int("records", len(hs)))
+	}
+}
+
 // catchUp applies the change log from the store's position on, a page
-// at a time.
+// at a time, after reading again the records that failed before.
 func (s *RedisStore) catchUp() error {
+	s.retryPending()
 	for s.cursor != "" {
 		ctx, cancel := context.WithTimeout(s.ctx, s.pageTimeout())
 		// The range starts at the position itself: finding it proves
@@ -635,9 +712,12 @@ func (s *RedisStore) catchUp() error {
 				return err
 			}
 		}
-		if err := s.fetchMany(hs); err != nil {
-			return err
-		}
+		// A record that cannot be read now (its Cluster slot is failing
+		// over) waits in pending, and the log moves on: one failed
+		// fetch must not hold back every other change, a revocation
+		// among them.
+		failed, err := s.fetchMany(hs)
+		s.retryLater(failed, err)
 		s.cursor = msgs[len(msgs)-1].ID
 		if all {
 			s.signal(s.full)
@@ -683,7 +763,9 @@ func (s *RedisStore) subscribeLoop() {
 			}
 		}
 		_ = ps.Close()
-		s.sleep(backoff)
+		// Capped at the poll interval: changes are polled meanwhile, but a
+		// prompt resubscription after a failover keeps them immediate.
+		s.sleep(min(backoff, s.cfg.PollInterval))
 		if backoff < 2*time.Second {
 			backoff *= 2
 		}
