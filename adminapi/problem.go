@@ -67,6 +67,11 @@ func (a *API) problemOf(r *http.Request, err error) *apiError {
 	case errors.Is(err, keystore.ErrConsumerInUse), errors.Is(err, keystore.ErrRevoked),
 		errors.Is(err, keystore.ErrRotated), errors.Is(err, keystore.ErrExpired):
 		return &apiError{http.StatusConflict, "conflict", "the resource's state does not allow this", err.Error()}
+	case errors.Is(err, keystore.ErrNotDurable):
+		// An issue's key is withdrawn; any other change stands on the
+		// primary and on every replica that saw it, and repeating it is
+		// safe.
+		return &apiError{http.StatusServiceUnavailable, "not-durable", "Redis replicas did not confirm the change in time", err.Error()}
 	}
 	a.log.Error("admin api request failed", zap.String("method", r.Method), zap.String("path", r.URL.Path), zap.Error(err))
 	return &apiError{http.StatusInternalServerError, "internal", "internal error", "the request failed; the gateway's log has the cause"}
