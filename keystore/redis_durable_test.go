@@ -45,7 +45,10 @@ func TestRedisAdminWaitsForReplicas(t *testing.T) {
 	primary, replica := startReplicated(t)
 	ctx := context.Background()
 	var timeouts atomic.Int32
-	a := &keystore.RedisAdmin{Client: redisClient(t, primary.Addr), WaitReplicas: 1, WaitTimeout: 300 * time.Millisecond,
+	// A generous timeout while the replica runs (a loaded CI machine may
+	// take a while to ack), a short one once it is frozen.
+	c := redisClient(t, primary.Addr)
+	a := &keystore.RedisAdmin{Client: c, WaitReplicas: 1, WaitTimeout: 10 * time.Second,
 		OnWaitTimeout: func(string) { timeouts.Add(1) }}
 	onReplica := &keystore.RedisAdmin{Client: redisClient(t, replica.Addr)}
 
@@ -70,6 +73,8 @@ func TestRedisAdminWaitsForReplicas(t *testing.T) {
 
 	replica.Freeze()
 	t.Cleanup(replica.Thaw)
+	a = &keystore.RedisAdmin{Client: c, WaitReplicas: 1, WaitTimeout: 300 * time.Millisecond,
+		OnWaitTimeout: func(string) { timeouts.Add(1) }}
 	key, lost, err := a.Issue(ctx, keystore.IssueRequest{Product: keystore.Extraction, Env: keystore.Live, Context: ctxUUID, Name: "lost"})
 	if !errors.Is(err, keystore.ErrNotDurable) || key != "" {
 		t.Fatalf("issue with a frozen replica: key given %v, err %v; want no key and ErrNotDurable", key != "", err)
