@@ -60,10 +60,10 @@ type redisKeys struct {
 	// admintoken_stores.go).
 	adminTokens, adminTokenIDs string
 	// epoch is the keystore's identity (see RedisStore.checkEpoch).
-	epoch   string
-	records                    [redisBuckets]string
-	ids                        [redisBuckets]string
-	consumers                  [redisBuckets]string
+	epoch     string
+	records   [redisBuckets]string
+	ids       [redisBuckets]string
+	consumers [redisBuckets]string
 }
 
 // redisLogLen is about how many changes the log keeps. A replica that
