@@ -73,13 +73,18 @@ func (a *API) problemOf(r *http.Request, err error) *apiError {
 	case errors.Is(err, keystore.ErrConsumerInUse), errors.Is(err, keystore.ErrRevoked),
 		errors.Is(err, keystore.ErrRotated), errors.Is(err, keystore.ErrExpired):
 		return &apiError{status: http.StatusConflict, slug: "conflict", title: "the resource's state does not allow this", detail: err.Error()}
+	case errors.Is(err, keystore.ErrNotDurable):
+		// An issue's key is withdrawn; any other change stands on the
+		// primary and on every replica that saw it, and repeating it is
+		// safe.
+		return &apiError{status: http.StatusServiceUnavailable, slug: "not-durable", title: "Redis replicas did not confirm the change in time", detail: err.Error(), retryAfter: unavailableRetryAfter}
 	case keystore.Unavailable(err):
 		// Redis, or the part of a Cluster that holds this record, cannot
 		// answer now (a node is down or a failover is under way): the
 		// caller should retry, not report a fault.
 		a.log.Warn("admin api request: key store unavailable", zap.String("method", r.Method), zap.String("path", r.URL.Path), zap.Error(err))
-		return &apiError{http.StatusServiceUnavailable, "unavailable", "the key store is unavailable",
-			"the key store cannot be reached now (Redis is down or failing over); retry shortly", unavailableRetryAfter}
+		return &apiError{status: http.StatusServiceUnavailable, slug: "unavailable", title: "the key store is unavailable",
+			detail: "the key store cannot be reached now (Redis is down or failing over); retry shortly", retryAfter: unavailableRetryAfter}
 	}
 	a.log.Error("admin api request failed", zap.String("method", r.Method), zap.String("path", r.URL.Path), zap.Error(err))
 	return &apiError{status: http.StatusInternalServerError, slug: "internal", title: "internal error", detail: "the request failed; the gateway's log has the cause"}

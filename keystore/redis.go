@@ -67,6 +67,20 @@ type RedisConfig struct {
 	// loaded or changes, into Record.Limits.
 	Limits *policy.Resolver
 
+	// FailClosed makes lookups answer ErrUnavailable (503) while Redis
+	// has lost data (see DataLoss), instead of serving the last good set.
+	FailClosed bool
+	// OnBlocked, when set, is called with the record as the replica keeps
+	// it whenever a re-read would have reinstated a key the replica saw
+	// rotated or revoked (a metric and the audit log).
+	OnBlocked func(Record)
+	// OnLogGap, when set, is called whenever the change log no longer
+	// holds the replica's position (it re-reads everything).
+	OnLogGap func()
+	// OnDataLoss, when set, is called with the reason whenever the store
+	// finds that Redis lost data.
+	OnDataLoss func(reason string)
+
 	// beforePage, when set (by tests), runs before each page of a full
 	// pass is read.
 	beforePage func()
@@ -121,6 +135,17 @@ type RedisStore struct {
 	// be read (their node was down); each catch-up reads them again.
 	// Owned by syncLoop.
 	pending map[Hash]struct{}
+	// epoch is the keystore epoch this replica holds; "" before the
+	// first pass. Owned by syncLoop.
+	epoch    string
+	dataLoss atomic.Pointer[string] // see DataLoss
+	tombs    tombs
+	// wbMu guards writeBack, the records guard kept ended, to be written
+	// back, and adminTokens, the admin tokens as of the last full pass
+	// (field -> stored JSON), for a repair.
+	wbMu        sync.Mutex
+	writeBack   []Record
+	adminTokens map[string]string
 }
 
 // OpenRedis starts a RedisStore. It does not fail when Redis is down at
@@ -195,6 +220,9 @@ func (s *RedisStore) Lookup(ctx context.Context, h Hash) (Record, bool, error) {
 // LookupInto is Lookup into *r, which it leaves as it was when no record
 // has the hash: the request path's lookup, which copies the record once.
 func (s *RedisStore) LookupInto(ctx context.Context, h Hash, r *Record) (bool, error) {
+	if s.cfg.FailClosed && s.dataLoss.Load() != nil {
+		return false, fmt.Errorf("%w: Redis lost keystore data (keystore.on_data_loss: fail_closed)", ErrUnavailable)
+	}
 	if s.idx.getInto(h, r) {
 		return true, nil
 	}
@@ -232,6 +260,7 @@ func (s *RedisStore) lookupMiss(ctx context.Context, h Hash, r *Record) (bool, e
 // put resolves rec's limits and stores it in the index, marked as seen
 // by the current pass; it returns the index's entry.
 func (s *RedisStore) put(rec Record) *entry {
+	rec = s.guard(rec)
 	c, ok := s.cons.get(rec.Consumer)
 	if !ok && rec.Consumer != "" && !s.loaded.Load() {
 		// The first pass has not read the consumers yet: read this one.
@@ -403,7 +432,10 @@ func (s *RedisStore) syncLoop() {
 		}
 		switch err := s.catchUp(); {
 		case errors.Is(err, errLogGap):
-			s.log.Info("keystore: re-reading every record", zap.Error(err))
+			s.log.Warn("keystore: lost this replica's position in the change log (trimmed, or Redis lost it); re-reading every record", zap.Error(err))
+			if s.cfg.OnLogGap != nil {
+				s.cfg.OnLogGap()
+			}
 			needFull = true
 			continue
 		case err != nil && s.ctx.Err() == nil:
@@ -415,6 +447,7 @@ func (s *RedisStore) syncLoop() {
 			backoff = min(2*backoff, 2*time.Second)
 			continue
 		}
+		s.flushWriteBack()
 		select {
 		case <-s.ctx.Done():
 			return
@@ -453,13 +486,24 @@ func (s *RedisStore) fullPass(poll <-chan time.Time) error {
 	}
 	// Which layouts the store holds: one round trip.
 	var exists [3]*redis.IntCmd // the old records' hash, the old consumers' hash, the marker
+	var epoch *redis.StringCmd
 	if err == nil {
 		_, err = s.cfg.Client.Pipelined(pctx, func(p redis.Pipeliner) error {
 			for i, k := range []string{s.keys.legacyRecords, s.keys.legacyConsumers, s.keys.layout} {
 				exists[i] = p.Exists(pctx, k)
 			}
+			epoch = p.Get(pctx, s.keys.epoch)
 			return nil
 		})
+		if errors.Is(err, redis.Nil) {
+			err = nil
+		}
+	}
+	if err == nil {
+		err = s.checkEpoch(pctx, epoch.Val())
+	}
+	if err == nil {
+		err = s.readAdminTokens(pctx)
 	}
 	cancel()
 	if err != nil {
@@ -536,6 +580,16 @@ func (s *RedisStore) fullPass(poll <-chan time.Time) error {
 	}
 	if firstErr != nil {
 		return firstErr
+	}
+	if held := s.idx.len(); s.loaded.Load() && bigDrop(s.idx.stale(gen), held) {
+		// Keep them all, and put back in Redis what it lost.
+		s.setDataLoss(fmt.Sprintf("a re-read of Redis would drop %d of the %d keys this replica holds", s.idx.stale(gen), held))
+		if err := s.repair(s.epoch); err != nil {
+			return err
+		}
+		s.signal(s.full)
+		s.cursor = from
+		return nil
 	}
 	removed := s.idx.sweep(gen)
 	clear(s.pending) // the pass read them
@@ -791,7 +845,7 @@ func (s *RedisStore) Ready() bool { return s.loaded.Load() }
 // Degraded reports whether Redis is unavailable to the store: lookups of
 // unknown keys fail and changes may not arrive.
 func (s *RedisStore) Degraded() bool {
-	return !s.breaker.Closed() || !s.synced.Load()
+	return !s.breaker.Closed() || !s.synced.Load() || s.dataLoss.Load() != nil
 }
 
 // Len is the number of cached records.
