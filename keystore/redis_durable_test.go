@@ -3,13 +3,17 @@ package keystore_test
 import (
 	"context"
 	"errors"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/keygate/keygate/internal/testsupport/redistest"
+	"github.com/keygate/keygate/internal/testsupport/testkit"
 	"github.com/keygate/keygate/keystore"
 )
 
@@ -111,5 +115,76 @@ func TestRedisAdminWaitsForReplicas(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("an issue on a standalone Redis waited for replicas")
+	}
+}
+
+// TestRedisAdminWaitsOnClusterShards: on a Redis Cluster, a change waits
+// on the primaries that hold what it wrote. One primary gets a replica
+// (added with redis-cli --cluster add-node --cluster-slave); with it in
+// sync, changes are answered; with it frozen, a change of a key whose
+// bucket (or the change log) lives on that primary answers ErrNotDurable.
+func TestRedisAdminWaitsOnClusterShards(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t, 3)
+	cli, err := exec.LookPath("redis-cli")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := redistest.Start(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000")
+	if out, err := exec.Command(cli, "--cluster", "add-node", rep.Addr, cl.Addrs[0], "--cluster-slave").CombinedOutput(); err != nil {
+		t.Fatalf("add-node: %v\n%s", err, out)
+	}
+	testkit.Eventually(t, 20*time.Second, "the replica in sync", func() error {
+		r, _ := rep.Do("INFO", "replication")
+		return testkit.True(strings.Contains(r, "master_link_status:up"), "%s", r)
+	})
+	var master *redistest.Server
+	for _, n := range cl.Nodes {
+		if p, _ := n.Do("INFO", "replication"); strings.Contains(p, "connected_slaves:1") {
+			master = n
+		}
+	}
+	if master == nil {
+		t.Fatal("no primary counts the new replica")
+	}
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs, ReadTimeout: testTimeout, WriteTimeout: testTimeout, MaxRedirects: 8})
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	var timeouts atomic.Int32
+	a := &keystore.RedisAdmin{Client: c, WaitReplicas: 1, WaitTimeout: 10 * time.Second, OnWaitTimeout: func(string) { timeouts.Add(1) }}
+	var recs []keystore.Record
+	for range 8 {
+		_, r, err := a.Issue(ctx, keystore.IssueRequest{Product: keystore.Extraction, Env: keystore.Live, Context: ctxUUID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, r)
+	}
+	if err := a.CreateConsumer(ctx, keystore.Consumer{ID: "con_acme", Name: "Acme"}); err != nil {
+		t.Fatal(err)
+	}
+
+	rep.Freeze()
+	t.Cleanup(rep.Thaw)
+	a = &keystore.RedisAdmin{Client: c, WaitReplicas: 1, WaitTimeout: 300 * time.Millisecond, OnWaitTimeout: func(string) { timeouts.Add(1) }}
+	// Every change writes the change log, in one slot of one primary;
+	// whichever primary holds it or the record, a revocation touches
+	// the frozen replica's primary for some of the keys.
+	notDurable := 0
+	for _, r := range recs {
+		if _, err := a.Revoke(ctx, r.ID); errors.Is(err, keystore.ErrNotDurable) {
+			notDurable++
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("revocations not confirmed: %d of %d; timeouts %d", notDurable, len(recs), timeouts.Load())
+	if notDurable == 0 {
+		t.Error("no revocation waited for the frozen replica's primary")
+	}
+	for _, r := range recs {
+		if got, err := a.Get(ctx, r.ID); err != nil || got.Status != keystore.Revoked {
+			t.Errorf("%s: %+v %v; want revoked on its primary", r.ID, got.Status, err)
+		}
 	}
 }

@@ -150,49 +150,65 @@ func (s *RedisStore) restoreRecords(ctx context.Context, recs []Record) (int, er
 		}); err != nil && !errors.Is(err, redis.Nil) {
 			return 0, err
 		}
+		// The records Redis lacks: stored in one pipeline (HSETNX, so
+		// that nothing written meanwhile is overwritten).
+		var missing []Record
+		var sets []*redis.BoolCmd
 		for i, r := range page {
-			hs := r.Hash.String()
-			bucket := s.keys.recordsOf(r.Hash)
-			v, err := cur[i].Result()
-			switch {
-			case errors.Is(err, redis.Nil):
-				nv, err := encodeRecord(r)
-				if err != nil {
-					return 0, err
+			if errors.Is(cur[i].Err(), redis.Nil) {
+				missing = append(missing, r)
+			}
+		}
+		if len(missing) > 0 {
+			sets = make([]*redis.BoolCmd, len(missing))
+			if _, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+				for i, r := range missing {
+					nv, err := encodeRecord(r)
+					if err != nil {
+						return err
+					}
+					sets[i] = p.HSetNX(ctx, s.keys.recordsOf(r.Hash), r.Hash.String(), nv)
+					p.HSetNX(ctx, s.keys.idsOf(r.ID), r.ID, r.Hash.String())
 				}
-				var set *redis.BoolCmd
-				if _, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
-					set = p.HSetNX(ctx, bucket, hs, nv)
-					p.HSetNX(ctx, s.keys.idsOf(r.ID), r.ID, hs)
-					return nil
-				}); err != nil {
-					return 0, err
-				}
-				if set.Val() {
-					changed = append(changed, hs)
-				}
-			case err != nil:
+				return nil
+			}); err != nil {
 				return 0, err
-			default:
-				stored, err := decodeRecord(hs, v)
-				if err != nil || endOf(stored) >= endOf(r) {
-					continue
+			}
+			for i, b := range sets {
+				if b.Val() {
+					changed = append(changed, missing[i].Hash.String())
 				}
-				stored.Status, stored.ExpiresAt = r.Status, r.ExpiresAt
-				if stored.Status == Revoked && stored.RevokedAt.IsZero() {
-					stored.RevokedAt = stamp(time.Now())
-				}
-				nv, err := encodeRecord(stored)
-				if err != nil {
-					return 0, err
-				}
-				set, err := casRecord.Run(ctx, c, []string{bucket}, hs, v, nv).Int()
-				if err != nil {
-					return 0, err
-				}
-				if set == 1 {
-					changed = append(changed, hs)
-				}
+			}
+		}
+		// The records Redis holds less ended: a compare-and-set each
+		// (few: revocations it lost).
+		for i, r := range page {
+			v, err := cur[i].Result()
+			if errors.Is(err, redis.Nil) {
+				continue
+			}
+			if err != nil {
+				return 0, err
+			}
+			hs := r.Hash.String()
+			stored, err := decodeRecord(hs, v)
+			if err != nil || endOf(stored) >= endOf(r) {
+				continue
+			}
+			stored.Status, stored.ExpiresAt = r.Status, r.ExpiresAt
+			if stored.Status == Revoked && stored.RevokedAt.IsZero() {
+				stored.RevokedAt = stamp(time.Now())
+			}
+			nv, err := encodeRecord(stored)
+			if err != nil {
+				return 0, err
+			}
+			set, err := casRecord.Run(ctx, c, []string{s.keys.recordsOf(r.Hash)}, hs, v, nv).Int()
+			if err != nil {
+				return 0, err
+			}
+			if set == 1 {
+				changed = append(changed, hs)
 			}
 		}
 	}
@@ -200,6 +216,9 @@ func (s *RedisStore) restoreRecords(ctx context.Context, recs []Record) (int, er
 		return 0, nil
 	}
 	items := strings.Join(changed, ",")
+	if len(changed) > s.cfg.PageSize {
+		items = "*" // a repair: every replica re-reads everything
+	}
 	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		p.XAdd(ctx, &redis.XAddArgs{Stream: s.keys.log, MaxLen: redisLogLen, Approx: true, Values: []string{"c", items}})
 		p.Publish(ctx, s.keys.channel, items)

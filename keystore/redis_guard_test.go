@@ -300,3 +300,66 @@ func TestRedisStoreKeepsRevocationsAcrossALaggingFailover(t *testing.T) {
 		t.Error("no warning names the key whose reinstatement was blocked")
 	}
 }
+
+// TestRedisStoreRefusesAReReadThatDropsMostKeys: records that vanish
+// from Redis without a change (here deleted behind keygate's back, the
+// epoch left in place) are not dropped when they are most of the store:
+// the replica keeps serving them, reports the loss, and writes them back.
+func TestRedisStoreRefusesAReReadThatDropsMostKeys(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	c := redisClient(t, srv.Addr)
+	admin := &keystore.RedisAdmin{Client: c}
+	var keys []string
+	for range 12 {
+		k, _, err := admin.Issue(ctx, keystore.IssueRequest{Product: keystore.Extraction, Env: keystore.Live, Context: ctxUUID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, k)
+	}
+	var ev guardEvents
+	cfg := ev.config(redisClient(t, srv.Addr), false)
+	cfg.ResyncInterval = 300 * time.Millisecond
+	s, err := keystore.OpenRedis(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	testkit.Eventually(t, 10*time.Second, "first load", func() error { return testkit.True(s.Ready(), "not ready") })
+	// Delete every record bucket, leaving the epoch and the log.
+	var cursor uint64
+	for {
+		ks, next, err := c.Scan(ctx, cursor, "keygate:keystore:{ks:*}:records", 1000).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range ks {
+			if err := c.Del(ctx, k).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if cursor = next; cursor == 0 {
+			break
+		}
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		for _, k := range keys {
+			if _, ok, err := s.Lookup(ctx, keystore.HashKey(k)); !ok || err != nil {
+				t.Fatalf("a key was dropped: %v %v", ok, err)
+			}
+		}
+		if n, _ := admin.Count(ctx); n == len(keys) && ev.lossCount() > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not repaired within 15s: losses %v", ev.losses)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !strings.Contains(ev.losses[0], "drop") {
+		t.Errorf("reason %q does not say a re-read would drop keys", ev.losses[0])
+	}
+}
