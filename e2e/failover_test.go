@@ -239,7 +239,7 @@ func checkAcknowledged(t *testing.T, gs []*gateway, c *churn, what string) {
 	for i, g := range gs {
 		for _, k := range keys {
 			if s, b := g.send(k.key); s != http.StatusOK {
-				t.Errorf("%s: replica %d: acknowledged key %s: %d %s", what, i, k.id, s, b)
+				t.Errorf("%s: replica %d: acknowledged key %s: %d %s\n%s", what, i, k.id, s, b, linesAbout(gs, k.id))
 			}
 		}
 		for _, k := range revoked {
@@ -415,4 +415,18 @@ func quoteAll(addrs []string) string {
 		q[i] = fmt.Sprintf("%q", a)
 	}
 	return strings.Join(q, ", ")
+}
+
+// linesAbout returns the replicas' log lines that name id, other than
+// access lines, for a failure message.
+func linesAbout(gs []*gateway, id string) string {
+	var out []string
+	for i, g := range gs {
+		for _, line := range strings.Split(g.logs.String(), "\n") {
+			if strings.Contains(line, id) && !strings.Contains(line, `"logger":"access"`) {
+				out = append(out, fmt.Sprintf("replica %d: %s", i, line))
+			}
+		}
+	}
+	return strings.Join(out, "\n")
 }
