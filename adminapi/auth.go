@@ -25,6 +25,7 @@ func (a *API) authenticate(w http.ResponseWriter, r *http.Request) (Principal, b
 		p, ok, err := a.deps.Tokens.Authenticate(r.Context(), token)
 		if err != nil {
 			a.log.Error("admin token check failed", zap.Error(err))
+			w.Header().Set("Retry-After", unavailableRetryAfter)
 			writeProblem(w, r, http.StatusServiceUnavailable, "unavailable", "the credential store is unavailable", "admin tokens cannot be checked now; retry shortly")
 			return Principal{}, false
 		}

@@ -617,7 +617,7 @@ func (a *API) revokeKey(r *request) (response, error) {
 
 // ---- usage and audit ----
 
-var errNotConfigured = &apiError{http.StatusNotImplemented, "not-configured", "not available on this gateway", ""}
+var errNotConfigured = &apiError{status: http.StatusNotImplemented, slug: "not-configured", title: "not available on this gateway", detail: ""}
 
 func notConfigured(what string) error {
 	e := *errNotConfigured

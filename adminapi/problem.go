@@ -46,12 +46,18 @@ type apiError struct {
 	slug   string
 	title  string
 	detail string
+	// retryAfter, when set, is sent as Retry-After (seconds).
+	retryAfter string
 }
+
+// unavailableRetryAfter is the Retry-After of a 503 for a key store that
+// cannot answer: a Redis failover completes within seconds.
+const unavailableRetryAfter = "2"
 
 func (e *apiError) Error() string { return e.detail }
 
 func badRequest(detail string) error {
-	return &apiError{http.StatusBadRequest, "invalid-request", "the request is invalid", detail}
+	return &apiError{status: http.StatusBadRequest, slug: "invalid-request", title: "the request is invalid", detail: detail}
 }
 
 // problemOf maps an error to its problem: the one place that does.
@@ -61,13 +67,25 @@ func (a *API) problemOf(r *http.Request, err error) *apiError {
 	case errors.As(err, &ae):
 		return ae
 	case errors.Is(err, keyops.ErrInvalid):
-		return &apiError{http.StatusBadRequest, "invalid-request", "the request is invalid", err.Error()}
+		return &apiError{status: http.StatusBadRequest, slug: "invalid-request", title: "the request is invalid", detail: err.Error()}
 	case errors.Is(err, keystore.ErrNotFound), errors.Is(err, keystore.ErrConsumerNotFound):
-		return &apiError{http.StatusNotFound, "not-found", "no such resource", err.Error()}
+		return &apiError{status: http.StatusNotFound, slug: "not-found", title: "no such resource", detail: err.Error()}
 	case errors.Is(err, keystore.ErrConsumerInUse), errors.Is(err, keystore.ErrRevoked),
 		errors.Is(err, keystore.ErrRotated), errors.Is(err, keystore.ErrExpired):
-		return &apiError{http.StatusConflict, "conflict", "the resource's state does not allow this", err.Error()}
+		return &apiError{status: http.StatusConflict, slug: "conflict", title: "the resource's state does not allow this", detail: err.Error()}
+	case errors.Is(err, keystore.ErrNotDurable):
+		// An issue's key is withdrawn; any other change stands on the
+		// primary and on every replica that saw it, and repeating it is
+		// safe.
+		return &apiError{status: http.StatusServiceUnavailable, slug: "not-durable", title: "Redis replicas did not confirm the change in time", detail: err.Error(), retryAfter: unavailableRetryAfter}
+	case keystore.Unavailable(err):
+		// Redis, or the part of a Cluster that holds this record, cannot
+		// answer now (a node is down or a failover is under way): the
+		// caller should retry, not report a fault.
+		a.log.Warn("admin api request: key store unavailable", zap.String("method", r.Method), zap.String("path", r.URL.Path), zap.Error(err))
+		return &apiError{status: http.StatusServiceUnavailable, slug: "unavailable", title: "the key store is unavailable",
+			detail: "the key store cannot be reached now (Redis is down or failing over); retry shortly", retryAfter: unavailableRetryAfter}
 	}
 	a.log.Error("admin api request failed", zap.String("method", r.Method), zap.String("path", r.URL.Path), zap.Error(err))
-	return &apiError{http.StatusInternalServerError, "internal", "internal error", "the request failed; the gateway's log has the cause"}
+	return &apiError{status: http.StatusInternalServerError, slug: "internal", title: "internal error", detail: "the request failed; the gateway's log has the cause"}
 }

@@ -220,6 +220,9 @@ func (a *API) serve(w http.ResponseWriter, r *request, rt Route, keep bool) (int
 		if pe.status == http.StatusUnauthorized {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="keygate-admin"`)
 		}
+		if pe.retryAfter != "" {
+			w.Header().Set("Retry-After", pe.retryAfter)
+		}
 		writeBody(w, pe.status, b, "application/problem+json")
 		return pe.status, b, ""
 	}

@@ -40,7 +40,8 @@ func openAdmin(cfg config.Config) (keyops.Store, func(), error) {
 		if err != nil {
 			return nil, nil, fieldpath.Within("redis", err)
 		}
-		return &keystore.RedisAdmin{Client: client, Prefix: cfg.Redis.KeyPrefix}, func() { _ = client.Close() }, nil
+		a := &keystore.RedisAdmin{Client: client, Prefix: cfg.Redis.KeyPrefix, WaitReplicas: cfg.Keystore.WaitReplicas, WaitTimeout: cfg.Keystore.WaitTimeout}
+		return a, func() { _ = client.Close() }, nil
 	}
 	return nil, nil, fmt.Errorf("keystore.backend: %q is not available", cfg.Keystore.Backend)
 }

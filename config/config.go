@@ -126,7 +126,27 @@ type KeystoreConfig struct {
 	// (in pages), covering a change that was stored but never logged;
 	// changes themselves arrive from the change log.
 	ResyncInterval time.Duration `yaml:"resync_interval"`
+	// WaitReplicas is how many Redis replicas must confirm each change of
+	// the redis backend (Redis WAIT) before it is answered; at most as
+	// many as are connected to the primary, so a standalone Redis waits
+	// for none. 0 turns the wait off. Default 1.
+	WaitReplicas int `yaml:"wait_replicas"`
+	// WaitTimeout bounds that wait. A change not confirmed in time gets
+	// 503: an issued key is revoked again; a revocation stands on the
+	// primary and on every replica of keygate that saw it. Default 1s.
+	WaitTimeout time.Duration `yaml:"wait_timeout"`
+	// OnDataLoss is what the redis backend answers while Redis has lost
+	// data (came back empty or replaced, or a re-read would drop most
+	// keys): "serve" (the default) serves the last good set; "fail_closed"
+	// answers 503 for every key until the store is repaired.
+	OnDataLoss string `yaml:"on_data_loss"`
 }
+
+// OnDataLoss values.
+const (
+	OnDataLossServe      = "serve"
+	OnDataLossFailClosed = "fail_closed"
+)
 
 // AuthConfig chooses the credential methods.
 type AuthConfig struct {
@@ -181,7 +201,7 @@ func Default() Config {
 			Extraction: gateway.UpstreamConfig{Targets: []string{"http://127.0.0.1:9001"}, Timeout: 60 * time.Second, DialTimeout: 2 * time.Second, MaxIdleConnsPerHost: gateway.DefaultMaxIdleConnsPerHost},
 			Registry:   gateway.UpstreamConfig{Targets: []string{"http://127.0.0.1:9002"}, Timeout: 60 * time.Second, DialTimeout: 2 * time.Second, MaxIdleConnsPerHost: gateway.DefaultMaxIdleConnsPerHost},
 		},
-		Keystore:  KeystoreConfig{Backend: "file", File: "./data/keys.yaml", ResyncInterval: 10 * time.Minute},
+		Keystore:  KeystoreConfig{Backend: "file", File: "./data/keys.yaml", ResyncInterval: 10 * time.Minute, WaitReplicas: 1, WaitTimeout: time.Second, OnDataLoss: OnDataLossServe},
 		Redis:     redisconn.DefaultConfig(),
 		RateLimit: ratelimit.DefaultConfig(),
 		Auth: AuthConfig{
@@ -395,6 +415,15 @@ func (k KeystoreConfig) Validate() error {
 	case "redis":
 		if k.ResyncInterval <= 0 {
 			return errors.New("keystore.resync_interval: must be positive")
+		}
+		if k.WaitReplicas < 0 {
+			return fmt.Errorf("keystore.wait_replicas: must not be negative, got %d", k.WaitReplicas)
+		}
+		if k.WaitReplicas > 0 && k.WaitTimeout <= 0 {
+			return errors.New("keystore.wait_timeout: must be positive while keystore.wait_replicas is set")
+		}
+		if k.OnDataLoss != OnDataLossServe && k.OnDataLoss != OnDataLossFailClosed {
+			return fmt.Errorf("keystore.on_data_loss: must be serve or fail_closed, got %q", k.OnDataLoss)
 		}
 	default:
 		return fmt.Errorf("keystore.backend: must be file or redis, got %q", k.Backend)

@@ -33,6 +33,12 @@ var wantAlerts = []string{
 	"KeygateCertificateExpiresSoon", // certificate expiry near
 	"KeygateAuthFailureSurge",       // a surge of auth failures
 	"KeygateCleartextCredential",    // any cleartext credential
+	// Redis failures (issue 48): each has a metric and a warning.
+	"KeygateKeystoreDegraded",             // keystore cannot reach Redis, or runs on its last good set
+	"KeygateKeystoreDataLoss",             // a store that lost data
+	"KeygateKeystoreReinstatementBlocked", // a blocked reinstatement
+	"KeygateKeystoreLogGap",               // a lost change-log position
+	"KeygateKeystoreWaitTimeouts",         // a write whose WAIT timed out
 }
 
 // promtool finds promtool (Debian package prometheus, installed by make

@@ -54,8 +54,18 @@ func (s *Service) IssueKey(ctx context.Context, a Actor, req keystore.IssueReque
 	if err == nil {
 		s.addKey(rec)
 	}
-	if err := s.audit(ctx, a, "key.issue", rec.ID, changes, err); err != nil {
-		return "", keystore.Record{}, err
+	if aerr := s.audit(ctx, a, "key.issue", rec.ID, changes, err); aerr != nil {
+		if err == nil {
+			// Stored, but not audited: the key is not handed out, and
+			// its record must not stay live and unaudited. Revoke it.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if _, rerr := s.store.Revoke(rctx, rec.ID); rerr != nil && !errors.Is(rerr, keystore.ErrNotDurable) {
+				return "", keystore.Record{}, fmt.Errorf("%w; revoking key %s failed too (nobody holds its key; revoke it): %w", aerr, rec.ID, rerr)
+			}
+			return "", keystore.Record{}, fmt.Errorf("%w; the key was revoked and not handed out", aerr)
+		}
+		return "", keystore.Record{}, aerr
 	}
 	return key, rec, nil
 }

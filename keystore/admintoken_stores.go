@@ -156,7 +156,7 @@ func (a *RedisAdmin) CreateAdminToken(ctx context.Context, t AdminToken) error {
 		return err
 	}
 	tokens, ids := a.adminTokenKeys()
-	return a.watchTokens(ctx, func(tx *redis.Tx) error {
+	err = a.watchTokens(ctx, func(tx *redis.Tx) error {
 		idUsed, err := tx.HExists(ctx, ids, t.ID).Result()
 		if err != nil {
 			return fmt.Errorf("keystore: %w", err)
@@ -175,6 +175,19 @@ func (a *RedisAdmin) CreateAdminToken(ctx context.Context, t AdminToken) error {
 		})
 		return err
 	})
+	if err != nil {
+		return err
+	}
+	if err := a.ack(ctx, "admin_token", tokens); err != nil {
+		// Its caller does not get the token: revoke it again.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*a.waitTimeout())
+		defer cancel()
+		if _, rerr := a.RevokeAdminToken(rctx, t.ID); rerr != nil && !errors.Is(rerr, ErrNotDurable) {
+			return fmt.Errorf("keystore: admin token %s was stored but not confirmed, and revoking it failed too (revoke it): %w", t.ID, errors.Join(err, rerr))
+		}
+		return fmt.Errorf("keystore: admin token %s was stored but not confirmed; it is revoked: %w", t.ID, err)
+	}
+	return nil
 }
 
 func (a *RedisAdmin) watchTokens(ctx context.Context, f func(tx *redis.Tx) error) error {
@@ -237,7 +250,7 @@ func (a *RedisAdmin) RevokeAdminToken(ctx context.Context, id string) (AdminToke
 	if err != nil {
 		return AdminToken{}, err
 	}
-	return out, nil
+	return out, a.ack(ctx, "admin_token", tokens)
 }
 
 // LookupAdminToken returns the admin token whose token hashes to h: one

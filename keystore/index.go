@@ -240,6 +240,35 @@ func (x *index) sweep(gen uint32) int {
 	return n
 }
 
+// stale is how many entries pass gen did not see: what sweep(gen) would
+// remove.
+func (x *index) stale(gen uint32) int {
+	n := 0
+	for i := range x.shards {
+		s := &x.shards[i]
+		s.mu.RLock()
+		for _, e := range s.m {
+			if e.gen.Load() != gen {
+				n++
+			}
+		}
+		s.mu.RUnlock()
+	}
+	return n
+}
+
+// each calls f with every entry, holding one shard's read lock at a time.
+func (x *index) each(f func(h Hash, e *entry)) {
+	for i := range x.shards {
+		s := &x.shards[i]
+		s.mu.RLock()
+		for h, e := range s.m {
+			f(h, e)
+		}
+		s.mu.RUnlock()
+	}
+}
+
 // len is the number of records.
 func (x *index) len() int {
 	n := 0

@@ -67,6 +67,20 @@ type RedisConfig struct {
 	// loaded or changes, into Record.Limits.
 	Limits *policy.Resolver
 
+	// FailClosed makes lookups answer ErrUnavailable (503) while Redis
+	// has lost data (see DataLoss), instead of serving the last good set.
+	FailClosed bool
+	// OnBlocked, when set, is called with the record as the replica keeps
+	// it whenever a re-read would have reinstated a key the replica saw
+	// rotated or revoked (a metric and the audit log).
+	OnBlocked func(Record)
+	// OnLogGap, when set, is called whenever the change log no longer
+	// holds the replica's position (it re-reads everything).
+	OnLogGap func()
+	// OnDataLoss, when set, is called with the reason whenever the store
+	// finds that Redis lost data.
+	OnDataLoss func(reason string)
+
 	// beforePage, when set (by tests), runs before each page of a full
 	// pass is read.
 	beforePage func()
@@ -117,6 +131,21 @@ type RedisStore struct {
 	// cursor is the id of the last log entry applied; "" before the
 	// first pass, "0-0" when the log was empty. Owned by syncLoop.
 	cursor string
+	// pending are records named by applied log entries that could not
+	// be read (their node was down); each catch-up reads them again.
+	// Owned by syncLoop.
+	pending map[Hash]struct{}
+	// epoch is the keystore epoch this replica holds; "" before the
+	// first pass. Owned by syncLoop.
+	epoch    string
+	dataLoss atomic.Pointer[string] // see DataLoss
+	tombs    tombs
+	// wbMu guards writeBack, the records guard kept ended, to be written
+	// back, and adminTokens, the admin tokens as of the last full pass
+	// (field -> stored JSON), for a repair.
+	wbMu        sync.Mutex
+	writeBack   []Record
+	adminTokens map[string]string
 }
 
 // OpenRedis starts a RedisStore. It does not fail when Redis is down at
@@ -161,10 +190,12 @@ func OpenRedis(cfg RedisConfig) (*RedisStore, error) {
 		Failures: cfg.BreakerFailures,
 		Backoff:  cfg.BreakerBackoff,
 		OnStateChange: func(from, to string) {
-			switch to {
-			case "open":
-				s.log.Warn("keystore: Redis unavailable; serving cached keys, unknown keys get 503", zap.String("from", from))
-			case "closed":
+			// One line when Redis is lost and one when it is back, not one
+			// per failed probe (open → half-open → open each back-off).
+			switch {
+			case from == "closed":
+				s.log.Warn("keystore: Redis unavailable; serving cached keys, unknown keys get 503")
+			case to == "closed":
 				s.log.Info("keystore: Redis available again")
 				s.signal(s.wake)
 			}
@@ -189,6 +220,9 @@ func (s *RedisStore) Lookup(ctx context.Context, h Hash) (Record, bool, error) {
 // LookupInto is Lookup into *r, which it leaves as it was when no record
 // has the hash: the request path's lookup, which copies the record once.
 func (s *RedisStore) LookupInto(ctx context.Context, h Hash, r *Record) (bool, error) {
+	if s.cfg.FailClosed && s.dataLoss.Load() != nil {
+		return false, fmt.Errorf("%w: Redis lost keystore data (keystore.on_data_loss: fail_closed)", ErrUnavailable)
+	}
 	if s.idx.getInto(h, r) {
 		return true, nil
 	}
@@ -226,6 +260,7 @@ func (s *RedisStore) lookupMiss(ctx context.Context, h Hash, r *Record) (bool, e
 // put resolves rec's limits and stores it in the index, marked as seen
 // by the current pass; it returns the index's entry.
 func (s *RedisStore) put(rec Record) *entry {
+	rec = s.guard(rec)
 	c, ok := s.cons.get(rec.Consumer)
 	if !ok && rec.Consumer != "" && !s.loaded.Load() {
 		// The first pass has not read the consumers yet: read this one.
@@ -275,7 +310,16 @@ func (s *RedisStore) fetch(h Hash) (Record, bool, error) {
 
 // fetchMany reads the records of hs in pipelined round trips through the
 // breaker, and applies each: stores it, or removes it when it is gone.
-func (s *RedisStore) fetchMany(hs []Hash) error {
+// It returns the hashes it could not read, and the first error: in a
+// Cluster, a node that is down fails only the records in its slots, and
+// the others are applied all the same.
+func (s *RedisStore) fetchMany(hs []Hash) (failed []Hash, first error) {
+	fail := func(h Hash, err error) {
+		failed = append(failed, h)
+		if first == nil {
+			first = err
+		}
+	}
 	for start := 0; start < len(hs); start += s.cfg.PageSize {
 		page := hs[start:min(start+s.cfg.PageSize, len(hs))]
 		cmds := make([]*redis.StringCmd, len(page))
@@ -288,22 +332,35 @@ func (s *RedisStore) fetchMany(hs []Hash) error {
 				}
 				return nil
 			})
+			if err != nil {
+				// Redis answered when any command got an answer: only
+				// a page that failed whole counts against the breaker.
+				for _, c := range cmds {
+					if c != nil && (c.Err() == nil || errors.Is(c.Err(), redis.Nil)) {
+						return "", nil
+					}
+				}
+			}
 			if errors.Is(err, redis.Nil) {
 				err = nil
 			}
 			return "", err
 		})
 		if err != nil {
-			return err
+			for _, h := range page {
+				fail(h, err)
+			}
+			continue
 		}
 		for i, h := range page {
-			s.neg.Remove(h)
 			v, err := cmds[i].Result()
 			if errors.Is(err, redis.Nil) && s.legacy.Load() {
 				rec, ok, err := s.fetch(h)
 				if err != nil {
-					return err
+					fail(h, err)
+					continue
 				}
+				s.neg.Remove(h)
 				if ok {
 					s.put(rec)
 				} else {
@@ -313,10 +370,12 @@ func (s *RedisStore) fetchMany(hs []Hash) error {
 			}
 			switch {
 			case errors.Is(err, redis.Nil):
+				s.neg.Remove(h)
 				s.idx.del(h)
 			case err != nil:
-				return err
+				fail(h, err)
 			default:
+				s.neg.Remove(h)
 				rec, err := decodeRecord(h.String(), v)
 				if err != nil {
 					s.log.Error("keystore: bad record in Redis", zap.Error(err))
@@ -327,7 +386,7 @@ func (s *RedisStore) fetchMany(hs []Hash) error {
 			}
 		}
 	}
-	return nil
+	return failed, first
 }
 
 func (s *RedisStore) pageTimeout() time.Duration { return max(10*s.cfg.Timeout, time.Second) }
@@ -373,15 +432,22 @@ func (s *RedisStore) syncLoop() {
 		}
 		switch err := s.catchUp(); {
 		case errors.Is(err, errLogGap):
-			s.log.Info("keystore: re-reading every record", zap.Error(err))
+			s.log.Warn("keystore: lost this replica's position in the change log (trimmed, or Redis lost it); re-reading every record", zap.Error(err))
+			if s.cfg.OnLogGap != nil {
+				s.cfg.OnLogGap()
+			}
 			needFull = true
 			continue
 		case err != nil && s.ctx.Err() == nil:
 			s.log.Warn("keystore: reading the change log failed; retrying", zap.Error(err))
-			s.sleep(backoff)
+			// At most a poll interval apart: a Redis failover completes in
+			// seconds, and a revocation made just after it must not wait
+			// for a long back-off (one XRANGE per retry is cheap).
+			s.sleep(min(backoff, s.cfg.PollInterval))
 			backoff = min(2*backoff, 2*time.Second)
 			continue
 		}
+		s.flushWriteBack()
 		select {
 		case <-s.ctx.Done():
 			return
@@ -420,13 +486,24 @@ func (s *RedisStore) fullPass(poll <-chan time.Time) error {
 	}
 	// Which layouts the store holds: one round trip.
 	var exists [3]*redis.IntCmd // the old records' hash, the old consumers' hash, the marker
+	var epoch *redis.StringCmd
 	if err == nil {
 		_, err = s.cfg.Client.Pipelined(pctx, func(p redis.Pipeliner) error {
 			for i, k := range []string{s.keys.legacyRecords, s.keys.legacyConsumers, s.keys.layout} {
 				exists[i] = p.Exists(pctx, k)
 			}
+			epoch = p.Get(pctx, s.keys.epoch)
 			return nil
 		})
+		if errors.Is(err, redis.Nil) {
+			err = nil
+		}
+	}
+	if err == nil {
+		err = s.checkEpoch(pctx, epoch.Val())
+	}
+	if err == nil {
+		err = s.readAdminTokens(pctx)
 	}
 	cancel()
 	if err != nil {
@@ -504,7 +581,18 @@ func (s *RedisStore) fullPass(poll <-chan time.Time) error {
 	if firstErr != nil {
 		return firstErr
 	}
+	if held := s.idx.len(); s.loaded.Load() && bigDrop(s.idx.stale(gen), held) {
+		// Keep them all, and put back in Redis what it lost.
+		s.setDataLoss(fmt.Sprintf("a re-read of Redis would drop %d of the %d keys this replica holds", s.idx.stale(gen), held))
+		if err := s.repair(s.epoch); err != nil {
+			return err
+		}
+		s.signal(s.full)
+		s.cursor = from
+		return nil
+	}
 	removed := s.idx.sweep(gen)
+	clear(s.pending) // the pass read them
 	s.cursor = from
 	if !legacy {
 		s.legacy.Store(false)
@@ -594,9 +682,54 @@ func (s *RedisStore) loadBucket(ctx context.Context, key string) error {
 	}
 }
 
+// maxPending is how many records may wait for a re-read before the
+// store re-reads everything instead.
+const maxPending = 10_000
+
+// retryLater keeps the hashes whose records could not be read, to read them
+// again at the next catch-up.
+func (s *RedisStore) retryLater(failed []Hash, err error) {
+	if len(failed) == 0 {
+		return
+	}
+	if s.pending == nil {
+		s.pending = make(map[Hash]struct{}, len(failed))
+	}
+	if len(s.pending) == 0 {
+		s.log.Warn("keystore: some changed records cannot be read from Redis; serving their previous state and retrying", zap.Int("records", len(failed)), zap.Error(err))
+	}
+	for _, h := range failed {
+		s.pending[h] = struct{}{}
+	}
+	if len(s.pending) > maxPending {
+		clear(s.pending)
+		s.signal(s.full)
+	}
+}
+
+// retryPending reads again the records that could not be read before.
+func (s *RedisStore) retryPending() {
+	if len(s.pending) == 0 {
+		return
+	}
+	hs := make([]Hash, 0, len(s.pending))
+	for h := range s.pending {
+		hs = append(hs, h)
+	}
+	failed, _ := s.fetchMany(hs)
+	clear(s.pending)
+	for _, h := range failed {
+		s.pending[h] = struct{}{}
+	}
+	if len(s.pending) == 0 {
+		s.log.Info("keystore: every changed record read again", zap.Int("records", len(hs)))
+	}
+}
+
 // catchUp applies the change log from the store's position on, a page
-// at a time.
+// at a time, after reading again the records that failed before.
 func (s *RedisStore) catchUp() error {
+	s.retryPending()
 	for s.cursor != "" {
 		ctx, cancel := context.WithTimeout(s.ctx, s.pageTimeout())
 		// The range starts at the position itself: finding it proves
@@ -633,9 +766,12 @@ func (s *RedisStore) catchUp() error {
 				return err
 			}
 		}
-		if err := s.fetchMany(hs); err != nil {
-			return err
-		}
+		// A record that cannot be read now (its Cluster slot is failing
+		// over) waits in pending, and the log moves on: one failed
+		// fetch must not hold back every other change, a revocation
+		// among them.
+		failed, err := s.fetchMany(hs)
+		s.retryLater(failed, err)
 		s.cursor = msgs[len(msgs)-1].ID
 		if all {
 			s.signal(s.full)
@@ -681,7 +817,9 @@ func (s *RedisStore) subscribeLoop() {
 			}
 		}
 		_ = ps.Close()
-		s.sleep(backoff)
+		// Capped at the poll interval: changes are polled meanwhile, but a
+		// prompt resubscription after a failover keeps them immediate.
+		s.sleep(min(backoff, s.cfg.PollInterval))
 		if backoff < 2*time.Second {
 			backoff *= 2
 		}
@@ -707,7 +845,7 @@ func (s *RedisStore) Ready() bool { return s.loaded.Load() }
 // Degraded reports whether Redis is unavailable to the store: lookups of
 // unknown keys fail and changes may not arrive.
 func (s *RedisStore) Degraded() bool {
-	return !s.breaker.Closed() || !s.synced.Load()
+	return !s.breaker.Closed() || !s.synced.Load() || s.dataLoss.Load() != nil
 }
 
 // Len is the number of cached records.

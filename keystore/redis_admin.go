@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
 )
 
 // RedisAdmin changes the Redis keystore for the `keygate keys` command and
@@ -39,6 +40,25 @@ type RedisAdmin struct {
 	// which then read those records alone (GetHashes) instead of every
 	// record; when it cannot tell (ok false), they read every record.
 	ConsumerKeys func(consumer string) (hs []Hash, ok bool)
+	// WaitReplicas is how many Redis replicas must confirm a change (Redis
+	// WAIT) before it is answered: at most as many as are connected to
+	// the primary, so a standalone Redis waits for none. 0 waits for
+	// none. See ack.
+	WaitReplicas int
+	// WaitTimeout bounds each WAIT; default DefaultWaitTimeout. A change
+	// not confirmed in time returns an error wrapping ErrNotDurable: an
+	// issue's key is revoked again (its caller never gets it); a
+	// revocation, rotation or other change stays stored on the primary
+	// and every replica of keygate that saw it enforces it (see
+	// RedisStore's tombstones), but a failover may lose it in Redis, so
+	// the caller should repeat it.
+	WaitTimeout time.Duration
+	// OnWaitTimeout, when set, is called with the kind of change whenever
+	// a WAIT times out (a metric).
+	OnWaitTimeout func(change string)
+	// Logger receives the warnings of changes not confirmed in time; nil
+	// means none.
+	Logger *zap.Logger
 
 	keysOnce      sync.Once
 	keysV         *redisKeys
@@ -85,6 +105,10 @@ func (a *RedisAdmin) Issue(ctx context.Context, req IssueRequest) (string, Recor
 		return "", Record{}, err
 	}
 	if err := a.writeKey(ctx, rec); err != nil {
+		if errors.Is(err, errWithdrawn) {
+			// The record was stored: its id goes to the audit log.
+			return "", Record{ID: rec.ID}, err
+		}
 		return "", Record{}, err
 	}
 	return key, rec, nil
@@ -306,7 +330,8 @@ func (a *RedisAdmin) ImportBatch(ctx context.Context, recs []Record) (added, ski
 // AnnounceAll tells every replica to re-read the whole keystore (after
 // an import).
 func (a *RedisAdmin) AnnounceAll(ctx context.Context) error {
-	return a.announceItems(ctx, "*")
+	k := a.keys()
+	return a.announceItems(ctx, "import", "*", slices.Concat(k.records[:], k.ids[:], k.consumers[:])...)
 }
 
 // casRecord sets field ARGV[1] of the hash KEYS[1] to ARGV[3] if it
@@ -461,18 +486,23 @@ func (a *RedisAdmin) deleteNew(ctx context.Context, recs []Record) {
 }
 
 func (a *RedisAdmin) announce(ctx context.Context, recs ...Record) error {
+	k := a.keys()
 	hs := make([]string, len(recs))
+	touched := make([]string, 0, 2*len(recs))
 	for i, r := range recs {
 		hs[i] = r.Hash.String()
+		touched = append(touched, k.recordsOf(r.Hash), k.idsOf(r.ID))
 	}
-	return a.announceItems(ctx, strings.Join(hs, ","))
+	return a.announceItems(ctx, "key", strings.Join(hs, ","), touched...)
 }
 
 // announceItems appends a change to the log, where replicas catch up
 // from, and publishes it, which wakes them at once: both in one round
 // trip (a pipeline, XADD first). A PUBLISH whose XADD failed wakes the
-// replicas for nothing: they find no new entry in the log.
-func (a *RedisAdmin) announceItems(ctx context.Context, items string) error {
+// replicas for nothing: they find no new entry in the log. Then it
+// waits for the Redis replicas of the log's primary and of the primaries
+// of touched, the keys the change wrote (ack).
+func (a *RedisAdmin) announceItems(ctx context.Context, what, items string, touched ...string) error {
 	k := a.keys()
 	var xadd *redis.StringCmd
 	_, err := a.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -486,7 +516,7 @@ func (a *RedisAdmin) announceItems(ctx context.Context, items string) error {
 	if err != nil {
 		return fmt.Errorf("keystore: change stored but not announced (replicas pick it up at their next full resync): %w", err)
 	}
-	return nil
+	return a.ack(ctx, what, append([]string{k.log}, touched...)...)
 }
 
 // migrate moves the records of the previous layout (one hash) into the

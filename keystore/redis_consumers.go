@@ -287,8 +287,34 @@ func (a *RedisAdmin) writeKey(ctx context.Context, rec Record) error {
 	if err := a.writeNew(ctx, rec); err != nil {
 		return err
 	}
-	return a.announce(ctx, rec)
+	if err := a.announce(ctx, rec); err != nil {
+		return a.withdraw(ctx, rec, err)
+	}
+	return nil
 }
+
+// withdraw revokes rec, a key just stored whose issue failed after (its
+// announcement, or the replicas' confirmation, failed): its caller never
+// gets the key, and the record says so. It returns cause, with what
+// became of the key.
+func (a *RedisAdmin) withdraw(ctx context.Context, rec Record, cause error) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*a.waitTimeout())
+	defer cancel()
+	_, err := a.Revoke(ctx, rec.ID)
+	if err != nil && !errors.Is(err, ErrNotDurable) {
+		return fmt.Errorf("keystore: key %s was stored but its issue failed, and revoking it failed too (%w; nobody holds its key; revoke it): %w", rec.ID, errWithdrawn, errors.Join(cause, err))
+	}
+	return fmt.Errorf("keystore: key %s was stored but its issue failed; it is revoked and its key was not handed out (%w): %w", rec.ID, errWithdrawn, cause)
+}
+
+// errWithdrawn marks the error of an issue whose record was stored and
+// then revoked again (withdraw).
+var errWithdrawn = errors.New("withdrawn")
+
+// IssueFailedAfterStore reports whether err is the error of an issue
+// whose record was stored before it failed: the record (its id in the
+// returned Record) is revoked, or must be.
+func IssueFailedAfterStore(err error) bool { return errors.Is(err, errWithdrawn) }
 
 // getConsumer reads the consumer with id (see readConsumer), or
 // ErrConsumerNotFound.
@@ -575,7 +601,8 @@ func (a *RedisAdmin) consumerKeys(id string) ([]Hash, bool) {
 }
 
 func (a *RedisAdmin) announceConsumer(ctx context.Context, id string) error {
-	return a.announceItems(ctx, consumerChange+id)
+	k := a.keys()
+	return a.announceItems(ctx, "consumer", consumerChange+id, k.consumersOf(id), k.legacyConsumers)
 }
 
 // ImportConsumers stores consumers (from a file keystore) that Redis does

@@ -59,9 +59,11 @@ type redisKeys struct {
 	// adminTokens and adminTokenIDs are the admin token hashes (see
 	// admintoken_stores.go).
 	adminTokens, adminTokenIDs string
-	records                    [redisBuckets]string
-	ids                        [redisBuckets]string
-	consumers                  [redisBuckets]string
+	// epoch is the keystore's identity (see RedisStore.checkEpoch).
+	epoch     string
+	records   [redisBuckets]string
+	ids       [redisBuckets]string
+	consumers [redisBuckets]string
 }
 
 // redisLogLen is about how many changes the log keeps. A replica that
@@ -82,6 +84,7 @@ func newRedisKeys(prefix string) *redisKeys {
 		layout:          base + "{ks}:layout",
 		adminTokens:     base + "{ks}:admin_tokens",
 		adminTokenIDs:   base + "{ks}:admin_token_ids",
+		epoch:           base + "{ks}:epoch",
 	}
 	for b := range redisBuckets {
 		tag := fmt.Sprintf("{ks:%02x}:", b)

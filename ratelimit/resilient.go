@@ -154,16 +154,30 @@ func NewResilient(primary Allower, cfg ResilientConfig) (*Resilient, error) {
 		fallback: NewLocal(LocalConfig{MaxKeys: cfg.LocalMaxKeys, Now: cfg.Now}),
 		blocked:  blocked,
 	}
+	var down atomic.Int64    // when the breaker last left closed, unix ns
+	var probes atomic.Uint64 // probes that failed since
 	r.breaker = redisconn.NewBreaker[Decision](redisconn.BreakerConfig{
 		Name:     "ratelimit-redis",
 		Failures: cfg.BreakerFailures,
 		Backoff:  cfg.BreakerBackoff,
 		OnStateChange: func(from, to string) {
 			r.stateChanges.Add(1)
-			if to == "closed" {
-				log.Info("ratelimit: redis is back, circuit breaker closed", zap.String("from", from))
-			} else if ce := log.Check(zap.WarnLevel, "ratelimit: redis circuit breaker"); ce != nil {
-				ce.Write(zap.String("from", from), zap.String("to", to), zap.String("failure_mode", string(r.mode)))
+			// One line when Redis is lost and one when it is back: while
+			// it stays down the breaker goes open → half-open → open once
+			// per back-off, and a line for each would be one a second.
+			switch {
+			case from == "closed":
+				down.Store(cfg.Now().UnixNano())
+				probes.Store(0)
+				if ce := log.Check(zap.WarnLevel, "ratelimit: Redis unavailable; circuit breaker open"); ce != nil {
+					ce.Write(zap.String("failure_mode", string(r.mode)), zap.Duration("probe_every", cfg.BreakerBackoff))
+				}
+			case to == "closed":
+				if ce := log.Check(zap.InfoLevel, "ratelimit: Redis is back, circuit breaker closed"); ce != nil {
+					ce.Write(zap.Duration("down_for", time.Duration(cfg.Now().UnixNano()-down.Load())), zap.Uint64("failed_probes", probes.Load()))
+				}
+			case to == "open":
+				probes.Add(1)
 			}
 			if cfg.OnBreakerStateChange != nil {
 				cfg.OnBreakerStateChange(from, to)

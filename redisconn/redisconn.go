@@ -230,5 +230,8 @@ func New(cfg Config, getenv func(string) string) (redis.UniversalClient, error) 
 		}
 		opts.TLSConfig = tc
 	}
+	if cfg.isCluster() {
+		return newCluster(opts.Cluster()), nil
+	}
 	return redis.NewUniversalClient(opts), nil
 }

@@ -181,3 +181,55 @@ func TestNewReadsTheCAFile(t *testing.T) {
 		t.Fatalf("missing CA file: %v", err)
 	}
 }
+
+// TestClusterFollowsAFailoverPromptly: after a primary is SIGKILLed and
+// the cluster promotes its replica (cluster_state:ok), the client serves
+// that primary's slots within seconds, not when go-redis's once-a-minute
+// reload of the slot map comes round.
+func TestClusterFollowsAFailoverPromptly(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartClusterWith(t, redistest.ClusterOptions{Primaries: 3, Replicas: 1, NodeTimeout: time.Second})
+	cfg := redisconn.DefaultConfig()
+	cfg.Addrs = cl.Addrs
+	c, err := redisconn.New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	set := func() error {
+		ctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		defer cancel()
+		return c.Set(ctx, "k", "v", time.Minute).Err()
+	}
+	if err := set(); err != nil {
+		t.Fatal(err)
+	}
+	old := cl.PrimaryOf(t, "k")
+	killed := time.Now()
+	old.Kill()
+	// Keep using the slot while the cluster recovers, as a loaded
+	// gateway does; every error must be one a caller answers with 503.
+	var recovered time.Time
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the cluster did not recover within 30s")
+		}
+		err := set()
+		if err != nil && !redisconn.Unavailable(err) {
+			t.Fatalf("error during the failover is not classified unavailable: %v", err)
+		}
+		if p := cl.ServingPrimary("k"); recovered.IsZero() && cl.StateOK() && p != nil && p != old {
+			recovered = time.Now()
+		}
+		if !recovered.IsZero() && err == nil {
+			break
+		}
+	}
+	served := time.Since(recovered)
+	t.Logf("cluster_state:ok %s after the kill; the client served the slot's new primary %s after that",
+		recovered.Sub(killed).Round(time.Millisecond), served.Round(time.Millisecond))
+	if served > 5*time.Second {
+		t.Errorf("served the new primary %s after cluster_state:ok, want within 5s", served)
+	}
+}

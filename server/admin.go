@@ -26,6 +26,9 @@ func (s *Server) adminHandler() http.Handler {
 	return mux
 }
 
+// dataLoser is a store that can find that its backing store lost data.
+type dataLoser interface{ DataLoss() string }
+
 type readiness struct {
 	Status   string            `json:"status"`
 	Checks   map[string]string `json:"checks"`
@@ -49,6 +52,10 @@ func (s *Server) readiness() (int, readiness) {
 		name string
 		c    any
 	}{{"keystore_redis", s.store}, {"ratelimit", s.limiter}} {
+		if l, ok := c.c.(dataLoser); ok && l.DataLoss() != "" {
+			rd.Degraded = append(rd.Degraded, c.name+": Redis lost keystore data ("+l.DataLoss()+"); serving the last good set while this replica writes it back")
+			continue
+		}
 		if d, ok := c.c.(degradable); ok && d.Degraded() {
 			rd.Degraded = append(rd.Degraded, c.name+": redis unavailable, running on the outage policy")
 		}

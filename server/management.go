@@ -118,7 +118,12 @@ func (s *Server) openOps(deps *Deps) (*keyops.Service, keyops.Store, error) {
 	case "file":
 		store = &keystore.FileAdmin{Path: s.cfg.Keystore.File}
 	case "redis":
-		store = &keystore.RedisAdmin{Client: s.redis, Prefix: s.cfg.Redis.KeyPrefix, ConsumerKeys: consumerKeys}
+		ra := &keystore.RedisAdmin{Client: s.redis, Prefix: s.cfg.Redis.KeyPrefix, ConsumerKeys: consumerKeys,
+			WaitReplicas: s.cfg.Keystore.WaitReplicas, WaitTimeout: s.cfg.Keystore.WaitTimeout, Logger: s.log.Named("keystore")}
+		if s.ksEvents != nil {
+			ra.OnWaitTimeout = s.ksEvents.waitTimeout
+		}
+		store = ra
 	}
 	if s.ops != nil {
 		return s.ops, store, nil
@@ -126,6 +131,7 @@ func (s *Server) openOps(deps *Deps) (*keyops.Service, keyops.Store, error) {
 	if err := s.auditDeps(deps); err != nil {
 		return nil, nil, err
 	}
+	s.storeAuditor.Store(&deps.Auditor)
 	limits, err := s.cfg.Resolver()
 	if err != nil {
 		return nil, nil, err

@@ -21,8 +21,7 @@ func registerKeystoreMetrics(reg prometheus.Registerer) func(int, error) {
 		Name: "keygate_keystore_reloads_total",
 		Help: "Keystore (re)loads, by result (ok, error). On error the last good keystore keeps serving.",
 	}, []string{"result"})
-	keys := prometheus.NewGauge(prometheus.GaugeOpts{Name: "keygate_keystore_keys", Help: "Key records in the loaded keystore."})
-	reg.MustRegister(reloads, keys)
+	reg.MustRegister(reloads)
 	reloads.WithLabelValues("ok") // both at 0, so the first error is an increase
 	reloads.WithLabelValues("error")
 	return func(n int, err error) {
@@ -31,9 +30,53 @@ func registerKeystoreMetrics(reg prometheus.Registerer) func(int, error) {
 			return
 		}
 		reloads.WithLabelValues("ok").Inc()
-		keys.Set(float64(n))
 	}
 }
+
+// registerKeyCount registers keygate_keystore_keys, read from the store
+// at each scrape: current after every change, not only after a reload.
+func registerKeyCount(reg prometheus.Registerer, store interface{ Len() int }) {
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "keygate_keystore_keys", Help: "Key records the keystore serves (active, revoked, rotated and expired alike).",
+	}, func() float64 { return float64(store.Len()) }))
+}
+
+// keystoreEvents are the Redis keystore's failure counters; the zero
+// value is not usable, use newKeystoreEvents.
+type keystoreEvents struct {
+	waitTimeouts *prometheus.CounterVec
+	blocked      prometheus.Counter
+	logGaps      prometheus.Counter
+	dataLoss     prometheus.Counter
+}
+
+func newKeystoreEvents(reg prometheus.Registerer) *keystoreEvents {
+	e := &keystoreEvents{
+		waitTimeouts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "keygate_keystore_wait_timeouts_total",
+			Help: "Key changes whose Redis WAIT timed out (fewer replicas than keystore.wait_replicas confirmed them), by change: key, consumer, admin_token, import. Each answered 503.",
+		}, []string{"change"}),
+		blocked: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "keygate_keystore_reinstatements_blocked_total",
+			Help: "Re-reads of Redis that would have reinstated a key this replica saw revoked or rotated; the key stayed ended and was written back.",
+		}),
+		logGaps: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "keygate_keystore_log_gaps_total",
+			Help: "Times the change log no longer held this replica's position (trimmed, or Redis lost it) and it re-read every record.",
+		}),
+		dataLoss: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "keygate_keystore_data_loss_total",
+			Help: "Times this replica found that Redis lost keystore data (epoch gone or changed, or a re-read would drop most keys) and repaired it.",
+		}),
+	}
+	for _, c := range []string{"key", "consumer", "admin_token", "import"} {
+		e.waitTimeouts.WithLabelValues(c)
+	}
+	reg.MustRegister(e.waitTimeouts, e.blocked, e.logGaps, e.dataLoss)
+	return e
+}
+
+func (e *keystoreEvents) waitTimeout(change string) { e.waitTimeouts.WithLabelValues(change).Inc() }
 
 // registerDegraded registers a gauge that is 1 while d runs degraded.
 func registerDegraded(reg prometheus.Registerer, name, help string, d degradable) {

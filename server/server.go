@@ -114,6 +114,12 @@ type Server struct {
 	// ops is the key-management service of the admin API and the
 	// portal; nil unless one of them is enabled.
 	ops *keyops.Service
+	// ksEvents counts the Redis keystore's failures; nil for the file
+	// backend.
+	ksEvents *keystoreEvents
+	// storeAuditor audits what the Redis keystore does on its own (a
+	// blocked reinstatement), once the audit log is open.
+	storeAuditor atomic.Pointer[keyops.Auditor]
 	// portal serves the self-service portal on portalLn; nil unless
 	// enabled.
 	portal       *portal.Portal
@@ -334,6 +340,7 @@ func (s *Server) openStore() error {
 		}
 		s.store = fs
 	case "redis":
+		s.ksEvents = newKeystoreEvents(s.registry)
 		rs, err := keystore.OpenRedis(keystore.RedisConfig{
 			Client:         s.redis,
 			Prefix:         s.cfg.Redis.KeyPrefix,
@@ -342,17 +349,49 @@ func (s *Server) openStore() error {
 			Timeout:        s.cfg.RateLimit.RedisTimeout,
 			OnReload:       onReload,
 			Limits:         limits,
+			FailClosed:     s.cfg.Keystore.OnDataLoss == config.OnDataLossFailClosed,
+			OnBlocked:      s.reinstatementBlocked,
+			OnLogGap:       s.ksEvents.logGaps.Inc,
+			OnDataLoss:     func(string) { s.ksEvents.dataLoss.Inc() },
 		})
 		if err != nil {
 			return err
 		}
-		registerDegraded(s.registry, "keygate_keystore_degraded", "1 while the Redis keystore cannot reach Redis: cached keys work, unknown keys get 503.", rs)
+		registerDegraded(s.registry, "keygate_keystore_degraded", "1 while the Redis keystore cannot reach Redis, or Redis lost keystore data: cached keys work, unknown keys get 503.", rs)
+		s.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "keygate_keystore_data_loss",
+			Help: "1 while the Redis keystore runs on its last good set because Redis lost keystore data, until its repair completes.",
+		}, func() float64 {
+			if rs.DataLoss() != "" {
+				return 1
+			}
+			return 0
+		}))
 		s.store = rs
 	default:
 		return fmt.Errorf("keystore.backend: %q is not available", s.cfg.Keystore.Backend)
 	}
+	if l, ok := s.store.(interface{ Len() int }); ok {
+		registerKeyCount(s.registry, l)
+	}
 	s.closers = append(s.closers, s.store.Close)
 	return nil
+}
+
+// reinstatementBlocked counts, and audits once the audit log is open, a
+// re-read of Redis that would have reinstated a key this replica saw
+// ended (keystore.RedisConfig.OnBlocked).
+func (s *Server) reinstatementBlocked(r keystore.Record) {
+	s.ksEvents.blocked.Inc()
+	if a := s.storeAuditor.Load(); a != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		err := (*a).Audit(ctx, keyops.Event{Time: time.Now().UTC(), Actor: keyops.Actor{ID: "keygate:keystore"}, Action: "key.reinstatement_blocked",
+			Target: r.ID, Changes: map[string]string{"status": string(r.Status)}})
+		if err != nil {
+			s.log.Warn("keystore: a blocked reinstatement was not audited", zap.String("key_id", r.ID), zap.Error(err))
+		}
+	}
 }
 
 func (s *Server) openLimiter() error {

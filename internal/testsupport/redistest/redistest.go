@@ -50,18 +50,27 @@ func Binary(t testing.TB) string {
 // arguments, such as "--notify-keyspace-events", "KEA".
 func Start(t testing.TB, extra ...string) *Server {
 	t.Helper()
-	s := &Server{t: t, dir: t.TempDir()}
+	return start(t, t.TempDir(), nil, extra)
+}
+
+// start runs redis-server with first (a config file, for a Sentinel)
+// before the usual arguments and extra after them, in dir.
+func start(t testing.TB, dir string, first, extra []string) *Server {
+	t.Helper()
+	s := &Server{t: t, dir: dir}
 	for attempt := 1; ; attempt++ {
 		s.Port = testkit.FreePort(t)
 		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port))
-		s.args = append([]string{
+		s.args = append(append([]string(nil), first...),
 			"--port", strconv.Itoa(s.Port),
 			"--bind", "127.0.0.1",
-			"--save", "",
-			"--appendonly", "no",
 			"--dir", s.dir,
 			"--logfile", filepath.Join(s.dir, "redis.log"),
-		}, extra...)
+		)
+		if first == nil { // a Sentinel has no persistence to turn off
+			s.args = append(s.args, "--save", "", "--appendonly", "no")
+		}
+		s.args = append(s.args, extra...)
 		err := s.tryStart()
 		if err == nil {
 			break
@@ -239,3 +248,6 @@ func (s *Server) Client(t testing.TB, tune ...func(*redis.Options)) *redis.Clien
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
+
+// Running reports whether the server process runs (it was not killed).
+func (s *Server) Running() bool { return s.cmd != nil }
