@@ -197,3 +197,14 @@ func TestDefaultAccessShared(t *testing.T) {
 		t.Error("a narrowed key shares the default Access")
 	}
 }
+
+// TestPathByte holds PathByte's bit sets to the characters it names.
+func TestPathByte(t *testing.T) {
+	t.Parallel()
+	const want = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~!$&'()*+,=:@"
+	for c := 0; c < 256; c++ {
+		if got := policy.PathByte(byte(c)); got != strings.ContainsRune(want, rune(c)) || (c >= 0x80 && got) {
+			t.Errorf("PathByte(%q) = %v", rune(c), got)
+		}
+	}
+}
