@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -251,6 +252,11 @@ type state struct {
 	// response and on the upstream request (hvTraceID…): one allocation
 	// with the state instead of one per header.
 	hv [hvCount]string
+
+	// path is the request path operations are matched on: the decoded
+	// path an upstream reads (normalisePath); fwdPath is the escaped path
+	// forwarded when it differs from the one received.
+	path, fwdPath string
 }
 
 // Slots of state.hv.
@@ -374,14 +380,21 @@ func (g *Gateway) admit(w *recorder, r *http.Request, st *state) refusal {
 		}
 	}
 
-	switch {
-	case st.route == routeNone:
+	if st.route == routeNone {
 		return refusal{kind: refNotFound}
+	}
+	if f := st.readPath(r.URL); f.refused() {
+		return f
+	}
+	switch {
 	case !p.Allows(st.route.product()):
 		return refusal{kind: refWrongProduct, message: "Forbidden: this credential is not valid for the " + st.route.product() + " product"}
 	case !st.route.spec().allows(r.Method):
 		w.Header().Set("Allow", st.route.spec().allow)
 		return refusal{kind: refSyncMethod}
+	}
+	if f := checkOverride(r); f.refused() {
+		return f
 	}
 	if f := g.permitted(r, st, p); f.refused() {
 		return f
@@ -504,13 +517,36 @@ func (g *Gateway) permitted(r *http.Request, st *state, p *auth.Principal) refus
 	if p.Access == nil {
 		return refusal{}
 	}
-	switch p.Access.Decide(g.ops.Match(r.Method, r.URL.EscapedPath()), st.client) {
+	switch p.Access.Decide(g.ops.Match(r.Method, st.path), st.client) {
 	case policy.DenyAddress:
 		return refusal{kind: refForbiddenAddress}
 	case policy.DenyOperation:
 		return refusal{kind: refForbiddenOperation}
 	case policy.DenyPlan:
 		return refusal{kind: refForbiddenPlan}
+	}
+	if st.route == routeRegistry {
+		return g.formOverride(r, st, p)
+	}
+	return refusal{}
+}
+
+// readPath sets st.path and st.fwdPath from the request's URL, or
+// refuses a path below /registry that upstreams could read in more than
+// one way (normalisePath).
+func (st *state) readPath(u *url.URL) refusal {
+	p := u.EscapedPath()
+	if st.route != routeRegistry {
+		st.path = p // "/sync", exactly
+		return refusal{}
+	}
+	fwd, dec, ok := normalisePath(p)
+	if !ok {
+		return refusal{kind: refPath}
+	}
+	st.path = dec
+	if fwd != p {
+		st.fwdPath = fwd
 	}
 	return refusal{}
 }

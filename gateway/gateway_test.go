@@ -58,7 +58,7 @@ func TestSpecStatuses(t *testing.T) {
 		{"unknown path with a valid key", "GET", "/v2/sync", e.LiveKey, "", nil, 404, ""},
 		{"trailing slash is not /sync", "POST", "/sync/", e.LiveKey, ct, okBody, 404, ""},
 		{"double slash is not /sync", "POST", "//sync", e.LiveKey, ct, okBody, 404, ""},
-		{"dot segments never reach an upstream", "POST", "/registry/../sync", e.RegistryKey, ct, okBody, 404, ""},
+		{"dot segments never reach an upstream", "POST", "/registry/../sync", e.RegistryKey, ct, okBody, 400, "more than one way"},
 		{"GET /sync", "GET", "/sync", e.LiveKey, "", nil, 405, "POST"},
 		{"body over max_body_bytes", "POST", "/sync", e.LiveKey, ct, bytes.Repeat([]byte("x"), 2<<20), 413, "too large"},
 	}

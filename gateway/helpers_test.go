@@ -70,6 +70,7 @@ type envOpts struct {
 	logger      *zap.Logger
 	registryH   http.Handler            // nil: the registry stand-in
 	resolver    *policy.Resolver        // resolves keys' limits and permissions; nil: none
+	ops         *policy.Operations      // the operations (also the resolver's); nil: the built-in ones
 	trusted     clientip.TrustedProxies // server.trusted_proxies
 	setup       func(e *env)            // changes the keystore file before the store opens
 	endpoints   []gateway.Endpoint
@@ -179,6 +180,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 		MinBodyRate:      o.minRate,
 		TrustedProxies:   o.trusted,
 		Endpoints:        o.endpoints,
+		Operations:       o.ops,
 	}, gateway.Deps{Auth: keys, Limiter: limiter, Failures: o.failures, Usage: o.usage, Logger: o.logger})
 	if err != nil {
 		t.Fatal(err)

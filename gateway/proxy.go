@@ -28,6 +28,11 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 		up = g.registry
 	}
 	st.upstream = up
+	if st.fwdPath != "" {
+		// The normal form the operation was matched on (normalisePath);
+		// SetURL joins the target's path with this escaped one.
+		pr.Out.URL.Path, pr.Out.URL.RawPath = st.path, st.fwdPath
+	}
 	pr.SetURL(up.pick().url)
 	h := pr.Out.Header
 	scrubOutbound(h)

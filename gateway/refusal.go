@@ -23,6 +23,8 @@ const (
 	refAuthUnavailable
 	refClientGone // the client left during the key or limiter check
 	refNotFound
+	refPath
+	refOverride
 	refWrongProduct
 	refForbiddenAddress
 	refForbiddenOperation
@@ -80,6 +82,8 @@ var refusals = [numRefusalKinds]refusalSpec{
 	refAuthUnavailable:    {status: http.StatusServiceUnavailable, message: "key store unavailable, try again shortly", label: "store_error", reason: "store_error"},
 	refClientGone:         {status: StatusClientClosedRequest, message: "client closed request", label: "client_gone", reason: "client_gone"},
 	refNotFound:           {status: http.StatusNotFound, message: "no such endpoint", label: "not_found", reason: "not_found"},
+	refPath:               {status: http.StatusBadRequest, message: msgPath, label: "path", reason: "path"},
+	refOverride:           {status: http.StatusBadRequest, message: msgOverride, label: "override", reason: "override"},
 	refWrongProduct:       {status: http.StatusForbidden, message: "Forbidden: this credential is not valid for this product", counted: true, outcome: usage.RefusedProduct, label: "wrong_product", reason: "wrong_product"},
 	refForbiddenAddress:   {status: http.StatusForbidden, message: "Forbidden: requests from this address are not allowed for this key", counted: true, outcome: usage.ForbiddenAddress, label: "forbidden_address", reason: "forbidden_address"},
 	refForbiddenOperation: {status: http.StatusForbidden, message: "Forbidden: this key lacks permission for this operation", counted: true, outcome: usage.ForbiddenOperation, label: "forbidden_operation", reason: "forbidden_operation"},

@@ -95,62 +95,23 @@ func (r route) String() string { return r.spec().name }
 // product is the product a route belongs to.
 func (r route) product() string { return r.spec().product }
 
-// match maps a request to a route by its path exactly as it is forwarded
-// (the escaped form, byte for byte), so that what was routed is what the
-// upstream reads. Only the exact path /sync is the extraction endpoint;
-// /registry and everything below it is the registry. Everything else,
-// percent-encoded spellings of those (/%73ync) included, is no route.
-// Below /registry, a path that an upstream could normalise into another
-// is refused outright: empty, "." or ".." segments, decoded or encoded;
-// ";" (path parameters: Tomcat reads /..;/ as /../); a backslash or an
-// encoded slash, backslash or dot; an encoded control character. So
-// /registry/../sync, /registry%2fx or /registry/..;/sync can never reach
-// an upstream that would clean them into something else.
+// match maps a request to a route by its path exactly as it arrived (the
+// escaped form, byte for byte). Only the exact path /sync is the
+// extraction endpoint; /registry and everything below it is the registry.
+// Everything else, percent-encoded or other-case spellings of those
+// (/%73ync, /Sync, /registry%2fx) included, is no route. Below /registry
+// the path is then read as an upstream would read it (normalisePath):
+// what could be read in more than one way is refused, the rest is matched
+// and forwarded in its normal form.
 func match(u *url.URL) route {
 	p := u.EscapedPath()
 	if p == "/sync" {
 		return routeSync
 	}
 	if p == "/registry" || strings.HasPrefix(p, "/registry/") {
-		if !canonical(p) || !canonical(u.Path) || ambiguousInPath(p) {
-			return routeNone
-		}
 		return routeRegistry
 	}
 	return routeNone
-}
-
-// canonical reports whether path has no empty, "." or ".." segments (a
-// trailing slash is allowed).
-func canonical(path string) bool {
-	segs := strings.Split(path[1:], "/")
-	for i, s := range segs {
-		if s == "." || s == ".." || (s == "" && i != len(segs)-1) {
-			return false
-		}
-	}
-	return true
-}
-
-// ambiguousInPath reports whether an escaped path holds what upstreams
-// read differently: ";", a backslash, or a percent-encoded "/", "\", "."
-// or control character.
-func ambiguousInPath(p string) bool {
-	for i := 0; i < len(p); i++ {
-		switch p[i] {
-		case ';', '\\':
-			return true
-		case '%':
-			if i+2 >= len(p) {
-				return true
-			}
-			b, ok := unhex2(p[i+1], p[i+2])
-			if !ok || b == '/' || b == '\\' || b == '.' || b < 0x20 || b == 0x7f {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 func unhex2(h, l byte) (byte, bool) {

@@ -36,6 +36,10 @@ type OperationDef struct {
 	Methods []string `yaml:"methods"`
 	// Path is the path prefix, segment by segment: "/registry/docs"
 	// covers /registry/docs and everything below it, not /registry/docsx.
+	// It is compared without regard to ASCII letter case (/registry/DOCS
+	// is covered too: upstreams such as Express, IIS and ASP.NET route it
+	// to the same handler), and it is written in ASCII letters, digits and
+	// "-._~!$&'()*+,=:@" only.
 	Path string `yaml:"path"`
 }
 
@@ -60,7 +64,7 @@ type operation struct {
 	name    string
 	product string
 	methods []string // nil: any method
-	path    string   // without a trailing "/"
+	path    string   // without a trailing "/", ASCII letters in lower case
 }
 
 // Operations is the compiled table of operations: it matches a request to
@@ -114,7 +118,7 @@ func NewOperations(cfg OperationsConfig) (*Operations, error) {
 	o := &Operations{index: map[string]Op{}, all: map[string]OpSet{}}
 	add := func(name string, d OperationDef) {
 		m := opName.FindStringSubmatch(name)
-		op := operation{name: name, product: m[1], path: strings.TrimSuffix(d.Path, "/")}
+		op := operation{name: name, product: m[1], path: strings.ToLower(strings.TrimSuffix(d.Path, "/"))}
 		if len(d.Methods) > 0 {
 			op.methods = append([]string(nil), d.Methods...)
 			for i := range op.methods {
@@ -193,11 +197,61 @@ func checkPath(prod, p string) string {
 		return fmt.Sprintf("extraction has one path, /sync; %q is unreachable", p)
 	case prod == product.Registry && p != "/registry" && !strings.HasPrefix(p, "/registry/"):
 		return fmt.Sprintf("registry operations live under /registry/; %q is unreachable", p)
-	case strings.Contains(p, "//") || strings.Contains(p, "/./") || strings.Contains(p, "/../") || strings.ContainsAny(p, "?#;\\%"):
-		return fmt.Sprintf("%q is not a canonical path prefix; no request path can match it", p)
+	case !canonicalPrefix(p):
+		return fmt.Sprintf("%q is not a canonical path prefix (no empty segments, no segment ending in \".\", only ASCII letters, digits and -._~!$&'()*+,=:@); no request path can match it", p)
 	}
 	return ""
 }
+
+// canonicalPrefix reports whether p could be the path of a request the
+// gateway lets through: segments that are neither empty (a trailing "/"
+// aside) nor end in a dot ("." and ".." among them), made of the bytes a
+// path may hold literally (RFC 3986 pchar, less ";", which upstreams read
+// as path parameters). Anything else the gateway refuses in a request
+// path, so an operation on it would be unreachable.
+func canonicalPrefix(p string) bool {
+	if p == "" || p[0] != '/' {
+		return false
+	}
+	segs := strings.Split(p[1:], "/")
+	for i, s := range segs {
+		if s == "" {
+			if i != len(segs)-1 {
+				return false
+			}
+			continue
+		}
+		if s[len(s)-1] == '.' {
+			return false
+		}
+		for j := 0; j < len(s); j++ {
+			if !PathByte(s[j]) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// PathByte reports whether c may stand literally in a path segment the
+// gateway forwards: an ASCII letter or digit, or one of "-._~" (RFC 3986
+// unreserved) and "!$&'()*+,=:@" (sub-delims, ":" and "@", less ";").
+func PathByte(c byte) bool {
+	switch {
+	case c < 64:
+		return pathBytesLow&(1<<c) != 0
+	case c < 128:
+		return pathBytesHigh&(1<<(c-64)) != 0
+	}
+	return false
+}
+
+// The bytes of PathByte as bit sets: bytes 0-63 and 64-127.
+const (
+	pathBytesLow uint64 = (1<<10-1)<<'0' | 1<<'-' | 1<<'.' | 1<<'!' | 1<<'$' | 1<<'&' | 1<<'\'' |
+		1<<'(' | 1<<')' | 1<<'*' | 1<<'+' | 1<<',' | 1<<'=' | 1<<':'
+	pathBytesHigh uint64 = (1<<26-1)<<('A'-64) | (1<<26-1)<<('a'-64) | 1<<('_'-64) | 1<<('~'-64) | 1<<('@'-64)
+)
 
 // checkMethods says what is wrong with an operation's methods; "" if
 // nothing.
@@ -248,16 +302,30 @@ func (o *Operations) overlap(i Op) string {
 	return ""
 }
 
-// covers reports whether path p lies under prefix (segment-wise).
+// covers reports whether path p lies under prefix (segment-wise, ASCII
+// letters in any case; prefix is in lower case).
 func covers(prefix, p string) bool {
-	if !strings.HasPrefix(p, prefix) {
+	if len(p) < len(prefix) {
 		return false
+	}
+	for i := 0; i < len(prefix); i++ {
+		c := p[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != prefix[i] {
+			return false
+		}
 	}
 	return len(p) == len(prefix) || p[len(prefix)] == '/'
 }
 
-// Match returns the most specific operation covering method on path (the
-// request's escaped path), or NoOp.
+// Match returns the most specific operation covering method on path, or
+// NoOp. The path is the request's as an upstream reads it: percent-decoded
+// (the gateway refuses the encodings that would decode into another path:
+// see gateway's normalisePath). Letter case does not matter: an upstream
+// that ignores it routes /registry/ADMIN where /registry/admin goes, so
+// the request gets the operation of the lower-case path.
 func (o *Operations) Match(method, path string) Op {
 	for _, i := range o.order {
 		op := &o.ops[i]

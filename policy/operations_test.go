@@ -32,6 +32,10 @@ func TestOperationMatch(t *testing.T) {
 		{"PUT", "/registry/docs/a", "registry:docs-put"},
 		{"PUT", "/registry/docsx", "registry:write"},
 		{"GET", "/registry/docs/a", "registry:read"},
+		{"PUT", "/registry/DOCS/a", "registry:docs-put"},
+		{"PUT", "/registry/Docs", "registry:docs-put"},
+		{"PUT", "/REGISTRY/dOcS", "registry:docs-put"},
+		{"PUT", "/registry/docs\u212a", "registry:write"},
 		{"GET", "/other", ""},
 	} {
 		if got := ops.Name(ops.Match(c.method, c.path)); got != c.want {
@@ -60,6 +64,12 @@ func TestOperationsRefused(t *testing.T) {
 		{"unknown product", policy.OperationsConfig{"billing:x": {Path: "/billing"}}, "operations.billing:x: "},
 		{"built-in name", policy.OperationsConfig{"registry:read": {Methods: []string{"GET"}, Path: "/registry/x"}}, "operations.registry:read: "},
 		{"not canonical", policy.OperationsConfig{"registry:x": {Methods: []string{"PUT"}, Path: "/registry/../x"}}, "operations.registry:x.path: "},
+		{"trailing dot", policy.OperationsConfig{"registry:x": {Path: "/registry/x./y"}}, "operations.registry:x.path: "},
+		{"empty segment", policy.OperationsConfig{"registry:x": {Path: "/registry//x"}}, "operations.registry:x.path: "},
+		{"escape", policy.OperationsConfig{"registry:x": {Path: "/registry/%61dmin"}}, "operations.registry:x.path: "},
+		{"not ASCII", policy.OperationsConfig{"registry:x": {Path: "/registry/\u212a"}}, "operations.registry:x.path: "},
+		{"space", policy.OperationsConfig{"registry:x": {Path: "/registry/a b"}}, "operations.registry:x.path: "},
+		{"same path in another case", policy.OperationsConfig{"registry:a": {Path: "/registry/admin"}, "registry:b": {Path: "/registry/ADMIN/"}}, "operations.registry:b: overlaps registry:a"},
 	} {
 		_, err := policy.NewOperations(c.cfg)
 		if err == nil || !strings.HasPrefix(err.Error(), c.want) {
@@ -195,5 +205,16 @@ func TestDefaultAccessShared(t *testing.T) {
 	}
 	if a == c || c.Allowed == a.Allowed {
 		t.Error("a narrowed key shares the default Access")
+	}
+}
+
+// TestPathByte holds PathByte's bit sets to the characters it names.
+func TestPathByte(t *testing.T) {
+	t.Parallel()
+	const want = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~!$&'()*+,=:@"
+	for c := 0; c < 256; c++ {
+		if got := policy.PathByte(byte(c)); got != strings.ContainsRune(want, rune(c)) || (c >= 0x80 && got) {
+			t.Errorf("PathByte(%q) = %v", rune(c), got)
+		}
 	}
 }
