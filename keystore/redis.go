@@ -478,12 +478,6 @@ func (s *RedisStore) fullPass(poll <-chan time.Time) error {
 	ctx := s.ctx
 	pctx, cancel := context.WithTimeout(ctx, s.pageTimeout())
 	last, err := s.cfg.Client.XRevRangeN(pctx, s.keys.log, "+", "-", 1).Result()
-	if err == nil && len(last) == 0 {
-		// An empty log has no entry to hold the position: start one.
-		var id string
-		id, err = s.cfg.Client.XAdd(pctx, &redis.XAddArgs{Stream: s.keys.log, MaxLen: redisLogLen, Approx: true, Values: []string{"c", ""}}).Result()
-		last = []redis.XMessage{{ID: id}}
-	}
 	// Which layouts the store holds: one round trip.
 	var exists [3]*redis.IntCmd // the old records' hash, the old consumers' hash, the marker
 	var epoch *redis.StringCmd
@@ -500,7 +494,16 @@ func (s *RedisStore) fullPass(poll <-chan time.Time) error {
 		}
 	}
 	if err == nil {
+		// Before any write of this pass: a Redis that came back empty
+		// and refuses writes (out of memory, read-only) is still found
+		// to have lost its data.
 		err = s.checkEpoch(pctx, epoch.Val())
+	}
+	if err == nil && len(last) == 0 {
+		// An empty log has no entry to hold the position: start one.
+		var id string
+		id, err = s.cfg.Client.XAdd(pctx, &redis.XAddArgs{Stream: s.keys.log, MaxLen: redisLogLen, Approx: true, Values: []string{"c", ""}}).Result()
+		last = []redis.XMessage{{ID: id}}
 	}
 	if err == nil {
 		err = s.readAdminTokens(pctx)
