@@ -570,7 +570,7 @@ func (b *bench) startAll() error {
 			return err
 		}
 		if args == nil {
-			b.logf("%s is not installed; skipped (run bench/install-peers.sh)", name)
+			b.logf("%s is not installed; skipped (run make deps)", name)
 			return nil
 		}
 		c, err := b.start(name, args...)
@@ -624,7 +624,7 @@ func (b *bench) startAll() error {
 				if b.o.Smoke {
 					return nil, nil
 				}
-				return nil, fmt.Errorf("%s is not installed: run bench/install-peers.sh", missing)
+				return nil, fmt.Errorf("%s is not installed: run make deps", missing)
 			}
 			p, err := b.writeConf(conf, b.tlsTemplate(conf, tmpl), confData{Name: name, Dir: b.dir, Listen: addr, Upstream: upAddr, Pool: pool, Workers: workers, Lua: lua})
 			if err != nil {
