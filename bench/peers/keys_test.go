@@ -10,7 +10,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
 )
 
 // TestSmokeKeys runs `-keys 1000 -smoke` on the four keygate targets (and
