@@ -65,9 +65,9 @@ type MigrationQuery struct {
 }
 
 // MaxReportKeys is the most keys the admin API reports on in one whole
-// migration report. 100,000 keys took 3.0-3.3 s and 220 MiB of the
-// replica; a million did not finish within the admin API's 30 s write
-// timeout and took 2 GiB (2026-11-27): past this, ask per consumer.
+// migration report: a report over a million keys does not finish within
+// the admin API's 30 s write timeout and holds gigabytes of the replica;
+// past this, ask per consumer.
 const MaxReportKeys = 100_000
 
 // keyCounter is a Store that counts its keys without reading them

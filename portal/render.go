@@ -57,7 +57,8 @@ var funcs = template.FuncMap{
 	"upper": strings.ToUpper,
 }
 
-// when is a time for a page: "2026-11-24 19:30 UTC", or "never".
+// when is a time for a page: "2006-01-02 15:04 UTC" (Go's layout), or
+// "never".
 func when(t any) string {
 	switch v := t.(type) {
 	case time.Time:
