@@ -15,9 +15,8 @@ FUZZTIME ?= 3m
 # Nothing is minimized (-fuzzminimizetime 0x): with a count, Go's
 # coordinator sets a minimization's runs aside from the count and sends no
 # other input until it ends, and 2000 runs of a 1 MiB input the fuzzer grew
-# (its largest) through keygate and three parsers take minutes, with the
-# count standing still 2000 short of the end. A crasher is still written
-# to testdata, whole;
+# (its largest) through keygate and three parsers take minutes, and the
+# count can stand 2000 short of the end until stopped by hand. A crasher is still written to testdata, whole;
 # `make fuzz` minimizes.
 TEST_FUZZ_DIFFERENTIAL ?= 80000x
 TEST_FUZZ_TRACKER ?= 400000x

@@ -57,8 +57,7 @@ var funcs = template.FuncMap{
 	"upper": strings.ToUpper,
 }
 
-// when is a time for a page: "2006-01-02 15:04 UTC" (Go's layout), or
-// "never".
+// when is a time for a page: "YYYY-MM-DD hh:mm UTC", or "never".
 func when(t any) string {
 	switch v := t.(type) {
 	case time.Time:
