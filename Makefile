@@ -2,7 +2,9 @@
 # `make test` runs the whole suite with the race detector.
 GO      ?= go
 BIN     := bin/keygate
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# VERSION is the release this tree is (cli.Release, the newest release in
+# CHANGELOG.md); `keygate version` adds the commit Go stamps into the build.
+VERSION ?= $(shell sed -n 's/^const Release = "\(.*\)"$$/\1/p' cli/version.go)
 LDFLAGS := -s -w -X github.com/keygate/keygate/cli.Version=$(VERSION)
 FUZZTIME ?= 3m
 # TEST_FUZZ_DIFFERENTIAL and TEST_FUZZ_TRACKER are how many inputs `make
@@ -14,9 +16,8 @@ FUZZTIME ?= 3m
 # Nothing is minimized (-fuzzminimizetime 0x): with a count, Go's
 # coordinator sets a minimization's runs aside from the count and sends no
 # other input until it ends, and 2000 runs of a 1 MiB input the fuzzer grew
-# (its largest) through keygate and three parsers take minutes: twice in a
-# row on 2026-11-28 the count stood at 2000 short of the end for minutes,
-# until stopped by hand. A crasher is still written to testdata, whole;
+# (its largest) through keygate and three parsers take minutes, and the
+# count can stand 2000 short of the end until stopped by hand. A crasher is still written to testdata, whole;
 # `make fuzz` minimizes.
 TEST_FUZZ_DIFFERENTIAL ?= 80000x
 TEST_FUZZ_TRACKER ?= 400000x
