@@ -3,7 +3,9 @@
 # the quick inner loop.
 GO      ?= go
 BIN     := bin/keygate
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# VERSION is the release this tree is (cli.Release, the newest release in
+# CHANGELOG.md); `keygate version` adds the commit Go stamps into the build.
+VERSION ?= $(shell sed -n 's/^const Release = "\(.*\)"$$/\1/p' cli/version.go)
 LDFLAGS := -s -w -X github.com/keygate/keygate/cli.Version=$(VERSION)
 FUZZTIME ?= 3m
 # TEST_FUZZ_DIFFERENTIAL and TEST_FUZZ_TRACKER are how many inputs `make

@@ -290,16 +290,17 @@ func TestPrintSideBySide(t *testing.T) {
 	}
 }
 
-// TestReadmeFlags: every BENCH_PEERS_FLAGS the README shows is a set of
+// TestReadmeFlags: every BENCH_PEERS_FLAGS docs/performance.md (the
+// method and the commands that reproduce its tables) shows is a set of
 // flags this bench takes, with values of their kinds.
 func TestReadmeFlags(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/performance.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	all := regexp.MustCompile("BENCH_PEERS_FLAGS=(?:\"([^\"]*)\"|([^\\s`\"]+))").FindAllSubmatch(readme, -1)
 	if len(all) < 5 {
-		t.Fatalf("found %d BENCH_PEERS_FLAGS in README.md", len(all))
+		t.Fatalf("found %d BENCH_PEERS_FLAGS in docs/performance.md", len(all))
 	}
 	for _, m := range all {
 		flags := string(m[1]) + string(m[2])
@@ -307,7 +308,7 @@ func TestReadmeFlags(t *testing.T) {
 		// A role no one plays: Main parses every flag, then stops at it.
 		Main(append(strings.Fields(flags), "-role", "readme-check"), &out, &out)
 		if !strings.Contains(out.String(), `unknown role "readme-check"`) {
-			t.Errorf("README.md's BENCH_PEERS_FLAGS=%q: %s", flags, out.String())
+			t.Errorf("docs/performance.md's BENCH_PEERS_FLAGS=%q: %s", flags, out.String())
 		}
 	}
 }

@@ -667,8 +667,8 @@ func (b *bench) startAll() error {
 	for _, kg := range []struct{ name, exe, backend string }{
 		{"keygate", bin, "local"},
 		{"keygate-redis", bin, "redis"},
-		// The Redis limiter with leases (ratelimit.lease), as the README
-		// suggests turning them on.
+		// The Redis limiter with leases (ratelimit.lease), as
+		// docs/explanation/rate-limiting.md suggests turning them on.
 		{"keygate-redis-lease", bin, "redis\n  lease: " + leaseTTL},
 		{"keygate-base", base, "local"},
 		{"keygate-base-redis", base, "redis"},

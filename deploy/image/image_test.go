@@ -155,7 +155,7 @@ func TestImageIsMinimalAndNonRoot(t *testing.T) {
 		"org.opencontainers.image.version":  "v1.2.3-test",
 		"org.opencontainers.image.revision": "0123abc",
 		"org.opencontainers.image.source":   "https://github.com/keygate/keygate",
-		"org.opencontainers.image.licenses": "NOASSERTION",
+		"org.opencontainers.image.licenses": "Apache-2.0",
 		"org.opencontainers.image.title":    "keygate",
 	} {
 		if c.Labels[k] != want {
