@@ -865,10 +865,10 @@ func TestLinks(t *testing.T) {
 	}
 }
 
-// citation is a Go comment's pointer into the docs: "README.md, Keys at
-// scale", "(README, Memory limit)", "docs/guides/keys.md, \"Plans\"",
-// "docs/reference/config.md#keystore". A foreign project's README
-// ("certmagic's README") is not one.
+// citation is a Go comment's pointer into the docs: a markdown file
+// (README alone is README.md), then a comma and a heading's text, bare up
+// to ")" or "." or quoted, or "#" and an anchor; TestCitations shows each
+// form. A foreign project's README (after "certmagic's") is not one.
 var citation = regexp.MustCompile(`(?:^|[\s(])((?:[\w-]+/)*(?:README(?:\.md)?|[\w-]+\.md))(?:#([\w-]+)|,\s*(?:"([^"]+)"|([A-Z][\w .'-]*?)\s*[).;:]))`)
 
 // citations returns the (file, section, line) of each citation of a
