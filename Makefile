@@ -1,8 +1,11 @@
 # keygate: `make run` starts a working gateway on its embedded defaults;
-# `make test` runs the whole suite with the race detector.
+# `make test` runs the whole suite with the race detector; `make check` is
+# the quick inner loop.
 GO      ?= go
 BIN     := bin/keygate
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# VERSION is the release this tree is (cli.Release, the newest release in
+# CHANGELOG.md); `keygate version` adds the commit Go stamps into the build.
+VERSION ?= $(shell sed -n 's/^const Release = "\(.*\)"$$/\1/p' cli/version.go)
 LDFLAGS := -s -w -X github.com/keygate/keygate/cli.Version=$(VERSION)
 FUZZTIME ?= 3m
 # TEST_FUZZ_DIFFERENTIAL and TEST_FUZZ_TRACKER are how many inputs `make
@@ -14,14 +17,13 @@ FUZZTIME ?= 3m
 # Nothing is minimized (-fuzzminimizetime 0x): with a count, Go's
 # coordinator sets a minimization's runs aside from the count and sends no
 # other input until it ends, and 2000 runs of a 1 MiB input the fuzzer grew
-# (its largest) through keygate and three parsers take minutes: twice in a
-# row on 2026-11-28 the count stood at 2000 short of the end for minutes,
-# until stopped by hand. A crasher is still written to testdata, whole;
+# (its largest) through keygate and three parsers take minutes, and the
+# count can stand 2000 short of the end until stopped by hand. A crasher is still written to testdata, whole;
 # `make fuzz` minimizes.
 TEST_FUZZ_DIFFERENTIAL ?= 80000x
 TEST_FUZZ_TRACKER ?= 400000x
 
-.PHONY: all build run test deps bench bench-peers bench-churn profile fuzz lint vuln clean
+.PHONY: all build run test check deps bench bench-peers bench-churn profile fuzz lint vuln clean
 
 all: build
 
@@ -32,9 +34,16 @@ build:
 run: build
 	./$(BIN) demo
 
-## deps: install what the tests use (redis-server, curl, nodejs, python3-werkzeug, busboy, chromium, promtool, podman, runc) when missing
+## deps: install every program the tests and benches run, from the one list scripts/deps.txt
+##       (redis, curl, jq, nodejs, python3 libraries, busboy, chromium, promtool, podman, runc,
+##       nginx with Lua, HAProxy, Caddy, wrk, h2load), when missing
 deps:
 	@./scripts/install-deps.sh
+
+## check: the quick inner loop: every package's tests in -short mode (no process-heavy
+##        end-to-end, bench or browser runs), without the race detector, no fuzzing
+check:
+	$(GO) test -short -count=1 ./...
 
 ## test: the whole suite, race detector on
 test: deps
@@ -48,7 +57,7 @@ bench: deps
 
 ## bench-peers: keygate against a bare httputil.ReverseProxy, nginx (also with a key check in
 ##              Lua), HAProxy and Caddy on loopback (installs them and wrk with apt-get when
-##              missing); prints Markdown tables. BENCH_PEERS_FLAGS="-reps 5 -duration 10s" to
+##              missing: make deps); prints Markdown tables. BENCH_PEERS_FLAGS="-reps 5 -duration 10s" to
 ##              change the defaults.
 ##              BENCH_SMOKE=1 (or -smoke) is a one-second run that only proves it works.
 ##              BENCH_PEERS_FLAGS="-tls": every target terminates TLS 1.3 (one ECDSA P-256
@@ -63,9 +72,10 @@ bench: deps
 ##              -refusals). With `make profile` (also -tls): keygate with N keys.
 ##              BENCH_PEERS_FLAGS="-keygate-base-rev origin/main -only-side-by-side -targets keygate"
 ##              loads this keygate and the one built at a git revision side by side.
+##              BENCH_PEERS_FLAGS="-out TOPIC" also writes the tables to
+##              bench/results/<YYYY-MM-DD>-<commit>-<TOPIC>.md, the one place for dated runs.
 BENCH_PEERS_FLAGS ?=
 bench-peers: deps
-	@./bench/install-peers.sh
 	$(GO) run ./bench/peers $(BENCH_PEERS_FLAGS)
 
 ## bench-churn: 100 admin key changes/s (issue, then revoke) through two replicas' admin APIs on
@@ -76,14 +86,12 @@ bench-peers: deps
 ##              BENCH_SMOKE=1 (or -smoke) is a short run that only proves it works.
 BENCH_CHURN_FLAGS ?=
 bench-churn: deps
-	@./bench/install-peers.sh
 	$(GO) run ./bench/churn $(BENCH_CHURN_FLAGS)
 
 ## profile: a CPU profile of keygate (local limiter) under wrk load, 256 B then 100 KiB
 ##          bodies, written to bench/out/keygate-cpu.pprof, and its top entries
 PROFILE ?= bench/out/keygate-cpu.pprof
 profile: deps
-	@./bench/install-peers.sh
 	@mkdir -p $(dir $(PROFILE))
 	$(GO) run ./bench/peers -profile $(PROFILE) $(BENCH_PEERS_FLAGS)
 	$(GO) tool pprof -top -nodecount=40 $(PROFILE) | head -50

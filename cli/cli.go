@@ -12,7 +12,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -26,9 +25,6 @@ import (
 	"github.com/keygate/keygate/redact"
 	"github.com/keygate/keygate/server"
 )
-
-// Version is set at build time with -ldflags "-X github.com/keygate/keygate/cli.Version=…".
-var Version = ""
 
 const usage = `keygate: an authenticating reverse proxy for the Document Extraction Service
 
@@ -125,16 +121,6 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 type usageError struct{ msg string }
 
 func (e usageError) Error() string { return e.msg }
-
-func version() string {
-	if Version != "" {
-		return Version
-	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	return "dev"
-}
 
 // loadConfig reads the file, or the embedded defaults when path is empty.
 func loadConfig(path string) (config.Config, error) {

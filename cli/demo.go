@@ -38,8 +38,8 @@ const (
 // demo is `make run`: stand-in backends on the configured upstream
 // addresses, a fresh demo key bound to a demo context, two ready curl
 // lines, the portal with its development sign-in, the admin API on
-// loopback with a demo admin token (and its curl line), the README's
-// plans, and the gateway itself, its request lines going to access.log
+// loopback with a demo admin token (and its curl line), the plans the
+// docs' examples use, and the gateway itself, its request lines going to access.log
 // next to the keystore so that the terminal keeps the banner.
 func demo(args []string, stdout, stderr io.Writer) error {
 	cfg, err := configFlag("demo", args, stderr)
@@ -165,7 +165,7 @@ Health and metrics: http://%s/healthz /readyz /metrics. Stop with Ctrl-C.
 }
 
 // demoPlans are the plans the demo adds when its config has none of the
-// name, so that the README's examples (`"plan":"pro"`, `--plan team`) work
+// name, so that the docs' examples (`"plan":"pro"`, `--plan team`) work
 // on `make run` as written.
 var demoPlans = map[string]policy.Plan{
 	"pro": {Limit: policy.Limit{Rate: 200, Per: time.Second, Burst: 400,
@@ -174,7 +174,7 @@ var demoPlans = map[string]policy.Plan{
 		Quota: policy.Quota{Requests: 100000, Per: 24 * time.Hour}}, Scope: policy.ScopeConsumer},
 }
 
-// demoConfig is what the demo adds to its config: the README's plans,
+// demoConfig is what the demo adds to its config: the docs' plans,
 // and the admin API on loopback (plain HTTP) unless the config enables
 // it already.
 func demoConfig(cfg *config.Config) {

@@ -18,8 +18,9 @@ import (
 // 10 MiB with one key), so under load it collects every 10 MiB or so
 // allocated, several times a second, and each cycle's fixed costs
 // (stacks, roots, the pacer's turns, the write barrier) fall on the
-// requests: 3-6% of keygate's CPU per request at 256 B, side by side
-// against the build before this floor (README, Memory limit). So keygate
+// requests: a few percent of keygate's CPU per request at 256 B, side by
+// side against a build without this floor (make bench-peers with
+// -keygate-base-rev and -only-side-by-side; docs/explanation/memory-sizing.md). So keygate
 // raises the minimum heap to a floor (64 MiB): after each cycle it sets
 // GOGC so that the next one starts when the heap reaches the floor, or
 // at GOGC=100's doubling when that is later. A replica whose keys hold

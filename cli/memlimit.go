@@ -20,7 +20,7 @@ import (
 // heap outgrows the limit between two collections: with a million keys
 // of a million consumers a replica holds about 370 MiB once loaded and
 // peaked at 590 MiB while loading, over the Helm chart's 512 MiB, where
-// it was killed every time (README, Memory limit). With the limit
+// it was killed every time (docs/explanation/memory-sizing.md, "The memory limit"). With the limit
 // (GOMEMLIMIT), the collector runs earlier as the heap nears it instead.
 // keygate sets it from the limit of its cgroup (v1 or v2, through
 // automemlimit), times AUTOMEMLIMIT (0.9 unless set), at start, and

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -68,6 +69,13 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		// Every test here starts the real parsers' servers; `make check`
+		// is the quick loop, `make test` runs them.
+		fmt.Println("differential: skipped in -short mode (make test runs it)")
+		os.Exit(0)
+	}
 	code := m.Run()
 	for _, s := range servers {
 		_ = s.cmd.Process.Kill()

@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"mime/multipart"
@@ -29,6 +30,13 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		// Every test here runs the built binary; `make check` is the
+		// quick loop, `make test` runs them.
+		fmt.Println("e2e: skipped in -short mode (make test runs it)")
+		os.Exit(0)
+	}
 	dir, err := os.MkdirTemp("", "keygate-e2e-")
 	if err != nil {
 		panic(err)

@@ -14,11 +14,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keygate/keygate/config"
 	"github.com/keygate/keygate/internal/testsupport/testkit"
 )
 
-// The README's shell examples are tested: every ```sh block carries a
-// marker on the line before it,
+// The shell examples of README.md and of every page under docs/ (not
+// docs/_incoming, notes waiting to be folded in) are tested: every ```sh
+// block carries a marker on the line before it,
 //
 //	<!-- readme-test: run -->             run against `make run`'s setup
 //	<!-- readme-test: skip: REASON -->     not runnable here, and why
@@ -38,25 +40,43 @@ import (
 // the reader to paste (TOKEN=… API=…), with the keygate binary on PATH
 // and the demo's config as keygate.yaml: its ports, and the plans the demo
 // adds (pro, team) written out, since the CLI examples read the file.
-// TestMakeRunDemo checks that `make run` itself has them.
+// TestMakeRunDemo checks that `make run` itself has them. Each file's run
+// blocks share one demo of their own, in order.
+//
+// Every ```yaml block carries a marker too:
+//
+//	<!-- config-test: parse -->          a keygate config: config.Parse loads it
+//	<!-- config-test: skip: REASON -->   not a whole config (a fragment, a
+//	                                     Helm values file), and why
 
 // readmeMarker is the marker line before a ```sh block.
 var readmeMarker = regexp.MustCompile(`^<!-- readme-test: (run|skip: (.+)) -->$`)
 
-// readmeBlock is one ```sh block of README.md.
+// configMarker is the marker line before a ```yaml block.
+var configMarker = regexp.MustCompile(`^<!-- config-test: (parse|skip: (.+)) -->$`)
+
+// readmeBlock is one ```sh (or ```yaml) block of a markdown file.
 type readmeBlock struct {
-	line int // of the opening fence
+	file string // module-relative, for file:line in errors
+	line int    // of the opening fence
 	run  bool
 	skip string
 	body []string
-	// bodyLine is the README line of body[0].
+	// bodyLine is the file's line of body[0].
 	bodyLine int
 }
 
 // readmeBlocks returns the ```sh blocks and the errors of unmarked ones.
-func readmeBlocks(readme string) ([]readmeBlock, []string) {
+func readmeBlocks(file, readme string) ([]readmeBlock, []string) {
+	blocks, _, bad := docBlocks(file, readme)
+	return blocks, bad
+}
+
+// docBlocks returns a markdown file's shell blocks, its yaml blocks (run:
+// marked parse) and the errors of unmarked ones.
+func docBlocks(file, readme string) ([]readmeBlock, []readmeBlock, []string) {
 	lines := strings.Split(readme, "\n")
-	var blocks []readmeBlock
+	var blocks, yamls []readmeBlock
 	var bad []string
 	for i := 0; i < len(lines); i++ {
 		fence := strings.TrimSpace(lines[i])
@@ -68,15 +88,31 @@ func readmeBlocks(readme string) ([]readmeBlock, []string) {
 		for end < len(lines) && strings.TrimSpace(lines[end]) != "```" {
 			end++
 		}
+		if lang == "yaml" || lang == "yml" {
+			b := readmeBlock{file: file, line: i + 1, body: lines[i+1 : end], bodyLine: i + 2}
+			m := []string(nil)
+			if i > 0 {
+				m = configMarker.FindStringSubmatch(strings.TrimSpace(lines[i-1]))
+			}
+			switch {
+			case m == nil:
+				bad = append(bad, fmt.Sprintf("%s:%d: a yaml block without a marker (<!-- config-test: parse --> or <!-- config-test: skip: REASON -->)", file, i+1))
+			case m[1] == "parse":
+				b.run = true
+			default:
+				b.skip = m[2]
+			}
+			yamls = append(yamls, b)
+		}
 		if lang == "sh" || lang == "bash" || lang == "shell" || lang == "console" {
-			b := readmeBlock{line: i + 1, body: lines[i+1 : end], bodyLine: i + 2}
+			b := readmeBlock{file: file, line: i + 1, body: lines[i+1 : end], bodyLine: i + 2}
 			m := []string(nil)
 			if i > 0 {
 				m = readmeMarker.FindStringSubmatch(strings.TrimSpace(lines[i-1]))
 			}
 			switch {
 			case m == nil:
-				bad = append(bad, fmt.Sprintf("README.md:%d: a shell block without a marker (<!-- readme-test: run --> or <!-- readme-test: skip: REASON -->)", i+1))
+				bad = append(bad, fmt.Sprintf("%s:%d: a shell block without a marker (<!-- readme-test: run --> or <!-- readme-test: skip: REASON -->)", file, i+1))
 			case m[1] == "run":
 				b.run = true
 			default:
@@ -86,7 +122,7 @@ func readmeBlocks(readme string) ([]readmeBlock, []string) {
 		}
 		i = end
 	}
-	return blocks, bad
+	return blocks, yamls, bad
 }
 
 // readmeStep is a part of a block up to a "# => " line.
@@ -139,48 +175,125 @@ func outputPattern(shown string) *regexp.Regexp {
 	return regexp.MustCompile(`(?s)^` + strings.Join(parts, ".*") + `$`)
 }
 
-// TestReadmeShellBlocksAreMarked: every shell block of README.md says
-// whether the README test runs it; the steps' shown results parse.
-func TestReadmeShellBlocksAreMarked(t *testing.T) {
-	t.Parallel()
-	readme, err := os.ReadFile("../README.md")
+// docFiles are README.md and every page under docs/ but docs/_incoming,
+// module-relative.
+func docFiles(t *testing.T) []string {
+	t.Helper()
+	files := []string{"README.md"}
+	err := filepath.WalkDir("../docs", func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && d.Name() == "_incoming" {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && strings.HasSuffix(p, ".md") {
+			rel, _ := filepath.Rel("..", p)
+			files = append(files, filepath.ToSlash(rel))
+		}
+		return nil
+	})
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	return files
+}
+
+func readDocFile(t *testing.T, file string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", file))
 	if err != nil {
 		t.Fatal(err)
 	}
-	blocks, bad := readmeBlocks(string(readme))
-	for _, b := range bad {
-		t.Error(b)
-	}
-	runs := 0
-	for _, b := range blocks {
-		if b.run {
-			runs++
+	return string(b)
+}
+
+// TestReadmeShellBlocksAreMarked: every shell block of README.md and the
+// docs says whether the test runs it, every yaml block whether it is a
+// config to parse; the steps' shown results parse.
+func TestReadmeShellBlocksAreMarked(t *testing.T) {
+	t.Parallel()
+	for _, file := range docFiles(t) {
+		blocks, _, bad := docBlocks(file, readDocFile(t, file))
+		for _, b := range bad {
+			t.Error(b)
 		}
-	}
-	if runs == 0 {
-		t.Error("README.md marks no shell block to run")
+		runs := 0
+		for _, b := range blocks {
+			if b.run {
+				runs++
+			}
+		}
+		if file == "README.md" && runs == 0 {
+			t.Error("README.md marks no shell block to run")
+		}
 	}
 }
 
-// TestReadmeExamples runs the README's runnable shell blocks against a
-// real `keygate demo` and asserts each step's shown status and output.
+// TestDocBlocksMarked: the markers over a synthetic page: an unmarked
+// block of either kind is reported as file:line.
+func TestDocBlocksMarked(t *testing.T) {
+	t.Parallel()
+	page := "# Page\n<!-- readme-test: run -->\n```sh\nkeygate version\n```\n```bash\nls\n```\n" +
+		"<!-- config-test: parse -->\n```yaml\nserver: {}\n```\n<!-- config-test: skip: a fragment -->\n```yaml\nx: 1\n```\n```yaml\ny: 2\n```\n"
+	sh, yamls, bad := docBlocks("docs/x.md", page)
+	want := "docs/x.md:6: a shell block without a marker (<!-- readme-test: run --> or <!-- readme-test: skip: REASON -->)\n" +
+		"docs/x.md:17: a yaml block without a marker (<!-- config-test: parse --> or <!-- config-test: skip: REASON -->)"
+	if got := strings.Join(bad, "\n"); got != want {
+		t.Errorf("got\n%s\nwant\n%s", got, want)
+	}
+	if len(sh) != 2 || !sh[0].run || sh[0].line != 3 || len(yamls) != 3 || !yamls[0].run || yamls[1].skip != "a fragment" {
+		t.Errorf("blocks %+v, yaml %+v", sh, yamls)
+	}
+}
+
+// TestDocConfigBlocks: every yaml block marked parse, in README.md and
+// the docs, loads with keygate's config loader.
+func TestDocConfigBlocks(t *testing.T) {
+	t.Parallel()
+	for _, file := range docFiles(t) {
+		_, yamls, _ := docBlocks(file, readDocFile(t, file))
+		for _, b := range yamls {
+			if !b.run {
+				continue
+			}
+			if _, err := config.Parse([]byte(strings.Join(b.body, "\n") + "\n")); err != nil {
+				t.Errorf("%s:%d: the config does not load: %v", b.file, b.line, err)
+			}
+		}
+	}
+}
+
+// TestReadmeExamples runs the runnable shell blocks of README.md and
+// each page of the docs against a real `keygate demo`, one for each
+// file, and asserts each step's shown status and output.
 func TestReadmeExamples(t *testing.T) {
 	t.Parallel()
-	readme, err := os.ReadFile("../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	blocks, bad := readmeBlocks(string(readme))
-	if len(bad) > 0 {
-		t.Fatal(strings.Join(bad, "\n"))
-	}
-	demo := startReadmeDemo(t, readme)
-	for _, b := range blocks {
-		t.Run(fmt.Sprintf("README.md:%d", b.line), func(t *testing.T) {
-			if !b.run {
-				t.Skip("marked not runnable here: " + b.skip)
+	for _, file := range docFiles(t) {
+		doc := readDocFile(t, file)
+		blocks, bad := readmeBlocks(file, doc)
+		if len(bad) > 0 {
+			t.Error(strings.Join(bad, "\n"))
+			continue
+		}
+		runs := false
+		for _, b := range blocks {
+			runs = runs || b.run
+		}
+		if !runs {
+			continue
+		}
+		t.Run(file, func(t *testing.T) {
+			t.Parallel()
+			demo := startReadmeDemo(t, []byte(doc))
+			for _, b := range blocks {
+				t.Run(fmt.Sprintf("%s:%d", file, b.line), func(t *testing.T) {
+					if !b.run {
+						t.Skip("marked not runnable here: " + b.skip)
+					}
+					runReadmeBlock(t, demo, b)
+				})
 			}
-			runReadmeBlock(t, demo, b)
 		})
 	}
 }
@@ -288,7 +401,7 @@ func runReadmeBlock(t *testing.T, d *readmeDemo, b readmeBlock) {
 		if n >= 0 && n < len(steps) {
 			line = steps[n].line
 		}
-		t.Fatalf("README.md:%d: the step failed (%v)\nstdout:\n%s\nstderr:\n%s", line, err, tail(stdout.String(), 2000), tail(stderr.String(), 2000))
+		t.Fatalf("%s:%d: the step failed (%v)\nstdout:\n%s\nstderr:\n%s", b.file, line, err, tail(stdout.String(), 2000), tail(stderr.String(), 2000))
 	}
 	for i, s := range steps {
 		out := strings.TrimSpace(outs[i+1])
@@ -303,23 +416,23 @@ func runReadmeBlock(t *testing.T, d *readmeDemo, b readmeBlock) {
 			}
 		}
 		if s.exit >= 0 && rc != strconv.Itoa(s.exit) {
-			t.Errorf("README.md:%d: shows exit %d, got %q (stderr %s)", s.line, s.exit, rc, tail(errs[i+1], 500))
+			t.Errorf("%s:%d: shows exit %d, got %q (stderr %s)", b.file, s.line, s.exit, rc, tail(errs[i+1], 500))
 		}
 		switch {
 		case s.status == "" && len(statuses) > 0:
-			t.Errorf("README.md:%d: a step with curl shows no status (add \"# => STATUS\" after it); it got %v", s.line, statuses)
+			t.Errorf("%s:%d: a step with curl shows no status (add \"# => STATUS\" after it); it got %v", b.file, s.line, statuses)
 		case s.status != "":
 			if len(statuses) == 0 {
-				t.Errorf("README.md:%d: shows status %s, but the step made no HTTP request", s.line, s.status)
+				t.Errorf("%s:%d: shows status %s, but the step made no HTTP request", b.file, s.line, s.status)
 			}
 			for _, st := range statuses {
 				if st != s.status {
-					t.Errorf("README.md:%d: shows %s, got %s (output %s)", s.line, s.status, st, tail(out, 500))
+					t.Errorf("%s:%d: shows %s, got %s (output %s)", b.file, s.line, s.status, st, tail(out, 500))
 				}
 			}
 		}
 		if s.output != "" && !outputPattern(s.output).MatchString(out) {
-			t.Errorf("README.md:%d: shows\n  %s\ngot\n  %s", s.line, s.output, tail(out, 1000))
+			t.Errorf("%s:%d: shows\n  %s\ngot\n  %s", b.file, s.line, s.output, tail(out, 1000))
 		}
 	}
 }

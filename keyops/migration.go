@@ -65,9 +65,10 @@ type MigrationQuery struct {
 }
 
 // MaxReportKeys is the most keys the admin API reports on in one whole
-// migration report. 100,000 keys took 3.0-3.3 s and 220 MiB of the
-// replica; a million did not finish within the admin API's 30 s write
-// timeout and took 2 GiB (2026-11-27): past this, ask per consumer.
+// migration report: the whole report reads every key, so its time and the
+// replica's memory grow with the key set, and a million keys outlast the
+// admin API's write timeout (measured with bench/keyload's fill-redis
+// store; docs/guides/oauth.md): past this, ask per consumer.
 const MaxReportKeys = 100_000
 
 // keyCounter is a Store that counts its keys without reading them

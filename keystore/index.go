@@ -24,8 +24,8 @@ const indexShards = 256
 // costs O(1) whatever the number of keys. The zero value is not usable;
 // use newIndex. It is safe for concurrent use.
 //
-// Memory per key (measured by BenchmarkIndexLoad and the RSS figures in
-// README.md): the 32-byte hash and a pointer in the map's slot (plus the
+// Memory per key (measured by BenchmarkIndexLoad and bench/keyload; see
+// docs/explanation/memory-sizing.md): the 32-byte hash and a pointer in the map's slot (plus the
 // map's control bytes and spare capacity: a slot is 40 bytes, and a map
 // is half to 7/8 full), the immutable 80-byte entry, and the id string
 // (24 bytes) and name. An entry is replaced whole on a change. Contexts, consumer ids and plan names are

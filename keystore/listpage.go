@@ -78,7 +78,7 @@ func (s *RedisStore) KeysPage(q PageQuery) (page []PageEntry, ok bool) {
 // time under its read lock (of a consumer's, only the shards that may
 // hold one): one scan of the entries, keeping the first
 // q.Limit in a heap, so that it allocates only the answer (a page of a
-// million keys: see README.md, Admin API).
+// million keys: see docs/guides/admin-api.md, "Admin API").
 func (x *index) page(q PageQuery) []PageEntry {
 	if q.Limit <= 0 {
 		return nil

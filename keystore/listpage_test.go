@@ -105,7 +105,7 @@ func TestIndexPageIsTheSortedList(t *testing.T) {
 
 // TestIndexEntryStaysEightyBytes: the creation second the key list pages
 // by sits in what was the entry's padding, so a key in the index costs
-// what it did (the memory budget of README.md, Keys at scale).
+// what it did (the memory per key of docs/explanation/memory-sizing.md, "Sizing").
 func TestIndexEntryStaysEightyBytes(t *testing.T) {
 	if n := unsafe.Sizeof(entry{}); n != 80 {
 		t.Errorf("entry is %d bytes, want 80", n)

@@ -47,9 +47,10 @@ type RedisConfig struct {
 	Timeout time.Duration
 	// PageSize is the COUNT of each HSCAN of a full pass, of each XRANGE
 	// of the change log and the size of each pipelined batch of lookups.
-	// Default 100: an HSCAN page of 100 records (about 30 KB) takes
-	// redis-server about 0.2 ms, half what a page of 200 took; a million
-	// keys then load with about 10% more CPU (see README.md).
+	// Default 100: an HSCAN page of 100 records (about 30 KB) keeps each
+	// command short, so redis-server serves every replica's limiter calls
+	// between pages, for a little more CPU on a full load than larger
+	// pages (go run ./bench/keyload -mode load-redis measures both).
 	PageSize int
 	// BreakerFailures consecutive failures stop calls to Redis for
 	// BreakerBackoff, after which one call probes it. Defaults 3 and 1s.

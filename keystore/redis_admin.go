@@ -92,10 +92,11 @@ func (a *RedisAdmin) pageSize() int {
 func (a *RedisAdmin) scanCount() int { return min(a.pageSize(), maxScanCount) }
 
 // maxScanCount bounds an admin HSCAN's COUNT as a replica's full pass is
-// bounded (RedisConfig.PageSize): 1000 records of a million-key set, a
-// reply of about 300 KB, kept redis-server busy for 2.0–7.7 ms per HSCAN
-// (SLOWLOG over a `keys purge` of 1.1M keys, 2026-11-27), when every
-// replica's limiter calls wait behind it.
+// bounded (RedisConfig.PageSize): a page of 1000 records of a
+// million-key set, a reply of about 300 KB, keeps redis-server busy for
+// milliseconds per HSCAN (SLOWLOG over a `keys purge` of a million keys
+// filled by bench/keyload), while every replica's limiter calls wait
+// behind it.
 const maxScanCount = 100
 
 // Issue creates a key and stores its record.

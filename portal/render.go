@@ -57,7 +57,7 @@ var funcs = template.FuncMap{
 	"upper": strings.ToUpper,
 }
 
-// when is a time for a page: "2026-11-24 19:30 UTC", or "never".
+// when is a time for a page: "YYYY-MM-DD hh:mm UTC", or "never".
 func when(t any) string {
 	switch v := t.(type) {
 	case time.Time:

@@ -1,7 +1,6 @@
 # shellcheck shell=bash
 # apt_install installs the Debian packages named, with sudo when not root,
-# non-interactively and without recommends. Sourced by install-deps.sh and
-# bench/install-peers.sh.
+# non-interactively and without recommends. Sourced by install-deps.sh.
 apt_install() {
   [ "$#" -eq 0 ] && return 0
   local sudo=""

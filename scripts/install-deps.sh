@@ -1,44 +1,83 @@
 #!/usr/bin/env bash
-# Installs the system packages keygate's tests use, only when missing:
-# redis-server and redis-cli (real Redis in tests), curl and nodejs (real
-# clients in the end-to-end tests), jq (the README's examples, which the
-# README test runs, read JSON with it), python3-werkzeug and busboy (the real
-# multipart parsers of the differential tests), python3-authlib,
-# python3-jwt and python3-requests (a non-Go OAuth 2.0 client and an
-# independent JOSE library against the token endpoint), chromium (the portal's
-# browser tests drive it headless), promtool (package prometheus: the alert
-# rules' unit tests), podman and runc (the image test runs the OCI image;
-# runc because crun refuses hybrid cgroup hierarchies). Uses apt-get, with sudo when not root,
-# and npm for busboy.
+# Installs what keygate's tests and benches run, only when missing, from one
+# list: scripts/deps.txt (its header gives the format; scripts/deps_test.go
+# checks that every program the Go code looks up is in it). Debian packages
+# with apt-get (sudo when not root), Node modules with npm ci. Packages that
+# start a system service on install (nginx, haproxy, caddy) have it stopped:
+# the bench runs its own instances on loopback, and the service would hold
+# port 80.
 set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+list="$root/scripts/deps.txt"
 
-need=()
-command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
-command -v redis-cli    >/dev/null 2>&1 || need+=(redis-tools)
-command -v curl         >/dev/null 2>&1 || need+=(curl)
-command -v jq           >/dev/null 2>&1 || need+=(jq)
-command -v node         >/dev/null 2>&1 || need+=(nodejs)
-command -v npm          >/dev/null 2>&1 || need+=(npm)
-/usr/bin/python3 -c 'import werkzeug' >/dev/null 2>&1 || need+=(python3-werkzeug)
-/usr/bin/python3 -c 'import authlib' >/dev/null 2>&1 || need+=(python3-authlib)
-/usr/bin/python3 -c 'import jwt' >/dev/null 2>&1 || need+=(python3-jwt)
-/usr/bin/python3 -c 'import requests' >/dev/null 2>&1 || need+=(python3-requests)
-[ -x /usr/bin/chromium ] || need+=(chromium)
-command -v promtool     >/dev/null 2>&1 || need+=(prometheus)
-command -v podman       >/dev/null 2>&1 || need+=(podman)
-command -v runc         >/dev/null 2>&1 || need+=(runc)
-
-busboy() {
-  # busboy for the differential tests, at the version package-lock.json pins.
-  local dir
-  dir="$(cd "$(dirname "$0")/.." && pwd)/differential/parsers/busboy"
-  if [ ! -d "$dir/node_modules/busboy" ]; then
-    echo "installing busboy (npm ci in $dir)"
-    (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
-  fi
+# present NAME CHECK...: whether every check holds (default cmd:NAME).
+present() {
+  local name="$1"
+  shift
+  [ "$#" -eq 0 ] && set -- "cmd:$name"
+  local c
+  for c in "$@"; do
+    case "$c" in
+      cmd:*)  command -v "${c#cmd:}" >/dev/null 2>&1 || [ -x "/usr/sbin/${c#cmd:}" ] || return 1 ;;
+      file:/*) [ -e "${c#file:}" ] || return 1 ;;
+      file:*) [ -e "$root/${c#file:}" ] || return 1 ;;
+      py:*)   /usr/bin/python3 -c "import ${c#py:}" >/dev/null 2>&1 || return 1 ;;
+      *) echo "scripts/deps.txt: $name: unknown check $c" >&2; exit 2 ;;
+    esac
+  done
 }
 
+apt=()
+npm=()
+missing_prereq=()
+while read -r name source checks; do
+  case "$name" in ''|'#'*) continue ;; esac
+  # shellcheck disable=SC2086 # checks are space-separated words
+  if present "$name" $checks; then
+    continue
+  fi
+  case "$source" in
+    apt:*) apt+=("${source#apt:}") ;;
+    npm:*) npm+=("${source#npm:}") ;;
+    prerequisite) missing_prereq+=("$name") ;;
+    *) echo "scripts/deps.txt: $name: unknown source $source" >&2; exit 2 ;;
+  esac
+done <"$list"
+
+if [ ${#missing_prereq[@]} -gt 0 ]; then
+  echo "install these first: ${missing_prereq[*]}" >&2
+  exit 1
+fi
+
 # shellcheck source=scripts/apt.sh
-. "$(dirname "$0")/apt.sh"
-apt_install "${need[@]}"
-busboy
+. "$root/scripts/apt.sh"
+if [ ${#apt[@]} -gt 0 ]; then
+  # One package may serve two entries.
+  mapfile -t apt < <(printf '%s\n' "${apt[@]}" | sort -u)
+  apt_install "${apt[@]}"
+  sudo=""
+  if [ "$(id -u)" -ne 0 ]; then
+    sudo="sudo"
+  fi
+  for s in nginx haproxy caddy; do
+    if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet "$s" 2>/dev/null; then
+      $sudo systemctl stop "$s" || true
+    fi
+  done
+fi
+for dir in ${npm[@]+"${npm[@]}"}; do
+  echo "installing $dir's Node modules (npm ci)"
+  (cd "$root/$dir" && npm ci --no-audit --no-fund --loglevel=error)
+done
+
+# Every entry must now be there.
+bad=0
+while read -r name source checks; do
+  case "$name" in ''|'#'*) continue ;; esac
+  # shellcheck disable=SC2086
+  if ! present "$name" $checks; then
+    echo "still missing after install: $name ($source)" >&2
+    bad=1
+  fi
+done <"$list"
+exit "$bad"

@@ -145,7 +145,7 @@ func (b *bench) loaded() []*replica {
 func (b *bench) closedLoop(ctx context.Context, m *cpuMeter) (closedResult, error) {
 	wrk := benchproc.LookPath("wrk")
 	if wrk == "" {
-		return closedResult{}, fmt.Errorf("wrk is not installed: run bench/install-peers.sh")
+		return closedResult{}, fmt.Errorf("wrk is not installed: run make deps")
 	}
 	script, err := b.wrkScript()
 	if err != nil {

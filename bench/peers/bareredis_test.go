@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/go-redis/redis_rate/v10"
-	"github.com/keygate/keygate/bench/internal/benchproc"
 	"github.com/keygate/keygate/internal/testsupport/redistest"
 )
 
@@ -112,9 +111,7 @@ func TestSmokeBareRedis(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes and builds keygate")
 	}
-	if benchproc.LookPath("wrk") == "" {
-		t.Skip("wrk is not installed (make deps)")
-	}
+	needTools(t, "wrk")
 	// The roles without -race, so that bare-redis makes requests at a
 	// rate whose redis-server CPU /proc's ticks can see.
 	out, errb := runLogged(t, Options{Targets: "bare-redis", Sizes: "256", Smoke: true, RoleBin: buildRoles(t)}, 4*time.Minute)

@@ -10,8 +10,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/keygate/keygate/bench/internal/benchproc"
 )
 
 // TestSmokeKeys runs `-keys 1000 -smoke` on the four keygate targets (and
@@ -29,11 +27,10 @@ func TestSmokeKeys(t *testing.T) {
 	const n = 1000
 	targets := "keygate,keygate-redis,keygate-keys,keygate-redis-keys"
 	wants := []string{"| keygate-keys | keygate |", "| keygate-redis-keys | keygate-redis |", "Memory of each target that checks keys right after", "| target | RSS MiB | PSS MiB |", "bytes per active key", "| quota counter (q:{id}) | 1000 | 0 |"}
-	if benchproc.LookPath("nginx") != "" && luaInstalled() {
-		// nginx checking the key in Lua, with the 1000 keys' hashes.
-		targets += ",nginx-lua,nginx-lua-keys"
-		wants = append(wants, "| nginx-lua-keys | nginx-lua |")
-	}
+	// nginx checking the key in Lua, with the 1000 keys' hashes.
+	needTools(t, "wrk", "nginx", "nginx-lua")
+	targets += ",nginx-lua,nginx-lua-keys"
+	wants = append(wants, "| nginx-lua-keys | nginx-lua |")
 	out, errb := runLogged(t, Options{Smoke: true, Keys: n, Targets: targets}, 5*time.Minute)
 	for _, want := range wants {
 		if !strings.Contains(out, want) {

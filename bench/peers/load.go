@@ -268,7 +268,7 @@ func (t *target) redisTicks() int64 {
 	return benchproc.CPUTicks(t.redis.Process.Pid)
 }
 
-var errNoWrk = fmt.Errorf("wrk is not installed: run bench/install-peers.sh")
+var errNoWrk = fmt.Errorf("wrk is not installed: run make deps")
 
 // --- open loop ------------------------------------------------------------
 

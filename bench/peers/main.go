@@ -11,6 +11,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -68,15 +69,30 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.KeygateBin, "keygate", "", "keygate binary (default: built from ./cmd/keygate)")
 	fs.BoolVar(&o.TLS, "tls", false, "every target terminates TLS 1.3 (one ECDSA P-256 certificate); loads over HTTP/1.1 (wrk) and HTTP/2 (h2load); no large uploads. With -profile: keygate over TLS under wrk")
 	fs.BoolVar(&o.Refusals, "refusals", false, "plain mode: also load every target that checks keys (keygate's, nginx-lua) with a made-up key and the first size's body, for -duration each rep: refusals a second and CPU µs per refusal")
+	out := fs.String("out", "", "also write the run's tables to bench/results/<YYYY-MM-DD>-<commit>-<TOPIC>.md (UTC date, HEAD's hash; a topic is lower-case words joined by hyphens), headed by the command and the build")
 	fs.IntVar(&o.Keys, "keys", 0, "also targets keygate-keys, keygate-redis-keys and nginx-lua-keys: N keys in the keystore (nginx-lua-keys: in its Lua table), the load spread evenly over them, against keygate, keygate-redis and nginx-lua with one key (keys.go); plain mode only; with -profile (also over -tls), profile keygate with N keys")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	switch *role {
 	case "":
-		if err := Run(context.Background(), o, stdout, stderr); err != nil {
+		if *out != "" {
+			// Checked before the run, not after it.
+			if _, err := resultsPath("", time.Now(), strings.Repeat("0", 7), *out); err != nil {
+				fmt.Fprintln(stderr, "bench-peers:", err)
+				return 2
+			}
+		}
+		var tables bytes.Buffer
+		if err := Run(context.Background(), o, io.MultiWriter(stdout, &tables), stderr); err != nil {
 			fmt.Fprintln(stderr, "bench-peers:", err)
 			return 1
+		}
+		if *out != "" {
+			if err := writeResults(*out, args, tables.Bytes(), stderr); err != nil {
+				fmt.Fprintln(stderr, "bench-peers:", err)
+				return 1
+			}
 		}
 		return 0
 	case "upstream", "bare":

@@ -570,7 +570,7 @@ func (b *bench) startAll() error {
 			return err
 		}
 		if args == nil {
-			b.logf("%s is not installed; skipped (run bench/install-peers.sh)", name)
+			b.logf("%s is not installed; skipped (run make deps)", name)
 			return nil
 		}
 		c, err := b.start(name, args...)
@@ -624,7 +624,7 @@ func (b *bench) startAll() error {
 				if b.o.Smoke {
 					return nil, nil
 				}
-				return nil, fmt.Errorf("%s is not installed: run bench/install-peers.sh", missing)
+				return nil, fmt.Errorf("%s is not installed: run make deps", missing)
 			}
 			p, err := b.writeConf(conf, b.tlsTemplate(conf, tmpl), confData{Name: name, Dir: b.dir, Listen: addr, Upstream: upAddr, Pool: pool, Workers: workers, Lua: lua})
 			if err != nil {
@@ -667,8 +667,8 @@ func (b *bench) startAll() error {
 	for _, kg := range []struct{ name, exe, backend string }{
 		{"keygate", bin, "local"},
 		{"keygate-redis", bin, "redis"},
-		// The Redis limiter with leases (ratelimit.lease), as the README
-		// suggests turning them on.
+		// The Redis limiter with leases (ratelimit.lease), as
+		// docs/explanation/rate-limiting.md suggests turning them on.
 		{"keygate-redis-lease", bin, "redis\n  lease: " + leaseTTL},
 		{"keygate-base", base, "local"},
 		{"keygate-base-redis", base, "redis"},

@@ -348,7 +348,7 @@ func (b *bench) h2Run(ctx context.Context, t *target, bp, ctype string, threads,
 	return r, nil
 }
 
-var errNoH2load = errors.New("h2load is not installed: run bench/install-peers.sh")
+var errNoH2load = errors.New("h2load is not installed: run make deps")
 
 // --- open loop over TLS ---------------------------------------------------
 

@@ -28,13 +28,12 @@ func TestSmokeTLS(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes and builds keygate")
 	}
+	needTools(t, "wrk", "h2load", "nginx", "nginx-lua", "haproxy", "caddy")
 	roles := buildRoles(t)
 	out, errb := runLogged(t, Options{Smoke: true, TLS: true, RoleBin: roles}, 5*time.Minute)
 	wants := []string{"TLS 1.3", "ECDSA P-256", "HTTP/1.1 over TLS 1.3, closed loop: `wrk", "HTTP/2 over TLS 1.3, closed loop: `h2load -c32 -m10",
-		"| direct |", "| bare |", "| bare-redis |", "| keygate |", "| keygate-redis |", "Open loop over TLS 1.3"}
-	if benchproc.LookPath("nginx") != "" && luaInstalled() {
-		wants = append(wants, "| nginx-lua |")
-	}
+		"| direct |", "| bare |", "| bare-redis |", "| keygate |", "| keygate-redis |", "Open loop over TLS 1.3",
+		"| nginx |", "| nginx-lua |", "| haproxy |", "| caddy |"}
 	for _, want := range wants {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q", want)
@@ -159,15 +158,10 @@ func TestOnlySideBySideTLS(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes and builds keygate")
 	}
-	if benchproc.LookPath("wrk") == "" || benchproc.LookPath("h2load") == "" {
-		t.Skip("wrk or h2load is not installed (make deps)")
-	}
+	needTools(t, "wrk", "h2load", "caddy")
 	out, errb := runSideBySide(t, Options{TLS: true, Targets: "bare,caddy,keygate", RoleBin: buildRoles(t)}, 5*time.Minute)
 	wants := []string{"over TLS 1.3", "`h2load -t1 -c16 -m10`"}
-	bases := []string{"keygate-base", "bare"}
-	if benchproc.LookPath("caddy") != "" {
-		bases = append(bases, "caddy")
-	}
+	bases := []string{"keygate-base", "bare", "caddy"}
 	for _, base := range bases {
 		for _, proto := range []string{"HTTP/1.1", "HTTP/2"} {
 			wants = append(wants, "| keygate | "+base+" | 256 B, "+proto+" | **")

@@ -6,8 +6,8 @@
 // image layout as a tar archive (oci-archive), which podman, skopeo and
 // crane read:
 //
-//	go run ./deploy/image -o keygate.oci.tar -version $(git describe --tags --always --dirty)
-//	podman load -i keygate.oci.tar      # localhost/keygate:VERSION; or skopeo copy oci-archive:keygate.oci.tar docker://registry/keygate:TAG
+//	go run ./deploy/image -o keygate.oci.tar -revision $(git rev-parse HEAD)
+//	podman load -i keygate.oci.tar      # localhost/keygate:0.1.0 (the release, cli.Release); or skopeo copy oci-archive:keygate.oci.tar docker://registry/keygate:TAG
 package main
 
 import (
@@ -29,6 +29,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/keygate/keygate/cli"
 )
 
 // Options say what to build.
@@ -36,12 +38,12 @@ type Options struct {
 	// ModuleDir is the repository root (where go.mod is).
 	ModuleDir string
 	// Version is stamped into the binary (keygate version) and the
-	// org.opencontainers.image.version label.
+	// org.opencontainers.image.version label; default cli.Release.
 	Version string
 	// Revision is the git commit, for org.opencontainers.image.revision.
 	Revision string
 	// Licenses is the SPDX expression of org.opencontainers.image.licenses;
-	// the repository carries no license file, so NOASSERTION by default.
+	// default Apache-2.0, the repository's LICENSE.
 	Licenses string
 	// CACerts is the PEM bundle copied to /etc/ssl/certs/ca-certificates.crt.
 	CACerts string
@@ -56,6 +58,9 @@ const (
 	group  = "root:x:0:\nnonroot:x:65532:\n"
 )
 
+// License is the SPDX expression of the repository's LICENSE.
+const License = "Apache-2.0"
+
 const (
 	uid        = 65532
 	source     = "https://github.com/keygate/keygate"
@@ -68,7 +73,10 @@ func Build(o Options) (v1.Image, error) {
 		o.Arch = runtime.GOARCH
 	}
 	if o.Licenses == "" {
-		o.Licenses = "NOASSERTION"
+		o.Licenses = License
+	}
+	if o.Version == "" {
+		o.Version = cli.Release
 	}
 	if o.CACerts == "" {
 		o.CACerts = "/etc/ssl/certs/ca-certificates.crt"
@@ -247,9 +255,9 @@ func main() {
 	out := flag.String("o", "keygate.oci.tar", "the OCI archive to write")
 	ref := flag.String("tag", "", "the image's name in the archive (default keygate:VERSION)")
 	flag.StringVar(&o.ModuleDir, "C", ".", "the repository root")
-	flag.StringVar(&o.Version, "version", "dev", "the version stamped into the binary and the labels")
+	flag.StringVar(&o.Version, "version", cli.Release, "the version stamped into the binary and the labels")
 	flag.StringVar(&o.Revision, "revision", "", "the git commit for the revision label")
-	flag.StringVar(&o.Licenses, "licenses", "NOASSERTION", "SPDX expression for the licenses label")
+	flag.StringVar(&o.Licenses, "licenses", License, "SPDX expression for the licenses label")
 	flag.StringVar(&o.CACerts, "ca-certs", "/etc/ssl/certs/ca-certificates.crt", "PEM bundle of CA certificates to include")
 	flag.StringVar(&o.Arch, "arch", runtime.GOARCH, "target architecture")
 	flag.Parse()

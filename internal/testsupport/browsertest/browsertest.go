@@ -52,6 +52,9 @@ func Chromium() string {
 // test fails and says how to install it.
 func New(t testing.TB, opts ...Option) context.Context {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("drives a real chromium; skipped in -short mode (make test runs it)")
+	}
 	o := options{timeout: 90 * time.Second}
 	for _, f := range opts {
 		f(&o)
