@@ -6,7 +6,9 @@ BIN     := bin/keygate
 # VERSION is the release this tree is (cli.Release, the newest release in
 # CHANGELOG.md); `keygate version` adds the commit Go stamps into the build.
 VERSION ?= $(shell sed -n 's/^const Release = "\(.*\)"$$/\1/p' cli/version.go)
-LDFLAGS := -s -w -X github.com/keygate/keygate/cli.Version=$(VERSION)
+# REVISION is the commit, which `keygate version` prints beside VERSION.
+REVISION ?= $(shell git describe --always --dirty --abbrev=12 --exclude '*' 2>/dev/null)
+LDFLAGS := -s -w -X github.com/keygate/keygate/cli.Version=$(VERSION) -X github.com/keygate/keygate/cli.Revision=$(REVISION)
 FUZZTIME ?= 3m
 # TEST_FUZZ_DIFFERENTIAL and TEST_FUZZ_TRACKER are how many inputs `make
 # test` runs through each differential fuzz target (multipart against real

@@ -16,13 +16,24 @@ const Release = "0.1.0"
 // with the commit of a side-by-side build).
 var Version = Release
 
+// Revision is the commit the binary was built from, when the build says
+// so (make build sets it with -ldflags "-X …cli.Revision=…"); empty, the
+// commit Go stamped into the build, if any, is used.
+var Revision = ""
+
 // version is Version, then the commit the binary was built from when Go
-// stamped one (go build in a git checkout does): "0.1.0 (3f2a1b0c9d8e)",
+// stamped one (go build in a git checkout does): "0.1.0 (COMMIT)",
 // with ", modified" for a work tree with uncommitted changes.
 func version() string {
 	v := Version
 	if v == "" {
 		v = "dev"
+	}
+	if Revision != "" {
+		if strings.Contains(v, Revision) {
+			return v
+		}
+		return v + " (" + Revision + ")"
 	}
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
