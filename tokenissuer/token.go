@@ -17,6 +17,7 @@ import (
 	"github.com/lestrrat-go/jwx/v3/jwt"
 	"go.uber.org/zap"
 
+	"github.com/keygate/keygate/internal/jwscheck"
 	"github.com/keygate/keygate/keystore"
 )
 
@@ -311,5 +312,7 @@ func (i *Issuer) mint(rec keystore.Record, scope string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return string(signed), nil
+	// ECDSA signs with either s or n−s at random; the verifier accepts
+	// only the low one, so that a token has one spelling.
+	return jwscheck.LowS(ks.signer.alg.String(), string(signed))
 }
