@@ -73,6 +73,7 @@ type envOpts struct {
 	trusted     clientip.TrustedProxies // server.trusted_proxies
 	setup       func(e *env)            // changes the keystore file before the store opens
 	endpoints   []gateway.Endpoint
+	rateHeaders []string // ratelimit.headers; nil: both forms
 }
 
 func newEnv(t *testing.T, o envOpts) *env {
@@ -179,6 +180,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 		MinBodyRate:      o.minRate,
 		TrustedProxies:   o.trusted,
 		Endpoints:        o.endpoints,
+		RateLimitHeaders: o.rateHeaders,
 	}, gateway.Deps{Auth: keys, Limiter: limiter, Failures: o.failures, Usage: o.usage, Logger: o.logger})
 	if err != nil {
 		t.Fatal(err)

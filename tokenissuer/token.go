@@ -134,19 +134,20 @@ func readForm(r *http.Request) (url.Values, error) {
 	}
 	for k, v := range form {
 		if len(v) > 1 {
-			return nil, invalidRequest("parameter " + strconv.Quote(safe(k)) + " is sent more than once")
+			return nil, invalidRequest("parameter '" + safe(k) + "' is sent more than once")
 		}
 	}
 	return form, nil
 }
 
-// safe trims a client-sent name for an error message.
+// safe trims a client-sent name for an error message, to characters
+// RFC 6749 §5.2 allows in error_description (no '"' or '\\').
 func safe(s string) string {
 	if len(s) > 32 {
 		s = s[:32]
 	}
 	return strings.Map(func(r rune) rune {
-		if r < 0x20 || r >= 0x7f {
+		if r < 0x20 || r >= 0x7f || r == '"' || r == '\\' {
 			return '?'
 		}
 		return r
