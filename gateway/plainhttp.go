@@ -167,6 +167,8 @@ func (p *PlainHTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		if p.HTTPSPort != "" && p.HTTPSPort != "443" {
 			host = net.JoinHostPort(host, p.HTTPSPort)
+		} else if strings.Contains(host, ":") {
+			host = "[" + host + "]" // an IPv6 address
 		}
 		http.Redirect(w, r, "https://"+host+r.URL.RequestURI(), http.StatusPermanentRedirect)
 		return

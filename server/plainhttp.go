@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/keygate/keygate/config"
@@ -15,8 +16,9 @@ import (
 // redirectHosts are the host names the plain-HTTP listener may redirect
 // to, the first being where any other Host is sent: the TLS names of the
 // configuration (tls.domains in acme mode, tls.on_demand.allow without
-// wildcards, tls.names in self_signed mode, the certificate's DNS names in
-// files mode) and the host of auth.token_endpoint.issuer. A client's Host
+// wildcards, tls.names and the names every self-signed certificate has
+// in self_signed mode, the certificate's DNS names and addresses in files
+// mode) and the host of auth.token_endpoint.issuer. A client's Host
 // header is never one of them unless the configuration says so.
 func redirectHosts(cfg config.Config) []string {
 	var names []string
@@ -42,6 +44,12 @@ func redirectHosts(cfg config.Config) []string {
 	for _, n := range t.Names {
 		add(n)
 	}
+	if t.Mode == tlsconf.ModeSelfSigned {
+		// The self-signed certificate always names these too.
+		for _, n := range []string{"localhost", "127.0.0.1", "::1"} {
+			add(n)
+		}
+	}
 	if t.Mode == tlsconf.ModeFiles {
 		for _, n := range certDNSNames(t.CertFile) {
 			add(n)
@@ -58,7 +66,7 @@ func redirectHosts(cfg config.Config) []string {
 	return names
 }
 
-// certDNSNames reads the DNS names of the first certificate in a PEM file
+// certDNSNames reads the DNS names and IP addresses of the first certificate in a PEM file
 // (the leaf); none when it cannot be read (the TLS listener reports that).
 func certDNSNames(path string) []string {
 	b, err := os.ReadFile(path)
@@ -73,5 +81,9 @@ func certDNSNames(path string) []string {
 	if err != nil {
 		return nil
 	}
-	return c.DNSNames
+	names := slices.Clone(c.DNSNames)
+	for _, ip := range c.IPAddresses {
+		names = append(names, ip.String())
+	}
+	return names
 }
