@@ -24,6 +24,11 @@ type Endpoint struct {
 	// endpoint reads no body.
 	Form         bool
 	MaxBodyBytes int64
+	// OAuthErrors says the gateway's own refusals of this route (method,
+	// credential in the URL, body too large) are RFC 6749 §5.2 errors
+	// (invalid_request), not the spec's error body: the token endpoint's
+	// clients parse those.
+	OAuthErrors bool
 	// Handler answers the request.
 	Handler http.Handler
 }
@@ -33,6 +38,7 @@ type localRoute struct {
 	spec    routeSpec
 	max     int64
 	handler http.Handler
+	oauth   bool // Endpoint.OAuthErrors
 }
 
 // compileEndpoints checks eps and builds their rows.
@@ -67,6 +73,7 @@ func compileEndpoints(eps []Endpoint) (map[string]*localRoute, error) {
 			spec:    routeSpec{name: routes[routeLocal].name, path: e.Path, methods: methods, allow: strings.Join(methods, ", "), auth: authNone, body: body},
 			max:     e.MaxBodyBytes,
 			handler: e.Handler,
+			oauth:   e.OAuthErrors,
 		}
 	}
 	return m, nil

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 )
 
 // errorBody is the spec's error shape (section 2.2).
@@ -61,4 +62,39 @@ func upstreamRefusal(ctx context.Context, err error) refusal {
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// WriteOAuthError writes an RFC 6749 §5.2 error response: a JSON object
+// with error (code) and error_description (desc, reduced to the
+// characters §5.2 allows), the trace id in X-Trace-Id. The token
+// endpoint's refusals leave through it, on either listener.
+func WriteOAuthError(w http.ResponseWriter, traceID string, status int, code, desc string) {
+	b, _ := json.Marshal(struct {
+		Error       string `json:"error"`
+		Description string `json:"error_description"`
+	}{code, OAuthDescription(desc)})
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(b)))
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Cache-Control", "no-store")
+	h.Set("Pragma", "no-cache")
+	h.Set("X-Trace-Id", traceID)
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+// OAuthDescription reduces s to the characters RFC 6749 §5.2 allows in
+// error_description (printable ASCII but '"' and '\'): a quote becomes
+// an apostrophe, anything else '?'.
+func OAuthDescription(s string) string {
+	return strings.Map(func(c rune) rune {
+		switch {
+		case c == '"':
+			return '\''
+		case c == '\\' || c < 0x20 || c > 0x7e:
+			return '?'
+		}
+		return c
+	}, s)
 }

@@ -99,6 +99,11 @@ type Config struct {
 	// Endpoints are the routes keygate answers itself without an API
 	// key (the token endpoint, discovery, JWKS); see Endpoint.
 	Endpoints []Endpoint
+	// RateLimitHeaders chooses the rate-limit response fields
+	// (ratelimit.headers): "draft" (RateLimit-Policy and RateLimit),
+	// "legacy" (RateLimit-Limit, -Remaining, -Reset). nil means both; an
+	// empty non-nil list, none.
+	RateLimitHeaders []string
 }
 
 // Deps are the collaborators of a Gateway.
@@ -131,19 +136,21 @@ type Deps struct {
 // Gateway is the API handler. Build it with New; it is safe for concurrent
 // use.
 type Gateway struct {
-	cfg        Config
-	auth       Authenticator
-	limiter    Limiter
-	log        *zap.Logger
-	accessLog  io.Writer // Deps.AccessLog
-	logName    string    // log's name, for the lines to accessLog
-	metrics    *Metrics
-	usage      UsageRecorder
-	tracer     oteltrace.Tracer
-	extraction *upstream
-	registry   *upstream
-	proxy      *httputil.ReverseProxy
-	depHeaders [][2]string
+	cfg Config
+	// rateHeaders are the rate-limit fields sent (Config.RateLimitHeaders).
+	rateHeaders rateHeaders
+	auth        Authenticator
+	limiter     Limiter
+	log         *zap.Logger
+	accessLog   io.Writer // Deps.AccessLog
+	logName     string    // log's name, for the lines to accessLog
+	metrics     *Metrics
+	usage       UsageRecorder
+	tracer      oteltrace.Tracer
+	extraction  *upstream
+	registry    *upstream
+	proxy       *httputil.ReverseProxy
+	depHeaders  [][2]string
 
 	failures       FailureLimiter
 	concurrency    *ratelimit.Concurrency
@@ -173,16 +180,19 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 	if cfg.RateLimitStatus == 0 {
 		cfg.RateLimitStatus = http.StatusTooManyRequests
 	}
+	var err error
 	for _, env := range []string{"live", "test"} {
 		if _, ok := cfg.Limits[env]; !ok {
 			return nil, fmt.Errorf("gateway: Config.Limits has no limit for env %q", env)
 		}
 	}
 	g := &Gateway{cfg: cfg, auth: deps.Auth, limiter: deps.Limiter, log: deps.Logger, metrics: deps.Metrics, failures: deps.Failures, usage: deps.Usage, tracer: deps.Tracer}
+	if g.rateHeaders, err = rateHeadersOf(cfg.RateLimitHeaders); err != nil {
+		return nil, err
+	}
 	if cfg.BodyIdleTimeout < 0 || cfg.MaxConcurrent < 0 || cfg.MinBodyRate.BytesPerSecond < 0 || cfg.MinBodyRate.Grace < 0 {
 		return nil, errors.New("gateway: Config.BodyIdleTimeout, Config.MinBodyRate and Config.MaxConcurrent must not be negative")
 	}
-	var err error
 	if g.local, err = compileEndpoints(cfg.Endpoints); err != nil {
 		return nil, err
 	}
@@ -257,6 +267,8 @@ type state struct {
 	// path an upstream reads (normalisePath); fwdPath is the escaped path
 	// forwarded when it differs from the one received.
 	path, fwdPath string
+	// oauthErrors: refusals are RFC 6749 §5.2 errors (Endpoint.OAuthErrors).
+	oauthErrors bool
 }
 
 // Slots of state.hv.
@@ -266,6 +278,8 @@ const (
 	hvRateLimit
 	hvRateRemaining
 	hvRateReset
+	hvRatePolicy
+	hvRateDraft
 	hvForwardedFor
 	hvForwardedHost
 	hvForwardedProto
@@ -313,7 +327,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer func(body io.ReadCloser) { r.Body = body }(r.Body)
 	if st.route == routeNone && g.local != nil {
 		if lr := g.local[r.URL.EscapedPath()]; lr != nil {
-			st.route = routeLocal
+			st.route, st.oauthErrors = routeLocal, lr.oauth
 			if f := g.serveLocal(rec, r, lr); f.refused() {
 				g.refuse(rec, r, st, f)
 			}
@@ -441,7 +455,7 @@ func (g *Gateway) limit(w *recorder, r *http.Request, st *state, p *auth.Princip
 	if err != nil {
 		return g.backendFailed(w, r, st, refLimiterUnavailable, "rate limiter failed", err)
 	}
-	st.setRateHeaders(w.Header(), d)
+	st.setRateHeaders(w.Header(), g.rateHeaders, lim, d)
 	if !d.Allowed {
 		w.Header().Set("Retry-After", strconv.FormatInt(ceilSeconds(d.RetryAfter, 1), 10))
 		if d.Reason == ratelimit.ReasonQuota {
@@ -589,27 +603,6 @@ func (b *watchedBody) Read(p []byte) (int, error) {
 }
 
 func (b *watchedBody) Close() error { return b.rc.Close() }
-
-func (st *state) setRateHeaders(h http.Header, d ratelimit.Decision) {
-	limit, remaining, reset := d.Limit, max(d.Remaining, 0), ceilSeconds(d.Reset, 0)
-	small := func(n int64) bool { return 0 <= n && n < 100 } // strconv's own strings: no allocation
-	if small(limit) && small(remaining) && small(reset) {
-		st.value(h, "Ratelimit-Limit", hvRateLimit, strconv.FormatInt(limit, 10))
-		st.value(h, "Ratelimit-Remaining", hvRateRemaining, strconv.FormatInt(remaining, 10))
-		st.value(h, "Ratelimit-Reset", hvRateReset, strconv.FormatInt(reset, 10))
-		return
-	}
-	// One string for the three numbers instead of one each.
-	var buf [3 * 20]byte
-	b := strconv.AppendInt(buf[:0], limit, 10)
-	i := len(b)
-	b = strconv.AppendInt(b, remaining, 10)
-	j := len(b)
-	s := string(strconv.AppendInt(b, reset, 10))
-	st.value(h, "Ratelimit-Limit", hvRateLimit, s[:i])
-	st.value(h, "Ratelimit-Remaining", hvRateRemaining, s[i:j])
-	st.value(h, "Ratelimit-Reset", hvRateReset, s[j:])
-}
 
 func ceilSeconds(d time.Duration, min int64) int64 {
 	s := int64((d + time.Second - 1) / time.Second)

@@ -74,6 +74,7 @@ type envOpts struct {
 	trusted     clientip.TrustedProxies // server.trusted_proxies
 	setup       func(e *env)            // changes the keystore file before the store opens
 	endpoints   []gateway.Endpoint
+	rateHeaders []string // ratelimit.headers; nil: both forms
 }
 
 func newEnv(t *testing.T, o envOpts) *env {
@@ -181,6 +182,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 		TrustedProxies:   o.trusted,
 		Endpoints:        o.endpoints,
 		Operations:       o.ops,
+		RateLimitHeaders: o.rateHeaders,
 	}, gateway.Deps{Auth: keys, Limiter: limiter, Failures: o.failures, Usage: o.usage, Logger: o.logger})
 	if err != nil {
 		t.Fatal(err)

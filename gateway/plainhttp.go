@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"io"
+	"mime"
 	"net"
 	"net/http"
 	"net/url"
@@ -23,13 +25,23 @@ import (
 type PlainHTTP struct {
 	// HTTPSPort is the API listener's port for redirects; empty means 443.
 	HTTPSPort string
+	// Hosts are the host names a redirect may send a client to (the TLS
+	// names from the configuration), lower case. A request whose Host is
+	// one of them is sent to it; any other is sent to the first: the
+	// client's Host is never copied into Location. None means no
+	// redirect: every request is refused with "HTTPS required".
+	Hosts []string
+	// TokenPath is the token endpoint's path (empty: none). Its refusals
+	// here are RFC 6749 §5.2 errors, as on the API listener.
+	TokenPath string
 	// Auth identifies a key sent in clear, for the log; may be nil.
 	Auth Authenticator
 	// Logger receives one warning per exposed credential (never the key).
 	Logger *zap.Logger
 	// Exposed counts credentials sent in clear, by kind: api_key (x-api-key
 	// or an alias such as x_api_key), authorization, url (a key-shaped value
-	// in the path or query, refused rather than redirected).
+	// in the path or query, refused rather than redirected), client_secret
+	// (a token request's client_secret_post form).
 	Exposed *prometheus.CounterVec
 }
 
@@ -86,7 +98,20 @@ func LogPlainAccess(log *zap.Logger, next http.Handler) http.Handler {
 func (p *PlainHTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	tr := newTrace(r.Header.Get("Traceparent"))
 	w.Header().Set("X-Trace-Id", tr.ID)
-	if r.ProtoMajor == 1 && r.ContentLength != 0 && !drainArrived(w, r) {
+	var clientID string
+	secretInForm := false
+	if form, whole, ok := smallForm(w, r); ok {
+		// A token request's form (client_secret_post) is read, as far as
+		// it has arrived, to count and log the exposed key, never to use
+		// it.
+		vs, err := url.ParseQuery(string(form))
+		if _, has := vs["client_secret"]; err == nil && has {
+			secretInForm, clientID = true, vs.Get("client_id")
+		}
+		if !whole {
+			closeUnreadBody(w, true)
+		}
+	} else if r.ProtoMajor == 1 && r.ContentLength != 0 && !drainArrived(w, r) {
 		// Every answer here comes before the body, which is never read:
 		// sent at once, and the connection closed, unless the body had
 		// already arrived whole.
@@ -104,13 +129,15 @@ func (p *PlainHTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		inURL = queryNamesCredential(r.URL.RawQuery)
 	}
 	alias := !hasKey && !hasAuthz && credentialAlias(r.Header)
-	if hasKey || hasAuthz || inURL || alias {
+	if hasKey || hasAuthz || inURL || alias || secretInForm {
 		kind := "authorization"
 		switch {
 		case hasKey, alias:
 			kind = "api_key"
 		case inURL:
 			kind = "url"
+		case secretInForm && !hasAuthz:
+			kind = "client_secret"
 		}
 		if p.Exposed != nil {
 			p.Exposed.WithLabelValues(kind).Inc()
@@ -122,28 +149,101 @@ func (p *PlainHTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 					fields = append(fields, zap.String("key_id", v.Principal.ID))
 				}
 			}
+			if kind == "client_secret" && clientID != "" {
+				// The form's client_id is the key id (never the secret).
+				fields = append(fields, zap.String("key_id", safeID(clientID)))
+			}
 			p.Logger.Warn("credential sent over plain HTTP; refused, rotate it", fields...)
 		}
 		w.Header().Set("Connection", "close")
-		WriteError(w, tr.ID, http.StatusBadRequest, "HTTPS required: credentials sent over plain HTTP are refused; rotate this credential")
+		p.refuse(w, r, tr.ID, "HTTPS required: credentials sent over plain HTTP are refused; rotate this credential")
 		return
 	}
 	if r.Method == http.MethodGet || r.Method == http.MethodHead {
-		host := r.Host
-		if h, _, err := net.SplitHostPort(host); err == nil {
-			host = h
-		}
-		if host == "" {
-			WriteError(w, tr.ID, http.StatusBadRequest, "HTTPS required")
+		host, ok := p.redirectHost(r.Host)
+		if !ok {
+			p.refuse(w, r, tr.ID, "HTTPS required")
 			return
 		}
 		if p.HTTPSPort != "" && p.HTTPSPort != "443" {
 			host = net.JoinHostPort(host, p.HTTPSPort)
+		} else if strings.Contains(host, ":") {
+			host = "[" + host + "]" // an IPv6 address
 		}
 		http.Redirect(w, r, "https://"+host+r.URL.RequestURI(), http.StatusPermanentRedirect)
 		return
 	}
-	WriteError(w, tr.ID, http.StatusBadRequest, "HTTPS required")
+	p.refuse(w, r, tr.ID, "HTTPS required")
+}
+
+// refuse answers 400: an RFC 6749 §5.2 error at the token endpoint, the
+// spec's error body elsewhere.
+func (p *PlainHTTP) refuse(w http.ResponseWriter, r *http.Request, traceID, msg string) {
+	if p.TokenPath != "" && r.URL.EscapedPath() == p.TokenPath {
+		WriteOAuthError(w, traceID, http.StatusBadRequest, "invalid_request", msg)
+		return
+	}
+	WriteError(w, traceID, http.StatusBadRequest, msg)
+}
+
+// redirectHost is the host a redirect names: the request's Host when it
+// is one of Hosts (letter case, a trailing dot and the port aside), else
+// the first of Hosts; false when there are none.
+func (p *PlainHTTP) redirectHost(host string) (string, bool) {
+	if len(p.Hosts) == 0 {
+		return "", false
+	}
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	for _, h := range p.Hosts {
+		if h == host {
+			return h, true
+		}
+	}
+	return p.Hosts[0], true
+}
+
+// maxPlainForm caps the form read from a plain-HTTP request: a token
+// request's is a few hundred bytes.
+const maxPlainForm = 4 << 10
+
+// smallForm reads the body of a POST whose Content-Type is a form and
+// that is at most maxPlainForm, as far as it arrives within drainWait:
+// ok false for any other request; whole when it was read to its end.
+func smallForm(w http.ResponseWriter, r *http.Request) (form []byte, whole, ok bool) {
+	if r.ProtoMajor != 1 || r.Method != http.MethodPost || r.ContentLength == 0 || r.ContentLength > maxPlainForm || r.Header.Get("Expect") != "" {
+		return nil, false, false
+	}
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil || mt != "application/x-www-form-urlencoded" {
+		return nil, false, false
+	}
+	rc := http.NewResponseController(w)
+	if rc.SetReadDeadline(time.Now().Add(drainWait)) != nil {
+		return nil, false, true
+	}
+	b, err := io.ReadAll(io.LimitReader(r.Body, maxPlainForm+1))
+	if err != nil || len(b) > maxPlainForm {
+		return b, false, true // the read error, a timeout among them, closes the connection
+	}
+	_ = rc.SetReadDeadline(time.Time{})
+	return b, true, true
+}
+
+// safeID trims a client-sent key id for the log: printable ASCII, 64
+// bytes at most.
+func safeID(s string) string {
+	if len(s) > 64 {
+		s = s[:64]
+	}
+	return strings.Map(func(c rune) rune {
+		if c <= 0x20 || c >= 0x7f {
+			return '?'
+		}
+		return c
+	}, s)
 }
 
 // credentialAlias reports whether a header name reads as x-api-key or

@@ -94,7 +94,7 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 
 // gatewayHeaders are the response headers keygate sets itself, which an
 // upstream's must not stand beside, in canonical form.
-var gatewayHeaders = [...]string{"X-Trace-Id", "Ratelimit-Limit", "Ratelimit-Remaining", "Ratelimit-Reset", "Strict-Transport-Security"}
+var gatewayHeaders = [...]string{"X-Trace-Id", "Ratelimit-Limit", "Ratelimit-Remaining", "Ratelimit-Reset", "Ratelimit-Policy", "Ratelimit", "Strict-Transport-Security"}
 
 // proxyError answers a failed upstream round trip. A check that failed
 // while the body streamed (conflicting context, truncated multipart, size

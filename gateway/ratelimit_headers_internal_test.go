@@ -24,7 +24,7 @@ func TestRateHeaders(t *testing.T) {
 	} {
 		st := &state{}
 		h := http.Header{}
-		st.setRateHeaders(h, d)
+		st.setLegacyRateHeaders(h, d)
 		want := map[string]string{
 			"Ratelimit-Limit":     strconv.FormatInt(d.Limit, 10),
 			"Ratelimit-Remaining": strconv.FormatInt(max(d.Remaining, 0), 10),

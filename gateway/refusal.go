@@ -230,5 +230,9 @@ func (g *Gateway) refuse(w *recorder, r *http.Request, st *state, f refusal) {
 			closeUnreadBody(w, !cut)
 		}
 	}
+	if st.oauthErrors {
+		WriteOAuthError(w, st.trace.ID, status, "invalid_request", msg)
+		return
+	}
 	WriteError(w, st.trace.ID, status, msg)
 }

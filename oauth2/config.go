@@ -44,6 +44,11 @@ type Config struct {
 	EnvClaim string `yaml:"env_claim"`
 	// Leeway is the clock skew allowed on exp, nbf and iat.
 	Leeway time.Duration `yaml:"leeway"`
+	// MaxTokenLifetime caps a token's lifetime: exp − iat, or exp − now
+	// for a token without iat (plus Leeway). A token past it is refused
+	// even when its signature holds, so that a token minted for years
+	// with a leaked key does not live for years. 0 means no cap.
+	MaxTokenLifetime time.Duration `yaml:"max_token_lifetime"`
 	// JWKSRefreshMinInterval rate-limits the refreshes of the key set that a
 	// token with an unknown kid (or a key set never fetched) triggers: at
 	// most one per interval.
@@ -82,6 +87,7 @@ func DefaultConfig() Config {
 		ProductScopes:          map[string]string{product.Extraction: "extraction:sync", product.Registry: "registry"},
 		ContextClaim:           "context",
 		Leeway:                 30 * time.Second,
+		MaxTokenLifetime:       24 * time.Hour,
 		JWKSRefreshMinInterval: 30 * time.Second,
 	}
 }
@@ -101,6 +107,9 @@ func (c Config) Validate() error {
 
 	if c.Leeway < 0 || c.Leeway > 10*time.Minute {
 		add(p+"leeway: must be between 0s and 10m, got %s", c.Leeway)
+	}
+	if c.MaxTokenLifetime < 0 {
+		add(p+"max_token_lifetime: must not be negative (0 means no cap), got %s", c.MaxTokenLifetime)
 	}
 	if c.JWKSRefreshMinInterval < 0 {
 		add(p+"jwks_refresh_min_interval: must not be negative, got %s", c.JWKSRefreshMinInterval)

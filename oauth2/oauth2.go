@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/keygate/keygate/internal/fieldpath"
+	"github.com/keygate/keygate/internal/jwscheck"
 	"github.com/keygate/keygate/internal/tokencache"
 	"github.com/keygate/keygate/policy"
 	"github.com/keygate/keygate/product"
@@ -327,6 +328,15 @@ func (a *Authenticator) verifyKeyed(ctx context.Context, raw string, ck tokencac
 		a.verified.Remove(ck) // its key is gone or changed: check it again
 	}
 	a.verified.Checked()
+	// The spelling, crit and the NumericDates first. ECDSA's s is not
+	// held to the low half here: common signers (Go's crypto/ecdsa,
+	// cloud KMSs) emit either half, so that would refuse about half of an
+	// external issuer's good tokens; a high-S twin proves nothing new (it
+	// needs a token the issuer signed) and is simply checked on its own.
+	if err := jwscheck.Check(raw, jwscheck.Options{MaxLifetime: a.cfg.MaxTokenLifetime, Leeway: a.cfg.Leeway, Now: a.now}); err != nil {
+		a.debugRefusal(auth.ReasonInvalid, err)
+		return refuse(auth.ReasonInvalid, "invalid bearer token", ChallengeInvalidToken), nil
+	}
 	var used usedKey
 	opts := make([]jwt.ParseOption, 0, len(a.parseOpts)+1)
 	opts = append(opts, a.parseOpts...)

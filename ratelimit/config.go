@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"fmt"
 	"sort"
 	"time"
 
@@ -56,11 +57,23 @@ type Config struct {
 	// once; past it the answer is Status. It is counted per replica (in
 	// memory), whatever the backend. 0 means no cap.
 	MaxConcurrent int `yaml:"max_concurrent"`
+	// Headers chooses the rate-limit response fields: "draft" sends
+	// RateLimit-Policy and RateLimit (draft-ietf-httpapi-ratelimit-headers,
+	// RFC 9651 structured fields) with the bucket and the quota as two
+	// policies; "legacy" sends RateLimit-Limit, -Remaining and -Reset for
+	// the tighter of the two. Both by default; an empty list sends none.
+	Headers []string `yaml:"headers"`
 	// Plans names limit sets that keys and consumers may be put on
 	// (`keygate keys update ID --plan NAME`); see policy.Plan and policy.Resolver.
 	// Empty by default.
 	Plans map[string]policy.Plan `yaml:"plans"`
 }
+
+// Values of Config.Headers.
+const (
+	HeadersDraft  = "draft"
+	HeadersLegacy = "legacy"
+)
 
 // MaxLease bounds Config.Lease: a lease stretches the burst by rate×lease,
 // and a second is already more than any limit's burst should stretch.
@@ -85,6 +98,7 @@ func DefaultConfig() Config {
 		BreakerFailures: DefaultBreakerFailures,
 		BreakerBackoff:  DefaultBreakerBackoff,
 		MaxConcurrent:   DefaultMaxConcurrent,
+		Headers:         []string{HeadersDraft, HeadersLegacy},
 		Limits: map[string]policy.Limit{
 			"live": {Rate: 50, Per: time.Second, Burst: 100},
 			"test": {Rate: 5, Per: time.Second, Burst: 10, Quota: policy.Quota{Requests: 1000, Per: 24 * time.Hour}},
@@ -104,6 +118,16 @@ func (c Config) Validate() error {
 	}
 	if c.Status != 429 && c.Status != 403 {
 		bad("status", "must be 429 or 403, got %d", c.Status)
+	}
+	seen := map[string]bool{}
+	for i, h := range c.Headers {
+		switch {
+		case h != HeadersDraft && h != HeadersLegacy:
+			bad(fmt.Sprintf("headers[%d]", i), "must be %q or %q, got %q", HeadersDraft, HeadersLegacy, h)
+		case seen[h]:
+			bad(fmt.Sprintf("headers[%d]", i), "%q is listed twice", h)
+		}
+		seen[h] = true
 	}
 	if c.Replicas < 1 {
 		bad("replicas", "must be at least 1, got %d", c.Replicas)

@@ -189,6 +189,7 @@ func (l *Leases) fetch(ctx context.Context, sh *leaseShard, e *lease, id string,
 	default:
 		e.lim, e.d, e.at, e.ends, e.left = lim, d, at, at.Add(l.ttl), n-1
 		d.Remaining = min(d.Remaining+e.left, d.Limit)
+		d.Bucket.Remaining = d.Remaining // leases are for limits without a quota
 	}
 	e.fetching = nil
 	close(f.done)
@@ -206,6 +207,7 @@ func (e *lease) take(now time.Time, lim policy.Limit) (Decision, bool) {
 	d := e.d
 	d.Remaining = min(d.Remaining+e.left, d.Limit)
 	d.Reset = max(0, d.Reset-now.Sub(e.at))
+	d.Bucket.Remaining, d.Bucket.Reset = d.Remaining, d.Reset
 	return d, true
 }
 

@@ -198,8 +198,13 @@ func (l *Local) Allow(_ context.Context, id string, lim policy.Limit) (Decision,
 		return durationCeil((float64(lim.Burst) - t) / ratePerSec)
 	}
 
+	bucket := Window{Known: true, Remaining: max(int64(math.Floor(tokens+1e-9)), 0), Reset: fill(tokens)}
+	var quota Window
+	if lim.Quota.Enabled() {
+		quota = Window{Known: true, Remaining: max(lim.Quota.Requests-qUsed, 0), Reset: qReset}
+	}
 	if lim.Quota.Enabled() && qUsed >= lim.Quota.Requests {
-		return Decision{Reason: ReasonQuota, Limit: lim.Quota.Requests, RetryAfter: qReset, Reset: qReset}, nil
+		return Decision{Reason: ReasonQuota, Limit: lim.Quota.Requests, RetryAfter: qReset, Reset: qReset, Bucket: bucket, Quota: quota}, nil
 	}
 	if tokens < 1 {
 		return Decision{
@@ -207,6 +212,8 @@ func (l *Local) Allow(_ context.Context, id string, lim policy.Limit) (Decision,
 			Limit:      int64(lim.Burst),
 			RetryAfter: durationCeil((1 - tokens) / ratePerSec),
 			Reset:      fill(tokens),
+			Bucket:     bucket,
+			Quota:      quota,
 		}, nil
 	}
 

@@ -47,6 +47,24 @@ type Decision struct {
 	// Reset is the time until Remaining is back to Limit (or, for a quota,
 	// until the period ends).
 	Reset time.Duration
+	// Bucket and Quota are the two parts of the limit, each on its own,
+	// for the RateLimit field (draft-ietf-httpapi-ratelimit-headers),
+	// which reports them side by side. Limit, Remaining and Reset above
+	// are the tighter of the two (the legacy RateLimit-* fields).
+	Bucket, Quota Window
+}
+
+// Window is what one part of a limit (the token bucket, or the quota)
+// says after a request. The zero value is unknown.
+type Window struct {
+	// Known is false when the part was not looked at: a limit without a
+	// quota, or the bucket of a request the quota refused in Redis.
+	Known bool
+	// Remaining is how many more requests the part admits now.
+	Remaining int64
+	// Reset is the time until the part is whole again: the bucket full,
+	// or the quota's period over.
+	Reset time.Duration
 }
 
 // ErrUnavailable is returned (wrapped) by Allow when the limiter cannot
@@ -72,10 +90,16 @@ func check(id string, l policy.Limit) error {
 }
 
 // combine builds a Decision from the bucket's and the quota's views. The
-// quota is reported when it is the tighter constraint.
+// quota is reported in Limit, Remaining and Reset when it is as tight as
+// the bucket or tighter: with both used up, the quota is what will refuse
+// the next request for longest, and a client must see it before it does.
 func combine(l policy.Limit, bucketRemaining int64, bucketReset time.Duration, quotaRemaining int64, quotaReset time.Duration) Decision {
 	d := Decision{Allowed: true, Limit: int64(l.Burst), Remaining: bucketRemaining, Reset: bucketReset}
-	if l.Quota.Enabled() && quotaRemaining < bucketRemaining {
+	d.Bucket = Window{Known: true, Remaining: bucketRemaining, Reset: bucketReset}
+	if l.Quota.Enabled() {
+		d.Quota = Window{Known: true, Remaining: max(quotaRemaining, 0), Reset: quotaReset}
+	}
+	if l.Quota.Enabled() && quotaRemaining <= bucketRemaining {
 		d.Limit, d.Remaining, d.Reset = l.Quota.Requests, quotaRemaining, quotaReset
 	}
 	return d

@@ -289,10 +289,16 @@ func (r *Redis) eval(ctx context.Context, id string, lim policy.Limit, want int6
 	}
 	us := func(v int64) time.Duration { return time.Duration(v) * time.Microsecond }
 	switch res[1] {
-	case 2:
-		return Decision{Reason: ReasonQuota, Limit: lim.Quota.Requests, RetryAfter: us(res[3]), Reset: us(res[4])}, 0, nil
+	case 2: // the script did not look at the bucket
+		return Decision{Reason: ReasonQuota, Limit: lim.Quota.Requests, RetryAfter: us(res[3]), Reset: us(res[4]),
+			Quota: Window{Known: true, Reset: us(res[6])}}, 0, nil
 	case 1:
-		return Decision{Reason: ReasonRate, Limit: int64(lim.Burst), RetryAfter: us(res[3]), Reset: us(res[4])}, 0, nil
+		d := Decision{Reason: ReasonRate, Limit: int64(lim.Burst), RetryAfter: us(res[3]), Reset: us(res[4]),
+			Bucket: Window{Known: true, Reset: us(res[4])}}
+		if qReq > 0 {
+			d.Quota = Window{Known: true, Remaining: max(res[5], 0), Reset: us(res[6])}
+		}
+		return d, 0, nil
 	}
 	if res[0] < 1 || res[0] > want {
 		return Decision{}, 0, fmt.Errorf("%w: granted=%d of %d, reason=%d", errReply, res[0], want, res[1])

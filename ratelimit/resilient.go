@@ -252,6 +252,8 @@ func (r *Resilient) cached(id string, lim policy.Limit) (Decision, bool) {
 	d := e.d
 	d.RetryAfter = e.until.Sub(now)
 	d.Reset = max(d.Reset-elapsed, d.RetryAfter)
+	d.Bucket.Reset = max(d.Bucket.Reset-elapsed, 0)
+	d.Quota.Reset = max(d.Quota.Reset-elapsed, 0)
 	return d, true
 }
 

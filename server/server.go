@@ -269,6 +269,7 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (s *Server, err erro
 		TrustedProxies:   trusted,
 		Operations:       ops,
 		Endpoints:        s.issuerEndpoints(),
+		RateLimitHeaders: cfg.RateLimit.Headers,
 	}, gateway.Deps{Auth: authn, Limiter: s.limiter, Logger: s.log.Named("access"), AccessLog: deps.AccessLog, Metrics: s.metrics, Failures: failures, Usage: s.openUsage(), Tracer: tp.Tracer()})
 	if err != nil {
 		return nil, err
@@ -293,10 +294,10 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (s *Server, err erro
 	s.admin = &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: sc.IdleTimeout, ErrorLog: errLog}
 	if s.plainLn != nil {
 		exposed := gateway.NewExposedCounter(s.registry)
-		for _, kind := range []string{"api_key", "authorization", "url"} {
+		for _, kind := range []string{"api_key", "authorization", "url", "client_secret"} {
 			exposed.WithLabelValues(kind) // at 0, so the first exposure is an increase
 		}
-		plain := &gateway.PlainHTTP{HTTPSPort: strconv.Itoa(port(s.apiLn)), Auth: authn, Logger: s.log.Named("plain_http"), Exposed: exposed}
+		plain := &gateway.PlainHTTP{HTTPSPort: strconv.Itoa(port(s.apiLn)), Hosts: redirectHosts(cfg), TokenPath: s.tokenPath(), Auth: authn, Logger: s.log.Named("plain_http"), Exposed: exposed}
 		s.plain = &http.Server{
 			Handler: s.obs.listener(listenerPlainHTTP, framing.Guard(gateway.LogPlainAccess(s.log.Named("access"), s.tls.HTTPChallengeHandler(plain)),
 				gateway.RefuseFraming(s.log.Named("plain_http"), "plain_http", refused))),

@@ -151,6 +151,23 @@ func TestPlainHTTPListener(t *testing.T) {
 		// it handed out, at cleanup.)
 	})
 
+	t.Run("client_secret_post in clear is refused, counted and logged by key id", func(t *testing.T) {
+		before := h.metric("keygate_cleartext_credentials_total", "kind", "client_secret")
+		body := "grant_type=client_credentials&client_id=" + h.LiveID + "&client_secret=" + h.LiveKey
+		rq, _ := http.NewRequest(http.MethodPost, h.Plain+"/oauth2/token", strings.NewReader(body))
+		rq.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		r := h.do(rq)
+		if r.Status != 400 || !strings.Contains(string(r.Body), "HTTPS required") {
+			t.Fatalf("%d %s", r.Status, r.Body)
+		}
+		if got := h.metric("keygate_cleartext_credentials_total", "kind", "client_secret"); got != before+1 {
+			t.Errorf("keygate_cleartext_credentials_total{kind=client_secret} went %v -> %v", before, got)
+		}
+		if logs := h.Logs.String(); !strings.Contains(logs, `"kind":"client_secret"`) || strings.Contains(logs, h.LiveKey) {
+			t.Errorf("want a client_secret warning without the key")
+		}
+	})
+
 	t.Run("key-less GET is redirected to HTTPS on the API port", func(t *testing.T) {
 		r := h.get(h.Plain, "/registry/schemas?page=2", cred{})
 		if r.Status != http.StatusPermanentRedirect {
@@ -184,10 +201,10 @@ func TestPlainHTTPListener(t *testing.T) {
 				t.Errorf("access line lacks a field: %v", m)
 			}
 		}
-		// The earlier subtests: three refusals (400) and one redirect
+		// The earlier subtests: four refusals (400) and one redirect
 		// (308); this one: a refusal and a redirect.
-		if byStatus[400] != 4 || byStatus[308] != 2 {
-			t.Errorf("plain-HTTP access lines by status %v, want 4 × 400 and 2 × 308", byStatus)
+		if byStatus[400] != 5 || byStatus[308] != 2 {
+			t.Errorf("plain-HTTP access lines by status %v, want 5 × 400 and 2 × 308", byStatus)
 		}
 		last := lines[len(lines)-1]
 		if last["path"] != "/registry/schemas" || last["trace_id"] != r.Header.Get("X-Trace-Id") || last["trace_id"] == "" {

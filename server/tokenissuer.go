@@ -81,8 +81,17 @@ func (s *Server) issuerEndpoints() []gateway.Endpoint {
 		return nil
 	}
 	return []gateway.Endpoint{
-		{Path: tokenissuer.TokenPath, Methods: []string{http.MethodPost}, Form: true, MaxBodyBytes: tokenissuer.MaxFormBytes, Handler: s.issuer.TokenHandler()},
+		{Path: tokenissuer.TokenPath, Methods: []string{http.MethodPost}, Form: true, MaxBodyBytes: tokenissuer.MaxFormBytes, OAuthErrors: true, Handler: s.issuer.TokenHandler()},
 		{Path: tokenissuer.MetadataPath, Methods: []string{http.MethodGet}, Handler: s.issuer.MetadataHandler()},
 		{Path: tokenissuer.JWKSPath, Methods: []string{http.MethodGet}, Handler: s.issuer.JWKSHandler()},
 	}
+}
+
+// tokenPath is the token endpoint's path when it is on, for the plain-HTTP
+// listener's OAuth-shaped refusals there.
+func (s *Server) tokenPath() string {
+	if s.issuer == nil {
+		return ""
+	}
+	return tokenissuer.TokenPath
 }

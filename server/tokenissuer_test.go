@@ -25,6 +25,7 @@ import (
 	"golang.org/x/oauth2/clientcredentials"
 
 	"github.com/keygate/keygate/config"
+	"github.com/keygate/keygate/internal/jwscheck"
 	"github.com/keygate/keygate/internal/testsupport/oauth2test"
 	"github.com/keygate/keygate/internal/testsupport/redistest"
 	"github.com/keygate/keygate/internal/testsupport/testkit"
@@ -209,11 +210,27 @@ func TestTokenEndpointErrors(t *testing.T) {
 			}
 		})
 	}
-	t.Run("GET is 405 in the spec's shape", func(t *testing.T) {
+	// The gateway's own refusals at the token endpoint are RFC 6749
+	// errors too (issue 49): a client parses one shape there.
+	t.Run("GET is 405 as an RFC 6749 error", func(t *testing.T) {
 		r := h.get(h.API, "/oauth2/token", cred{})
-		assertError(t, r, 405, "method not allowed")
+		oauthErr(t, r, 405, "invalid_request")
 		if r.Header.Get("Allow") != "POST" {
 			t.Errorf("Allow = %q", r.Header.Get("Allow"))
+		}
+	})
+	t.Run("a body over 4 KiB is 413 as an RFC 6749 error", func(t *testing.T) {
+		rq, _ := http.NewRequest(http.MethodPost, h.API+"/oauth2/token", strings.NewReader("grant_type=client_credentials&x="+strings.Repeat("a", 5000)))
+		rq.Header.Set("Content-Type", form)
+		oauthErr(t, h.do(rq), 413, "invalid_request")
+	})
+	t.Run("a key in the query is 400 as an RFC 6749 error", func(t *testing.T) {
+		rq, _ := http.NewRequest(http.MethodPost, h.API+"/oauth2/token?client_id="+h.LiveID+"&client_secret="+h.LiveKey, strings.NewReader("grant_type=client_credentials"))
+		rq.Header.Set("Content-Type", form)
+		r := h.do(rq)
+		oauthErr(t, r, 400, "invalid_request")
+		if strings.Contains(string(r.Body), h.LiveKey) {
+			t.Error("the error body echoes the key")
 		}
 	})
 }
@@ -359,7 +376,13 @@ func TestOwnTokensRefusedWhenForged(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return string(out)
+		// keygate accepts only the low-S half of its own signatures, as
+		// its signer writes them (the high-S twin is refused).
+		low, err := jwscheck.LowS("ES256", string(out))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return low
 	}
 	// The control: a token forged with the real key is accepted, so each
 	// refusal below is for the one thing changed.
@@ -704,7 +727,13 @@ func signJWS(t *testing.T, raw any, alg jwa.SignatureAlgorithm, typ, kid string,
 	if err != nil {
 		t.Fatal(err)
 	}
-	return string(out)
+	// The low-S half, the one spelling keygate accepts of its own ECDSA
+	// tokens (an external issuer's are accepted in either).
+	low, err := jwscheck.LowS(alg.String(), string(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return low
 }
 
 // TestOwnAndExternalIssuersSideBySide: an external issuer's tokens keep

@@ -17,6 +17,7 @@ import (
 	"github.com/lestrrat-go/jwx/v3/jwt"
 	"go.uber.org/zap"
 
+	"github.com/keygate/keygate/internal/jwscheck"
 	"github.com/keygate/keygate/keystore"
 )
 
@@ -133,19 +134,20 @@ func readForm(r *http.Request) (url.Values, error) {
 	}
 	for k, v := range form {
 		if len(v) > 1 {
-			return nil, invalidRequest("parameter " + strconv.Quote(safe(k)) + " is sent more than once")
+			return nil, invalidRequest("parameter '" + safe(k) + "' is sent more than once")
 		}
 	}
 	return form, nil
 }
 
-// safe trims a client-sent name for an error message.
+// safe trims a client-sent name for an error message, to characters
+// RFC 6749 §5.2 allows in error_description (no '"' or '\\').
 func safe(s string) string {
 	if len(s) > 32 {
 		s = s[:32]
 	}
 	return strings.Map(func(r rune) rune {
-		if r < 0x20 || r >= 0x7f {
+		if r < 0x20 || r >= 0x7f || r == '"' || r == '\\' {
 			return '?'
 		}
 		return r
@@ -311,5 +313,7 @@ func (i *Issuer) mint(rec keystore.Record, scope string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return string(signed), nil
+	// ECDSA signs with either s or n−s at random; the verifier accepts
+	// only the low one, so that a token has one spelling.
+	return jwscheck.LowS(ks.signer.alg.String(), string(signed))
 }

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/keygate/keygate/auth"
+	"github.com/keygate/keygate/internal/jwscheck"
 	"github.com/keygate/keygate/internal/tokencache"
 	"github.com/keygate/keygate/keystore"
 )
@@ -128,6 +129,9 @@ type checked struct {
 // check verifies raw's signature with ks and its claims, or returns the
 // refusal.
 func (i *Issuer) check(ctx context.Context, ks *keySet, raw string) (checked, auth.Verdict, bool) {
+	if err := jwscheck.Check(raw, jwscheck.Options{LowS: true, RequireTimes: true, MaxLifetime: i.cfg.TTL}); err != nil {
+		return checked{}, i.refused(auth.ReasonMalformed, err), false
+	}
 	msg, err := jws.Parse([]byte(raw), jws.WithCompact())
 	if err != nil || len(msg.Signatures()) != 1 {
 		return checked{}, i.refused(auth.ReasonMalformed, errHeader), false

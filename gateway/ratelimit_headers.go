@@ -1,0 +1,134 @@
+package gateway
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/keygate/keygate/policy"
+	"github.com/keygate/keygate/ratelimit"
+)
+
+// The rate-limit response fields. Two forms, either or both
+// (ratelimit.headers):
+//
+//   - draft: RateLimit-Policy and RateLimit, as
+//     draft-ietf-httpapi-ratelimit-headers defines them, RFC 9651
+//     structured-field Lists. The token bucket and the quota are two
+//     policies, "rate" and "quota":
+//
+//     RateLimit-Policy: "rate";q=10;w=2, "quota";q=1000;w=86400
+//     RateLimit: "rate";r=7;t=1, "quota";r=998;t=86311
+//
+//     The bucket's q is its burst and w the seconds it takes to refill
+//     from empty (burst ÷ rate); its r is what it holds now and t the
+//     seconds until it is full. The quota's q and w are its requests and
+//     period; r is what is left of the period, t the seconds until it
+//     ends. A part the limiter did not look at (the bucket of a request
+//     the quota refused in Redis) is left out of RateLimit.
+//   - legacy: RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset,
+//     the older drafts' three fields, for the tighter of the two parts
+//     (the quota when it is as tight as the bucket, so that it shows
+//     before it refuses).
+
+// rateHeaders says which forms are sent.
+type rateHeaders struct{ draft, legacy bool }
+
+// rateHeadersOf reads Config.RateLimitHeaders: nil means both.
+func rateHeadersOf(names []string) (rateHeaders, error) {
+	if names == nil {
+		return rateHeaders{draft: true, legacy: true}, nil
+	}
+	var rh rateHeaders
+	for _, n := range names {
+		switch n {
+		case ratelimit.HeadersDraft:
+			rh.draft = true
+		case ratelimit.HeadersLegacy:
+			rh.legacy = true
+		default:
+			return rateHeaders{}, fmt.Errorf("gateway: Config.RateLimitHeaders: %q is neither %q nor %q", n, ratelimit.HeadersDraft, ratelimit.HeadersLegacy)
+		}
+	}
+	return rh, nil
+}
+
+// Policy names in the draft fields.
+const (
+	policyRate  = `"rate"`
+	policyQuota = `"quota"`
+)
+
+func (st *state) setRateHeaders(h http.Header, rh rateHeaders, lim policy.Limit, d ratelimit.Decision) {
+	if rh.legacy {
+		st.setLegacyRateHeaders(h, d)
+	}
+	if rh.draft {
+		st.setDraftRateHeaders(h, lim, d)
+	}
+}
+
+// setDraftRateHeaders sets RateLimit-Policy and RateLimit.
+func (st *state) setDraftRateHeaders(h http.Header, lim policy.Limit, d ratelimit.Decision) {
+	var buf [128]byte
+	b := append(buf[:0], policyRate+";q="...)
+	b = strconv.AppendInt(b, int64(lim.Burst), 10)
+	b = append(b, ";w="...)
+	refill := time.Duration(0)
+	if lim.Rate > 0 {
+		refill = time.Duration(float64(lim.Burst) * float64(lim.Per) / lim.Rate)
+	}
+	b = strconv.AppendInt(b, ceilSeconds(refill, 1), 10)
+	if lim.Quota.Enabled() {
+		b = append(b, ", "+policyQuota+";q="...)
+		b = strconv.AppendInt(b, lim.Quota.Requests, 10)
+		b = append(b, ";w="...)
+		b = strconv.AppendInt(b, ceilSeconds(lim.Quota.Per, 1), 10)
+	}
+	st.value(h, "Ratelimit-Policy", hvRatePolicy, string(b))
+
+	b = buf[:0]
+	window := func(name string, w ratelimit.Window) {
+		if !w.Known {
+			return
+		}
+		if len(b) > 0 {
+			b = append(b, ", "...)
+		}
+		b = append(b, name...)
+		b = append(b, ";r="...)
+		b = strconv.AppendInt(b, max(w.Remaining, 0), 10)
+		b = append(b, ";t="...)
+		b = strconv.AppendInt(b, ceilSeconds(w.Reset, 0), 10)
+	}
+	window(policyRate, d.Bucket)
+	if lim.Quota.Enabled() {
+		window(policyQuota, d.Quota)
+	}
+	if len(b) > 0 {
+		st.value(h, "Ratelimit", hvRateDraft, string(b))
+	}
+}
+
+// setLegacyRateHeaders sets RateLimit-Limit, -Remaining and -Reset.
+func (st *state) setLegacyRateHeaders(h http.Header, d ratelimit.Decision) {
+	limit, remaining, reset := d.Limit, max(d.Remaining, 0), ceilSeconds(d.Reset, 0)
+	small := func(n int64) bool { return 0 <= n && n < 100 } // strconv's own strings: no allocation
+	if small(limit) && small(remaining) && small(reset) {
+		st.value(h, "Ratelimit-Limit", hvRateLimit, strconv.FormatInt(limit, 10))
+		st.value(h, "Ratelimit-Remaining", hvRateRemaining, strconv.FormatInt(remaining, 10))
+		st.value(h, "Ratelimit-Reset", hvRateReset, strconv.FormatInt(reset, 10))
+		return
+	}
+	// One string for the three numbers instead of one each.
+	var buf [3 * 20]byte
+	b := strconv.AppendInt(buf[:0], limit, 10)
+	i := len(b)
+	b = strconv.AppendInt(b, remaining, 10)
+	j := len(b)
+	s := string(strconv.AppendInt(b, reset, 10))
+	st.value(h, "Ratelimit-Limit", hvRateLimit, s[:i])
+	st.value(h, "Ratelimit-Remaining", hvRateRemaining, s[i:j])
+	st.value(h, "Ratelimit-Reset", hvRateReset, s[j:])
+}
