@@ -56,7 +56,8 @@ var errTooManyResets error = http2.ConnectionError(http2.ErrCodeEnhanceYourCalm)
 // counted as the server reads them. Read and the bucket are used by the
 // server's one reading goroutine only.
 type h2Conn struct {
-	*tls.Conn
+	net.Conn
+	tc      *tls.Conn
 	frames  h2Frames
 	bucket  resetBucket
 	err     error
@@ -68,6 +69,7 @@ func newH2Conn(tc *tls.Conn, l H2ResetLimit, flooded func()) *h2Conn {
 	l = l.withDefaults()
 	return &h2Conn{
 		Conn:    tc,
+		tc:      tc,
 		frames:  h2Frames{preface: len(http2.ClientPreface)},
 		bucket:  resetBucket{tokens: float64(l.Burst), burst: float64(l.Burst), rate: l.PerSecond},
 		flooded: flooded,
@@ -96,6 +98,9 @@ func (c *h2Conn) Read(p []byte) (int, error) {
 	}
 	return n, err
 }
+
+// ConnectionState is the TLS connection's, for the requests' TLS field.
+func (c *h2Conn) ConnectionState() tls.ConnectionState { return c.tc.ConnectionState() }
 
 // frame is told each frame header; false stops the connection.
 func (c *h2Conn) frame(typ http2.FrameType) bool {
