@@ -103,7 +103,12 @@ func (t *directTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 			return resp, nil
 		}
-		pc.close()
+		if pc.unsent {
+			pc.unsent = false
+			t.put(pc)
+		} else {
+			pc.close()
+		}
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
@@ -245,6 +250,9 @@ type directConn struct {
 	// and the connection was cut off.
 	reading, cut atomic.Bool
 	watching     sync.WaitGroup
+	// unsent says the request ended before any of it was written: the
+	// connection goes back to the pool.
+	unsent bool
 }
 
 // A request that ends (its client went away or reset its stream) after
@@ -353,6 +361,13 @@ func (pc *directConn) roundTrip(ctx context.Context, req *http.Request) (*http.R
 	if werr != nil {
 		stop()
 		if ctx.Err() != nil {
+			if pc.bw.sent == sentBefore {
+				// Ended before a byte of the request left: the
+				// connection is as it was, and can be pooled.
+				pc.bw.err, pc.bw.buf = nil, pc.bw.buf[:0]
+				_ = pc.c.SetDeadline(time.Time{})
+				pc.unsent = true
+			}
 			return nil, false, werr
 		}
 		if pc.reused && pc.bw.sent == sentBefore {
