@@ -25,6 +25,20 @@ type ListenerConfig struct {
 	// Logf, if set, receives TLS handshake failures, worded as net/http
 	// words them ("http: TLS handshake error from …").
 	Logf func(format string, args ...any)
+	// ServeH2, when set with TLS, serves each HTTP/2 connection (in the
+	// goroutine that completed its handshake) instead of Accept returning
+	// it: the connection is handed over wrapped so that its client's
+	// stream resets are counted against H2Resets, which net/http would
+	// not serve as HTTP/2 since it is no *tls.Conn. It must close the
+	// connection when done. An HTTP/2 server reading it gets an
+	// http2.ConnectionError ENHANCE_YOUR_CALM from Read once the client
+	// has reset too many streams, and answers it with GOAWAY.
+	ServeH2 func(net.Conn)
+	// H2Resets bounds each HTTP/2 client's stream resets (ServeH2 only).
+	H2Resets H2ResetLimit
+	// OnResetFlood, if set, is told the remote address of each HTTP/2
+	// connection ended for its resets.
+	OnResetFlood func(remote net.Addr)
 }
 
 // Listener wraps accepted connections for framing checks. Build it with
@@ -120,6 +134,14 @@ func (l *Listener) handshake(raw net.Conn) {
 	var c net.Conn
 	switch tc.ConnectionState().NegotiatedProtocol {
 	case "h2":
+		if serve := l.cfg.ServeH2; serve != nil {
+			var flooded func()
+			if on := l.cfg.OnResetFlood; on != nil {
+				flooded = func() { on(raw.RemoteAddr()) }
+			}
+			serve(newH2Conn(tc, l.cfg.H2Resets, flooded))
+			return
+		}
 		c = tc
 	case "acme-tls/1":
 		_ = tc.Close()

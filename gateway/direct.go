@@ -11,6 +11,7 @@ import (
 	"net/http/httptrace"
 	"net/textproto"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -83,11 +84,31 @@ func (t *directTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			closeReqBody(req)
 			return nil, err
 		}
+		if err := ctx.Err(); err != nil {
+			// Ended (a client's stream reset, say) while the connection
+			// was found or dialed: it has carried nothing of this request,
+			// so it goes back to the pool rather than to waste.
+			t.put(pc)
+			closeReqBody(req)
+			return nil, err
+		}
 		resp, retry, err := pc.roundTrip(ctx, req)
 		if err == nil {
+			if ctx.Err() != nil {
+				// Ended while the upstream answered: nobody will read
+				// the answer, which is drained so that the connection
+				// is pooled.
+				_ = resp.Body.Close()
+				return nil, ctx.Err()
+			}
 			return resp, nil
 		}
-		pc.close()
+		if pc.unsent {
+			pc.unsent = false
+			t.put(pc)
+		} else {
+			pc.close()
+		}
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
@@ -150,15 +171,25 @@ func (t *directTransport) get(ctx context.Context, host string) (*directConn, er
 		}
 		_ = pc.c.Close()
 	}
-	c, err := t.dial(ctx, "tcp", host)
+	// The dial outlives the request's end, which would otherwise cost
+	// the upstream an accepted connection for nothing and the next
+	// request a dial of its own: the connection goes to the pool (see
+	// RoundTrip). The request waits for it, bounded by the dialer's
+	// timeout, so that it keeps its place under max_concurrent and the
+	// dials in progress stay bounded by the requests in flight.
+	c, err := t.dial(context.WithoutCancel(ctx), "tcp", host)
 	if err != nil {
 		return nil, err
 	}
+	return t.newConn(host, c), nil
+}
+
+func (t *directTransport) newConn(host string, c net.Conn) *directConn {
 	pc := &directConn{t: t, host: host, c: c}
 	pc.cr = countingReader{c: c}
 	pc.br = bufio.NewReaderSize(&pc.cr, t.readBufSize)
 	pc.bw = &directWriter{c: c, buf: make([]byte, 0, t.writeBufSize)}
-	return pc, nil
+	return pc
 }
 
 // put pools pc, or closes it when the pool is full or pc holds bytes no
@@ -213,7 +244,28 @@ type directConn struct {
 	peekFn  func(fd uintptr) bool
 	peekBuf [1]byte
 	quiet   bool
+	// The request's end while the connection is in use (see watch):
+	// reading says the request has been written whole, so its end gives
+	// the upstream cancelGrace to answer; cut says it ended before that,
+	// and the connection was cut off.
+	reading, cut atomic.Bool
+	watching     sync.WaitGroup
+	// unsent says the request ended before any of it was written: the
+	// connection goes back to the pool.
+	unsent bool
 }
+
+// A request that ends (its client went away or reset its stream) after
+// it was written whole gives the upstream cancelGrace to answer, and its
+// answer is read (up to cancelDrainMax bytes of body) so that the connection
+// goes back to the pool: cutting it off would cost the upstream a
+// connection for each such request, and the next request a dial. The
+// request keeps its place under max_concurrent meanwhile, so the
+// connections held this way are bounded as the requests are.
+const (
+	cancelGrace    = time.Second
+	cancelDrainMax = 256 << 10
+)
 
 // countingReader counts what was read from the connection and bounds the
 // response headers.
@@ -244,11 +296,52 @@ func (pc *directConn) close() { _ = pc.c.Close() }
 // abort makes any read or write on the connection fail at once.
 func (pc *directConn) abort() { _ = pc.c.SetDeadline(time.Unix(1, 0)) }
 
+// ended is the request's end: a grace for the answer once the request is
+// written, the connection cut off before.
+func (pc *directConn) ended() {
+	if pc.reading.Load() {
+		_ = pc.c.SetReadDeadline(time.Now().Add(cancelGrace))
+		return
+	}
+	pc.cut.Store(true)
+	pc.abort()
+}
+
+// watch arms ctx's end to call ended. The returned stop disarms it,
+// waits for an ended that has begun, and reports whether ctx had not
+// ended; calling it again returns the same.
+func (pc *directConn) watch(ctx context.Context) func() bool {
+	pc.reading.Store(false)
+	pc.cut.Store(false)
+	pc.watching.Add(1)
+	stop := context.AfterFunc(ctx, func() { defer pc.watching.Done(); pc.ended() })
+	var stopped, live bool
+	return func() bool {
+		if !stopped {
+			stopped = true
+			if live = stop(); live {
+				pc.watching.Done()
+			} else {
+				pc.watching.Wait()
+			}
+		}
+		return live
+	}
+}
+
+// afterRead re-applies the grace after a read deadline was set or
+// cleared, in case the request ended in between.
+func (pc *directConn) afterRead(ctx context.Context) {
+	if ctx.Err() != nil {
+		_ = pc.c.SetReadDeadline(time.Now().Add(cancelGrace))
+	}
+}
+
 // roundTrip writes req and reads its response. retry says the request may
 // be sent again on a new connection: the connection was reused and the
 // upstream took nothing of it.
 func (pc *directConn) roundTrip(ctx context.Context, req *http.Request) (*http.Response, bool, error) {
-	stop := context.AfterFunc(ctx, pc.abort)
+	stop := pc.watch(ctx)
 	// A body past the socket buffers can block the write. An upstream
 	// that answers early and stops reading without closing must not hold
 	// it for ever: the write gives up after the response header timeout,
@@ -268,6 +361,13 @@ func (pc *directConn) roundTrip(ctx context.Context, req *http.Request) (*http.R
 	if werr != nil {
 		stop()
 		if ctx.Err() != nil {
+			if pc.bw.sent == sentBefore {
+				// Ended before a byte of the request left: the
+				// connection is as it was, and can be pooled.
+				pc.bw.err, pc.bw.buf = nil, pc.bw.buf[:0]
+				_ = pc.c.SetDeadline(time.Time{})
+				pc.unsent = true
+			}
 			return nil, false, werr
 		}
 		if pc.reused && pc.bw.sent == sentBefore {
@@ -290,6 +390,8 @@ func (pc *directConn) roundTrip(ctx context.Context, req *http.Request) (*http.R
 	if pc.t.headerTimeout > 0 {
 		_ = pc.c.SetReadDeadline(time.Now().Add(pc.t.headerTimeout))
 	}
+	pc.reading.Store(true)
+	pc.afterRead(ctx)
 	pc.cr.limit = pc.cr.n + int64(pc.br.Buffered()) + maxResponseHeaderBytes
 	var resp *http.Response
 	var err error
@@ -329,6 +431,7 @@ func (pc *directConn) roundTrip(ctx context.Context, req *http.Request) (*http.R
 	}
 	if pc.t.headerTimeout > 0 {
 		_ = pc.c.SetReadDeadline(time.Time{})
+		pc.afterRead(ctx)
 	}
 	b := &directBody{pc: pc, body: resp.Body, stop: stop, reuse: !resp.Close && !req.Close}
 	if resp.Body == http.NoBody {
@@ -385,9 +488,21 @@ func (b *directBody) Read(p []byte) (int, error) {
 
 func (b *directBody) Close() error {
 	if !b.released {
-		b.release(false)
+		b.release(b.drain())
 	}
 	return nil
+}
+
+// drain reads what is left of a body closed early, when its request has
+// ended, so that the connection can be pooled: up to cancelDrainMax bytes
+// within cancelGrace. It reports whether the body was read whole.
+func (b *directBody) drain() bool {
+	if b.pc.reading.Load() && !b.pc.cut.Load() && !b.stop() {
+		_ = b.pc.c.SetReadDeadline(time.Now().Add(cancelGrace))
+		n, err := io.CopyN(io.Discard, b.body, cancelDrainMax+1)
+		return err == io.EOF && n <= cancelDrainMax
+	}
+	return false
 }
 
 // release ends the body's hold on the connection: back to the pool when
@@ -397,7 +512,11 @@ func (b *directBody) release(whole bool) {
 	b.released = true
 	// stop is false when the request's context ended and aborted the
 	// connection.
-	if b.stop() && whole && b.reuse {
+	if live := b.stop(); whole && b.reuse && !b.pc.cut.Load() {
+		if !live {
+			// The request ended: its grace deadline goes.
+			_ = b.pc.c.SetDeadline(time.Time{})
+		}
 		b.pc.reused = false
 		b.pc.t.put(b.pc)
 		return

@@ -539,3 +539,64 @@ func TestUpstreamPoolKeepsAWaveOfRequests(t *testing.T) {
 		}
 	}
 }
+
+// TestDirectTransportRequestEndedEarly: a request whose context ends (its
+// client reset the stream) costs the upstream no connection when it ended
+// before it was sent, nor when the upstream answers within cancelGrace:
+// the next request reuses the connection. Only an upstream slower than
+// that has its connection closed.
+func TestDirectTransportRequestEndedEarly(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name      string
+		endBefore bool          // the context ended before RoundTrip
+		answerIn  time.Duration // when the upstream answers the first request
+		wantConns int           // upstream connections after both requests
+		wantSent  int           // requests the upstream read
+	}{
+		{"ended before it was sent", true, 0, 1, 1},
+		{"ended while the upstream answers", false, 300 * time.Millisecond, 1, 2},
+		{"ended and the upstream takes longer than the grace", false, cancelGrace + time.Second, 2, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			first := true
+			var mu sync.Mutex
+			up := newRawUpstream(t, func(req *http.Request, c net.Conn) bool {
+				mu.Lock()
+				wait := first
+				first = false
+				mu.Unlock()
+				if wait {
+					time.Sleep(tt.answerIn)
+				}
+				_, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello")
+				return err == nil
+			})
+			_, direct := transports(0)
+			defer direct.CloseIdleConnections()
+			url := "http://" + up.ln.Addr().String() + "/registry/x"
+
+			ctx, cancel := context.WithCancel(context.Background())
+			if tt.endBefore {
+				cancel()
+			} else {
+				time.AfterFunc(50*time.Millisecond, cancel)
+			}
+			if _, err := direct.RoundTrip(memRequest(t, "GET", url, nil, nil).WithContext(ctx)); !errors.Is(err, context.Canceled) {
+				t.Fatalf("ended request: err = %v, want context.Canceled", err)
+			}
+			cancel()
+			if o := roundTrip(direct, memRequest(t, "GET", url, nil, nil)); o.err || o.status != 200 || o.body != "hello" {
+				t.Fatalf("next request: %+v", o)
+			}
+			if got := up.connCount(); got != tt.wantConns {
+				t.Errorf("upstream accepted %d connections, want %d", got, tt.wantConns)
+			}
+			if got := len(up.requests()); got != tt.wantSent {
+				t.Errorf("upstream read %d requests, want %d", got, tt.wantSent)
+			}
+		})
+	}
+}

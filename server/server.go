@@ -105,7 +105,12 @@ type Server struct {
 	issuer   *tokenissuer.Issuer // nil unless auth.token_endpoint.enabled
 	closers  []func() error
 
-	api, admin, plain       *http.Server
+	api, admin, plain *http.Server
+	// h2 serves the API listener's HTTP/2 connections; nil with tls.mode
+	// off (no HTTP/2 then).
+	h2 *h2Conns
+	// resetFlood counts and logs HTTP/2 connections ended for resets.
+	resetFlood              func(net.Addr)
 	errLog                  *log.Logger
 	apiLn, adminLn, plainLn net.Listener
 	// adminAPI serves admin_api on adminAPILn; nil unless enabled.
@@ -290,6 +295,12 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (s *Server, err erro
 		IdleTimeout:                  sc.IdleTimeout,
 		MaxHeaderBytes:               sc.MaxHeaderBytes,
 		ErrorLog:                     errLog,
+	}
+	if s.api.TLSConfig != nil {
+		if s.h2, err = newH2Conns(s.api); err != nil {
+			return nil, fmt.Errorf("http2: %w", err)
+		}
+		s.resetFlood = resetFloods(s.registry, s.log.Named("http"))
 	}
 	s.admin = &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: sc.IdleTimeout, ErrorLog: errLog}
 	if s.plainLn != nil {
@@ -490,11 +501,19 @@ func (s *Server) Serve() error {
 	tlsConfig := s.api.TLSConfig
 	// The framing listener terminates TLS itself, so that it sees the
 	// plaintext of HTTP/1 connections.
-	apiLn := framing.NewListener(s.apiLn, framing.ListenerConfig{
+	lc := framing.ListenerConfig{
 		TLS:              tlsConfig,
 		HandshakeTimeout: handshakeTimeout(s.api),
 		Logf:             s.errLog.Printf,
-	})
+		// A client may cancel every stream it may have open, twice
+		// over, at once, and then 33 a second (nghttp2's rate).
+		H2Resets:     framing.H2ResetLimit{Burst: 2 * maxConcurrentStreams},
+		OnResetFlood: s.resetFlood,
+	}
+	if s.h2 != nil {
+		lc.ServeH2 = s.h2.serve
+	}
+	apiLn := framing.NewListener(s.apiLn, lc)
 	go func() { s.serveErr <- s.api.Serve(apiLn) }()
 	go func() { s.serveErr <- s.admin.Serve(s.adminLn) }()
 	if s.plain != nil {
@@ -547,6 +566,12 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			go func() { defer wg.Done(); errs[i] = srv.Shutdown(ctx) }()
 		}
 		wg.Wait()
+		var h2err error
+		if s.h2 != nil {
+			// The API server's Shutdown sent its HTTP/2 connections
+			// GOAWAY; they drain within the same deadline.
+			h2err = s.h2.shutdown(ctx)
+		}
 		// The admin server drains last, so /readyz reports "draining" for
 		// as long as the others do.
 		servers = append(servers, s.admin)
@@ -559,7 +584,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			}
 		}
 		s.closeAll()
-		err = errors.Join(errs...)
+		err = errors.Join(append(errs, h2err)...)
 		s.log.Info("stopped")
 	})
 	return err
