@@ -52,6 +52,7 @@ var dynamic = map[string][]string{
 	// redistest: redis-server, found by exec.LookPath in Binary.
 	"internal/testsupport/redistest/redistest.go: Binary(s.t)": {"redis-server"},
 	"internal/testsupport/redistest/cluster.go: cli":           {"redis-cli"},
+	"keystore/redis_durable_test.go: cli":                      {"redis-cli"},
 }
 
 // TestDepsListHasEveryProgram: every program a Go file of the module looks
