@@ -159,8 +159,8 @@ func TestSupportRaisesOneKeysLimit(t *testing.T) {
 	// What one full pass sends: an HSCAN page of each of the 256 record
 	// and 256 consumer buckets (and the previous layout's two hashes; a
 	// few keys here, one page each), the change log's last entry
-	// (XREVRANGE, and XADD to start an empty log) and the layout's three
-	// EXISTS.
+	// (XREVRANGE, and XADD to start an empty log), the layout's three
+	// EXISTS and the epoch's GET (counted with the scripts' GETs above).
 	perPass := map[string]int{"hscan": 2*256 + 2, "xrevrange": 1, "xadd": 1, "exists": 3}
 	t.Logf("%d requests in %s: %.0f full passes of the keystore ended meanwhile, %d HSCAN calls",
 		n, time.Since(began).Round(time.Millisecond), passes()-passesBefore, othersAfter["hscan"]-othersBefore["hscan"])
@@ -172,6 +172,10 @@ func TestSupportRaisesOneKeysLimit(t *testing.T) {
 		d := c - othersBefore[name]
 		switch per, ok := insideScript[name]; {
 		case ok:
+			// A full pass also reads the keystore's epoch (GET).
+			if name == "get" {
+				d -= fullPasses
+			}
 			if d > per*n {
 				t.Errorf("%d %s calls from %d scripts", d, name, n)
 			}

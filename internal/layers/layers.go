@@ -8,6 +8,7 @@ package layers
 // bottom up. Test-support packages (under internal/testsupport), the
 // end-to-end and benchmark programs are outside the layering.
 var Layers = [][]string{
+	{"internal/inputcheck", "internal/jwscheck"},
 	{"product", "redact", "filewatch", "formctx", "framing", "certstore", "standin",
 		"internal/atomicfile", "internal/capool", "internal/clientip", "internal/fieldpath", "internal/logline", "internal/statuswriter", "internal/strictjson", "internal/tokencache", "internal/layers"},
 	{"redisconn", "tracing", "policy", "usage"},
