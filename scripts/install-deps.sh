@@ -5,7 +5,8 @@
 # README test runs, read JSON with it), python3-werkzeug and busboy (the real
 # multipart parsers of the differential tests), python3-authlib,
 # python3-jwt and python3-requests (a non-Go OAuth 2.0 client and an
-# independent JOSE library against the token endpoint), chromium (the portal's
+# independent JOSE library against the token endpoint), python3-cryptography
+# (signs secret-scanning alerts as GitHub does, independently of Go), chromium (the portal's
 # browser tests drive it headless), promtool (package prometheus: the alert
 # rules' unit tests), podman and runc (the image test runs the OCI image;
 # runc because crun refuses hybrid cgroup hierarchies). Uses apt-get, with sudo when not root,
@@ -23,6 +24,7 @@ command -v npm          >/dev/null 2>&1 || need+=(npm)
 /usr/bin/python3 -c 'import authlib' >/dev/null 2>&1 || need+=(python3-authlib)
 /usr/bin/python3 -c 'import jwt' >/dev/null 2>&1 || need+=(python3-jwt)
 /usr/bin/python3 -c 'import requests' >/dev/null 2>&1 || need+=(python3-requests)
+/usr/bin/python3 -c 'import cryptography' >/dev/null 2>&1 || need+=(python3-cryptography)
 [ -x /usr/bin/chromium ] || need+=(chromium)
 command -v promtool     >/dev/null 2>&1 || need+=(prometheus)
 command -v podman       >/dev/null 2>&1 || need+=(podman)
