@@ -197,11 +197,20 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !first {
 		<-a.done
 		h.log.Info("secret-scanning alert replayed", zap.Int("status", a.status))
-		writeJSON(w, a.status, a.body)
+		h.write(w, a.status, a.body)
 		return
 	}
 	status, out, keep := h.handle(r.Context(), body)
 	h.replays.finish(sum, a, status, out, keep)
+	h.write(w, status, out)
+}
+
+// write sends a feedback body (200) or a refusal whose message is out.
+func (h *Handler) write(w http.ResponseWriter, status int, out []byte) {
+	if status != http.StatusOK {
+		writeJSON(w, status, problem(w, string(out)))
+		return
+	}
 	writeJSON(w, status, out)
 }
 
@@ -227,17 +236,18 @@ func (h *Handler) verify(r *http.Request, body []byte) string {
 	return ""
 }
 
-// handle parses a verified body and acts on its matches. keep is false
-// for an answer GitHub should retry (a store failure).
+// handle parses a verified body and acts on its matches. It returns the
+// feedback (200) or a refusal's message, and keep false for an answer
+// GitHub should retry (a store failure).
 func (h *Handler) handle(ctx context.Context, body []byte) (status int, out []byte, keep bool) {
 	ms, err := ParseAlert(body, h.cfg.MaxMatches)
 	if errors.Is(err, ErrTooManyMatches) {
 		h.log.Info("secret-scanning alert refused", zap.String("reason", "too_many_matches"))
-		return http.StatusRequestEntityTooLarge, problem(err.Error()), true
+		return http.StatusRequestEntityTooLarge, []byte(err.Error()), true
 	}
 	if err != nil {
 		h.log.Info("secret-scanning alert refused", zap.String("reason", "malformed"))
-		return http.StatusBadRequest, problem(err.Error()), true
+		return http.StatusBadRequest, []byte(err.Error()), true
 	}
 	fb := make([]Feedback, 0, len(ms))
 	var positives int
@@ -245,7 +255,7 @@ func (h *Handler) handle(ctx context.Context, body []byte) (status int, out []by
 		label, err := h.match(ctx, m)
 		if err != nil {
 			h.log.Error("secret-scanning alert failed", zap.Error(err))
-			return http.StatusServiceUnavailable, problem("the key store could not be read or changed; retry later"), false
+			return http.StatusServiceUnavailable, []byte("the key store could not be read or changed; retry later"), false
 		}
 		if label == TruePositive {
 			positives++
@@ -300,18 +310,24 @@ func (h *Handler) match(ctx context.Context, m Match) (string, error) {
 
 func (h *Handler) refuse(w http.ResponseWriter, status int, msg, reason string) {
 	h.log.Info("secret-scanning alert refused", zap.String("reason", reason))
-	writeJSON(w, status, problem(msg))
+	writeJSON(w, status, problem(w, msg))
 }
 
-// problem is the spec's error body.
-func problem(msg string) []byte {
-	var id [16]byte
-	_, _ = rand.Read(id[:])
+// problem is the spec's error body, with the trace id the gateway gave
+// the request (X-Trace-Id), or a new one.
+func problem(w http.ResponseWriter, msg string) []byte {
+	id := w.Header().Get("X-Trace-Id")
+	if id == "" {
+		var b [16]byte
+		_, _ = rand.Read(b[:])
+		id = hex.EncodeToString(b[:])
+		w.Header().Set("X-Trace-Id", id)
+	}
 	b, _ := json.Marshal(struct {
 		StateText string
 		TraceId   string //nolint:revive // the spec's field name
 		Messages  []string
-	}{"ERROR", hex.EncodeToString(id[:]), []string{msg}})
+	}{"ERROR", id, []string{msg}})
 	return b
 }
 
