@@ -40,13 +40,14 @@ type Leak struct {
 	Grace  time.Duration
 }
 
-// ReportLeak applies l.Action to the key and records the leak in the
-// audit log as "key.leak" (key id, consumer, url, source, action taken).
-// A revocation is the same as RevokeKey's (audited as key.revoke, and the
-// key's OAuth access tokens die with it); a quarantine brings the key's
-// expires_at forward to now+Grace unless it ends sooner already (audited
-// as key.update). It returns the record after the change and the action
-// taken: LeakNone when the key was revoked or expired already.
+// ReportLeak applies l.Action to the key, marks the record with the leak
+// (Record.Leak: where, when, what was done; `keys show` and the portal
+// show it) and records it in the audit log as "key.leak" (key id,
+// consumer, url, source, action taken). A revocation is RevokeKey's
+// (audited as key.revoke; the key's OAuth access tokens die with it); a
+// quarantine brings the key's expires_at forward to now+Grace unless it
+// ends sooner already. It returns the record after the change and the
+// action taken: LeakNone when the key was revoked or expired already.
 func (s *Service) ReportLeak(ctx context.Context, a Actor, l Leak) (keystore.Record, LeakAction, error) {
 	if err := checkActor(a); err != nil {
 		return keystore.Record{}, "", err
@@ -64,31 +65,55 @@ func (s *Service) ReportLeak(ctx context.Context, a Actor, l Leak) (keystore.Rec
 		taken = LeakNone
 	}
 	if taken == LeakQuarantine && (rec.Status != keystore.Active || l.Grace <= 0) {
-		// A rotated key's expiry is its grace period, which UpdateKey
-		// cannot change; a zero grace is a revocation.
+		// A rotated key's expiry is the end of its grace period; a zero
+		// grace is a revocation.
 		taken = LeakRevoke
 	}
-	switch taken {
-	case LeakRevoke:
-		rec, err = s.RevokeKey(ctx, a, l.KeyID)
-		if errors.Is(err, keystore.ErrRevoked) {
-			taken, err = LeakNone, nil
-		}
-	case LeakQuarantine:
-		end := now.Add(l.Grace).UTC().Truncate(time.Second)
-		if rec.ExpiresAt.IsZero() || end.Before(rec.ExpiresAt) {
-			rec, err = s.UpdateKey(ctx, a, l.KeyID, KeyUpdate{ExpiresAt: &end})
-		}
-	}
-	if err != nil {
-		return keystore.Record{}, "", fmt.Errorf("keyops: leak of %s: %w", l.KeyID, err)
-	}
 	changes := map[string]string{"url": l.URL, "source": l.Source, "action": string(taken), "consumer": rec.Consumer}
-	if taken == LeakQuarantine {
-		changes["expires_at"] = rec.ExpiresAt.Format(time.RFC3339)
+	if taken != LeakNone {
+		end := now.Add(l.Grace).UTC().Truncate(time.Second)
+		leak := &keystore.Leak{URL: l.URL, Source: l.Source, FoundAt: now.UTC().Truncate(time.Second), Action: string(taken)}
+		rec, err = s.store.UpdateKey(ctx, l.KeyID, func(r keystore.Record) (keystore.Record, error) {
+			r.Leak = leak
+			if taken == LeakQuarantine && (r.ExpiresAt.IsZero() || end.Before(r.ExpiresAt)) {
+				r.ExpiresAt = end
+			}
+			return r, nil
+		})
+		if err == nil && taken == LeakQuarantine {
+			changes["expires_at"] = rec.ExpiresAt.Format(time.RFC3339)
+		}
+		if err == nil && taken == LeakRevoke {
+			rec, err = s.RevokeKey(ctx, a, l.KeyID)
+			if errors.Is(err, keystore.ErrRevoked) {
+				taken, err = LeakNone, nil
+			}
+		}
+	}
+	changes["action"] = string(taken)
+	if err != nil {
+		_ = s.audit(ctx, a, "key.leak", l.KeyID, changes, err)
+		return keystore.Record{}, "", fmt.Errorf("keyops: leak of %s: %w", l.KeyID, err)
 	}
 	if err := s.audit(ctx, a, "key.leak", l.KeyID, changes, nil); err != nil {
 		return keystore.Record{}, "", err
 	}
 	return rec, taken, nil
+}
+
+// LeakSummary is the one-line account of a leak that `keys show` and the
+// portal's banner give: "found public at <url> on <date>; revoked".
+func LeakSummary(l *keystore.Leak) string {
+	if l == nil {
+		return ""
+	}
+	done := map[string]string{string(LeakRevoke): "revoked", string(LeakQuarantine): "quarantined: it stops working at its expiry", string(LeakNotify): "not changed; rotate it"}[l.Action]
+	if done == "" {
+		done = l.Action
+	}
+	where := l.URL
+	if l.Source != "" {
+		where += " (" + l.Source + ")"
+	}
+	return "found public at " + where + " on " + l.FoundAt.UTC().Format("2006-01-02") + "; " + done
 }

@@ -51,8 +51,8 @@ func TestAlertRevokesLiveKey(t *testing.T) {
 	if strings.Contains(w.Body.String(), f.live) {
 		t.Error("the answer echoes the token")
 	}
-	if rec := status(t, f, f.liveID); rec.Status != keystore.Revoked {
-		t.Fatalf("live key is %s, want revoked", rec.Status)
+	if rec := status(t, f, f.liveID); rec.Status != keystore.Revoked || rec.Leak == nil || rec.Leak.URL != "https://github.com/o/r/blob/abc/app.py" || rec.Leak.Action != "revoke" || rec.Leak.FoundAt.IsZero() {
+		t.Fatalf("live key is %s with leak %+v, want revoked and marked", rec.Status, rec.Leak)
 	}
 	ev := leakEvents(f)
 	if len(ev) != 1 || ev[0].Target != f.liveID || ev[0].Changes["url"] != "https://github.com/o/r/blob/abc/app.py" || ev[0].Changes["source"] != "content" || ev[0].Changes["action"] != "revoke" {
@@ -92,6 +92,9 @@ func TestAlertPolicies(t *testing.T) {
 				t.Fatalf("feedback %+v", fb)
 			}
 			after := status(t, f, f.testID)
+			if after.Leak == nil || after.Leak.Action != string(tc.action) || after.Leak.Source != "gist" {
+				t.Fatalf("leak mark %+v", after.Leak)
+			}
 			if after.StateAt(time.Now()) != keystore.Active {
 				t.Fatalf("key is %s, want still active", after.StateAt(time.Now()))
 			}
