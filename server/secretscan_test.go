@@ -71,7 +71,7 @@ func (g ghSigner) post(h *harness, base string, body []byte, signed bool) result
 // scanReplicas runs two replicas on one Redis keystore with
 // secret_scanning on: GitHub's keys from a local published-keys server,
 // notices to a local webhook that checks their signature.
-func scanReplicas(t *testing.T) (a, b *harness, admin *keystore.RedisAdmin, rs *redistest.Server, g ghSigner, notices chan secretscan.Notice) {
+func scanReplicas(t *testing.T, more ...func(*config.Config)) (a, b *harness, admin *keystore.RedisAdmin, rs *redistest.Server, g ghSigner, notices chan secretscan.Notice) {
 	priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -111,6 +111,9 @@ func scanReplicas(t *testing.T) (a, b *harness, admin *keystore.RedisAdmin, rs *
 		c.SecretScanning.Webhook.URL = hook.URL
 		c.SecretScanning.Webhook.SecretEnv = "KEYGATE_TEST_WEBHOOK_SECRET"
 		c.SecretScanning.Webhook.Backoff = 10 * time.Millisecond
+		for _, m := range more {
+			m(c)
+		}
 	})
 	deps := func(d *server.Deps) {
 		d.Getenv = func(k string) string {
@@ -246,5 +249,104 @@ func TestSecretScanRefusalsThroughTheGateway(t *testing.T) {
 	got, err := admin.Get(context.Background(), rec.ID)
 	if err != nil || got.Status != keystore.Active {
 		t.Fatalf("key after refusals: %v %v", got.Status, err)
+	}
+}
+
+// TestLeakedKeyQuarantineAndNotify: under quarantine a leaked test key
+// keeps working, every response carrying a Warning and the key's Sunset,
+// until the grace period ends; then it is refused. Under notify (live
+// keys here) nothing changes: the key works, without a warning, and the
+// leak is audited and told all the same.
+func TestLeakedKeyQuarantineAndNotify(t *testing.T) {
+	t.Parallel()
+	a, b, admin, rs, g, notices := scanReplicas(t, func(c *config.Config) {
+		c.SecretScanning.Policy.Test = "quarantine"
+		c.SecretScanning.Policy.Live = "notify"
+		c.SecretScanning.QuarantineGrace = 3 * time.Second
+	})
+	ctx := context.Background()
+	testKey, testRec, err := admin.Issue(ctx, keystore.IssueRequest{Product: keystore.Extraction, Env: keystore.Test, Context: ctxA, Name: "dev"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	liveKey, liveRec, err := admin.Issue(ctx, keystore.IssueRequest{Product: keystore.Extraction, Env: keystore.Live, Context: ctxA, Name: "prod"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range []*harness{a, b} {
+		h.secret(testKey)
+		h.secret(liveKey)
+	}
+	for _, k := range []string{testKey, liveKey} {
+		testkit.Eventually(t, 5*time.Second, "the new key works", func() error {
+			if r := b.sync(keyCred(k), ctxA); r.Status != 200 {
+				return errStatus(r.Status)
+			}
+			return nil
+		})
+	}
+	body := alertBody(t,
+		secretscan.Match{Token: testKey, Type: "keygate_test_key", URL: "https://gist.github.com/dev/1", Source: "gist"},
+		secretscan.Match{Token: liveKey, Type: "keygate_live_key", URL: "https://github.com/o/r/issues/7", Source: "issue_body"})
+	r := g.post(a, a.API, body, true)
+	var fb []secretscan.Feedback
+	if err := json.Unmarshal(r.Body, &fb); err != nil || r.Status != 200 || len(fb) != 2 || fb[0].Label != secretscan.TruePositive || fb[1].Label != secretscan.TruePositive {
+		t.Fatalf("alert: %d %s", r.Status, r.Body)
+	}
+	// Quarantined: still admitted on the other replica, with the warning.
+	testkit.Eventually(t, 5*time.Second, "the quarantine's warning", func() error {
+		r := b.sync(keyCred(testKey), ctxA)
+		if r.Status != 200 || !strings.Contains(r.Header.Get("Warning"), "found in public") || r.Header.Get("Sunset") == "" {
+			return errStatus(r.Status)
+		}
+		return nil
+	})
+	// Notify: the live key works, with no warning.
+	if r := b.sync(keyCred(liveKey), ctxA); r.Status != 200 || r.Header.Get("Warning") != "" {
+		t.Fatalf("notify: %d, Warning %q", r.Status, r.Header.Get("Warning"))
+	}
+	// The grace period ends: refused on both replicas.
+	for _, h := range []*harness{a, b} {
+		testkit.Eventually(t, 15*time.Second, "the quarantined key refused after its grace", func() error {
+			if r := h.sync(keyCred(testKey), ctxA); r.Status != 401 {
+				return errStatus(r.Status)
+			}
+			return nil
+		})
+	}
+	if r := a.sync(keyCred(liveKey), ctxA); r.Status != 200 {
+		t.Fatalf("notify: the live key got %d", r.Status)
+	}
+	got := map[string]string{}
+	for i := 0; i < 2; i++ {
+		select {
+		case n := <-notices:
+			got[n.KeyID] = n.Action
+		case <-time.After(10 * time.Second):
+			t.Fatal("a notice is missing")
+		}
+	}
+	if got[testRec.ID] != "quarantine" || got[liveRec.ID] != "notify" {
+		t.Fatalf("notices %v", got)
+	}
+	evs, _, err := audit.StreamEvents(ctx, rs.Client(t), audit.StreamKey("ss:"), audit.Query{Target: liveRec.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var leak bool
+	for _, e := range evs {
+		leak = leak || (e.Action == "key.leak" && e.Changes["action"] == "notify")
+		if e.Action == "key.revoke" || e.Action == "key.update" {
+			t.Errorf("notify changed the key: %+v", e)
+		}
+	}
+	if !leak {
+		t.Fatalf("no key.leak event for the notified key: %+v", evs)
+	}
+	if v := a.metric("keygate_leaked_keys_total", "action", "quarantine"); v != 1 {
+		t.Errorf("quarantine count %v", v)
+	}
+	if v := a.metric("keygate_leaked_keys_total", "action", "notify"); v != 1 {
+		t.Errorf("notify count %v", v)
 	}
 }
