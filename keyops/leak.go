@@ -47,7 +47,8 @@ type Leak struct {
 // (audited as key.revoke; the key's OAuth access tokens die with it); a
 // quarantine brings the key's expires_at forward to now+Grace unless it
 // ends sooner already. It returns the record after the change and the
-// action taken: LeakNone when the key was revoked or expired already.
+// action taken: LeakNone when the key was revoked or expired already, or
+// was reported before at the same URL.
 func (s *Service) ReportLeak(ctx context.Context, a Actor, l Leak) (keystore.Record, LeakAction, error) {
 	if err := checkActor(a); err != nil {
 		return keystore.Record{}, "", err
@@ -61,7 +62,9 @@ func (s *Service) ReportLeak(ctx context.Context, a Actor, l Leak) (keystore.Rec
 	}
 	now := s.now()
 	taken := l.Action
-	if rec.StateAt(now) != keystore.Active {
+	if rec.StateAt(now) != keystore.Active || (rec.Leak != nil && rec.Leak.URL == l.URL) {
+		// Nothing left to do, or reported already at that place (an
+		// alert replayed to another replica): act and tell once.
 		taken = LeakNone
 	}
 	if taken == LeakQuarantine && (rec.Status != keystore.Active || l.Grace <= 0) {

@@ -350,3 +350,36 @@ func TestLeakedKeyQuarantineAndNotify(t *testing.T) {
 		t.Errorf("notify count %v", v)
 	}
 }
+
+// TestLeakReplayedToAnotherReplica: under notify, the same alert replayed
+// to the other replica (which has not seen the body) tells the owner no
+// second time.
+func TestLeakReplayedToAnotherReplica(t *testing.T) {
+	t.Parallel()
+	a, b, admin, _, g, notices := scanReplicas(t, func(c *config.Config) { c.SecretScanning.Policy.Live = "notify" })
+	key, _, err := admin.Issue(context.Background(), keystore.IssueRequest{Product: keystore.Extraction, Env: keystore.Live, Context: ctxA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.secret(key)
+	b.secret(key)
+	body := alertBody(t, secretscan.Match{Token: key, Type: "keygate_live_key", URL: "https://github.com/o/r/blob/1/k", Source: "content"})
+	for _, h := range []*harness{a, b, a} {
+		if r := g.post(h, h.API, body, true); r.Status != 200 || !strings.Contains(string(r.Body), secretscan.TruePositive) {
+			t.Fatalf("alert: %d %s", r.Status, r.Body)
+		}
+	}
+	select {
+	case <-notices:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no notice")
+	}
+	select {
+	case n := <-notices:
+		t.Fatalf("a second notice: %+v", n)
+	case <-time.After(300 * time.Millisecond): // a hang check: a second notice would be queued already
+	}
+	if v := a.metric("keygate_leaked_keys_total", "action", "notify") + b.metric("keygate_leaked_keys_total", "action", "notify"); v != 1 {
+		t.Errorf("notify counted %v times, want 1", v)
+	}
+}
