@@ -14,7 +14,8 @@ import (
 )
 
 // TestKeysShowLeak: a key that secret scanning reported shows where it was
-// found, when, and what was done, in `keys show` and its JSON.
+// found, when, and what was done, in `keys show` and its JSON; `keys
+// usage` and the migration report mark it too.
 func TestKeysShowLeak(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "keys.yaml")
@@ -46,6 +47,14 @@ func TestKeysShowLeak(t *testing.T) {
 	code, out, _ = run("keys", "show", rec.ID, "--json", "--config", cfg)
 	var d struct {
 		Leak *keystore.Leak `json:"leak"`
+	}
+	usageCode, usageOut, usageErr := run("keys", "usage", rec.ID, "--config", cfg)
+	if usageCode != 0 || !strings.Contains(usageOut, "found public at "+where) {
+		t.Errorf("keys usage: %d %s %s", usageCode, usageOut, usageErr)
+	}
+	migCode, migOut, migErr := run("migration", "--config", cfg)
+	if migCode != 0 || !strings.Contains(migOut, "revoked (leaked)") {
+		t.Errorf("migration: %d %s %s", migCode, migOut, migErr)
 	}
 	if err := json.Unmarshal([]byte(out), &d); code != 0 || err != nil || d.Leak == nil || d.Leak.URL != where || d.Leak.Action != "revoke" || d.Leak.FoundAt.IsZero() {
 		t.Fatalf("keys show --json: %d %s (%v)", code, out, err)
