@@ -11,6 +11,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -48,6 +49,18 @@ type Reporter interface {
 	ReportLeak(ctx context.Context, a keyops.Actor, l keyops.Leak) (keystore.Record, keyops.LeakAction, error)
 }
 
+// AdminTokenLookup finds an admin token by its hash (the keystore
+// backend's admin); AdminTokenRevoker revokes one and audits it
+// (admintoken.Service).
+type AdminTokenLookup interface {
+	LookupAdminToken(ctx context.Context, h keystore.Hash) (keystore.AdminToken, bool, error)
+}
+
+// AdminTokenRevoker: see AdminTokenLookup.
+type AdminTokenRevoker interface {
+	Revoke(ctx context.Context, a keyops.Actor, id string) (keystore.AdminToken, error)
+}
+
 // Notice is what the key's owner is told about a leak (Notifier).
 type Notice struct {
 	Event    string    `json:"event"` // "key.leaked"
@@ -78,6 +91,11 @@ type Config struct {
 	Policy map[keystore.Env]keyops.LeakAction
 	// QuarantineGrace is how long a quarantined key keeps working.
 	QuarantineGrace time.Duration
+	// AdminTokens and RevokeAdminToken, both set, make leaked admin
+	// tokens (kga_…) revoked at once whatever the policy; unset, they
+	// are labelled false_positive.
+	AdminTokens      AdminTokenLookup
+	RevokeAdminToken AdminTokenRevoker
 	// Notifier tells the owner; nil tells no one.
 	Notifier Notifier
 	// Logger; nil means zap.NewNop. Lines never carry a token.
@@ -272,6 +290,9 @@ func (h *Handler) handle(ctx context.Context, body []byte) (status int, out []by
 // keys of this keystore leave a trace (the audit event and the log line
 // name the key's id, never the token).
 func (h *Handler) match(ctx context.Context, m Match) (string, error) {
+	if strings.HasPrefix(m.Token, keystore.AdminTokenPrefix) {
+		return h.matchAdminToken(ctx, m)
+	}
 	env, err := keystore.Parse(m.Token)
 	if err != nil {
 		return FalsePositive, nil
@@ -304,6 +325,35 @@ func (h *Handler) match(ctx context.Context, m Match) (string, error) {
 			n.ExpiresAt = &t
 		}
 		h.cfg.Notifier.Notify(n)
+	}
+	return TruePositive, nil
+}
+
+// matchAdminToken revokes a leaked admin token: an admin token in public
+// is never left working.
+func (h *Handler) matchAdminToken(ctx context.Context, m Match) (string, error) {
+	if h.cfg.AdminTokens == nil || h.cfg.RevokeAdminToken == nil || keystore.ParseAdminToken(m.Token) != nil {
+		return FalsePositive, nil
+	}
+	tok, ok, err := h.cfg.AdminTokens.LookupAdminToken(ctx, keystore.HashKey(m.Token))
+	if err != nil {
+		return "", err
+	}
+	if !ok {
+		return FalsePositive, nil
+	}
+	taken := keyops.LeakRevoke
+	if tok.StateAt(h.cfg.Now()) != keystore.Active {
+		taken = keyops.LeakNone
+	} else if _, err := h.cfg.RevokeAdminToken.Revoke(ctx, actor, tok.ID); errors.Is(err, keystore.ErrAdminTokenRevoked) || errors.Is(err, keystore.ErrAdminTokenNotFound) {
+		taken = keyops.LeakNone
+	} else if err != nil {
+		return "", err
+	}
+	h.leaks.WithLabelValues(string(taken)).Inc()
+	h.log.Warn("admin token found public", zap.String("admin_token_id", tok.ID), zap.String("url", m.URL), zap.String("source", m.Source), zap.String("action", string(taken)))
+	if h.cfg.Notifier != nil && taken != keyops.LeakNone {
+		h.cfg.Notifier.Notify(Notice{Event: "admin_token.leaked", KeyID: tok.ID, URL: m.URL, Source: m.Source, Action: string(taken), FoundAt: h.cfg.Now().UTC().Truncate(time.Second)})
 	}
 	return TruePositive, nil
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keygate/keygate/admintoken"
 	"github.com/keygate/keygate/internal/testsupport/keystoretest"
 	"github.com/keygate/keygate/keyops"
 	"github.com/keygate/keygate/keystore"
@@ -210,4 +211,33 @@ func TestAlertFalsePositives(t *testing.T) {
 		t.Fatalf("%d audit events, want the fixture's 2", n)
 	}
 	noTokenLogged(t, f.logs, toks...)
+}
+
+// TestAlertRevokesAdminToken: a leaked admin token is revoked at once
+// whatever the policy (audited as admin_token.revoke by the scanner) and
+// labelled true_positive; a mistyped one is a false_positive.
+func TestAlertRevokesAdminToken(t *testing.T) {
+	f := newFixture(t, map[keystore.Env]keyops.LeakAction{keystore.Live: keyops.LeakNotify}, nil)
+	tok, rec, err := f.tokens.Create(context.Background(), keyops.Actor{ID: "cli:test"}, admintoken.CreateRequest{Name: "ci", Scopes: []string{"keys:read"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := f.signed(t, alert(t, secretscan.Match{Token: tok, Type: "keygate_admin_token", URL: "https://github.com/o/r/blob/1/ci.yml", Source: "content"},
+		secretscan.Match{Token: keystoretest.Mistype(tok), Type: "keygate_admin_token", URL: "u", Source: "s"}))
+	fb := feedback(t, w)
+	if len(fb) != 2 || fb[0].Label != secretscan.TruePositive || fb[1].Label != secretscan.FalsePositive {
+		t.Fatalf("feedback %+v", fb)
+	}
+	ts, err := f.admin.ListAdminTokens(context.Background())
+	if err != nil || len(ts) != 1 || ts[0].ID != rec.ID || ts[0].Status != keystore.Revoked {
+		t.Fatalf("admin tokens %+v (%v): want the token revoked", ts, err)
+	}
+	var revoked bool
+	for _, e := range f.audit.Events() {
+		revoked = revoked || (e.Action == "admin_token.revoke" && e.Target == rec.ID && e.Actor.ID == "secret-scanning:github")
+	}
+	if !revoked {
+		t.Fatalf("audit %+v: want admin_token.revoke by the scanner", f.audit.Events())
+	}
+	noTokenLogged(t, f.logs, tok)
 }

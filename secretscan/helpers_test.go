@@ -22,6 +22,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/keygate/keygate/admintoken"
 	"github.com/keygate/keygate/internal/testsupport/audittest"
 	"github.com/keygate/keygate/internal/testsupport/keystoretest"
 	"github.com/keygate/keygate/keyops"
@@ -118,6 +119,7 @@ type fixture struct {
 	admin    *keystore.FileAdmin
 	store    *keystore.FileStore
 	audit    *audittest.Recorder
+	tokens   *admintoken.Service
 	logs     *observer.ObservedLogs
 	h        *secretscan.Handler
 	live     string // the live key
@@ -156,6 +158,9 @@ func newFixture(t *testing.T, policy map[keystore.Env]keyops.LeakAction, tweak f
 	}
 	f.testID = rec.ID
 	f.store = keystoretest.OpenFile(t, path)
+	if f.tokens, err = admintoken.New(admintoken.Config{Store: f.admin, Auditor: f.audit}); err != nil {
+		t.Fatal(err)
+	}
 
 	ks := newKeysServer(t, publishedKeys(t, f.sig))
 	keys, err := secretscan.NewKeys(ctx, secretscan.KeysConfig{URL: ks.URL})
@@ -165,7 +170,8 @@ func newFixture(t *testing.T, policy map[keystore.Env]keyops.LeakAction, tweak f
 	core, logs := observer.New(zap.DebugLevel)
 	f.logs = logs
 	cfg := secretscan.Config{Keys: keys, Lookup: f.store, Reporter: f.svc, Policy: policy, QuarantineGrace: time.Hour,
-		Notifier: chanNotifier(f.notified), Logger: zap.New(core), MaxMatches: 5, MaxBodyBytes: 4096}
+		Notifier: chanNotifier(f.notified), Logger: zap.New(core), MaxMatches: 5, MaxBodyBytes: 4096,
+		AdminTokens: f.admin, RevokeAdminToken: f.tokens}
 	if tweak != nil {
 		tweak(&cfg)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 
+	"github.com/keygate/keygate/admintoken"
 	"github.com/keygate/keygate/gateway"
 	"github.com/keygate/keygate/internal/fieldpath"
 	"github.com/keygate/keygate/secretscan"
@@ -19,7 +20,7 @@ func (s *Server) secretScanEndpoints(ctx context.Context, deps *Deps, getenv fun
 	if !sc.Enabled {
 		return nil, nil
 	}
-	ops, _, err := s.openOps(deps)
+	ops, store, err := s.openOps(deps)
 	if err != nil {
 		return nil, err
 	}
@@ -30,6 +31,14 @@ func (s *Server) secretScanEndpoints(ctx context.Context, deps *Deps, getenv fun
 	cfg := secretscan.Config{
 		Keys: keys, Lookup: s.store, Reporter: ops, Policy: sc.Policy.Map(), QuarantineGrace: sc.QuarantineGrace,
 		Logger: s.log, Registerer: s.registry, MaxBodyBytes: sc.MaxBodyBytes, MaxMatches: sc.MaxMatches, ReplayWindow: sc.ReplayWindow,
+	}
+	if ts, ok := store.(admintoken.Store); ok {
+		// Leaked admin tokens are revoked whatever the policy.
+		svc, err := admintoken.New(admintoken.Config{Store: ts, Auditor: deps.Auditor})
+		if err != nil {
+			return nil, err
+		}
+		cfg.AdminTokens, cfg.RevokeAdminToken = ts, svc
 	}
 	if sc.Webhook.URL != "" {
 		wh, err := secretscan.NewWebhook(secretscan.WebhookConfig{URL: sc.Webhook.URL, Secret: []byte(getenv(sc.Webhook.SecretEnv)),
