@@ -81,13 +81,13 @@ func TestCheckFormatAndRegistrationPatterns(t *testing.T) {
 		t.Error("a key inside a longer word matches")
 	}
 
-	doc, err := os.ReadFile("../docs/_incoming/leaks.md")
+	doc, err := os.ReadFile("../docs/guides/leaked-keys.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range []string{secretscan.LiveKeyPattern, secretscan.TestKeyPattern, secretscan.AdminTokenPattern} {
 		if !strings.Contains(string(doc), p) {
-			t.Errorf("docs/_incoming/leaks.md lacks the pattern %s", p)
+			t.Errorf("docs/guides/leaked-keys.md lacks the pattern %s", p)
 		}
 	}
 }
