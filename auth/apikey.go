@@ -109,6 +109,9 @@ func (a *APIKeys) Authenticate(r *http.Request) (Verdict, error) {
 	if rec.Limits != nil {
 		p.Access = rec.Limits.Access
 	}
+	if rec.Leak != nil && rec.Leak.Action == "quarantine" {
+		p.LeakedUntil = rec.ExpiresAt
+	}
 	switch rec.Product {
 	case keystore.Extraction:
 		p.Products = productsExtraction

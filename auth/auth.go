@@ -4,7 +4,11 @@
 // the gateway consumes them.
 package auth
 
-import "github.com/keygate/keygate/policy"
+import (
+	"time"
+
+	"github.com/keygate/keygate/policy"
+)
 
 // Method names how a principal authenticated.
 type Method string
@@ -44,6 +48,9 @@ type Principal struct {
 	// allowed_cidrs), resolved when its key loaded or its token was
 	// checked; nil means every operation of Products, from anywhere.
 	Access *policy.Access
+	// LeakedUntil is set on a key found in public and quarantined: it
+	// works until then, and its responses carry a warning.
+	LeakedUntil time.Time
 }
 
 // Allows reports whether the principal may call product.

@@ -58,6 +58,7 @@ Usage:
   keygate admin-tokens revoke --config FILE ID
   keygate audit --config FILE [--since DURATION] [--json] [--limit N] [--actor ID] [--target ID]
                      the audit log, oldest first (--limit 0: all)
+  keygate keys check-format STRING|-          is it a well-formed API key or admin token (prefix, length, checksum)?
   keygate keys usage --config FILE ID [--json] [--since DURATION]        counts (up to 168h) and quota left
   keygate consumers usage --config FILE ID [--json] [--since DURATION]   the same, summed over its keys
   keygate migration --config FILE [--since 30d] [--consumer ID] [--json]   who has moved from keys to tokens, per consumer and key

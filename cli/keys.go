@@ -84,6 +84,8 @@ func keys(args []string, stdout, stderr io.Writer) error {
 		return keysMigrate(fs, args, stdout)
 	case "update", "show":
 		return keysManage(sub, fs, args, stdout, stderr)
+	case "check-format":
+		return keysCheckFormat(args, stdout)
 	case "usage":
 		return showUsage("keys", fs, args, stdout)
 	default:

@@ -262,6 +262,9 @@ func printKey(w io.Writer, d keyops.KeyDetail) {
 		b, _ := json.Marshal(d.Override)
 		tw.row("override", string(b))
 	}
+	if d.Leak != nil {
+		tw.row("leaked", escapeCell(keyops.LeakSummary(d.Leak)))
+	}
 	_ = tw.flush()
 	printLimit(w, d.Limit, "effective limit")
 	printPermissions(w, d)

@@ -55,7 +55,11 @@ func migrationCmd(args []string, stdout, stderr io.Writer) error {
 			name = "(no consumer)"
 		}
 		for _, k := range c.Keys {
-			t.row(name, k.ID, string(k.Status), strconv.FormatInt(k.Requests.APIKey, 10), strconv.FormatInt(k.Requests.Bearer, 10), stamp(k.Requests.LastAPIKey), yesNo(k.Moved))
+			status := string(k.Status)
+			if k.Leaked {
+				status += " (leaked)"
+			}
+			t.row(name, k.ID, status, strconv.FormatInt(k.Requests.APIKey, 10), strconv.FormatInt(k.Requests.Bearer, 10), stamp(k.Requests.LastAPIKey), yesNo(k.Moved))
 		}
 	}
 	return t.flush()

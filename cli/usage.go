@@ -75,6 +75,9 @@ func showUsage(what string, fs *flag.FlagSet, args []string, stdout io.Writer) e
 	}
 	tw.rowf("since:", u.Since)
 	tw.row("last used at:", last)
+	if u.Leak != nil {
+		tw.row("leaked:", escapeCell(keyops.LeakSummary(u.Leak)))
+	}
 	tw.rowf("admitted:", u.Admitted)
 	tw.row("refused:", fmt.Sprintf("rate %d, quota %d, context %d, product %d, concurrency %d", u.Rate, u.Quota, u.Context, u.Product, u.Concurrency))
 	tw.row("forbidden:", fmt.Sprintf("operation %d, plan %d, address %d", u.ForbiddenOperation, u.ForbiddenPlan, u.ForbiddenAddress))

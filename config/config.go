@@ -28,6 +28,7 @@ import (
 	"github.com/keygate/keygate/portal"
 	"github.com/keygate/keygate/ratelimit"
 	"github.com/keygate/keygate/redisconn"
+	"github.com/keygate/keygate/secretscan"
 	"github.com/keygate/keygate/tlsconf"
 	"github.com/keygate/keygate/tokenissuer"
 	"github.com/keygate/keygate/tracing"
@@ -61,6 +62,9 @@ type Config struct {
 	// registry:read and registry:write; keys' and consumers' permissions
 	// and plans' features name them. See policy.OperationsConfig.
 	Operations policy.OperationsConfig `yaml:"operations"`
+	// SecretScanning answers GitHub's secret-scanning alerts: leaked keys
+	// are revoked, quarantined or noticed; see package secretscan.
+	SecretScanning secretscan.FileConfig `yaml:"secret_scanning"`
 }
 
 // ServerConfig is the listeners and their protections.
@@ -216,6 +220,8 @@ func Default() Config {
 		Usage:    usage.DefaultConfig(),
 		Tracing:  tracing.DefaultConfig(),
 		Portal:   portal.DefaultConfig(),
+
+		SecretScanning: secretscan.DefaultFileConfig(),
 	}
 }
 
@@ -319,6 +325,9 @@ func (c Config) Validate() error {
 		return err
 	}
 	if err := c.validatePortal(); err != nil {
+		return err
+	}
+	if err := within("secret_scanning", c.SecretScanning.Validate()); err != nil {
 		return err
 	}
 	return c.Log.Validate()

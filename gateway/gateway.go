@@ -392,6 +392,9 @@ func (g *Gateway) admit(w *recorder, r *http.Request, st *state) refusal {
 		for _, kv := range g.depHeaders {
 			w.Header().Set(kv[0], kv[1])
 		}
+		if !p.LeakedUntil.IsZero() {
+			setLeakWarning(w.Header(), p.LeakedUntil)
+		}
 	}
 
 	if st.route == routeNone {

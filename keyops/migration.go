@@ -32,6 +32,8 @@ type MigrationKey struct {
 	Requests usage.MethodCounts `json:"requests"`
 	// Moved: tokens only, for the whole window.
 	Moved bool `json:"moved"`
+	// Leaked: the key was found in public (secret scanning).
+	Leaked bool `json:"leaked,omitempty"`
 }
 
 // MigrationConsumer is a consumer and its keys in the report; the keys
@@ -123,7 +125,7 @@ func (s *Service) Migration(ctx context.Context, q MigrationQuery) (Migration, e
 		}
 		m := counts[r.ID]
 		k := MigrationKey{ID: r.ID, Name: r.Name, Status: r.StateAt(now), Requests: m,
-			Moved: m.Bearer > 0 && m.APIKey == 0 && !m.LastAPIKey.After(from)}
+			Moved: m.Bearer > 0 && m.APIKey == 0 && !m.LastAPIKey.After(from), Leaked: r.Leak != nil}
 		c.Keys = append(c.Keys, k)
 	}
 	sort.SliceStable(order, func(i, j int) bool { return order[i] != "" && order[j] == "" })

@@ -48,6 +48,9 @@ type Usage struct {
 	usage.Counts
 	LastUsedAt *time.Time   `json:"last_used_at"`
 	QuotaNow   *QuotaStatus `json:"quota"`
+	// Leak is where a key was found in public; nil if it never was (and
+	// for a consumer's sum).
+	Leak *keystore.Leak `json:"leak,omitempty"`
 }
 
 // QuotaStatus is the quota in effect now and what is left of it.
@@ -85,6 +88,7 @@ func (s *Service) KeyUsage(ctx context.Context, id string, since time.Duration) 
 		return Usage{}, err
 	}
 	u.Keys = nil
+	u.Leak = rec.Leak
 	u.QuotaNow, err = s.quota(ctx, keystore.Subject(rec, con))
 	return u, err
 }

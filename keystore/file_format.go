@@ -156,7 +156,7 @@ func encodeYAML(v any) ([]byte, error) {
 // writeRecord writes r line by line if every value is a plain scalar
 // that reads back as written, and reports whether it did.
 func writeRecord(buf *bytes.Buffer, r Record) bool {
-	if r.Override != nil || len(r.Permissions) > 0 || len(r.AllowedCIDRs) > 0 {
+	if r.Override != nil || len(r.Permissions) > 0 || len(r.AllowedCIDRs) > 0 || r.Leak != nil {
 		return false
 	}
 	type field struct{ name, value string }

@@ -79,6 +79,9 @@ type entryExtra struct {
 	override     *policy.Override
 	permissions  []string
 	allowedCIDRs []string
+	// leak is set on a key found in public: a quarantined key's
+	// responses carry a warning.
+	leak *Leak
 }
 
 // The small enums of entry.
@@ -148,8 +151,8 @@ func (x *index) compact(r Record, gen uint32) *entry {
 	}
 	e.gen.Store(gen)
 	x.where.add(e.consumer, r.Hash[0])
-	if r.Override != nil || len(r.Permissions) > 0 || len(r.AllowedCIDRs) > 0 {
-		e.extra = &entryExtra{override: r.Override, permissions: r.Permissions, allowedCIDRs: r.AllowedCIDRs}
+	if r.Override != nil || len(r.Permissions) > 0 || len(r.AllowedCIDRs) > 0 || r.Leak != nil {
+		e.extra = &entryExtra{override: r.Override, permissions: r.Permissions, allowedCIDRs: r.AllowedCIDRs, leak: r.Leak}
 	}
 	if !r.ExpiresAt.IsZero() {
 		e.expires = r.ExpiresAt.UnixNano()
@@ -175,7 +178,7 @@ func (x *index) fill(r *Record, h Hash, e *entry) {
 	r.Context, r.Consumer, r.Plan = strs[e.context], strs[e.consumer], strs[e.plan]
 	r.Limits = e.limits
 	if e.extra != nil {
-		r.Override, r.Permissions, r.AllowedCIDRs = e.extra.override, e.extra.permissions, e.extra.allowedCIDRs
+		r.Override, r.Permissions, r.AllowedCIDRs, r.Leak = e.extra.override, e.extra.permissions, e.extra.allowedCIDRs, e.extra.leak
 	}
 	if e.expires != 0 {
 		r.ExpiresAt = time.Unix(0, e.expires).UTC()

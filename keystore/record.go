@@ -85,11 +85,27 @@ type Record struct {
 	// canonical form (policy.NormalizeCIDRs); empty means any.
 	AllowedCIDRs []string `yaml:"allowed_cidrs,omitempty" json:"allowed_cidrs,omitempty"`
 
+	// Leak is where a secret scanner found the key in public, and what
+	// was done about it; nil if it never was (package secretscan).
+	Leak *Leak `yaml:"leak,omitempty" json:"leak,omitempty"`
+
 	// Limits is the key's effective limit, resolved by the store that
 	// serves the record (when it was given a policy.Resolver) from the
 	// key's and its consumer's plan and override. It is never stored; nil
 	// means the env default.
 	Limits *policy.Effective `yaml:"-" json:"-"`
+}
+
+// Leak is a report that a key was found in public.
+type Leak struct {
+	// URL and Source say where it was found (a commit's URL; content,
+	// commit, gist, …).
+	URL    string `yaml:"url" json:"url"`
+	Source string `yaml:"source,omitempty" json:"source,omitempty"`
+	// FoundAt is when the report arrived.
+	FoundAt time.Time `yaml:"found_at" json:"found_at"`
+	// Action is what was done: revoke, quarantine or notify.
+	Action string `yaml:"action" json:"action"`
 }
 
 // StateAt is the effective status of the key at now: Active, Revoked or
@@ -140,6 +156,8 @@ type RecordView struct {
 	// operation of its product, any address).
 	Permissions  []string `json:"permissions,omitempty"`
 	AllowedCIDRs []string `json:"allowed_cidrs,omitempty"`
+	// Leak is left out unless the key was found in public.
+	Leak *Leak `json:"leak,omitempty"`
 }
 
 // View returns the record as list output shows it at now.
@@ -159,6 +177,7 @@ func (r Record) View(now time.Time) RecordView {
 		Override:     r.Override,
 		Permissions:  r.Permissions,
 		AllowedCIDRs: r.AllowedCIDRs,
+		Leak:         r.Leak,
 	}
 	if !r.ExpiresAt.IsZero() {
 		t := r.ExpiresAt

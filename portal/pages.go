@@ -31,6 +31,9 @@ type keyRow struct {
 	// Expiring is a rotated key in its grace period: it works until
 	// ExpiresAt, and is not rotated again (its replacement is).
 	Expiring bool
+	// Leaked is the banner of a key found in public ("found public at
+	// <url> on <date>; revoked"); "" if it never was.
+	Leaked string
 }
 
 func (p *Portal) keysPage(w http.ResponseWriter, r *http.Request, sess *Session) {
@@ -52,6 +55,7 @@ func (p *Portal) keysPage(w http.ResponseWriter, r *http.Request, sess *Session)
 		}
 		row.Active = row.Status == keystore.Active
 		row.Expiring = row.Active && row.ReplacedBy != ""
+		row.Leaked = keyops.LeakSummary(rec.Leak)
 		rows = append(rows, row)
 	}
 	// Newest first: that is the key a customer just made or rotated.

@@ -259,6 +259,10 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (s *Server, err erro
 	if err != nil {
 		return nil, err
 	}
+	scanEPs, err := s.secretScanEndpoints(ctx, &deps, getenv)
+	if err != nil {
+		return nil, err
+	}
 	gw, err := gateway.New(gateway.Config{
 		Upstreams:        cfg.Upstreams,
 		MaxBodyBytes:     cfg.Server.MaxBodyBytes,
@@ -273,7 +277,7 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (s *Server, err erro
 		MaxConcurrent:    cfg.RateLimit.MaxConcurrent,
 		TrustedProxies:   trusted,
 		Operations:       ops,
-		Endpoints:        s.issuerEndpoints(),
+		Endpoints:        append(s.issuerEndpoints(), scanEPs...),
 		RateLimitHeaders: cfg.RateLimit.Headers,
 	}, gateway.Deps{Auth: authn, Limiter: s.limiter, Logger: s.log.Named("access"), AccessLog: deps.AccessLog, Metrics: s.metrics, Failures: failures, Usage: s.openUsage(), Tracer: tp.Tracer()})
 	if err != nil {
