@@ -16,7 +16,7 @@ var Layers = [][]string{
 	{"keystore"},
 	{"auth", "keyops"},
 	{"oauth2", "gateway", "admintoken", "audit", "tokenissuer"},
-	{"adminapi", "portal"},
+	{"adminapi", "portal", "secretscan"},
 	{"config"},
 	{"server"},
 	{"cli"},
