@@ -17,17 +17,38 @@ import (
 	"github.com/keygate/keygate/keystore"
 )
 
-// TestRedisLostDataIsDegradedUntilRepaired: a Redis that comes back empty
-// and cannot take writes yet (here: emptied and at its memory limit in one
-// transaction, so the replica's write-back is refused with OOM) leaves the
-// replica degraded for as long as that lasts: /readyz names the loss, the
-// metric is 1, an error line says what happened, every valid key keeps
-// working and the revoked one stays refused. Once Redis takes writes the
-// replica writes back what it holds; then /readyz is clear, the admin
-// token (which Redis had lost too) works again, and Redis holds every
-// record, the revocation included.
+// TestRedisLostDataIsDegradedUntilRepaired: a single Redis without
+// persistence loses the keystore, and no valid key gets 401 for it.
+//
+//   - SIGKILLed and restarted empty a second later: keys are served from
+//     memory while it is down and after it is back, the loss is counted
+//     and logged at error, and the replica writes back what it holds.
+//   - Back empty and unable to take writes yet (emptied and at its memory
+//     limit in one transaction, so the write-back is refused with OOM):
+//     the replica stays degraded for as long as that lasts, /readyz names
+//     the loss and the metric is 1, until Redis takes writes again.
+//
+// Either way, after the repair /readyz is clear, the admin token (which
+// Redis had lost too) works again, every key works, the revoked one is
+// refused, and Redis holds every record, the revocation included.
 func TestRedisLostDataIsDegradedUntilRepaired(t *testing.T) {
 	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		// held: the write-back is refused until the test lets it through.
+		held bool
+	}{
+		{name: "restarted empty"},
+		{name: "back empty and refusing writes", held: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			testRedisLostData(t, tc.held)
+		})
+	}
+}
+
+func testRedisLostData(t *testing.T, held bool) {
 	rs := redistest.Start(t)
 	ctx := context.Background()
 	rc := rs.Client(t)
@@ -115,42 +136,54 @@ func TestRedisLostDataIsDegradedUntilRepaired(t *testing.T) {
 		t.Fatalf("the admin token before: %d", s)
 	}
 
-	// Empty and full at once: what a restart without persistence leaves,
-	// with the write-back held off until the test lets it through.
-	if _, err := rc.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.ConfigSet(ctx, "maxmemory-policy", "noeviction")
-		p.ConfigSet(ctx, "maxmemory", "1")
-		p.FlushAll(ctx)
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	testkit.Eventually(t, 20*time.Second, "/readyz names the loss", func() error {
-		checkKeys("while Redis lost its data")
-		d := degraded()
-		return testkit.True(lost(d), "degraded %q", d)
-	})
-	if v := h.metric("keygate_keystore_data_loss"); v != 1 {
-		t.Errorf("keygate_keystore_data_loss while degraded: %v, want 1", v)
-	}
-	if v := h.metric("keygate_keystore_degraded"); v != 1 {
-		t.Errorf("keygate_keystore_degraded while degraded: %v, want 1", v)
+	if held {
+		// Empty and full at once: what a restart without persistence
+		// leaves, with the write-back held off until the test lets it
+		// through.
+		if _, err := rc.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.ConfigSet(ctx, "maxmemory-policy", "noeviction")
+			p.ConfigSet(ctx, "maxmemory", "1")
+			p.FlushAll(ctx)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		testkit.Eventually(t, 20*time.Second, "/readyz names the loss", func() error {
+			checkKeys("while Redis lost its data")
+			d := degraded()
+			return testkit.True(lost(d), "degraded %q", d)
+		})
+		if v := h.metric("keygate_keystore_data_loss"); v != 1 {
+			t.Errorf("keygate_keystore_data_loss while degraded: %v, want 1", v)
+		}
+		if v := h.metric("keygate_keystore_degraded"); v != 1 {
+			t.Errorf("keygate_keystore_degraded while degraded: %v, want 1", v)
+		}
+		checkRevoked("while Redis lost its data")
+		// Held off for a while: still degraded, still serving.
+		for range 10 {
+			checkKeys("while the write-back is refused")
+			if d := degraded(); !lost(d) {
+				t.Fatalf("/readyz cleared before the repair: %q", d)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if err := rc.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		rs.Kill()
+		for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+			checkKeys("while Redis is down")
+		}
+		rs.Restart()
+		testkit.Eventually(t, 20*time.Second, "the loss is found", func() error {
+			checkKeys("after Redis came back empty")
+			return testkit.True(h.metric("keygate_keystore_data_loss_total") >= 1, "data_loss_total %v", h.metric("keygate_keystore_data_loss_total"))
+		})
 	}
 	if !strings.Contains(h.Logs.String(), `"level":"error"`) || !strings.Contains(h.Logs.String(), "Redis lost keystore data") {
 		t.Error("no error line says that Redis lost keystore data")
-	}
-	checkRevoked("while Redis lost its data")
-	// Held off for a while: still degraded, still serving.
-	for range 10 {
-		checkKeys("while the write-back is refused")
-		if d := degraded(); !lost(d) {
-			t.Fatalf("/readyz cleared before the repair: %q", d)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-
-	if err := rc.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
-		t.Fatal(err)
 	}
 	testkit.Eventually(t, 20*time.Second, "repaired", func() error {
 		checkKeys("during the repair")
