@@ -53,18 +53,7 @@ func testRedisLostData(t *testing.T, held bool) {
 	ctx := context.Background()
 	rc := rs.Client(t)
 	admin := &keystore.RedisAdmin{Client: rc}
-	issue := func() (string, keystore.Record) {
-		k, r, err := admin.Issue(ctx, keystore.IssueRequest{Product: keystore.Extraction, Env: keystore.Live, Context: ctxA})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return k, r
-	}
-	good, _ := issue()
-	revoked, rrec := issue()
-	if _, err := admin.Revoke(ctx, rrec.ID); err != nil {
-		t.Fatal(err)
-	}
+	good, revoked, rrec := goodAndRevoked(t, admin)
 	tok, trec, err := keystore.NewAdminToken("ops", []string{adminapi.ScopeKeysRead}, 0, time.Now())
 	if err != nil {
 		t.Fatal(err)

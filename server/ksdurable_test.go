@@ -24,18 +24,8 @@ func TestRedisKeystoreKeyCountAndDataLoss(t *testing.T) {
 	rs := redistest.Start(t)
 	ctx := context.Background()
 	admin := &keystore.RedisAdmin{Client: rs.Client(t)}
-	issue := func() (string, keystore.Record) {
-		k, r, err := admin.Issue(ctx, keystore.IssueRequest{Product: keystore.Extraction, Env: keystore.Live, Context: ctxA})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return k, r
-	}
-	good, _ := issue()
-	revoked, rrec := issue()
-	if _, err := admin.Revoke(ctx, rrec.ID); err != nil {
-		t.Fatal(err)
-	}
+	issue := redisIssuer(t, admin)
+	good, revoked, rrec := goodAndRevoked(t, admin)
 	h := newHarness(t, setup{mod: func(c *config.Config) {
 		c.Redis.Addrs = []string{rs.Addr}
 		c.Keystore.Backend = "redis"
@@ -93,4 +83,30 @@ func TestRedisKeystoreKeyCountAndDataLoss(t *testing.T) {
 			t.Errorf("still degraded after the repair: %q", rd.Degraded)
 		}
 	}
+}
+
+// redisIssuer issues live extraction keys for ctxA straight into a Redis
+// keystore.
+func redisIssuer(t *testing.T, admin *keystore.RedisAdmin) func() (string, keystore.Record) {
+	return func() (string, keystore.Record) {
+		t.Helper()
+		k, r, err := admin.Issue(context.Background(), keystore.IssueRequest{Product: keystore.Extraction, Env: keystore.Live, Context: ctxA})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k, r
+	}
+}
+
+// goodAndRevoked issues two keys into a Redis keystore and revokes the
+// second.
+func goodAndRevoked(t *testing.T, admin *keystore.RedisAdmin) (good, revoked string, rrec keystore.Record) {
+	t.Helper()
+	issue := redisIssuer(t, admin)
+	good, _ = issue()
+	revoked, rrec = issue()
+	if _, err := admin.Revoke(context.Background(), rrec.ID); err != nil {
+		t.Fatal(err)
+	}
+	return good, revoked, rrec
 }
