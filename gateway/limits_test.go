@@ -98,8 +98,12 @@ func TestBodyIdleTimeout(t *testing.T) {
 			t.Fatalf("no response: %v", err)
 		}
 		assertError(t, result{Status: resp.StatusCode, Header: resp.Header, Body: b}, http.StatusRequestTimeout, "no request body data")
-		if took := time.Since(start); took < idle || took > idle*5 {
-			t.Errorf("408 after %s; want about %s", took, idle)
+		// Never before the idle timeout; the upper bound is a hang check
+		// (the figure is logged).
+		took := time.Since(start)
+		t.Logf("408 after %s with a %s idle timeout", took.Round(time.Millisecond), idle)
+		if took < idle || took > 30*idle {
+			t.Errorf("408 after %s; want after %s, and not much later", took, idle)
 		}
 	}
 
