@@ -220,9 +220,7 @@ func runWith(cfg config.Config, stderr, access io.Writer, mod func(*server.Deps)
 	if err := setMemoryLimit(ctx, log); err != nil {
 		return err
 	}
-	if err := setGCFloor(log); err != nil {
-		return err
-	}
+	warnRemovedMemoryEnv(log)
 	deps := server.Deps{Logger: log, AccessLog: accessLog, Getenv: os.Getenv, Version: Version}
 	if mod != nil {
 		mod(&deps)
