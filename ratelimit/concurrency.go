@@ -3,6 +3,8 @@ package ratelimit
 import (
 	"hash/maphash"
 	"sync"
+
+	"golang.org/x/sys/cpu"
 )
 
 // concurrencyShards spreads ids over this many locks so that requests of
@@ -21,10 +23,14 @@ type Concurrency struct {
 	shards [concurrencyShards]concurrencyShard
 }
 
+// concurrencyShard is one lock and its ids. The pad before the lock
+// keeps it off the cache line of the shard before it (and of the
+// Concurrency's own fields), so that requests of different credentials
+// do not contend through a shared line.
 type concurrencyShard struct {
+	_        cpu.CacheLinePad
 	mu       sync.Mutex
 	inFlight map[string]int32
-	_        [40]byte // keep shards on separate cache lines
 }
 
 // NewConcurrency returns a cap of max requests in flight per id, or nil

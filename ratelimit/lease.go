@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sys/cpu"
+
 	"github.com/keygate/keygate/policy"
 )
 
@@ -56,14 +58,17 @@ const DefaultLeaseMax = 64
 
 const leaseShards = 64
 
+// leaseShard is one lock and its ids' leases. The pad before the lock
+// keeps it off the cache line of the shard before it (and of the
+// Leases' own fields, leased among them, which every fetch writes).
 type leaseShard struct {
+	_  cpu.CacheLinePad
 	mu sync.Mutex
 	m  map[string]*lease
 	// sweepAt is the size at which the shard next drops its ended leases:
 	// twice what was left after the last sweep, so sweeps cost O(1) a
 	// lease taken.
 	sweepAt int
-	_       [40]byte // a shard's lock on its own cache line
 }
 
 // lease is one id's cells on this replica.

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sys/cpu"
 	"golang.org/x/time/rate"
 )
 
@@ -64,7 +65,11 @@ const (
 	localShardMin = 64 * 1024
 )
 
+// localShard is one lock and its ids' state. The pad before the lock
+// keeps it off the cache line of the shard before it, so that decisions
+// for ids of different shards do not contend through a shared line.
 type localShard struct {
+	_  cpu.CacheLinePad
 	mu sync.Mutex
 	// ids maps an id's hash to its slot. Neither holds a pointer, so the
 	// collector has nothing to follow in them: with 100k ids an LRU of
@@ -76,7 +81,6 @@ type localShard struct {
 	// the first unused one (a list through next); -1 for none.
 	head, tail, free int32
 	size, max        int32
-	_                [68]byte // 128 bytes a shard: no two share a cache line
 }
 
 // localID is an id's 128-bit hash under two random seeds. Two ids that

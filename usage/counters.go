@@ -13,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sys/cpu"
 )
 
 // Outcome is how a request of a known key ended.
@@ -63,10 +65,15 @@ type entry struct {
 
 const numShards = 32
 
+// shard is one lock and its keys' counts. Every Record takes its read
+// lock, which writes the lock's reader count; the pad before it keeps
+// it off the cache line of the shard before it (and of the Counters'
+// own fields), so that keys of different shards do not contend through
+// a shared line.
 type shard struct {
+	_  cpu.CacheLinePad
 	mu sync.RWMutex
 	m  map[string]*entry
-	_  [40]byte // keep shards on their own cache lines
 }
 
 // Counters are the per-key counts since the last Drain. Build them with
@@ -74,8 +81,8 @@ type shard struct {
 type Counters struct {
 	seed     maphash.Seed
 	perShard int
-	shards   [numShards]shard
 	dropped  atomic.Int64
+	shards   [numShards]shard
 }
 
 // NewCounters tracks at most maxKeys distinct keys between two drains
