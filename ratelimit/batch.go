@@ -19,31 +19,25 @@ import (
 // come back in one read, instead of a write and a read syscall each, and
 // a network round trip each, one after another.
 //
-// It is a group commit with no goroutine of its own under light load: a
-// caller that finds fewer than maxInflight pipelines in flight sends one,
-// taking along every decision queued so far; a caller that finds them busy
-// queues its decision and waits for a sender to take it. When the sender's
-// pipeline returns and decisions are queued, a goroutine takes over its
-// place and sends the queue until it is empty, so that no caller waits for
-// more than the pipeline in flight and its own. Under light load every
-// decision goes alone, at once; under heavy load they go in batches, with
-// no timer.
-
-// maxInflight bounds the pipelines in flight at once. One: a batch then
-// holds every decision that arrived during the previous round trip. On
-// loopback, where a write to Redis costs more CPU than the script's work
-// for a decision, one in flight sent ~4.4 decisions a call against ~3
-// with two, and measured 0.92-1.03x the bare proxy at 256 B against
-// 0.84-0.96x with two in three same-run bench-peers comparisons, with
-// less CPU per request in keygate. The price is latency: a decision that
-// arrives while a call is out waits for it, up to one more round trip
-// (invisible on loopback, where the open loop's p50 did not move; about
-// half a round trip on average with a far Redis), and a far Redis bounds
-// a replica at maxBatch decisions per round trip (128 per ms at 1 ms).
-// BenchmarkRedisAllowConcurrent, 32 callers and nothing else to do, is
-// bound by round trips rather than CPU and runs faster with two
-// (8.4-9.0 against 9.8-11.3 µs/op on one key).
-const maxInflight = 1
+// It is a group commit with one pipeline in flight at a time and no
+// goroutine of its own under light load: a caller that finds no pipeline
+// in flight sends one, taking along every decision queued so far; a
+// caller that finds one out queues its decision and waits for a sender
+// to take it. When the sender's pipeline returns and decisions are
+// queued, a goroutine takes over and sends the queue until it is empty,
+// so that no caller waits for more than the pipeline in flight and its
+// own. Under light load every decision goes alone, at once; under heavy
+// load they go in batches, with no timer.
+//
+// One in flight, not more: a batch then holds every decision that
+// arrived during the previous round trip, and where a write to Redis
+// costs more CPU than the script's work for a decision (loopback, a
+// Redis next to the replica) fewer, larger batches cost keygate less CPU
+// per request. The price is latency: a decision that arrives while a
+// call is out waits for it, up to one more round trip, and a far Redis
+// bounds a replica at maxBatch decisions per round trip.
+// BenchmarkRedisAllowConcurrent, callers with nothing else to do, is
+// bound by round trips rather than CPU and would run faster with two.
 
 // maxBatch bounds the decisions in one pipeline.
 const maxBatch = 128
@@ -81,8 +75,8 @@ type batcher struct {
 	pipe    Pipeliner
 	combine bool // one script call for a whole batch (a single Redis)
 	mu      sync.Mutex
-	queue   []*call
-	senders int
+	queue   []*call // decisions waiting for the pipeline in flight to return
+	sending bool    // a pipeline is in flight (its sender takes the queue next)
 }
 
 // run decides one call, alone or with others, and returns its reply;
@@ -96,7 +90,7 @@ type batcher struct {
 func (b *batcher) run(ctx context.Context, c *call) (res []int64, finished bool, err error) {
 	c.ctx = ctx
 	b.mu.Lock()
-	if b.senders >= maxInflight {
+	if b.sending {
 		b.queue = append(b.queue, c)
 		b.mu.Unlock()
 		select {
@@ -106,7 +100,7 @@ func (b *batcher) run(ctx context.Context, c *call) (res []int64, finished bool,
 			return nil, false, ctx.Err()
 		}
 	}
-	b.senders++
+	b.sending = true
 	batch := b.take(append(make([]*call, 0, 8), c))
 	b.mu.Unlock()
 	b.send(batch)
@@ -121,8 +115,8 @@ func (b *batcher) run(ctx context.Context, c *call) (res []int64, finished bool,
 	return c.res, true, c.err
 }
 
-// drain sends batch, then the queue, until it is empty; it holds one of
-// the senders' places until then.
+// drain sends batch, then the queue, until it is empty; it is the
+// batcher's sender until then.
 func (b *batcher) drain(batch []*call) {
 	for batch != nil {
 		b.send(batch)
@@ -132,12 +126,12 @@ func (b *batcher) drain(batch []*call) {
 
 // next is the queue's next batch, in batch's array, for a sender whose
 // pipeline has returned; nil when the queue is empty, and the sender then
-// gives up its place.
+// stops being one.
 func (b *batcher) next(batch []*call) []*call {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if len(b.queue) == 0 {
-		b.senders--
+		b.sending = false
 		return nil
 	}
 	return b.take(batch)

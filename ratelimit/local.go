@@ -52,10 +52,6 @@ type Local struct {
 	shards []localShard
 	max    int64
 	count  atomic.Int64 // ids kept, over all shards
-
-	// inUse, when set (by tests), is told when a decision starts and
-	// ends using the bucket of an id.
-	inUse func(id string, e *localSlot, start bool)
 }
 
 // localShards is the number of shards of a Local; one shard below
@@ -164,10 +160,6 @@ func (l *Local) Allow(_ context.Context, id string, lim policy.Limit) (Decision,
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e := l.entry(s, k)
-	if l.inUse != nil {
-		l.inUse(id, e, true)
-		defer l.inUse(id, e, false)
-	}
 	now := l.now()
 
 	if !e.used || e.lim.Rate != lim.Rate || e.lim.Per != lim.Per || e.lim.Burst != lim.Burst {

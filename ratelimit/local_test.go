@@ -191,11 +191,68 @@ func TestLocalMemoryIsBounded(t *testing.T) {
 	}
 }
 
+// TestLocalConcurrentExactCounts: many callers on a few ids, with room
+// for all of them, admit exactly the quota of each id, whether the Local
+// has one shard (a small MaxKeys) or many (the default): no decision is
+// lost or counted twice.
 func TestLocalConcurrentExactCounts(t *testing.T) {
 	t.Parallel()
-	l := ratelimit.NewLocal(ratelimit.LocalConfig{MaxKeys: 16})
-	lim := policy.Limit{Rate: 1, Per: time.Hour, Burst: 50, Quota: policy.Quota{Requests: 40, Per: time.Hour}}
-	expectAdmitted(t, []allower{l}, 16, 50, 4, lim, 40)
+	for _, tc := range []struct {
+		name    string
+		maxKeys int
+	}{
+		{"one shard", 16},
+		{"sharded", 0}, // DefaultLocalMaxKeys
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			l := ratelimit.NewLocal(ratelimit.LocalConfig{MaxKeys: tc.maxKeys})
+			lim := policy.Limit{Rate: 1, Per: time.Hour, Burst: 50, Quota: policy.Quota{Requests: 40, Per: time.Hour}}
+			expectAdmitted(t, []allower{l}, 16, 50, 4, lim, 40)
+		})
+	}
+}
+
+// TestLocalChurnKeepsDecisionsWhole: while ids churn through a Local so
+// small that the LRU forgets an id on almost every call, each decision
+// is whole: an admitted one leaves from 0 to burst-1 tokens, a refused
+// one is a rate refusal that says when to retry, and no more ids are
+// kept than MaxKeys. A decision that ran on a bucket the LRU had just
+// handed to another id would share its state with that id's decision,
+// which the race detector reports (the package's tests run under -race).
+func TestLocalChurnKeepsDecisionsWhole(t *testing.T) {
+	t.Parallel()
+	const maxKeys = 4
+	l := ratelimit.NewLocal(ratelimit.LocalConfig{MaxKeys: maxKeys})
+	lim := policy.Limit{Rate: 1, Per: time.Hour, Burst: 3}
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 3000 {
+				// Half the calls on four hot ids, half on ids seen once.
+				id := "hot_" + strconv.Itoa(i%4)
+				if i%2 == 1 {
+					id = "churn_" + strconv.Itoa(g*100_000+i)
+				}
+				d, err := l.Allow(context.Background(), id, lim)
+				switch {
+				case err != nil:
+					t.Error(err)
+					return
+				case d.Allowed && (d.Remaining < 0 || d.Remaining >= int64(lim.Burst)):
+					t.Errorf("%s admitted with %d remaining, want 0 to %d", id, d.Remaining, lim.Burst-1)
+					return
+				case !d.Allowed && (d.Reason != ratelimit.ReasonRate || d.RetryAfter <= 0):
+					t.Errorf("%s refused: %+v, want a rate refusal with a retry-after", id, d)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := l.Len(); n > maxKeys {
+		t.Errorf("Len %d, above MaxKeys %d", n, maxKeys)
+	}
 }
 
 type allower interface {
