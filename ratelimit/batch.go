@@ -42,13 +42,6 @@ import (
 // maxBatch bounds the decisions in one pipeline.
 const maxBatch = 128
 
-// Pipeliner is what batching needs from a go-redis client beyond running
-// scripts: a *redis.Client, *redis.ClusterClient, *redis.Ring or any
-// redis.UniversalClient has it.
-type Pipeliner interface {
-	Pipeline() redis.Pipeliner
-}
-
 // call is one decision waiting for Redis.
 type call struct {
 	ctx context.Context // the caller's: a decision whose caller left is not sent
@@ -69,10 +62,9 @@ type call struct {
 var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1), args: make([]any, nArgs)} }}
 
 // batcher queues decisions and sends them in pipelines. The zero value is
-// not usable; it is built by NewRedis when the client can pipeline.
+// not usable; NewRedis builds one.
 type batcher struct {
-	client  Scripter
-	pipe    Pipeliner
+	client  Client
 	combine bool // one script call for a whole batch (a single Redis)
 	mu      sync.Mutex
 	queue   []*call // decisions waiting for the pipeline in flight to return
@@ -208,7 +200,7 @@ func (b *batcher) send(batch []*call) {
 		}
 		return
 	}
-	pipe := b.pipe.Pipeline()
+	pipe := b.client.Pipeline()
 	cmds := make([]*redis.Cmd, len(batch))
 	for i, c := range batch {
 		cmds[i] = gcra.EvalSha(ctx, pipe, c.keys, c.args...)

@@ -66,7 +66,7 @@ type FailuresConfig struct {
 	Limit FailureLimitConfig
 	// Redis, when set, keeps the counts in Redis so that every replica
 	// sees every failure. Without it each replica counts on its own.
-	Redis Scripter
+	Redis Client
 	// KeyPrefix starts every Redis key; "" means DefaultKeyPrefix. The
 	// counts live under KeyPrefix + "authfail:".
 	KeyPrefix string

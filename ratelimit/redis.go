@@ -144,7 +144,7 @@ return out
 type RedisConfig struct {
 	// Client runs the script. It should have ContextTimeoutEnabled set
 	// (redisconn.New does) so that Timeout bounds each call.
-	Client Scripter
+	Client Client
 	// KeyPrefix starts every key; "" means DefaultKeyPrefix.
 	KeyPrefix string
 	// Timeout bounds each Redis call; zero means DefaultRedisTimeout.
@@ -159,11 +159,10 @@ type RedisConfig struct {
 // fallback in a Resilient for outages. Build it with NewRedis; it is safe
 // for concurrent use.
 type Redis struct {
-	client       Scripter
 	bucketPrefix string
 	quotaPrefix  string
 	timeout      time.Duration
-	batch        *batcher // nil when the client cannot pipeline
+	batch        *batcher
 }
 
 // NewRedis returns a Redis limiter. It tries to load the script into
@@ -179,17 +178,14 @@ func NewRedis(cfg RedisConfig) (*Redis, error) {
 		cfg.Timeout = DefaultRedisTimeout
 	}
 	r := &Redis{
-		client:       cfg.Client,
 		bucketPrefix: cfg.KeyPrefix + "rl:{",
 		quotaPrefix:  cfg.KeyPrefix + "q:{",
 		timeout:      cfg.Timeout,
 	}
-	if p, ok := cfg.Client.(Pipeliner); ok {
-		// Only a single Redis holds every key: a Cluster or a Ring may
-		// hold two ids' keys in two slots, which one script cannot touch.
-		_, single := cfg.Client.(*redis.Client)
-		r.batch = &batcher{client: cfg.Client, pipe: p, combine: single}
-	}
+	// Only a single Redis holds every key: a Cluster or a Ring may hold
+	// two ids' keys in two slots, which one script cannot touch.
+	_, single := cfg.Client.(*redis.Client)
+	r.batch = &batcher{client: cfg.Client, combine: single}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout)
 	defer cancel()
 	_ = gcra.Load(ctx, cfg.Client).Err() // only saves the first EVAL
@@ -208,9 +204,13 @@ func (r *Redis) Allow(ctx context.Context, id string, lim policy.Limit) (Decisio
 	return d, err
 }
 
-// Scripter is what Redis needs from a go-redis client: a *redis.Client,
+// Client is what Redis needs from a go-redis client: scripts, and
+// pipelines for the decisions that arrive together. A *redis.Client,
 // *redis.ClusterClient, *redis.Ring or any redis.UniversalClient fits.
-type Scripter = redis.Scripter
+type Client interface {
+	redis.Scripter
+	Pipeline() redis.Pipeliner
+}
 
 // DefaultKeyPrefix starts every Redis key the limiter writes.
 const DefaultKeyPrefix = "keygate:"
@@ -230,17 +230,9 @@ var errDecision = errors.New("ratelimit: Redis could not decide: a command on th
 // errReply means Redis answered something the script never returns.
 var errReply = errors.New("ratelimit: unexpected reply from rate limit script")
 
-// redisKeys returns the bucket and quota keys of id. They carry a Cluster
-// hash tag so that one script touches one slot, and contain nothing but
-// the prefix and the id.
-func (r *Redis) redisKeys(id string) []string {
-	var keys [2]string
-	r.fillKeys(&keys, id)
-	return keys[:]
-}
-
 // fillKeys sets keys to id's bucket and quota keys, both in one
-// allocation.
+// allocation. They carry a Cluster hash tag so that one script touches
+// one slot, and contain nothing but the prefix and the id.
 func (r *Redis) fillKeys(keys *[2]string, id string) {
 	both := r.bucketPrefix + id + "}" + r.quotaPrefix + id + "}"
 	n := len(r.bucketPrefix) + len(id) + 1
@@ -248,8 +240,8 @@ func (r *Redis) fillKeys(keys *[2]string, id string) {
 }
 
 // eval runs the script once (EVALSHA, or EVAL when Redis lost the
-// script) under the configured timeout: the batcher's deadline for the
-// decision, or a context of its own without a batcher. It asks for want
+// script), through the batcher, with the configured timeout as the
+// decision's deadline. It asks for want
 // cells (at least 1) and returns how many were granted: 0 with a refusal,
 // else 1 to want, with the Decision's Remaining counted after all of
 // them.
@@ -259,24 +251,15 @@ func (r *Redis) eval(ctx context.Context, id string, lim policy.Limit, want int6
 		qReq, qPer = lim.Quota.Requests, max(1, lim.Quota.Per.Milliseconds())
 	}
 	interval := float64(lim.Per) / lim.Rate / float64(time.Microsecond)
-	var res []int64
-	var err error
-	if r.batch != nil {
-		c := callPool.Get().(*call)
-		c.deadline = time.Now().Add(r.timeout)
-		r.fillKeys(&c.kbuf, id)
-		c.keys = c.kbuf[:]
-		c.args[0], c.args[1], c.args[2], c.args[3], c.args[4], c.args[5] = lim.Burst, interval, qReq, qPer, want, 1
-		var finished bool
-		res, finished, err = r.batch.run(ctx, c)
-		if finished {
-			c.ctx, c.keys, c.kbuf, c.res, c.err = nil, nil, [2]string{}, nil, nil
-			callPool.Put(c)
-		}
-	} else {
-		ctx, cancel := context.WithTimeout(ctx, r.timeout)
-		defer cancel()
-		res, err = gcra.Run(ctx, r.client, r.redisKeys(id), lim.Burst, interval, qReq, qPer, want, 1).Int64Slice()
+	c := callPool.Get().(*call)
+	c.deadline = time.Now().Add(r.timeout)
+	r.fillKeys(&c.kbuf, id)
+	c.keys = c.kbuf[:]
+	c.args[0], c.args[1], c.args[2], c.args[3], c.args[4], c.args[5] = lim.Burst, interval, qReq, qPer, want, 1
+	res, finished, err := r.batch.run(ctx, c)
+	if finished {
+		c.ctx, c.keys, c.kbuf, c.res, c.err = nil, nil, [2]string{}, nil, nil
+		callPool.Put(c)
 	}
 	if err != nil {
 		return Decision{}, 0, err
