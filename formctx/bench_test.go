@@ -126,3 +126,58 @@ func BenchmarkReadWhole(b *testing.B) {
 		})
 	}
 }
+
+// plainReader and plainWriter hide bytes.Reader's WriteTo and io.Discard's
+// ReadFrom, so io.Copy moves the bytes through its own 32 KiB buffer as it
+// does between a request body and an upstream connection.
+type plainReader struct{ r io.Reader }
+
+func (p plainReader) Read(b []byte) (int, error) { return p.r.Read(b) }
+
+type plainWriter struct{}
+
+func (plainWriter) Write(b []byte) (int, error) { return len(b), nil }
+
+// benchBody streams the bench/peers upload (context first, then a file of
+// size bytes) through Body the way the transport does, and the same bytes
+// through io.Copy alone as the baseline: what the check costs a byte is the
+// difference between the two in one run.
+func benchBody(b *testing.B, size int) {
+	for _, fill := range []struct {
+		name string
+		file []byte
+	}{{"text", textBytes(size)}, {"random", randomBytes(size, 4)}} {
+		head := "--" + curlBoundary + "\r\nContent-Disposition: form-data; name=\"contextId\"\r\n\r\n" + testCtx +
+			"\r\n--" + curlBoundary + "\r\nContent-Disposition: form-data; name=\"id\"\r\n\r\n" + testID +
+			"\r\n--" + curlBoundary + "\r\nContent-Disposition: form-data; name=\"files\"; filename=\"doc.pdf\"\r\nContent-Type: application/pdf\r\n\r\n"
+		body := append(append([]byte(head), fill.file...), "\r\n--"+curlBoundary+"--\r\n"...)
+		ct := "multipart/form-data; boundary=" + curlBoundary
+		b.Run(fill.name+"/io.Copy", func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(body)))
+			for b.Loop() {
+				if _, err := io.Copy(plainWriter{}, plainReader{bytes.NewReader(body)}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(fill.name+"/formctx", func(b *testing.B) {
+			cfg := Config{MaxBytes: 64 * mib, TempDir: b.TempDir()}
+			b.ReportAllocs()
+			b.SetBytes(int64(len(body)))
+			for b.Loop() {
+				fb, err := Read(plainReader{bytes.NewReader(body)}, ct, cfg)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := io.Copy(plainWriter{}, plainReader{fb}); err != nil {
+					b.Fatal(err)
+				}
+				fb.Close()
+			}
+		})
+	}
+}
+
+func BenchmarkBody1MiB(b *testing.B)  { benchBody(b, mib) }
+func BenchmarkBody20MiB(b *testing.B) { benchBody(b, 20*mib) }
