@@ -43,18 +43,19 @@ func sizes(o Options) []int {
 
 // rate is the open-loop arrival rate for a size: above 100 KiB, the bytes
 // a second of 1000 requests of 100 KiB (97 a second of 1 MiB, 4 of 20
-// MiB), which every target can take.
+// MiB), which every target can take; at most 200 in a smoke run.
 func rate(o Options, size int) int {
+	r := 1000
 	switch {
-	case o.Smoke:
-		return 200
 	case size <= 1<<10:
-		return 4000
-	case size <= 100<<10:
-		return 1000
-	default:
-		return max(1, int(1000*int64(100<<10)/int64(size)))
+		r = 4000
+	case size > 100<<10:
+		r = max(1, int(1000*int64(100<<10)/int64(size)))
 	}
+	if o.Smoke {
+		r = min(r, 200)
+	}
+	return r
 }
 
 // wrkTimeout is wrk's --timeout for a body of size bytes: wrk's default

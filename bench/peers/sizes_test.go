@@ -31,6 +31,9 @@ func TestLargeSizes(t *testing.T) {
 		if r := rate(Options{}, tc.size); r != tc.rate {
 			t.Errorf("%s: rate(%d) = %d, want %d", tc.description, tc.size, r, tc.rate)
 		}
+		if r := rate(Options{Smoke: true}, tc.size); r != min(tc.rate, 200) {
+			t.Errorf("%s: in a smoke run rate(%d) = %d, want %d", tc.description, tc.size, r, min(tc.rate, 200))
+		}
 		if d := wrkTimeout(tc.size); d != tc.wrkTimeout {
 			t.Errorf("%s: wrkTimeout(%d) = %s, want %s", tc.description, tc.size, d, tc.wrkTimeout)
 		}
