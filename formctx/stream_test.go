@@ -142,8 +142,8 @@ func TestFind(t *testing.T) {
 		alphabet := []byte(dash + "\r\nxyz")
 		for trial := range 300 {
 			n := r.IntN(3000)
-			if trial%7 == 0 {
-				n = 8<<10 + r.IntN(56<<10) // long enough for every stage on random data
+			if trial%25 == 0 {
+				n = 4<<10 + r.IntN(12<<10) // long enough for every stage on random data
 			}
 			data := make([]byte, n)
 			for i := range data {
