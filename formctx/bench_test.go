@@ -88,6 +88,7 @@ func BenchmarkFind(b *testing.B) {
 				p.init(bnd.b, tc.data, nil, 0, new([256]uint64))
 				p.end = len(tc.data)
 				b.SetBytes(int64(len(tc.data)))
+				defer reportCPU(b, len(tc.data))()
 				for b.Loop() {
 					if p.find(0) >= 0 {
 						b.Fatal("found a boundary")
