@@ -94,8 +94,8 @@ BENCH_CHURN_FLAGS ?=
 bench-churn: deps
 	$(GO) run ./bench/churn $(BENCH_CHURN_FLAGS)
 
-## profile: a CPU profile of keygate (local limiter) under wrk load, 256 B then 100 KiB
-##          bodies, written to bench/out/keygate-cpu.pprof, and its top entries
+## profile: a CPU profile of keygate (local limiter) under wrk load at each size
+##          (-sizes), written to bench/out/keygate-cpu.pprof, and its top entries
 PROFILE ?= bench/out/keygate-cpu.pprof
 profile: deps
 	@mkdir -p $(dir $(PROFILE))

@@ -73,9 +73,11 @@
 // ASCII letters only.
 //
 // Parts are not transfer-decoded: the body is forwarded as it came. After
-// the context part, the rest is scanned for the boundary in a 64 KiB window
-// (bytes.Index on the boundary's last 16 bytes, where boundaries differ)
-// and handed out in reads as large as the caller's buffer.
+// the context part, the rest is scanned for the boundary as it streams
+// (bytes.IndexByte on a byte of the boundary that is rare in the data, or
+// else a backward DAWG match on the boundary's last 64 bytes, which reads
+// a byte or two of every boundary's length of file data) and handed out in
+// reads as large as the caller's buffer.
 //
 // Body does its parsing in the goroutine that calls Read; the package starts
 // no goroutines, so nothing can leak when a Body is abandoned half-read.
@@ -232,9 +234,9 @@ const (
 
 // buffers is what a Body borrows from bufPool for its lifetime.
 type buffers struct {
-	win  [winSize]byte
-	val  [128]byte
-	skip [256]uint8
+	win   [winSize]byte
+	val   [128]byte
+	masks [256]uint64
 }
 
 var bufPool = sync.Pool{New: func() any { return new(buffers) }}
@@ -288,7 +290,7 @@ func Read(body io.Reader, contentType string, cfg Config) (*Body, error) {
 	}
 	b := &Body{}
 	b.bufs = bufPool.Get().(*buffers)
-	b.p.init(boundary, b.bufs.win[:], b.bufs.val[:0], cfg.MaxFieldBytes, &b.bufs.skip)
+	b.p.init(boundary, b.bufs.win[:], b.bufs.val[:0], cfg.MaxFieldBytes, &b.bufs.masks)
 	b.spool.init(cfg.MemoryBytes, cfg.TempDir)
 	b.src = source{r: body, max: cfg.MaxBytes}
 	if err := b.findContext(); err != nil {
@@ -453,7 +455,7 @@ func (b *Body) release() {
 // releaseStream drops the parser and returns the streaming buffers.
 func (b *Body) releaseStream() {
 	b.src.r = nil
-	b.p.win, b.p.val, b.p.skip = nil, nil, nil
+	b.p.win, b.p.val, b.p.masks = nil, nil, nil
 	b.p.pos, b.p.end, b.start = 0, 0, 0
 	if b.bufs != nil {
 		bufPool.Put(b.bufs)

@@ -150,7 +150,7 @@ func FuzzDisposition(f *testing.F) {
 	})
 }
 
-// FuzzFind checks the boundary search (rare byte, then Horspool, then
+// FuzzFind checks the boundary search (rare byte, then bndm, then
 // bytes.Index on the anchor) against bytes.Index for any boundary, data
 // and starting point.
 func FuzzFind(f *testing.F) {
@@ -162,7 +162,7 @@ func FuzzFind(f *testing.F) {
 			return
 		}
 		var p parser
-		p.init(boundary, data, nil, 0, new([256]uint8))
+		p.init(boundary, data, nil, 0, new([256]uint64))
 		p.end = len(data)
 		start := int(from) % (len(data) + 1)
 		want := bytes.Index(data[start:], p.dash)

@@ -21,15 +21,16 @@ var crlfcrlf = []byte("\r\n\r\n")
 // window, since they say whether a boundary starts a line. It does no I/O:
 // Body fills the window and calls parse.
 type parser struct {
-	dash      []byte      // "--" + boundary
-	anchor    []byte      // the tail of dash that findIndex searches for
-	skip      *[256]uint8 // Horspool shifts, in the pooled buffers
-	win       []byte
-	pos, end  int   // win[pos:end] is read but not parsed
-	base      int64 // offset of win[0] in the body
-	st        state
-	rare      uint8 // index in dash of the byte find looks for first
-	skipReady bool  // skip is filled for dash
+	dash       []byte       // "--" + boundary
+	anchor     []byte       // the tail of dash that findIndex searches for
+	tail       []byte       // the tail of dash that bndm searches for
+	masks      *[256]uint64 // bndm's bit masks, in the pooled buffers
+	win        []byte
+	pos, end   int   // win[pos:end] is read but not parsed
+	base       int64 // offset of win[0] in the body
+	st         state
+	rare       uint8 // index in dash of the byte find looks for first
+	masksReady bool  // masks are filled for tail
 
 	hscan    int    // how far past pos headers has looked for the blank line
 	isCtx    bool   // the current part is a context part
@@ -43,39 +44,41 @@ type parser struct {
 	dashBuf [2 + maxBoundaryLen]byte // dash's memory
 }
 
-func (p *parser) init(boundary string, win, val []byte, maxField int, skip *[256]uint8) {
+func (p *parser) init(boundary string, win, val []byte, maxField int, masks *[256]uint64) {
 	// In dashBuf: no allocation for a boundary formBoundary accepts.
 	p.dash = append(append(p.dashBuf[:0], "--"...), boundary...)
 	p.anchor = p.dash[len(p.dash)-min(len(p.dash), anchorLen):]
+	p.tail = p.dash[len(p.dash)-min(len(p.dash), 64):]
 	p.rare = uint8(rareByte(p.dash))
-	p.win, p.val, p.maxField, p.skip = win, val, maxField, skip
-	p.skipReady = false
+	p.win, p.val, p.maxField, p.masks = win, val, maxField, masks
+	p.masksReady = false
 }
 
-// buildSkip fills the Horspool shifts, the first time horspool needs them:
-// most bodies never get that far.
-func (p *parser) buildSkip() {
-	m := len(p.dash)
-	for i := range p.skip {
-		p.skip[i] = uint8(m)
+// buildMasks fills bndm's masks for tail, the first time bndm needs them:
+// most bodies never get that far. Bit len(tail)-1-i of masks[c] is set
+// where tail[i] is c.
+func (p *parser) buildMasks() {
+	clear(p.masks[:])
+	m := len(p.tail)
+	for i, c := range p.tail {
+		p.masks[c] |= 1 << (m - 1 - i)
 	}
-	for i, c := range p.dash[:m-1] {
-		p.skip[c] = uint8(m - 1 - i)
-	}
-	p.skipReady = true
+	p.masksReady = true
 }
 
-// anchorLen is how much of the end of "--boundary" find searches for.
+// anchorLen is how much of the end of "--boundary" findIndex searches for.
 // Boundaries start alike (curl's with 24 dashes) but end in their random
 // part, so searching for the end finds few false candidates.
 const anchorLen = 16
 
 // find returns the position of the first "--boundary" in win[from:end], or
 // -1. It first looks for the boundary's rarest-looking byte with
-// bytes.IndexByte (vectorised, much faster than stepping) and checks each
-// hit; where those hits come often, it goes on with Boyer-Moore-Horspool,
-// which in typical file data skips about len(dash) bytes per step, and
-// from there to findIndex where the data makes Horspool skip little.
+// bytes.IndexByte (vectorised: the fastest scan where that byte is rare
+// in the data, as a capital letter is in text) and checks each hit; where
+// those hits come often (any byte does, every 256 bytes or so, in
+// compressed or binary data), it goes on with bndm, which reads about two
+// bytes of every window of len(dash) in such data, and from there to
+// findIndex where the data makes bndm read much.
 func (p *parser) find(from int) int { return p.findIn(p.win[:p.end], from) }
 
 // findIn is find over s.
@@ -94,30 +97,61 @@ func (p *parser) findIn(s []byte, from int) int {
 			return start
 		}
 		// Every match starting at or before i-r is ruled out.
-		if hits++; hits >= 16 && (i-from)/hits < 128 {
-			return p.horspool(s, i-r+1)
+		if hits++; hits >= 8 && (i-from)/hits < rareGap {
+			return p.bndm(s, i-r+1)
 		}
 	}
 	return -1
 }
 
-// horspool is find by Boyer-Moore-Horspool, switching to findIndex where
-// the data makes it skip little.
-func (p *parser) horspool(s []byte, from int) int {
-	if !p.skipReady {
-		p.buildSkip()
+// rareGap is the mean distance between hits of the rare byte below which
+// find leaves bytes.IndexByte for bndm: a hit costs a call and a
+// comparison, and bndm covers a window of len(dash) with a read or two.
+const rareGap = 1024
+
+// bndm is find by Backward Nondeterministic DAWG Matching (Navarro and
+// Raffinot) for tail, the last 64 bytes of dash at most, checking the rest
+// of dash before a match of tail. It reads each window of len(tail) from
+// its end for as long as what it read occurs in tail, and then moves the
+// window past it: in data that shares few pairs of bytes with the
+// boundary, one or two reads a window. Where the data makes it read more
+// than a byte for every two it moves, it switches to findIndex.
+func (p *parser) bndm(s []byte, from int) int {
+	if !p.masksReady {
+		p.buildMasks()
 	}
-	m := len(p.dash)
-	last := p.dash[m-1]
-	steps := 0
-	for i := from + m - 1; i < len(s); {
-		c := s[i]
-		if c == last && bytes.Equal(s[i-m+1:i+1], p.dash) {
-			return i - m + 1
+	pat := p.tail
+	m := len(pat)
+	off := len(p.dash) - m
+	top := uint64(1) << (m - 1)
+	masks := p.masks
+	reads, moved := 0, 0 // of the windows that needed more than one read
+	for pos, end := from+off, len(s)-m; pos <= end; {
+		w := s[pos : pos+m]
+		d := masks[w[m-1]]
+		if d == 0 { // the byte at the window's end is not in tail
+			pos += m
+			continue
 		}
-		i += int(p.skip[c])
-		if steps++; steps >= 32 && (i-from)/steps < 8 {
-			return p.findIndex(s, i-m+1) // every alignment ending before i is ruled out
+		j, last := m, m
+		for d != 0 {
+			j--
+			if d&top != 0 {
+				if j > 0 {
+					last = j
+				} else if bytes.Equal(s[pos-off:pos], p.dash[:off]) {
+					return pos - off
+				} else {
+					break
+				}
+			}
+			d = d << 1 & masks[w[j-1]]
+		}
+		pos += last
+		reads += m - j + 1
+		moved += last
+		if reads >= 256 && moved < 2*reads {
+			return p.findIndex(s, pos-off) // every start before pos-off is ruled out
 		}
 	}
 	return -1

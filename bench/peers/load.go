@@ -37,19 +37,33 @@ func sizes(o Options) []int {
 	if o.Smoke {
 		return []int{256, 2 << 10}
 	}
-	return []int{256, 100 << 10}
+	// The documents this service receives are 100 KiB to tens of MiB.
+	return []int{256, 100 << 10, 1 << 20, 20 << 20}
 }
 
-// rate is the open-loop arrival rate for a size.
+// rate is the open-loop arrival rate for a size: above 100 KiB, the bytes
+// a second of 1000 requests of 100 KiB (97 a second of 1 MiB, 4 of 20
+// MiB), which every target can take; at most 200 in a smoke run.
 func rate(o Options, size int) int {
+	r := 1000
 	switch {
-	case o.Smoke:
-		return 200
 	case size <= 1<<10:
-		return 4000
-	default:
-		return 1000
+		r = 4000
+	case size > 100<<10:
+		r = max(1, int(1000*int64(100<<10)/int64(size)))
 	}
+	if o.Smoke {
+		r = min(r, 200)
+	}
+	return r
+}
+
+// wrkTimeout is wrk's --timeout for a body of size bytes: wrk's default
+// (2 s) below 1 MiB, and a second more for each MiB, so that an upload
+// of 20 MiB behind 31 others on the same target is not counted as a
+// socket error.
+func wrkTimeout(size int) time.Duration {
+	return 2*time.Second + time.Duration(size>>20)*time.Second
 }
 
 func sizeName(n int) string {
@@ -207,26 +221,26 @@ func (b *bench) wrkFor(ctx context.Context, t *target, size int, d time.Duration
 	if err != nil {
 		return closedResult{}, err
 	}
-	r, err := b.wrkRun(ctx, t, script, d)
+	r, err := b.wrkRun(ctx, t, script, size, d)
 	r.errors = r.non2xx + r.sockErrors
 	return r, err
 }
 
-// wrkRun runs wrk -t2 -c32 with script against t for d and reads t's CPU
-// time around it. It leaves errors to its caller: what counts as one
-// depends on what the script sends.
-func (b *bench) wrkRun(ctx context.Context, t *target, script string, d time.Duration) (closedResult, error) {
-	return b.wrkRunConns(ctx, t, script, d, 2, 32)
+// wrkRun runs wrk -t2 -c32 with script, whose body is size bytes, against
+// t for d and reads t's CPU time around it. It leaves errors to its
+// caller: what counts as one depends on what the script sends.
+func (b *bench) wrkRun(ctx context.Context, t *target, script string, size int, d time.Duration) (closedResult, error) {
+	return b.wrkRunConns(ctx, t, script, size, d, 2, 32)
 }
 
 // wrkRunConns is wrkRun with wrk's threads and connections.
-func (b *bench) wrkRunConns(ctx context.Context, t *target, script string, d time.Duration, threads, conns int) (closedResult, error) {
+func (b *bench) wrkRunConns(ctx context.Context, t *target, script string, size int, d time.Duration, threads, conns int) (closedResult, error) {
 	wrk := benchproc.LookPath("wrk")
 	if wrk == "" {
 		return closedResult{}, errNoWrk
 	}
 	secs := max(1, int(d/time.Second))
-	cmd := exec.CommandContext(ctx, wrk, fmt.Sprintf("-t%d", threads), fmt.Sprintf("-c%d", conns), fmt.Sprintf("-d%ds", secs), "-s", script, b.scheme()+t.addr+"/sync")
+	cmd := exec.CommandContext(ctx, wrk, fmt.Sprintf("-t%d", threads), fmt.Sprintf("-c%d", conns), fmt.Sprintf("-d%ds", secs), "--timeout", fmt.Sprintf("%ds", int(wrkTimeout(size)/time.Second)), "-s", script, b.scheme()+t.addr+"/sync")
 	before, redisBefore := benchproc.CPUTicks(t.root.Process.Pid), t.redisTicks()
 	total0, steal0 := benchproc.MachineTicks()
 	out, err := cmd.CombinedOutput()
@@ -441,7 +455,7 @@ func (b *bench) refusalLoop(ctx context.Context, t *target) (closedResult, int, 
 	if err != nil {
 		return closedResult{}, 0, err
 	}
-	r, err := b.wrkRun(ctx, t, script, b.o.Duration)
+	r, err := b.wrkRun(ctx, t, script, sizes(b.o)[0], b.o.Duration)
 	if err != nil {
 		return r, 0, err
 	}

@@ -61,7 +61,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.LargeMiB, "large-mib", 90, "size of each large upload, MiB")
 	fs.IntVar(&o.LargeN, "large-n", 8, "concurrent large uploads (0: none, and no large-uploads table)")
 	fs.IntVar(&o.LargeRounds, "large-rounds", 3, "large uploads per rep and mode, one after another in one process: time is the median of all, peak RSS and spool the largest (0: none)")
-	fs.StringVar(&o.Sizes, "sizes", "", "comma-separated body sizes in bytes (default 256,102400)")
+	fs.StringVar(&o.Sizes, "sizes", "", "comma-separated body sizes in bytes (default 256,102400,1048576,20971520)")
 	fs.StringVar(&o.BaseBin, "keygate-base", "", "another keygate binary (say, the last release) to run beside this one as targets keygate-base (local limiter) and keygate-base-redis")
 	fs.StringVar(&o.BaseRev, "keygate-base-rev", "", "instead of -keygate-base: a git revision of keygate's repository (origin/main, a tag, HEAD~1…) to build the base from (its tree from git archive; the work tree is left alone)")
 	fs.BoolVar(&o.SideBySide, "side-by-side", false, "also load each keygate target and its base (keygate-base, keygate-base-redis, keygate-base-bearer; without -keygate-base a second copy of this keygate; with bare or caddy among the targets, keygate against them too, and with bare-redis keygate-redis against it) at the same time, each under its own `wrk -t1 -c16` (with -tls: over https, then under its own `h2load -t1 -c16 -m10`), -reps rounds of -duration a size, and print each round's ratios and their medians: both see the same machine, so the drift between runs cancels out")

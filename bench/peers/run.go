@@ -739,7 +739,7 @@ func (b *bench) startRedis() (string, *exec.Cmd, error) {
 }
 
 // profile runs keygate (local limiter, or Redis with ProfileRedis) in a child of this binary with the
-// CPU profiler on, loads it with wrk at 256 B then 100 KiB, and stops it
+// CPU profiler on, loads it with wrk at each size (-sizes), and stops it
 // so that the profile is written.
 func (b *bench) profile(ctx context.Context, stdout io.Writer) error {
 	upAddr, err := benchproc.FreeAddr()

@@ -163,7 +163,7 @@ func (b *bench) sideRound(ctx context.Context, cur, base *target, size int, prot
 		}
 	}
 	return bothAtOnce(r, cur, base, func(i int, t *target) (closedResult, error) {
-		res, err := b.wrkRunConns(ctx, t, scripts[i], b.o.Duration, 1, 16)
+		res, err := b.wrkRunConns(ctx, t, scripts[i], size, b.o.Duration, 1, 16)
 		res.errors = res.non2xx + res.sockErrors
 		return res, err
 	})
