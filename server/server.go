@@ -264,14 +264,14 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (s *Server, err erro
 		return nil, err
 	}
 	gw, err := gateway.New(gateway.Config{
-		Upstreams:        cfg.Upstreams,
+		Upstreams:        gatewayUpstreams(cfg.Upstreams),
 		MaxBodyBytes:     cfg.Server.MaxBodyBytes,
 		SpoolMemoryBytes: cfg.Server.SpoolMemoryBytes,
 		SpoolDir:         cfg.Server.SpoolDir,
 		Limits:           cfg.RateLimit.Limits,
 		RateLimitStatus:  cfg.RateLimit.Status,
 		HSTS:             s.tls.HSTSHeader(),
-		Deprecation:      cfg.Auth.APIKeys.Deprecation,
+		Deprecation:      gatewayDeprecation(cfg.Auth.APIKeys.Deprecation),
 		BodyIdleTimeout:  cfg.Server.BodyIdleTimeout,
 		MinBodyRate:      cfg.Server.MinBodyRate,
 		MaxConcurrent:    cfg.RateLimit.MaxConcurrent,
