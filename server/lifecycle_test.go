@@ -36,20 +36,36 @@ import (
 // goroutines and connections: a hang check, not a timing bound.
 const leakDeadline = 20 * time.Second
 
-// TestCloseLeavesNothingBehind: a server built from a Redis-backed
+// TestStopLeavesNothingBehind: a server built from a Redis-backed
 // configuration (keystore, rate limiter, auth failure limit, usage, audit
 // log, token endpoint keys and admin API idempotency in Redis; TLS and
-// HTTP/2 on the API listener) serves requests, and after Close no
-// goroutine it started is left, Redis holds no connection of its, and the
-// upstream no connection from it.
-func TestCloseLeavesNothingBehind(t *testing.T) {
+// HTTP/2 on the API listener) serves requests, and after Close, or after
+// Shutdown, no goroutine it started is left, Redis holds no connection of
+// its, and the upstream no connection from it.
+func TestStopLeavesNothingBehind(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		stop func(*server.Server) error
+	}{
+		{"Close", (*server.Server).Close},
+		{"Shutdown", func(s *server.Server) error {
+			ctx, cancel := context.WithTimeout(context.Background(), leakDeadline)
+			defer cancel()
+			return s.Shutdown(ctx)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { stopLeavesNothingBehind(t, tc.stop) })
+	}
+}
+
+func stopLeavesNothingBehind(t *testing.T, stop func(*server.Server) error) {
 	rs := redistest.Start(t)
 	key := redisKey(t, rs)
 	up, upConns := connCountedUpstream(t)
 	base := goroutines()
 
 	srv, cfg := newRedisServer(t, rs, up.URL, "127.0.0.1:0")
-	t.Cleanup(func() { _ = srv.Close() }) // when the test fails before it closes
+	t.Cleanup(func() { _ = srv.Close() }) // when the test fails before it stops
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve() }()
 
@@ -82,13 +98,13 @@ func TestCloseLeavesNothingBehind(t *testing.T) {
 	}
 
 	start := time.Now()
-	if err := srv.Close(); err != nil {
-		t.Errorf("Close: %v", err)
+	if err := stop(srv); err != nil {
+		t.Errorf("stop: %v", err)
 	}
 	if err := <-served; err != nil {
-		t.Errorf("Serve after Close: %v", err)
+		t.Errorf("Serve after the stop: %v", err)
 	}
-	t.Logf("Close took %v", time.Since(start))
+	t.Logf("the stop took %v", time.Since(start))
 	client.CloseIdleConnections()
 
 	waitFor(t, "Redis connections closed", func() []string { return redisClients(t, rs) })
@@ -98,12 +114,16 @@ func TestCloseLeavesNothingBehind(t *testing.T) {
 	if _, closes := any((*gateway.Gateway)(nil)).(io.Closer); closes {
 		waitFor(t, "upstream connections closed", func() []string { return make([]string, upConns()) })
 	} else {
-		t.Logf("gateway.Gateway has no Close: %d upstream connections still open after Close", upConns())
+		t.Logf("gateway.Gateway has no Close: %d upstream connections still open after the stop", upConns())
 	}
 	up.Close()
 	waitFor(t, "goroutines ended", func() []string { return leftover(base) })
+	// A second stop, of either kind, does nothing.
+	if err := srv.Close(); err != nil {
+		t.Errorf("Close after the stop: %v", err)
+	}
 	if err := srv.Shutdown(context.Background()); err != nil {
-		t.Errorf("Shutdown after Close: %v", err)
+		t.Errorf("Shutdown after the stop: %v", err)
 	}
 }
 
