@@ -364,10 +364,14 @@ func (s *Server) openGateway(ctx context.Context, w *wiring) error {
 		return err
 	}
 	// The gateway's pooled upstream connections, once it can release
-	// them (gateway.Gateway.Close). Closed after the API listener has
-	// drained, so no request still uses one.
-	if c, ok := any(gw).(io.Closer); ok {
+	// them (gateway.Gateway.Close, which the upstream transport's rewrite
+	// brings; then this becomes s.onClose(gw.Close)). Closed after the
+	// API listener has drained, so no request still uses one.
+	switch c := any(gw).(type) {
+	case io.Closer:
 		s.onClose(c.Close)
+	case interface{ Close() }:
+		s.onClose(func() error { c.Close(); return nil })
 	}
 	w.gateway = gw
 	return nil
