@@ -213,6 +213,9 @@ func redisConfig(t *testing.T, rs *redistest.Server, upstream, adminAPI string) 
 	cfg.Upstreams.Registry.Targets = []string{upstream}
 	cfg.Redis.Addrs = []string{rs.Addr}
 	cfg.Keystore.Backend = "redis"
+	// The audit file sits beside it; the default is under the working
+	// directory.
+	cfg.Keystore.File = filepath.Join(dir, "keys.yaml")
 	cfg.RateLimit.Backend = "redis"
 	cfg.RateLimit.Limits = map[string]policy.Limit{
 		"live": {Rate: 1000, Per: time.Second, Burst: 1000},
