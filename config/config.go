@@ -39,15 +39,15 @@ import (
 // start from Default, which is what `keygate serve` runs with when no file
 // is given.
 type Config struct {
-	Server    ServerConfig            `yaml:"server"`
-	TLS       tlsconf.Config          `yaml:"tls"`
-	Upstreams gateway.UpstreamsConfig `yaml:"upstreams"`
-	Keystore  KeystoreConfig          `yaml:"keystore"`
-	Redis     redisconn.Config        `yaml:"redis"`
-	RateLimit ratelimit.Config        `yaml:"ratelimit"`
-	Auth      AuthConfig              `yaml:"auth"`
-	AdminAPI  adminapi.Config         `yaml:"admin_api"`
-	Log       LogConfig               `yaml:"log"`
+	Server    ServerConfig     `yaml:"server"`
+	TLS       tlsconf.Config   `yaml:"tls"`
+	Upstreams UpstreamsConfig  `yaml:"upstreams"`
+	Keystore  KeystoreConfig   `yaml:"keystore"`
+	Redis     redisconn.Config `yaml:"redis"`
+	RateLimit ratelimit.Config `yaml:"ratelimit"`
+	Auth      AuthConfig       `yaml:"auth"`
+	AdminAPI  adminapi.Config  `yaml:"admin_api"`
+	Log       LogConfig        `yaml:"log"`
 	// Audit is the audit log of changes to keys, consumers and admin
 	// tokens; see package audit and AuditConfig.
 	Audit audit.Config `yaml:"audit"`
@@ -173,7 +173,7 @@ type APIKeysConfig struct {
 	Products []string `yaml:"products"`
 	// Deprecation, when set, announces the end of API keys on every
 	// key-authenticated response.
-	Deprecation gateway.Deprecation `yaml:"deprecation"`
+	Deprecation DeprecationConfig `yaml:"deprecation"`
 }
 
 // LogConfig configures the zap logger.
@@ -201,9 +201,9 @@ func Default() Config {
 			MinBodyRate:       gateway.MinBodyRate{BytesPerSecond: 1 << 10, Grace: 10 * time.Second},
 		},
 		TLS: tlsconf.DefaultConfig(),
-		Upstreams: gateway.UpstreamsConfig{
-			Extraction: gateway.UpstreamConfig{Targets: []string{"http://127.0.0.1:9001"}, Timeout: 60 * time.Second, DialTimeout: 2 * time.Second, MaxIdleConnsPerHost: gateway.DefaultMaxIdleConnsPerHost},
-			Registry:   gateway.UpstreamConfig{Targets: []string{"http://127.0.0.1:9002"}, Timeout: 60 * time.Second, DialTimeout: 2 * time.Second, MaxIdleConnsPerHost: gateway.DefaultMaxIdleConnsPerHost},
+		Upstreams: UpstreamsConfig{
+			Extraction: UpstreamConfig{Targets: []string{"http://127.0.0.1:9001"}, Timeout: 60 * time.Second, DialTimeout: 2 * time.Second, MaxIdleConnsPerHost: gateway.DefaultMaxIdleConnsPerHost},
+			Registry:   UpstreamConfig{Targets: []string{"http://127.0.0.1:9002"}, Timeout: 60 * time.Second, DialTimeout: 2 * time.Second, MaxIdleConnsPerHost: gateway.DefaultMaxIdleConnsPerHost},
 		},
 		Keystore:  KeystoreConfig{Backend: "file", File: "./data/keys.yaml", ResyncInterval: 10 * time.Minute, WaitReplicas: 1, WaitTimeout: time.Second, OnDataLoss: OnDataLossServe},
 		Redis:     redisconn.DefaultConfig(),

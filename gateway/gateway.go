@@ -54,11 +54,11 @@ type Limiter interface {
 // guide). The zero value announces nothing.
 type Deprecation struct {
 	// Date is when API keys were deprecated.
-	Date time.Time `yaml:"date"`
+	Date time.Time
 	// Sunset is when API keys stop working.
-	Sunset time.Time `yaml:"sunset"`
+	Sunset time.Time
 	// Link points to the migration guide.
-	Link string `yaml:"link"`
+	Link string
 }
 
 // Config is what the request path needs to know. See config.example.yaml

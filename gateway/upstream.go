@@ -16,21 +16,21 @@ import (
 type UpstreamConfig struct {
 	// Targets are base URLs (scheme://host:port, no path) of equivalent
 	// instances, load-balanced round-robin. At least one.
-	Targets []string `yaml:"targets"`
+	Targets []string
 	// Timeout is how long to wait for the upstream's response headers once
 	// the request is sent; past it the client gets 504. Default 60s.
-	Timeout time.Duration `yaml:"timeout"`
+	Timeout time.Duration
 	// DialTimeout bounds connecting to a target. Default 2s.
-	DialTimeout time.Duration `yaml:"dial_timeout"`
+	DialTimeout time.Duration
 	// MaxIdleConnsPerHost is the keep-alive pool per target. Default
 	// DefaultMaxIdleConnsPerHost.
-	MaxIdleConnsPerHost int `yaml:"max_idle_conns_per_host"`
+	MaxIdleConnsPerHost int
 }
 
 // UpstreamsConfig names the two backends of the spec.
 type UpstreamsConfig struct {
-	Extraction UpstreamConfig `yaml:"extraction"`
-	Registry   UpstreamConfig `yaml:"registry"`
+	Extraction UpstreamConfig
+	Registry   UpstreamConfig
 }
 
 // withDefaults fills the zero fields.

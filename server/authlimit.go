@@ -1,10 +1,11 @@
 package server
 
 import (
+	"context"
+
 	"github.com/keygate/keygate/internal/fieldpath"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/keygate/keygate/gateway"
 	"github.com/keygate/keygate/ratelimit"
 )
 
@@ -12,7 +13,7 @@ import (
 // redis.key_prefix) when ratelimit.backend is redis, so every replica sees
 // every failure, else in memory; nil when it is disabled. Its counters are
 // registered as metrics.
-func (s *Server) openFailureLimit() (gateway.FailureLimiter, error) {
+func (s *Server) openFailureLimit(_ context.Context, w *wiring) error {
 	cfg := ratelimit.FailuresConfig{Limit: s.cfg.Auth.FailureLimit, Logger: s.log.Named("failure_limit")}
 	if s.cfg.RateLimit.Backend == ratelimit.BackendRedis {
 		rl := s.cfg.RateLimit
@@ -21,7 +22,7 @@ func (s *Server) openFailureLimit() (gateway.FailureLimiter, error) {
 	}
 	f, err := ratelimit.NewFailures(cfg)
 	if err != nil || f == nil {
-		return nil, fieldpath.Within("auth.failure_limit", err)
+		return fieldpath.Within("auth.failure_limit", err)
 	}
 	counter := func(name, help string, v func(ratelimit.FailureStats) uint64) {
 		s.registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
@@ -38,5 +39,6 @@ func (s *Server) openFailureLimit() (gateway.FailureLimiter, error) {
 			"Failed authentications counted locally because Redis was unavailable (auth.failure_limit fails open to a per-replica count).",
 			func(st ratelimit.FailureStats) uint64 { return st.Fallback })
 	}
-	return f, nil
+	w.failures = f
+	return nil
 }

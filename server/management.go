@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -18,7 +17,6 @@ import (
 	"github.com/keygate/keygate/adminapi"
 	"github.com/keygate/keygate/admintoken"
 	"github.com/keygate/keygate/audit"
-	"github.com/keygate/keygate/internal/clientip"
 	"github.com/keygate/keygate/keyops"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/portal"
@@ -85,7 +83,7 @@ func (s *Server) auditDeps(deps *Deps) error {
 		if err != nil {
 			return err
 		}
-		s.closers = append(s.closers, log.Close)
+		s.onClose(log.Close)
 		if deps.Auditor == nil {
 			deps.Auditor = log
 		}
@@ -141,9 +139,15 @@ func (s *Server) openOps(deps *Deps) (*keyops.Service, keyops.Store, error) {
 	return s.ops, store, err
 }
 
-// openAdminAPI builds the admin API over keyops on the keystore
-// backend's admin, and opens its listener.
-func (s *Server) openAdminAPI(deps Deps) error {
+// openAdminAPI builds the admin API, when enabled, over keyops on the
+// keystore backend's admin, and opens its listener.
+func (s *Server) openAdminAPI(_ context.Context, w *wiring) error {
+	if !s.cfg.AdminAPI.Enabled {
+		return nil
+	}
+	// The admin API's own choices (its token store, its usage reader)
+	// stay its own.
+	deps := w.deps
 	ops, store, err := s.openOps(&deps)
 	if err != nil {
 		return err
@@ -176,18 +180,22 @@ func (s *Server) openAdminAPI(deps Deps) error {
 	if deps.AdminTokens == nil && s.cfg.AdminAPI.ClientCAFile == "" {
 		s.log.Warn("admin_api is enabled but accepts no credential yet: no admin token store and no admin_api.client_ca_file")
 	}
-	if s.adminAPILn, err = net.Listen("tcp", s.cfg.AdminAPI.Listen); err != nil {
+	if s.adminAPILn, err = s.listen(s.cfg.AdminAPI.Listen); err != nil {
 		return fmt.Errorf("admin_api.listen: %w", err)
 	}
 	s.adminAPI = s.managementServer(s.obs.management(listenerAdminAPI, api.Handler()), tlsConfig)
 	return nil
 }
 
-// openPortal builds the self-service portal over the same keyops and
-// audit log as the admin API, and opens its listener: HTTPS with the
-// gateway's certificate, unless tls.mode is off (behind a TLS-terminating
-// load balancer).
-func (s *Server) openPortal(deps *Deps, trusted clientip.TrustedProxies) error {
+// openPortal builds the self-service portal, when enabled, over the same
+// keyops and audit log as the admin API, and opens its listener: HTTPS
+// with the gateway's certificate, unless tls.mode is off (behind a
+// TLS-terminating load balancer).
+func (s *Server) openPortal(_ context.Context, w *wiring) error {
+	if !s.cfg.Portal.Enabled {
+		return nil
+	}
+	deps, trusted := &w.deps, w.trusted
 	ops, _, err := s.openOps(deps)
 	if err != nil {
 		return err
@@ -216,7 +224,7 @@ func (s *Server) openPortal(deps *Deps, trusted clientip.TrustedProxies) error {
 	if s.portal, err = portal.New(s.cfg.Portal, pdeps); err != nil {
 		return fieldpath.Within("portal", err)
 	}
-	if s.portalLn, err = net.Listen("tcp", s.cfg.Portal.Listen); err != nil {
+	if s.portalLn, err = s.listen(s.cfg.Portal.Listen); err != nil {
 		return fmt.Errorf("portal.listen: %w", err)
 	}
 	s.portalSrv = s.managementServer(s.obs.management(listenerPortal, s.portal.Handler()), s.tls.TLSConfig())

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/keygate/keygate/config"
-	"github.com/keygate/keygate/gateway"
 	"github.com/keygate/keygate/internal/testsupport/oauth2test"
 	"github.com/keygate/keygate/policy"
 )
@@ -215,7 +214,7 @@ func TestAPIKeyDeprecationHeaders(t *testing.T) {
 	const link = "https://docs.example.com/oauth2-migration"
 	h := newHarness(t, setup{mod: func(c *config.Config) {
 		withOAuth(is)(c)
-		c.Auth.APIKeys.Deprecation = gateway.Deprecation{Date: date, Sunset: sunset, Link: link}
+		c.Auth.APIKeys.Deprecation = config.DeprecationConfig{Date: date, Sunset: sunset, Link: link}
 	}})
 
 	keyResp := h.sync(keyCred(h.LiveKey), ctxA)

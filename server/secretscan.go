@@ -46,7 +46,7 @@ func (s *Server) secretScanEndpoints(ctx context.Context, deps *Deps, getenv fun
 		if err != nil {
 			return nil, fieldpath.Within("secret_scanning.webhook", err)
 		}
-		s.closers = append(s.closers, wh.Close)
+		s.onClose(wh.Close)
 		cfg.Notifier = wh
 	}
 	h, err := secretscan.New(cfg)

@@ -13,17 +13,12 @@ import (
 	"log"
 	"net"
 	"net/http"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/keygate/keygate/internal/fieldpath"
-
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
@@ -32,17 +27,13 @@ import (
 	"github.com/keygate/keygate/config"
 	"github.com/keygate/keygate/framing"
 	"github.com/keygate/keygate/gateway"
-	"github.com/keygate/keygate/internal/clientip"
 	"github.com/keygate/keygate/keyops"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/oauth2"
 	"github.com/keygate/keygate/portal"
 	"github.com/keygate/keygate/ratelimit"
-	"github.com/keygate/keygate/redact"
-	"github.com/keygate/keygate/redisconn"
 	"github.com/keygate/keygate/tlsconf"
 	"github.com/keygate/keygate/tokenissuer"
-	"github.com/keygate/keygate/tracing"
 )
 
 // The pieces fit the interfaces their users declare.
@@ -90,7 +81,8 @@ type Deps struct {
 }
 
 // Server is a running keygate. Build it with New, run it with Serve, stop
-// it with Shutdown.
+// it with Shutdown (gracefully) or Close (at once); either releases every
+// component New built.
 type Server struct {
 	cfg      config.Config
 	log      *zap.Logger
@@ -103,7 +95,9 @@ type Server struct {
 	tls      *tlsconf.Manager
 	oauth    *oauth2.Authenticator
 	issuer   *tokenissuer.Issuer // nil unless auth.token_endpoint.enabled
-	closers  []func() error
+	// closers is the cleanup list: what New's steps built and must
+	// release, in the order built (see onClose).
+	closers []func() error
 
 	api, admin, plain *http.Server
 	// h2 serves the API listener's HTTP/2 connections; nil with tls.mode
@@ -146,193 +140,39 @@ type readyStore interface {
 // limiter and key store while Redis is away).
 type degradable interface{ Degraded() bool }
 
-// New builds every component and opens the listeners, so address errors
-// surface before Serve.
-func New(ctx context.Context, cfg config.Config, deps Deps) (s *Server, err error) {
-	if err := cfg.Validate(); err != nil {
+// New builds every component in order and opens the listeners, so that
+// address errors surface before Serve. When a step fails, what the steps
+// before it built is closed again.
+func New(ctx context.Context, cfg config.Config, deps Deps) (*Server, error) {
+	if err := preflight(cfg); err != nil {
 		return nil, err
 	}
-	// Checked here, not in config.Validate: a config is often validated on
-	// another machine than the one that runs it.
-	if d := cfg.Server.SpoolDir; d != "" {
-		if fi, err := os.Stat(d); err != nil || !fi.IsDir() {
-			return nil, fmt.Errorf("server.spool_dir: %q must be an existing directory", d)
-		}
-	}
-	s = &Server{cfg: cfg, log: deps.Logger, registry: prometheus.NewRegistry(), serveErr: make(chan error, 4)}
-	if s.log == nil {
-		s.log = zap.NewNop()
-	}
-	// Redact credentials from every line, whoever logs it (the access
-	// log, net/http's and ReverseProxy's error logs, TLS, certmagic). A
-	// no-op when the caller's logger already redacts.
-	s.log = s.log.WithOptions(zap.WrapCore(redact.Core))
-	built := s // the returns below set s to nil; close what was opened
-	defer func() {
-		if err != nil {
-			built.closeAll()
-		}
-	}()
-	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	s.metrics = gateway.NewMetrics(s.registry)
-	getenv := deps.Getenv
-	if getenv == nil {
-		getenv = os.Getenv
-	}
-	tp, err := tracing.New(ctx, cfg.Tracing, tracing.Deps{Getenv: getenv, Version: version(deps.Version)})
-	if err != nil {
-		return nil, fieldpath.Within("tracing", err)
-	}
-	s.obs = newObserver(s.registry, deps.Version, tp)
-	// Closed last (closers run backwards): the drained requests' spans
-	// are exported before Shutdown returns.
-	s.closers = append(s.closers, func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		return tp.Shutdown(ctx)
-	})
-
-	if cfg.Keystore.Backend == "redis" || cfg.RateLimit.Backend == "redis" || cfg.TLS.Storage == "redis" {
-		s.redis, err = redisconn.New(cfg.Redis, deps.Getenv)
-		if err != nil {
-			return nil, fieldpath.Within("redis", err)
-		}
-		s.closers = append(s.closers, s.redis.Close)
-	}
-
-	if err := s.openStore(); err != nil {
-		return nil, err
-	}
-	if err := s.openLimiter(); err != nil {
-		return nil, err
-	}
-	failures, err := s.openFailureLimit()
-	if err != nil {
-		return nil, err
-	}
-	trusted, err := clientip.ParseTrustedProxies("server.trusted_proxies", cfg.Server.TrustedProxies)
-	if err != nil {
-		return nil, err
-	}
-	if cfg.Auth.TokenEndpoint.Enabled {
-		// Signing-key rotations are audited.
-		if err := s.auditDeps(&deps); err != nil {
-			return nil, err
-		}
-	}
-	if err := s.openIssuer(ctx, failures, trusted, deps.Auditor); err != nil {
-		return nil, err
-	}
-	authn, err := s.openAuth(ctx)
-	if err != nil {
-		return nil, err
-	}
-
-	// Listen before building TLS: ACME answers its challenges on these
-	// listeners, so certmagic must know their ports.
-	sc := cfg.Server
-	if s.apiLn, err = net.Listen("tcp", sc.Listen); err != nil {
-		return nil, fmt.Errorf("server.listen: %w", err)
-	}
-	if s.adminLn, err = net.Listen("tcp", sc.AdminListen); err != nil {
-		return nil, fmt.Errorf("server.admin_listen: %w", err)
-	}
-	if sc.HTTPListen != "" {
-		if s.plainLn, err = net.Listen("tcp", sc.HTTPListen); err != nil {
-			return nil, fmt.Errorf("server.http_listen: %w", err)
-		}
-	}
-	s.tls, err = tlsconf.New(ctx, cfg.TLS, tlsconf.Deps{
-		Logger:      s.log.Named("tls"),
-		Redis:       s.redis,
-		RedisPrefix: cfg.Redis.KeyPrefix + "certmagic:",
-		TLSPort:     port(s.apiLn),
-		HTTPPort:    port(s.plainLn),
-	})
-	if err != nil {
-		return nil, fieldpath.Within("tls", err)
-	}
-	s.closers = append(s.closers, s.tls.Close)
-	registerCertExpiry(s.registry, s.tls.NotAfter)
-
-	ops, err := cfg.OperationTable()
-	if err != nil {
-		return nil, err
-	}
-	scanEPs, err := s.secretScanEndpoints(ctx, &deps, getenv)
-	if err != nil {
-		return nil, err
-	}
-	gw, err := gateway.New(gateway.Config{
-		Upstreams:        cfg.Upstreams,
-		MaxBodyBytes:     cfg.Server.MaxBodyBytes,
-		SpoolMemoryBytes: cfg.Server.SpoolMemoryBytes,
-		SpoolDir:         cfg.Server.SpoolDir,
-		Limits:           cfg.RateLimit.Limits,
-		RateLimitStatus:  cfg.RateLimit.Status,
-		HSTS:             s.tls.HSTSHeader(),
-		Deprecation:      cfg.Auth.APIKeys.Deprecation,
-		BodyIdleTimeout:  cfg.Server.BodyIdleTimeout,
-		MinBodyRate:      cfg.Server.MinBodyRate,
-		MaxConcurrent:    cfg.RateLimit.MaxConcurrent,
-		TrustedProxies:   trusted,
-		Operations:       ops,
-		Endpoints:        append(s.issuerEndpoints(), scanEPs...),
-		RateLimitHeaders: cfg.RateLimit.Headers,
-	}, gateway.Deps{Auth: authn, Limiter: s.limiter, Logger: s.log.Named("access"), AccessLog: deps.AccessLog, Metrics: s.metrics, Failures: failures, Usage: s.openUsage(), Tracer: tp.Tracer()})
-	if err != nil {
-		return nil, err
-	}
-
-	errLog := log.New(httpErrorLog{s.log.Named("http")}, "", 0)
-	s.errLog = errLog
-	refused := gateway.NewFramingCounter(s.registry)
-	s.api = &http.Server{
-		Handler:     s.obs.listener(listenerAPI, framing.Guard(gw, gateway.RefuseFraming(s.log.Named("access"), "api", refused))),
-		ConnContext: framing.ConnContext,
-		// framing.Guard must see every request of a connection.
-		DisableGeneralOptionsHandler: true,
-		TLSConfig:                    s.tls.TLSConfig(),
-		ReadHeaderTimeout:            sc.ReadHeaderTimeout,
-		ReadTimeout:                  sc.ReadTimeout,
-		WriteTimeout:                 sc.WriteTimeout,
-		IdleTimeout:                  sc.IdleTimeout,
-		MaxHeaderBytes:               sc.MaxHeaderBytes,
-		ErrorLog:                     errLog,
-	}
-	if s.api.TLSConfig != nil {
-		if s.h2, err = newH2Conns(s.api); err != nil {
-			return nil, fmt.Errorf("http2: %w", err)
-		}
-		s.resetFlood = resetFloods(s.registry, s.log.Named("http"))
-	}
-	s.admin = &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: sc.IdleTimeout, ErrorLog: errLog}
-	if s.plainLn != nil {
-		exposed := gateway.NewExposedCounter(s.registry)
-		for _, kind := range []string{"api_key", "authorization", "url", "client_secret"} {
-			exposed.WithLabelValues(kind) // at 0, so the first exposure is an increase
-		}
-		plain := &gateway.PlainHTTP{HTTPSPort: strconv.Itoa(port(s.apiLn)), Hosts: redirectHosts(cfg), TokenPath: s.tokenPath(), Auth: authn, Logger: s.log.Named("plain_http"), Exposed: exposed}
-		s.plain = &http.Server{
-			Handler: s.obs.listener(listenerPlainHTTP, framing.Guard(gateway.LogPlainAccess(s.log.Named("access"), s.tls.HTTPChallengeHandler(plain)),
-				gateway.RefuseFraming(s.log.Named("plain_http"), "plain_http", refused))),
-			ConnContext:                  framing.ConnContext,
-			DisableGeneralOptionsHandler: true,
-			ReadHeaderTimeout:            sc.ReadHeaderTimeout,
-			ReadTimeout:                  30 * time.Second,
-			IdleTimeout:                  sc.IdleTimeout,
-			MaxHeaderBytes:               sc.MaxHeaderBytes,
-			ErrorLog:                     errLog,
-		}
-	}
-	// The portal first: the admin API makes its sign-in links.
-	if cfg.Portal.Enabled {
-		if err := s.openPortal(&deps, trusted); err != nil {
-			return nil, err
-		}
-	}
-	if cfg.AdminAPI.Enabled {
-		if err := s.openAdminAPI(deps); err != nil {
+	s, w := newServer(cfg, deps)
+	for _, open := range []func(context.Context, *wiring) error{
+		s.parseTrustedProxies,
+		s.openTracing,
+		s.openRedis,
+		s.openStore,
+		s.openLimiter,
+		s.openFailureLimit,
+		s.openIssuer,
+		s.openAuth,
+		// Listen before building TLS: ACME answers its challenges on
+		// these listeners, so certmagic must know their ports.
+		s.openListeners,
+		s.openTLS,
+		s.openGateway,
+		s.openAPIServer,
+		s.openAdminServer,
+		s.openPlainServer,
+		// The portal before the admin API, which makes its sign-in links.
+		s.openPortal,
+		s.openAdminAPI,
+	} {
+		if err := open(ctx, w); err != nil {
+			if cerr := s.closeAll(); cerr != nil {
+				s.log.Warn("a component did not close cleanly", zap.Error(cerr))
+			}
 			return nil, err
 		}
 	}
@@ -340,127 +180,6 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (s *Server, err erro
 		s.log.Warn("tls.mode is off: the API listener serves plain HTTP; run it only behind a TLS-terminating load balancer")
 	}
 	return s, nil
-}
-
-func (s *Server) openStore() error {
-	onReload := registerKeystoreMetrics(s.registry)
-	limits, err := s.cfg.Resolver()
-	if err != nil {
-		return err
-	}
-	switch s.cfg.Keystore.Backend {
-	case "file":
-		fs, err := keystore.OpenFile(keystore.FileConfig{Path: s.cfg.Keystore.File, Logger: s.log.Named("keystore"), OnReload: onReload, Limits: limits})
-		if err != nil {
-			return fmt.Errorf("keystore.file: %w", err)
-		}
-		s.store = fs
-	case "redis":
-		s.ksEvents = newKeystoreEvents(s.registry)
-		rs, err := keystore.OpenRedis(keystore.RedisConfig{
-			Client:         s.redis,
-			Prefix:         s.cfg.Redis.KeyPrefix,
-			Logger:         s.log.Named("keystore"),
-			ResyncInterval: s.cfg.Keystore.ResyncInterval,
-			Timeout:        s.cfg.RateLimit.RedisTimeout,
-			OnReload:       onReload,
-			Limits:         limits,
-			FailClosed:     s.cfg.Keystore.OnDataLoss == config.OnDataLossFailClosed,
-			OnBlocked:      s.reinstatementBlocked,
-			OnLogGap:       s.ksEvents.logGaps.Inc,
-			OnDataLoss:     func(string) { s.ksEvents.dataLoss.Inc() },
-		})
-		if err != nil {
-			return err
-		}
-		registerDegraded(s.registry, "keygate_keystore_degraded", "1 while the Redis keystore cannot reach Redis, or Redis lost keystore data: cached keys work, unknown keys get 503.", rs)
-		s.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "keygate_keystore_data_loss",
-			Help: "1 while the Redis keystore runs on its last good set because Redis lost keystore data, until its repair completes.",
-		}, func() float64 {
-			if rs.DataLoss() != "" {
-				return 1
-			}
-			return 0
-		}))
-		s.store = rs
-	default:
-		return fmt.Errorf("keystore.backend: %q is not available", s.cfg.Keystore.Backend)
-	}
-	if l, ok := s.store.(interface{ Len() int }); ok {
-		registerKeyCount(s.registry, l)
-	}
-	s.closers = append(s.closers, s.store.Close)
-	return nil
-}
-
-// reinstatementBlocked counts, and audits once the audit log is open, a
-// re-read of Redis that would have reinstated a key this replica saw
-// ended (keystore.RedisConfig.OnBlocked).
-func (s *Server) reinstatementBlocked(r keystore.Record) {
-	s.ksEvents.blocked.Inc()
-	if a := s.storeAuditor.Load(); a != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		err := (*a).Audit(ctx, keyops.Event{Time: time.Now().UTC(), Actor: keyops.Actor{ID: "keygate:keystore"}, Action: "key.reinstatement_blocked",
-			Target: r.ID, Changes: map[string]string{"status": string(r.Status)}})
-		if err != nil {
-			s.log.Warn("keystore: a blocked reinstatement was not audited", zap.String("key_id", r.ID), zap.Error(err))
-		}
-	}
-}
-
-func (s *Server) openLimiter() error {
-	rc := s.cfg.RateLimit
-	if rc.Backend == ratelimit.BackendLocal {
-		s.limiter = rc.NewLocal(nil)
-		return nil
-	}
-	l, err := rc.NewRedis(ratelimit.RedisDeps{Client: s.redis, KeyPrefix: s.cfg.Redis.KeyPrefix, Logger: s.log.Named("ratelimit")})
-	if err != nil {
-		return fieldpath.Within("ratelimit", err)
-	}
-	s.limiter = newTimedLimiter(s.registry, l)
-	registerLimiterMetrics(s.registry, l)
-	return nil
-}
-
-func (s *Server) openAuth(ctx context.Context) (gateway.Authenticator, error) {
-	var opts []auth.Option
-	if s.cfg.Auth.APIKeys.Enabled {
-		keys, err := auth.NewAPIKeys(auth.APIKeysConfig{Store: s.store})
-		if err != nil {
-			return nil, err
-		}
-		opts = append(opts, auth.Option{Method: auth.MethodAPIKey, Credential: keys, Products: s.cfg.Auth.APIKeys.Products})
-	}
-	if s.cfg.Auth.OAuth2.Enabled {
-		ops, err := s.cfg.OperationTable()
-		if err != nil {
-			return nil, err
-		}
-		a, err := oauth2.New(ctx, s.cfg.Auth.OAuth2, oauth2.Deps{Logger: s.log.Named("oauth2"), Operations: ops})
-		if err != nil {
-			return nil, fieldpath.Within("auth.oauth2", err)
-		}
-		s.oauth = a
-		s.closers = append(s.closers, a.Close)
-		registerTokenCacheMetrics(s.registry, "external", a.CacheStats)
-	}
-	if s.oauth != nil || s.issuer != nil {
-		// One bearer credential for both issuers: a token goes to the
-		// issuer its iss names.
-		var local oauth2.LocalIssuer
-		if s.issuer != nil {
-			local = s.issuer
-		}
-		b, err := oauth2.NewBearer(local, s.oauth)
-		if err != nil {
-			return nil, err
-		}
-		opts = append(opts, auth.Option{Method: auth.MethodOAuth2, Credential: b})
-	}
-	return auth.NewChain(opts...)
 }
 
 // APIAddr is the API listener's address.
@@ -587,23 +306,42 @@ func (s *Server) Shutdown(ctx context.Context) error {
 				_ = srv.Close()
 			}
 		}
-		s.closeAll()
+		if cerr := s.closeAll(); cerr != nil {
+			s.log.Warn("a component did not close cleanly", zap.Error(cerr))
+		}
 		err = errors.Join(append(errs, h2err)...)
 		s.log.Info("stopped")
 	})
 	return err
 }
 
-func (s *Server) closeAll() {
-	for i := len(s.closers) - 1; i >= 0; i-- {
-		_ = s.closers[i]()
-	}
-	s.closers = nil
-	for _, ln := range []net.Listener{s.apiLn, s.adminLn, s.plainLn, s.adminAPILn, s.portalLn} {
-		if ln != nil {
-			_ = ln.Close()
+// Close stops the server at once: it closes every listener and
+// connection without waiting for in-flight requests, then every
+// component in the reverse order New built them, and returns what
+// failed to close. Shutdown is the graceful way. Only the first call of
+// Close or Shutdown does anything.
+func (s *Server) Close() error {
+	var err error
+	s.shutdownOnce.Do(func() {
+		s.draining.Store(true)
+		var errs []error
+		for _, srv := range []*http.Server{s.api, s.plain, s.adminAPI, s.portalSrv, s.admin} {
+			if srv != nil {
+				errs = append(errs, srv.Close())
+			}
 		}
-	}
+		if s.h2 != nil {
+			// With its context already ended, shutdown closes every
+			// HTTP/2 connection and waits for their handlers.
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			_ = s.h2.shutdown(ctx)
+		}
+		errs = append(errs, s.closeAll())
+		err = errors.Join(errs...)
+		s.log.Info("stopped")
+	})
+	return err
 }
 
 // Run serves until ctx ends, then shuts down within server.drain_timeout.

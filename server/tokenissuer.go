@@ -9,7 +9,6 @@ import (
 
 	"github.com/keygate/keygate/config"
 	"github.com/keygate/keygate/gateway"
-	"github.com/keygate/keygate/internal/clientip"
 	"github.com/keygate/keygate/internal/fieldpath"
 	"github.com/keygate/keygate/keyops"
 	"github.com/keygate/keygate/tokenissuer"
@@ -44,12 +43,17 @@ func (a RotationAuditor) SigningKeyRotated(ctx context.Context, kid, alg string,
 	_ = a.Auditor.Audit(ctx, keyops.Event{Time: time.Now().UTC(), Actor: a.Actor, Action: "token_key.rotate", Target: kid, Changes: changes})
 }
 
-// openIssuer starts auth.token_endpoint when enabled.
-func (s *Server) openIssuer(ctx context.Context, failures gateway.FailureLimiter, trusted clientip.TrustedProxies, auditor keyops.Auditor) error {
+// openIssuer starts auth.token_endpoint when enabled, with the audit log
+// its signing-key rotations are recorded in.
+func (s *Server) openIssuer(ctx context.Context, w *wiring) error {
 	tc := s.cfg.Auth.TokenEndpoint
 	if !tc.Enabled {
 		return nil
 	}
+	if err := s.auditDeps(&w.deps); err != nil {
+		return err
+	}
+	failures, trusted, auditor := w.failures, w.trusted, w.deps.Auditor
 	deps := tokenissuer.Deps{
 		Store:         TokenKeyStore(s.cfg, s.redis),
 		Keys:          s.store,
@@ -70,7 +74,7 @@ func (s *Server) openIssuer(ctx context.Context, failures gateway.FailureLimiter
 		return fieldpath.Within("auth.token_endpoint", err)
 	}
 	s.issuer = iss
-	s.closers = append(s.closers, iss.Close)
+	s.onClose(iss.Close)
 	registerTokenCacheMetrics(s.registry, "local", iss.CacheStats)
 	return nil
 }

@@ -94,6 +94,6 @@ func (s *Server) openUsage() *usage.Counters {
 		},
 	}
 	f.Start()
-	s.closers = append(s.closers, f.Close)
+	s.onClose(f.Close)
 	return counters
 }
