@@ -30,12 +30,5 @@ func remoteString(r *http.Request, client netip.Addr) string {
 	return client.String()
 }
 
-// remote is remoteString for st's request: the text rewrite formatted for
-// X-Forwarded-For when the request got that far, so the address is
-// formatted once.
-func (st *state) remote(r *http.Request) string {
-	if s := st.hv[hvForwardedFor]; s != "" {
-		return s
-	}
-	return remoteString(r, st.client)
-}
+// remote is remoteString for st's request.
+func (st *state) remote(r *http.Request) string { return remoteString(r, st.client) }

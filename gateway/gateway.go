@@ -258,10 +258,6 @@ type state struct {
 	small      *smallBuf // the whole /sync body, when readSmall read it
 	tiny       smallBuf  // small's memory when the body is tiny
 	rec        recorder  // the response as ServeHTTP wraps it
-	// hv backs the single values of the headers the gateway sets on the
-	// response and on the upstream request (hvTraceID…): one allocation
-	// with the state instead of one per header.
-	hv [hvCount]string
 
 	// path is the request path operations are matched on: the decoded
 	// path an upstream reads (normalisePath); fwdPath is the escaped path
@@ -269,34 +265,6 @@ type state struct {
 	path, fwdPath string
 	// oauthErrors: refusals are RFC 6749 §5.2 errors (Endpoint.OAuthErrors).
 	oauthErrors bool
-}
-
-// Slots of state.hv.
-const (
-	hvTraceID = iota
-	hvHSTS
-	hvRateLimit
-	hvRateRemaining
-	hvRateReset
-	hvRatePolicy
-	hvRateDraft
-	hvForwardedFor
-	hvForwardedHost
-	hvForwardedProto
-	hvKeyID
-	hvEnv
-	hvProduct
-	hvContext
-	hvTraceparent
-	hvCount
-)
-
-// value sets h[key] (key in canonical form) to the single value v, held in
-// the state's slot i. The slice has no spare capacity, so an append by
-// anyone else copies it rather than writing into the next slot.
-func (st *state) value(h http.Header, key string, i int, v string) {
-	st.hv[i] = v
-	h[key] = st.hv[i : i+1 : i+1]
 }
 
 type stateKey struct{}
@@ -313,9 +281,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	st.rec.ResponseWriter = w
 	rec := &st.rec
 	h := w.Header()
-	st.value(h, "X-Trace-Id", hvTraceID, st.trace.ID)
+	h["X-Trace-Id"] = []string{st.trace.ID}
 	if g.cfg.HSTS != "" && r.TLS != nil {
-		st.value(h, "Strict-Transport-Security", hvHSTS, g.cfg.HSTS)
+		h["Strict-Transport-Security"] = []string{g.cfg.HSTS}
 	}
 	defer g.finish(r, rec, st, start)
 	// The request path wraps r.Body. net/http, handed this same request,
@@ -458,7 +426,7 @@ func (g *Gateway) limit(w *recorder, r *http.Request, st *state, p *auth.Princip
 	if err != nil {
 		return g.backendFailed(w, r, st, refLimiterUnavailable, "rate limiter failed", err)
 	}
-	st.setRateHeaders(w.Header(), g.rateHeaders, lim, d)
+	setRateHeaders(w.Header(), g.rateHeaders, lim, d)
 	if !d.Allowed {
 		w.Header().Set("Retry-After", strconv.FormatInt(ceilSeconds(d.RetryAfter, 1), 10))
 		if d.Reason == ratelimit.ReasonQuota {

@@ -41,23 +41,24 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	// trusted-proxy rules give (Rewrite has already dropped the client's
 	// X-Forwarded-* headers).
 	if st.client.IsValid() {
-		st.value(h, "X-Forwarded-For", hvForwardedFor, st.client.String())
-		h["X-Real-Ip"] = h["X-Forwarded-For"]
+		client := st.client.String()
+		h["X-Forwarded-For"] = []string{client}
+		h["X-Real-Ip"] = []string{client}
 	}
-	st.value(h, "X-Forwarded-Host", hvForwardedHost, pr.In.Host)
+	h["X-Forwarded-Host"] = []string{pr.In.Host}
 	proto := "http"
 	if pr.In.TLS != nil {
 		proto = "https"
 	}
-	st.value(h, "X-Forwarded-Proto", hvForwardedProto, proto)
+	h["X-Forwarded-Proto"] = []string{proto}
 	p := st.principal
-	st.value(h, hdrKeyID, hvKeyID, p.ID)
-	st.value(h, hdrEnv, hvEnv, p.Env)
-	st.value(h, hdrProduct, hvProduct, st.route.product())
+	h[hdrKeyID] = []string{p.ID}
+	h[hdrEnv] = []string{p.Env}
+	h[hdrProduct] = []string{st.route.product()}
 	if p.Context != "" {
-		st.value(h, hdrContext, hvContext, p.Context)
+		h[hdrContext] = []string{p.Context}
 	}
-	st.value(h, "Traceparent", hvTraceparent, st.trace.header())
+	h["Traceparent"] = []string{st.trace.header()}
 	if st.small != nil {
 		// The body read whole by readSmall: a fresh in-memory reader for
 		// each attempt (GetBody serves retries), so the transport writes
