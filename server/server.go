@@ -9,7 +9,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"log"
 	"net"
 	"net/http"
@@ -61,10 +60,6 @@ var (
 // Deps are what a Server takes from its caller.
 type Deps struct {
 	Logger *zap.Logger
-	// AccessLog is the gateway's access lines' sink (gateway.Deps.AccessLog):
-	// the sink behind Logger's JSON lines, or nil to send them through
-	// Logger.
-	AccessLog io.Writer
 	// Getenv reads secrets named in the config (redis.password_env); nil
 	// means os.Getenv.
 	Getenv func(string) string
@@ -279,7 +274,7 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (s *Server, err erro
 		Operations:       ops,
 		Endpoints:        append(s.issuerEndpoints(), scanEPs...),
 		RateLimitHeaders: cfg.RateLimit.Headers,
-	}, gateway.Deps{Auth: authn, Limiter: s.limiter, Logger: s.log.Named("access"), AccessLog: deps.AccessLog, Metrics: s.metrics, Failures: failures, Usage: s.openUsage(), Tracer: tp.Tracer()})
+	}, gateway.Deps{Auth: authn, Limiter: s.limiter, Logger: s.log.Named("access"), Metrics: s.metrics, Failures: failures, Usage: s.openUsage(), Tracer: tp.Tracer()})
 	if err != nil {
 		return nil, err
 	}
