@@ -62,7 +62,7 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	if st.small != nil {
 		// The body read whole by readSmall: a fresh in-memory reader for
 		// each attempt (GetBody serves retries), so the transport writes
-		// headers and a tiny body in one write.
+		// headers and a small body together.
 		memBody(pr.Out, st.small)
 	}
 	st.upStart = time.Now()

@@ -52,7 +52,7 @@ func TestRoundTripLeavesTheRequestAlone(t *testing.T) {
 		}
 		req.ContentLength = 5
 		if c.small {
-			st.small = &smallBuf{b: []byte("hello")}
+			st.small = []byte("hello")
 		}
 		resp, err := upstreamTransport{}.RoundTrip(req)
 		if err != nil {
