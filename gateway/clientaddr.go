@@ -7,17 +7,6 @@ import (
 	"github.com/keygate/keygate/internal/clientip"
 )
 
-// ClientAddr is the address the gateway attributed r to, once r is inside
-// the gateway's request path (for example in a handler wrapped around the
-// proxy); outside it, the TCP peer. Config.TrustedProxies decides it (see
-// package clientip).
-func ClientAddr(r *http.Request) netip.Addr {
-	if st, ok := r.Context().Value(stateKey{}).(*state); ok {
-		return st.client
-	}
-	return peerAddr(r)
-}
-
 // peerAddr is the TCP peer of r; the zero Addr when RemoteAddr holds none.
 func peerAddr(r *http.Request) netip.Addr { return clientip.PeerAddr(r) }
 
