@@ -12,7 +12,6 @@ import (
 	"io"
 	"io/fs"
 	"net/http"
-	"net/http/httputil"
 	"net/netip"
 	"net/url"
 	"strconv"
@@ -20,8 +19,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/keygate/keygate/product"
 
 	oteltrace "go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
@@ -137,15 +134,11 @@ type Gateway struct {
 	metrics     *Metrics
 	usage       UsageRecorder
 	tracer      oteltrace.Tracer
-	extraction  *upstream
-	registry    *upstream
-	proxy       *httputil.ReverseProxy
+	proxy       *Proxy
 	depHeaders  [][2]string
 
 	failures       FailureLimiter
 	concurrency    *ratelimit.Concurrency
-	idleMsg        string
-	slowMsg        string
 	concurrencyMsg string
 	smallHeld      atomic.Int64 // bytes of /sync bodies held by readSmall
 	bodyLimits     bodyLimits
@@ -190,19 +183,16 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 	if g.ops = cfg.Operations; g.ops == nil {
 		g.ops = policy.BuiltinOperations()
 	}
-	g.bodyLimits = bodyLimits{timeout: cfg.BodyIdleTimeout, rate: cfg.MinBodyRate}
-	g.idleMsg, g.slowMsg, g.concurrencyMsg = idleMessage(cfg.BodyIdleTimeout), slowMessage(cfg.MinBodyRate), concurrencyMessage(cfg.MaxConcurrent)
+	g.bodyLimits = bodyLimits{timeout: cfg.BodyIdleTimeout, rate: cfg.MinBodyRate, idleMsg: idleMessage(cfg.BodyIdleTimeout), slowMsg: slowMessage(cfg.MinBodyRate)}
+	g.concurrencyMsg = concurrencyMessage(cfg.MaxConcurrent)
 	if g.log == nil {
 		g.log = zap.NewNop()
 	}
 	if g.metrics == nil {
 		g.metrics = NewMetrics(nil)
 	}
-	if g.extraction, err = newUpstream(product.Extraction, cfg.Upstreams.Extraction); err != nil {
-		return nil, fmt.Errorf("gateway: Config.Upstreams.Extraction: %w", err)
-	}
-	if g.registry, err = newUpstream(product.Registry, cfg.Upstreams.Registry); err != nil {
-		return nil, fmt.Errorf("gateway: Config.Upstreams.Registry: %w", err)
+	if g.proxy, err = newProxy(cfg.Upstreams, deps.Tracer, g.metrics, &g.bodyLimits, g.log); err != nil {
+		return nil, err
 	}
 	if d := cfg.Deprecation; !d.Date.IsZero() || !d.Sunset.IsZero() || d.Link != "" {
 		if !d.Date.IsZero() {
@@ -215,18 +205,11 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 			g.depHeaders = append(g.depHeaders, [2]string{"Link", "<" + d.Link + `>; rel="deprecation"; type="text/html"`})
 		}
 	}
-	g.proxy = &httputil.ReverseProxy{
-		Rewrite:        g.rewrite,
-		Transport:      upstreamTransport{tracer: deps.Tracer},
-		ModifyResponse: g.modifyResponse,
-		ErrorHandler:   g.proxyError,
-		BufferPool:     bufferPool{},
-		ErrorLog:       zap.NewStdLog(g.log.Named("proxy")),
-	}
 	return g, nil
 }
 
-// state is what one request carries through the proxy hooks and the log.
+// state is what one request carries through the request path, the proxy
+// and the log.
 type state struct {
 	trace      trace
 	client     netip.Addr // see clientip.TrustedProxies.ClientAddr
@@ -254,8 +237,6 @@ type state struct {
 	// oauthErrors: refusals are RFC 6749 §5.2 errors (Endpoint.OAuthErrors).
 	oauthErrors bool
 }
-
-type stateKey struct{}
 
 // ServeHTTP runs the request path: key, route and product, rate limit,
 // context binding, proxy. No body byte is read before the credentials are
@@ -413,7 +394,7 @@ func (g *Gateway) serve(w *recorder, r *http.Request, st *state) refusal {
 		})
 		if err != nil {
 			sp.end("body", nil)
-			return g.bodyRefusal(r, st, err)
+			return g.bodyLimits.refusal(r, st, err)
 		}
 		defer body.Close()
 		st.spilled = body.Spilled()
@@ -428,7 +409,7 @@ func (g *Gateway) serve(w *recorder, r *http.Request, st *state) refusal {
 		}
 		switch {
 		case err != nil:
-			return g.bodyRefusal(r, st, err)
+			return g.bodyLimits.refusal(r, st, err)
 		case ok:
 			st.small = buf
 			st.bytesIn.Store(int64(len(buf)))
@@ -441,8 +422,7 @@ func (g *Gateway) serve(w *recorder, r *http.Request, st *state) refusal {
 		// 413 rather than read on.
 		r.Body = &watchedBody{rc: http.MaxBytesReader(w.ResponseWriter, r.Body, g.cfg.MaxBodyBytes), st: st}
 	}
-	g.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), stateKey{}, st)))
-	return refusal{}
+	return g.proxy.forward(w, r, st)
 }
 
 // backendFailed is the refusal (kind, with Retry-After) of a request

@@ -126,9 +126,9 @@ func (g *Gateway) endServerSpan(r *http.Request, st *state, status int) {
 // upstream that span's context in traceparent (replacing the one rewrite
 // set), so the upstream's spans are its children. An unsampled request
 // keeps rewrite's traceparent: same trace id, not sampled.
-func tracedRoundTrip(tr oteltrace.Tracer, st *state, rt http.RoundTripper, req *http.Request) (*http.Response, error) {
+func tracedRoundTrip(tr oteltrace.Tracer, upstream string, rt http.RoundTripper, req *http.Request) (*http.Response, error) {
 	ctx, sp := tr.Start(req.Context(), SpanUpstream, oteltrace.WithSpanKind(oteltrace.SpanKindClient),
-		oteltrace.WithAttributes(AttrUpName.String(st.upstream.name),
+		oteltrace.WithAttributes(AttrUpName.String(upstream),
 			attribute.String("http.request.method", req.Method),
 			attribute.String("server.address", req.URL.Host)))
 	defer sp.End()
