@@ -17,10 +17,6 @@ import (
 // timings and, when Deps.Tracer is set, OpenTelemetry spans. With no
 // tracer every hook below is one nil check.
 
-// reasonUpstream is the access line's reason for a failed upstream round
-// trip (502, 504): an upstream failure, not a refusal.
-const reasonUpstream = "upstream"
-
 // millis is d in milliseconds, for the access line's *_ms fields.
 func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
