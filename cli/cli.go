@@ -131,16 +131,14 @@ func loadConfig(path string) (config.Config, error) {
 	return config.Load(path)
 }
 
-// newLogger returns the process logger, the sink of the gateway's access
-// lines (gateway.Deps.AccessLog; nil when the lines are not JSON or
-// info lines are not logged), and a function that flushes both for good
-// (see logbuf.go for what is buffered). With access not nil, the access
-// log's request lines go there instead of w (the demo's
+// newLogger returns the process logger and a function that flushes it
+// for good (see logbuf.go for what is buffered). With access not nil, the
+// access log's request lines go there instead of w (the demo's
 // data/access.log); its warnings still go to w.
-func newLogger(c config.LogConfig, w, access io.Writer) (*zap.Logger, io.Writer, func(), error) {
+func newLogger(c config.LogConfig, w, access io.Writer) (*zap.Logger, func(), error) {
 	lvl, err := zapcore.ParseLevel(c.Level)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	encCfg := logline.EncoderConfig()
 	var enc zapcore.Encoder
@@ -154,23 +152,14 @@ func newLogger(c config.LogConfig, w, access io.Writer) (*zap.Logger, io.Writer,
 	// buffered (see logbuf.go).
 	ws, stop := bufferedSink(w)
 	var inner zapcore.Core = flushCore{Core: zapcore.NewCore(enc, ws, lvl), ws: ws}
-	accessSink := ws
 	if access != nil {
 		aws, astop := bufferedSink(access)
 		inner = accessSplit{rest: inner, access: flushCore{Core: zapcore.NewCore(enc.Clone(), aws, lvl), ws: aws}}
 		stopRest := stop
 		stop = func() { stopRest(); astop() }
-		accessSink = aws
 	}
 	core := redact.Core(inner)
-	// The gateway appends its access lines by hand (logline), as the JSON
-	// core would encode them, and writes them to where that core would,
-	// unflushed as flushCore leaves them.
-	var accessLog io.Writer
-	if c.Format != "console" && lvl.Enabled(zapcore.InfoLevel) {
-		accessLog = accessSink
-	}
-	return zap.New(core, zap.ErrorOutput(zapcore.Lock(zapcore.AddSync(w)))), accessLog, stop, nil
+	return zap.New(core, zap.ErrorOutput(zapcore.Lock(zapcore.AddSync(w)))), stop, nil
 }
 
 // redisLogger adapts zap to go-redis's logging interface.
@@ -205,7 +194,7 @@ func run(cfg config.Config, stderr io.Writer) error { return runWith(cfg, stderr
 // (when not nil) and a change to the server's dependencies (the demo's
 // portal sign-in).
 func runWith(cfg config.Config, stderr, access io.Writer, mod func(*server.Deps)) error {
-	log, accessLog, stopLog, err := newLogger(cfg.Log, stderr, access)
+	log, stopLog, err := newLogger(cfg.Log, stderr, access)
 	if err != nil {
 		return err
 	}
@@ -221,7 +210,7 @@ func runWith(cfg config.Config, stderr, access io.Writer, mod func(*server.Deps)
 		return err
 	}
 	warnRemovedMemoryEnv(log)
-	deps := server.Deps{Logger: log, AccessLog: accessLog, Getenv: os.Getenv, Version: Version}
+	deps := server.Deps{Logger: log, Getenv: os.Getenv, Version: Version}
 	if mod != nil {
 		mod(&deps)
 	}

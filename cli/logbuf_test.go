@@ -36,7 +36,7 @@ func (l *lockedBuffer) String() string {
 // flushes the rest.
 func TestLoggerBuffersOnlyAccessLines(t *testing.T) {
 	var out lockedBuffer
-	log, _, stop, err := newLogger(config.LogConfig{Level: "info", Format: "json"}, &out, nil)
+	log, stop, err := newLogger(config.LogConfig{Level: "info", Format: "json"}, &out, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func TestLoggerOnAPipe(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	log, _, stop, err := newLogger(config.LogConfig{Level: "info", Format: "json"}, w, nil)
+	log, stop, err := newLogger(config.LogConfig{Level: "info", Format: "json"}, w, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func TestLoggerOnAPipe(t *testing.T) {
 // terminal; secrets are redacted in both.
 func TestLoggerSplitsAccessLines(t *testing.T) {
 	var term, file lockedBuffer
-	log, _, stop, err := newLogger(config.LogConfig{Level: "info", Format: "json"}, &term, &file)
+	log, stop, err := newLogger(config.LogConfig{Level: "info", Format: "json"}, &term, &file)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,57 +122,5 @@ func TestLoggerSplitsAccessLines(t *testing.T) {
 				t.Errorf("%s holds %q: %s", c.name, l, c.out)
 			}
 		}
-	}
-}
-
-// TestAccessLogSink: the gateway gets a sink for its hand-appended access
-// lines only when the log is JSON and logs info lines, and that sink is
-// where the logger's own access lines go: the terminal, or the access
-// file when there is one, flushed when the logger stops.
-func TestAccessLogSink(t *testing.T) {
-	for _, c := range []struct {
-		name, format, level string
-		file, sink          bool
-	}{
-		{"json", "json", "info", false, true},
-		{"json with an access file", "json", "info", true, true},
-		{"debug", "json", "debug", false, true},
-		{"console", "console", "info", false, false},
-		{"warn and above", "json", "warn", false, false},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			var term, file lockedBuffer
-			var access io.Writer
-			if c.file {
-				access = &file
-			}
-			log, sink, stop, err := newLogger(config.LogConfig{Level: c.level, Format: c.format}, &term, access)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if (sink != nil) != c.sink {
-				t.Fatalf("sink %v, want one: %v", sink, c.sink)
-			}
-			log.Named(accessLogger).Info("request", zap.String("n", "1"))
-			if sink != nil {
-				if _, err := io.WriteString(sink, "{\"msg\":\"request\",\"n\":\"2\"}\n"); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if term.String()+file.String() != "" {
-				t.Errorf("access lines written before a flush: %q %q", term.String(), file.String())
-			}
-			stop()
-			lines, other := term.String(), file.String()
-			if c.file {
-				lines, other = other, lines
-			}
-			if other != "" {
-				t.Errorf("access lines on the wrong writer: %q", other)
-			}
-			if c.sink && (!strings.Contains(lines, `"n":"1"`) || !strings.Contains(lines, `"n":"2"`)) {
-				t.Errorf("the logger's and the sink's access lines are not both there: %q", lines)
-			}
-		})
 	}
 }

@@ -21,7 +21,7 @@ func TestLoggerRedactsCredentials(t *testing.T) {
 	)
 	for _, format := range []string{"json", "console"} {
 		var buf bytes.Buffer
-		log, _, stop, err := newLogger(config.LogConfig{Level: "debug", Format: format}, &buf, nil)
+		log, stop, err := newLogger(config.LogConfig{Level: "debug", Format: format}, &buf, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

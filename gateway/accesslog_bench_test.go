@@ -22,24 +22,18 @@ func deployedLogger(w io.Writer) *zap.Logger {
 }
 
 // BenchmarkRequestPathLogged is BenchmarkRequestPathSizes with the access
-// line written to io.Discard as deployed (appended by hand: Deps.AccessLog)
-// and through the logger (JSON, redacting core), so that its cost shows in
-// the request path's.
+// line written to io.Discard as deployed (JSON, redacting core), so that
+// its cost shows in the request path's.
 func BenchmarkRequestPathLogged(b *testing.B) {
 	for _, c := range []struct {
 		name string
 		size int
 	}{{"256B", 256}, {"100KiB", 100 << 10}} {
-		for _, via := range []struct {
-			name string
-			sink io.Writer
-		}{{"hand", io.Discard}, {"zap", nil}} {
-			b.Run(c.name+"/"+via.name, func(b *testing.B) {
-				gw, key := benchGatewayWith(b, func(_ *gateway.Config, d *gateway.Deps) {
-					d.Logger, d.AccessLog = deployedLogger(io.Discard), via.sink
-				})
-				benchSyncFile(b, gw, key, c.size)
+		b.Run(c.name, func(b *testing.B) {
+			gw, key := benchGatewayWith(b, func(_ *gateway.Config, d *gateway.Deps) {
+				d.Logger = deployedLogger(io.Discard)
 			})
-		}
+			benchSyncFile(b, gw, key, c.size)
+		})
 	}
 }

@@ -367,10 +367,9 @@ func BenchmarkUpstreamTransport(b *testing.B) {
 				b.ReportAllocs()
 				b.SetBytes(int64(size))
 				for b.Loop() {
-					sb := &smallBuf{b: body}
 					req, _ := http.NewRequest(http.MethodPost, url, nil)
 					req.ContentLength = int64(size)
-					memBody(req, sb)
+					memBody(req, body)
 					resp, err := rt.rt.RoundTrip(req)
 					if err != nil {
 						b.Fatal(err)

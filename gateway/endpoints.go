@@ -70,7 +70,7 @@ func compileEndpoints(eps []Endpoint) (map[string]*localRoute, error) {
 			body = bodySmallForm
 		}
 		m[e.Path] = &localRoute{
-			spec:    routeSpec{name: routes[routeLocal].name, path: e.Path, methods: methods, allow: strings.Join(methods, ", "), auth: authNone, body: body},
+			spec:    routeSpec{name: routes[routeLocal].name, path: e.Path, methods: methods, allow: strings.Join(methods, ", "), body: body},
 			max:     e.MaxBodyBytes,
 			handler: e.Handler,
 			oauth:   e.OAuthErrors,

@@ -52,6 +52,8 @@ type idleBody struct {
 type bodyLimits struct {
 	timeout time.Duration
 	rate    MinBodyRate
+	// idleMsg and slowMsg are the 408 texts of a body cut for either.
+	idleMsg, slowMsg string
 }
 
 func (l *bodyLimits) on() bool { return l.timeout > 0 || l.rate.On() }
@@ -192,15 +194,15 @@ func (g *Gateway) watchBody(w http.ResponseWriter, r *http.Request, st *state) {
 // noBodyLimits are the limits of a body that cannot stall.
 var noBodyLimits bodyLimits
 
-// bodyRefusal is the refusal for a failure to read the request body: 408
+// refusal is the refusal for a failure to read the request body: 408
 // when the body was cut (an HTTP/1 connection is then closed; on HTTP/2
 // only the stream ends), else bodyError's.
-func (g *Gateway) bodyRefusal(r *http.Request, st *state, err error) refusal {
+func (l *bodyLimits) refusal(r *http.Request, st *state, err error) refusal {
 	switch st.idle.fired.Load() {
 	case cutIdle:
-		return refusal{kind: refBodyIdle, message: g.idleMsg}
+		return refusal{kind: refBodyIdle, message: l.idleMsg}
 	case cutSlow:
-		return refusal{kind: refBodySlow, message: g.slowMsg}
+		return refusal{kind: refBodySlow, message: l.slowMsg}
 	}
 	return bodyError(r.Context(), err)
 }

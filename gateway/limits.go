@@ -65,15 +65,3 @@ func countsAsFailure(v auth.Verdict) bool {
 	return (v.Status == 0 || v.Status == http.StatusUnauthorized) &&
 		v.Reason != auth.ReasonMissing && v.Reason != auth.ReasonDisabled
 }
-
-// acquire takes one of the credential's concurrent-request slots, or
-// refuses the request (the rate-limit status, 429 by default) when all of
-// them are in use. Every slot taken (no refusal) must be given back with
-// g.concurrency.Release.
-func (g *Gateway) acquire(w http.ResponseWriter, id string) refusal {
-	if g.concurrency.Acquire(id) {
-		return refusal{}
-	}
-	w.Header().Set("Retry-After", "1")
-	return refusal{kind: refConcurrency, message: g.concurrencyMsg}
-}

@@ -17,10 +17,6 @@ import (
 // timings and, when Deps.Tracer is set, OpenTelemetry spans. With no
 // tracer every hook below is one nil check.
 
-// reasonUpstream is the access line's reason for a failed upstream round
-// trip (502, 504): an upstream failure, not a refusal.
-const reasonUpstream = "upstream"
-
 // millis is d in milliseconds, for the access line's *_ms fields.
 func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
@@ -126,9 +122,9 @@ func (g *Gateway) endServerSpan(r *http.Request, st *state, status int) {
 // upstream that span's context in traceparent (replacing the one rewrite
 // set), so the upstream's spans are its children. An unsampled request
 // keeps rewrite's traceparent: same trace id, not sampled.
-func tracedRoundTrip(tr oteltrace.Tracer, st *state, rt http.RoundTripper, req *http.Request) (*http.Response, error) {
+func tracedRoundTrip(tr oteltrace.Tracer, upstream string, rt http.RoundTripper, req *http.Request) (*http.Response, error) {
 	ctx, sp := tr.Start(req.Context(), SpanUpstream, oteltrace.WithSpanKind(oteltrace.SpanKindClient),
-		oteltrace.WithAttributes(AttrUpName.String(st.upstream.name),
+		oteltrace.WithAttributes(AttrUpName.String(upstream),
 			attribute.String("http.request.method", req.Method),
 			attribute.String("server.address", req.URL.Host)))
 	defer sp.End()

@@ -1,12 +1,17 @@
 package gateway
 
 import (
+	"context"
+	"fmt"
 	"net/http"
 	"net/http/httputil"
 	"sync"
 	"time"
 
 	oteltrace "go.opentelemetry.io/otel/trace"
+	"go.uber.org/zap"
+
+	"github.com/keygate/keygate/product"
 )
 
 // identityHeaders are what the upstream learns about the caller.
@@ -17,23 +22,116 @@ const (
 	hdrProduct = "X-Keygate-Product"
 )
 
+// Proxy sends an admitted request to its upstream with
+// httputil.ReverseProxy. It owns the three things the request path
+// decides about the upstream exchange: which upstream and target, the
+// outbound headers (identity, forwarding, trace context, no credential),
+// and what a failed round trip answers. Build it with newProxy; it is
+// safe for concurrent use.
+//
+// Each upstream has a ReverseProxy of its own, whose Transport is that
+// upstream's, so the transport needs nothing of the request's state. The
+// state reaches Rewrite, the one hook that needs it, as one context value
+// of the outgoing request; the response's timing is read off the
+// recorder, and a failed round trip is handed back to serve through it,
+// which answers it like any other refusal.
+type Proxy struct {
+	extraction, registry proxyTo
+	metrics              *Metrics
+	body                 *bodyLimits // for the refusal of a body cut while streaming
+}
+
+// proxyTo is one upstream and its ReverseProxy.
+type proxyTo struct {
+	up *upstream
+	rp *httputil.ReverseProxy
+}
+
+// newProxy builds the two upstreams' proxies. Its errors name Config's
+// fields.
+func newProxy(c UpstreamsConfig, tracer oteltrace.Tracer, metrics *Metrics, body *bodyLimits, log *zap.Logger) (*Proxy, error) {
+	p := &Proxy{metrics: metrics, body: body}
+	for _, u := range []struct {
+		name  string
+		field string
+		cfg   UpstreamConfig
+		to    *proxyTo
+	}{
+		{product.Extraction, "Extraction", c.Extraction, &p.extraction},
+		{product.Registry, "Registry", c.Registry, &p.registry},
+	} {
+		up, err := newUpstream(u.name, u.cfg)
+		if err != nil {
+			return nil, fmt.Errorf("gateway: Config.Upstreams.%s: %w", u.field, err)
+		}
+		var rt http.RoundTripper = up.transport
+		if tracer != nil {
+			rt = tracedTransport{tracer: tracer, name: up.name, next: up.transport}
+		}
+		u.to.up = up
+		u.to.rp = &httputil.ReverseProxy{
+			Rewrite:        p.rewrite,
+			Transport:      rt,
+			ModifyResponse: modifyResponse,
+			ErrorHandler:   proxyError,
+			BufferPool:     bufferPool{},
+			ErrorLog:       zap.NewStdLog(log.Named("proxy")),
+		}
+	}
+	return p, nil
+}
+
+type stateKey struct{}
+
+// forward proxies r, admitted as st, to its route's upstream and returns
+// the refusal of a failed round trip (none when the upstream answered).
+func (p *Proxy) forward(w *recorder, r *http.Request, st *state) refusal {
+	to := &p.extraction
+	if st.route == routeRegistry {
+		to = &p.registry
+	}
+	st.upstream = to.up
+	to.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), stateKey{}, st)))
+	if w.proxyErr == nil {
+		if !w.headerAt.IsZero() {
+			st.upLatency = w.headerAt.Sub(st.upStart)
+			p.metrics.upstreamLatency(st.upstream).Observe(st.upLatency.Seconds())
+		}
+		return refusal{}
+	}
+	if st.upStart.IsZero() {
+		st.upStart = time.Now()
+	}
+	st.upLatency = time.Since(st.upStart)
+	return p.failed(r, st, w.proxyErr)
+}
+
+// failed maps a failed round trip to its refusal. A check that failed
+// while the body streamed (conflicting context, truncated multipart, size
+// cap) or a body that was cut is reported as that refusal; anything else
+// is 502 or 504 (upstreamRefusal).
+func (p *Proxy) failed(r *http.Request, st *state, err error) refusal {
+	if be := st.bodyErr.Load(); be != nil || st.idle.fired.Load() != cutNone {
+		if be != nil {
+			err = *be
+		}
+		return p.body.refusal(r, st, err)
+	}
+	return upstreamRefusal(r.Context(), err)
+}
+
 // rewrite builds the outbound request: target chosen round-robin, fresh
 // X-Forwarded-* headers (Rewrite has already dropped the client's), no
 // credential, and the gateway's identity headers in place of anything the
 // client sent under X-Keygate-*.
-func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
+func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	st := pr.In.Context().Value(stateKey{}).(*state)
-	up := g.extraction
-	if st.route == routeRegistry {
-		up = g.registry
-	}
-	st.upstream = up
 	if st.fwdPath != "" {
 		// The normal form the operation was matched on (normalisePath);
 		// SetURL joins the target's path with this escaped one.
 		pr.Out.URL.Path, pr.Out.URL.RawPath = st.path, st.fwdPath
 	}
-	pr.SetURL(up.pick().url)
+	pr.SetURL(st.upstream.pick().url)
 	h := pr.Out.Header
 	scrubOutbound(h)
 	pr.Out.Trailer = nil // client trailers never reach the upstream
@@ -41,51 +139,51 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	// trusted-proxy rules give (Rewrite has already dropped the client's
 	// X-Forwarded-* headers).
 	if st.client.IsValid() {
-		st.value(h, "X-Forwarded-For", hvForwardedFor, st.client.String())
-		h["X-Real-Ip"] = h["X-Forwarded-For"]
+		client := st.client.String()
+		h["X-Forwarded-For"] = []string{client}
+		h["X-Real-Ip"] = []string{client}
 	}
-	st.value(h, "X-Forwarded-Host", hvForwardedHost, pr.In.Host)
+	h["X-Forwarded-Host"] = []string{pr.In.Host}
 	proto := "http"
 	if pr.In.TLS != nil {
 		proto = "https"
 	}
-	st.value(h, "X-Forwarded-Proto", hvForwardedProto, proto)
-	p := st.principal
-	st.value(h, hdrKeyID, hvKeyID, p.ID)
-	st.value(h, hdrEnv, hvEnv, p.Env)
-	st.value(h, hdrProduct, hvProduct, st.route.product())
-	if p.Context != "" {
-		st.value(h, hdrContext, hvContext, p.Context)
+	h["X-Forwarded-Proto"] = []string{proto}
+	id := st.principal
+	h[hdrKeyID] = []string{id.ID}
+	h[hdrEnv] = []string{id.Env}
+	h[hdrProduct] = []string{st.route.product()}
+	if id.Context != "" {
+		h[hdrContext] = []string{id.Context}
 	}
-	st.value(h, "Traceparent", hvTraceparent, st.trace.header())
+	h["Traceparent"] = []string{st.trace.header()}
 	if st.small != nil {
 		// The body read whole by readSmall: a fresh in-memory reader for
 		// each attempt (GetBody serves retries), so the transport writes
-		// headers and a tiny body in one write.
+		// headers and a small body together.
 		memBody(pr.Out, st.small)
 	}
 	st.upStart = time.Now()
 }
 
-// upstreamTransport sends each request with the transport of the upstream
-// rewrite chose.
-// With a tracer, the round trip is the upstream span.
-type upstreamTransport struct{ tracer oteltrace.Tracer }
-
-func (t upstreamTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	st := req.Context().Value(stateKey{}).(*state)
-	if t.tracer != nil && oteltrace.SpanFromContext(req.Context()).IsRecording() {
-		return tracedRoundTrip(t.tracer, st, st.upstream.transport, req)
-	}
-	return st.upstream.transport.RoundTrip(req)
+// tracedTransport makes each round trip to the upstream name the
+// upstream span, when the request's server span is recorded.
+type tracedTransport struct {
+	tracer oteltrace.Tracer
+	name   string
+	next   http.RoundTripper
 }
 
-// modifyResponse records upstream latency and keeps the gateway's own
-// headers authoritative over the upstream's.
-func (g *Gateway) modifyResponse(resp *http.Response) error {
-	st := resp.Request.Context().Value(stateKey{}).(*state)
-	st.upLatency = time.Since(st.upStart)
-	g.metrics.upstreamLatency(st.upstream).Observe(st.upLatency.Seconds())
+func (t tracedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if !oteltrace.SpanFromContext(req.Context()).IsRecording() {
+		return t.next.RoundTrip(req)
+	}
+	return tracedRoundTrip(t.tracer, t.name, t.next, req)
+}
+
+// modifyResponse keeps the gateway's own headers authoritative over the
+// upstream's.
+func modifyResponse(resp *http.Response) error {
 	for _, k := range gatewayHeaders {
 		delete(resp.Header, k) // canonical, as net/http read them: Del would canonicalize each again
 	}
@@ -96,25 +194,10 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 // upstream's must not stand beside, in canonical form.
 var gatewayHeaders = [...]string{"X-Trace-Id", "Ratelimit-Limit", "Ratelimit-Remaining", "Ratelimit-Reset", "Ratelimit-Policy", "Ratelimit", "Strict-Transport-Security"}
 
-// proxyError answers a failed upstream round trip. A check that failed
-// while the body streamed (conflicting context, truncated multipart, size
-// cap) or a body that was cut is reported as that refusal; anything else
-// is 502 or 504.
-func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) {
-	st := r.Context().Value(stateKey{}).(*state)
-	if st.upStart.IsZero() {
-		st.upStart = time.Now()
-	}
-	st.upLatency = time.Since(st.upStart)
-	rec := w.(*recorder) // ServeHTTP hands the proxy its recorder
-	if be := st.bodyErr.Load(); be != nil || st.idle.fired.Load() != cutNone {
-		if be != nil {
-			err = *be
-		}
-		g.refuse(rec, r, st, g.bodyRefusal(r, st, err))
-		return
-	}
-	g.refuse(rec, r, st, upstreamRefusal(r.Context(), err))
+// proxyError hands a failed round trip back to forward, through the
+// recorder forward gave the ReverseProxy; forward answers it.
+func proxyError(w http.ResponseWriter, _ *http.Request, err error) {
+	w.(*recorder).proxyErr = err
 }
 
 // bufferPool lends ReverseProxy its copy buffers.

@@ -60,17 +60,17 @@ const (
 	policyQuota = `"quota"`
 )
 
-func (st *state) setRateHeaders(h http.Header, rh rateHeaders, lim policy.Limit, d ratelimit.Decision) {
+func setRateHeaders(h http.Header, rh rateHeaders, lim policy.Limit, d ratelimit.Decision) {
 	if rh.legacy {
-		st.setLegacyRateHeaders(h, d)
+		setLegacyRateHeaders(h, d)
 	}
 	if rh.draft {
-		st.setDraftRateHeaders(h, lim, d)
+		setDraftRateHeaders(h, lim, d)
 	}
 }
 
 // setDraftRateHeaders sets RateLimit-Policy and RateLimit.
-func (st *state) setDraftRateHeaders(h http.Header, lim policy.Limit, d ratelimit.Decision) {
+func setDraftRateHeaders(h http.Header, lim policy.Limit, d ratelimit.Decision) {
 	var buf [128]byte
 	b := append(buf[:0], policyRate+";q="...)
 	b = strconv.AppendInt(b, int64(lim.Burst), 10)
@@ -86,7 +86,7 @@ func (st *state) setDraftRateHeaders(h http.Header, lim policy.Limit, d ratelimi
 		b = append(b, ";w="...)
 		b = strconv.AppendInt(b, ceilSeconds(lim.Quota.Per, 1), 10)
 	}
-	st.value(h, "Ratelimit-Policy", hvRatePolicy, string(b))
+	h["Ratelimit-Policy"] = []string{string(b)}
 
 	b = buf[:0]
 	window := func(name string, w ratelimit.Window) {
@@ -107,28 +107,13 @@ func (st *state) setDraftRateHeaders(h http.Header, lim policy.Limit, d ratelimi
 		window(policyQuota, d.Quota)
 	}
 	if len(b) > 0 {
-		st.value(h, "Ratelimit", hvRateDraft, string(b))
+		h["Ratelimit"] = []string{string(b)}
 	}
 }
 
 // setLegacyRateHeaders sets RateLimit-Limit, -Remaining and -Reset.
-func (st *state) setLegacyRateHeaders(h http.Header, d ratelimit.Decision) {
-	limit, remaining, reset := d.Limit, max(d.Remaining, 0), ceilSeconds(d.Reset, 0)
-	small := func(n int64) bool { return 0 <= n && n < 100 } // strconv's own strings: no allocation
-	if small(limit) && small(remaining) && small(reset) {
-		st.value(h, "Ratelimit-Limit", hvRateLimit, strconv.FormatInt(limit, 10))
-		st.value(h, "Ratelimit-Remaining", hvRateRemaining, strconv.FormatInt(remaining, 10))
-		st.value(h, "Ratelimit-Reset", hvRateReset, strconv.FormatInt(reset, 10))
-		return
-	}
-	// One string for the three numbers instead of one each.
-	var buf [3 * 20]byte
-	b := strconv.AppendInt(buf[:0], limit, 10)
-	i := len(b)
-	b = strconv.AppendInt(b, remaining, 10)
-	j := len(b)
-	s := string(strconv.AppendInt(b, reset, 10))
-	st.value(h, "Ratelimit-Limit", hvRateLimit, s[:i])
-	st.value(h, "Ratelimit-Remaining", hvRateRemaining, s[i:j])
-	st.value(h, "Ratelimit-Reset", hvRateReset, s[j:])
+func setLegacyRateHeaders(h http.Header, d ratelimit.Decision) {
+	h["Ratelimit-Limit"] = []string{strconv.FormatInt(d.Limit, 10)}
+	h["Ratelimit-Remaining"] = []string{strconv.FormatInt(max(d.Remaining, 0), 10)}
+	h["Ratelimit-Reset"] = []string{strconv.FormatInt(ceilSeconds(d.Reset, 0), 10)}
 }

@@ -10,8 +10,7 @@ import (
 )
 
 // TestRateHeaders: the RateLimit-* values are the decision's numbers in
-// decimal (remaining never below 0, reset in whole seconds rounded up),
-// whether they share one string or not.
+// decimal (remaining never below 0, reset in whole seconds rounded up).
 func TestRateHeaders(t *testing.T) {
 	for _, d := range []ratelimit.Decision{
 		{},
@@ -22,9 +21,8 @@ func TestRateHeaders(t *testing.T) {
 		{Limit: 60, Remaining: -3, Reset: 3600 * time.Second},
 		{Limit: 1<<63 - 1, Remaining: 1<<63 - 1, Reset: 1<<63 - 1},
 	} {
-		st := &state{}
 		h := http.Header{}
-		st.setLegacyRateHeaders(h, d)
+		setLegacyRateHeaders(h, d)
 		want := map[string]string{
 			"Ratelimit-Limit":     strconv.FormatInt(d.Limit, 10),
 			"Ratelimit-Remaining": strconv.FormatInt(max(d.Remaining, 0), 10),

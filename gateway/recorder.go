@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"net/http"
+	"time"
 )
 
 // recorder remembers the status and size of a response for the access log
@@ -11,11 +12,17 @@ type recorder struct {
 	http.ResponseWriter
 	status int
 	bytes  int64
+	// headerAt is when the final header was written; for a proxied
+	// request, about when the upstream's came back.
+	headerAt time.Time
+	// proxyErr is the failed round trip of a proxied request
+	// (proxyError), answered by Proxy.forward.
+	proxyErr error
 }
 
 func (r *recorder) WriteHeader(code int) {
 	if r.status == 0 && code >= 200 {
-		r.status = code
+		r.status, r.headerAt = code, time.Now()
 	}
 	r.ResponseWriter.WriteHeader(code)
 }

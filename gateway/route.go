@@ -21,18 +21,6 @@ const (
 	routeLocal
 )
 
-// authMode says whether a route authenticates, and how.
-type authMode uint8
-
-const (
-	// authCredential: exactly one credential of the auth chain (API key
-	// or bearer token), before any body byte is read.
-	authCredential authMode = iota
-	// authNone: no credential; the route's handler does its own checks
-	// (the token endpoint authenticates its client itself).
-	authNone
-)
-
 // bodyMode says how a route's request body is handled.
 type bodyMode uint8
 
@@ -51,11 +39,14 @@ const (
 
 // routeSpec is one row of the route table.
 type routeSpec struct {
-	name    string // metric and log label
-	path    string // exact path; "/registry" also owns what is below it
+	name string // metric and log label
+	// path is the path the row owns, exactly as received (escaped form,
+	// byte for byte); with subtree it also owns every path below it
+	// (path + "/..."). A row with no path is matched otherwise.
+	path    string
+	subtree bool
 	methods []string
 	allow   string // methods as an Allow header; "" for every method
-	auth    authMode
 	product string
 	body    bodyMode
 }
@@ -74,13 +65,14 @@ func (s *routeSpec) allows(method string) bool {
 }
 
 // routes is the fixed part of the API listener's route table: the two
-// proxied routes. The rows keygate answers itself (routeLocal) come from
+// proxied routes, which take a credential before any body byte is read.
+// The rows keygate answers itself without one (routeLocal) come from
 // Config.Endpoints and are looked up by exact path (Gateway.local).
 var routes = [...]routeSpec{
 	routeNone:     {name: "other"},
-	routeSync:     {name: "sync", path: "/sync", methods: []string{http.MethodPost}, allow: http.MethodPost, auth: authCredential, product: product.Extraction, body: bodyStreamContext},
-	routeRegistry: {name: "registry", path: "/registry", auth: authCredential, product: product.Registry, body: bodyStream},
-	routeLocal:    {name: "local", auth: authNone, body: bodySmallForm},
+	routeSync:     {name: "sync", path: "/sync", methods: []string{http.MethodPost}, allow: http.MethodPost, product: product.Extraction, body: bodyStreamContext},
+	routeRegistry: {name: "registry", path: "/registry", subtree: true, product: product.Registry, body: bodyStream},
+	routeLocal:    {name: "local", body: bodySmallForm},
 }
 
 func (r route) spec() *routeSpec {
@@ -95,9 +87,10 @@ func (r route) String() string { return r.spec().name }
 // product is the product a route belongs to.
 func (r route) product() string { return r.spec().product }
 
-// match maps a request to a route by its path exactly as it arrived (the
-// escaped form, byte for byte). Only the exact path /sync is the
-// extraction endpoint; /registry and everything below it is the registry.
+// match maps a request to the row of routes that owns its path exactly as
+// it arrived (the escaped form, byte for byte). Only the exact path /sync
+// is the extraction endpoint; /registry and everything below it is the
+// registry.
 // Everything else, percent-encoded or other-case spellings of those
 // (/%73ync, /Sync, /registry%2fx) included, is no route. Below /registry
 // the path is then read as an upstream would read it (normalisePath):
@@ -105,11 +98,14 @@ func (r route) product() string { return r.spec().product }
 // and forwarded in its normal form.
 func match(u *url.URL) route {
 	p := u.EscapedPath()
-	if p == "/sync" {
-		return routeSync
-	}
-	if p == "/registry" || strings.HasPrefix(p, "/registry/") {
-		return routeRegistry
+	for i := range routes {
+		s := &routes[i]
+		if s.path == "" {
+			continue
+		}
+		if p == s.path || s.subtree && len(p) > len(s.path) && p[len(s.path)] == '/' && strings.HasPrefix(p, s.path) {
+			return route(i)
+		}
 	}
 	return routeNone
 }

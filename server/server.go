@@ -9,7 +9,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"log"
 	"net"
 	"net/http"
@@ -52,10 +51,6 @@ var (
 // Deps are what a Server takes from its caller.
 type Deps struct {
 	Logger *zap.Logger
-	// AccessLog is the gateway's access lines' sink (gateway.Deps.AccessLog):
-	// the sink behind Logger's JSON lines, or nil to send them through
-	// Logger.
-	AccessLog io.Writer
 	// Getenv reads secrets named in the config (redis.password_env); nil
 	// means os.Getenv.
 	Getenv func(string) string

@@ -357,7 +357,7 @@ func (s *Server) openGateway(ctx context.Context, w *wiring) error {
 		Endpoints:        append(s.issuerEndpoints(), scanEPs...),
 		RateLimitHeaders: cfg.RateLimit.Headers,
 	}, gateway.Deps{
-		Auth: w.authn, Limiter: s.limiter, Logger: s.log.Named("access"), AccessLog: w.deps.AccessLog,
+		Auth: w.authn, Limiter: s.limiter, Logger: s.log.Named("access"),
 		Metrics: s.metrics, Failures: w.failures, Usage: s.openUsage(), Tracer: w.tracer.Tracer(),
 	})
 	if err != nil {
