@@ -300,20 +300,13 @@ func (s *FileStore) scan(f *os.File, x *index) (*index, map[string]Consumer, err
 // CreatedAt, RevokedAt and ReplacedBy are left zero (FileAdmin reads
 // them). It never returns an error; the error is there for stores
 // that can fail.
-func (s *FileStore) Lookup(ctx context.Context, h Hash) (Record, bool, error) {
-	var r Record
-	ok, err := s.LookupInto(ctx, h, &r)
-	return r, ok, err
-}
-
-// LookupInto is Lookup into *r, which it leaves as it was when no record
-// has the hash: the request path's lookup, which copies the record once.
-func (s *FileStore) LookupInto(_ context.Context, h Hash, r *Record) (bool, error) {
+func (s *FileStore) Lookup(_ context.Context, h Hash) (Record, bool, error) {
 	x := s.snap.Load()
 	if x == nil {
-		return false, nil
+		return Record{}, false, nil
 	}
-	return x.getInto(h, r), nil
+	r, ok := x.get(h)
+	return r, ok, nil
 }
 
 // Len returns the number of records being served.

@@ -213,27 +213,19 @@ func OpenRedis(cfg RedisConfig) (*RedisStore, error) {
 // path reads; CreatedAt, RevokedAt and ReplacedBy are left zero (the
 // admin side reads them from Redis).
 func (s *RedisStore) Lookup(ctx context.Context, h Hash) (Record, bool, error) {
-	var r Record
-	ok, err := s.LookupInto(ctx, h, &r)
-	return r, ok, err
-}
-
-// LookupInto is Lookup into *r, which it leaves as it was when no record
-// has the hash: the request path's lookup, which copies the record once.
-func (s *RedisStore) LookupInto(ctx context.Context, h Hash, r *Record) (bool, error) {
 	if s.cfg.FailClosed && s.dataLoss.Load() != nil {
-		return false, fmt.Errorf("%w: Redis lost keystore data (keystore.on_data_loss: fail_closed)", ErrUnavailable)
+		return Record{}, false, fmt.Errorf("%w: Redis lost keystore data (keystore.on_data_loss: fail_closed)", ErrUnavailable)
 	}
-	if s.idx.getInto(h, r) {
-		return true, nil
+	if r, ok := s.idx.get(h); ok {
+		return r, true, nil
 	}
-	return s.lookupMiss(ctx, h, r)
+	return s.lookupMiss(ctx, h)
 }
 
 // lookupMiss looks up, in Redis, a hash the index does not hold.
-func (s *RedisStore) lookupMiss(ctx context.Context, h Hash, r *Record) (bool, error) {
+func (s *RedisStore) lookupMiss(ctx context.Context, h Hash) (Record, bool, error) {
 	if s.neg.Contains(h) {
-		return false, nil
+		return Record{}, false, nil
 	}
 	v, err, _ := s.sf.Do(h.String(), func() (any, error) {
 		rec, ok, err := s.fetch(h)
@@ -247,15 +239,14 @@ func (s *RedisStore) lookupMiss(ctx context.Context, h Hash, r *Record) (bool, e
 		return s.put(rec), nil
 	})
 	if err != nil {
-		return false, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return Record{}, false, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	if v == nil {
-		return false, nil
+		return Record{}, false, nil
 	}
 	// The record as the index serves it, so that this lookup gets what
 	// the next one, which the index answers, will.
-	s.idx.fill(r, h, v.(*entry))
-	return true, nil
+	return s.idx.record(h, v.(*entry)), true, nil
 }
 
 // put resolves rec's limits and stores it in the index, marked as seen
