@@ -113,7 +113,6 @@ type RedisStore struct {
 	breaker *redisconn.Breaker[string]
 	synced  atomic.Bool   // subscribed since the last error
 	loaded  atomic.Bool   // a full pass has completed
-	legacy  atomic.Bool   // the previous layout's hash existed at the last pass
 	gen     atomic.Uint32 // the current full pass
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -121,13 +120,6 @@ type RedisStore struct {
 	wake    chan struct{} // catch up with the log now
 	full    chan struct{} // re-read everything
 	pubsub  atomic.Pointer[redis.PubSub]
-
-	// legacyCons is legacy for the previous layout's hash of consumers:
-	// it may hold some (see redis_layout.go).
-	legacyCons atomic.Bool
-	// warnedLayout is set once the replica has logged that the consumers
-	// have not moved. Owned by syncLoop.
-	warnedLayout bool
 
 	// cursor is the id of the last log entry applied; "" before the
 	// first pass, "0-0" when the log was empty. Owned by syncLoop.
@@ -258,7 +250,7 @@ func (s *RedisStore) put(rec Record) *entry {
 		// The first pass has not read the consumers yet: read this one.
 		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.Timeout)
 		var err error
-		c, err = getConsumer(ctx, s.cfg.Client, s.keys, rec.Consumer, true)
+		c, err = getConsumer(ctx, s.cfg.Client, s.keys, rec.Consumer)
 		cancel()
 		ok = err == nil
 	}
@@ -276,14 +268,6 @@ func (s *RedisStore) fetch(h Hash) (Record, bool, error) {
 	v, err := s.breaker.Do(s.ctx, func(ctx context.Context) (string, error) {
 		ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 		defer cancel()
-		if s.legacy.Load() {
-			// Moved records are written to their bucket before they
-			// leave the old hash: read the old hash first.
-			v, err := s.cfg.Client.HGet(ctx, s.keys.legacyRecords, field).Result()
-			if !errors.Is(err, redis.Nil) {
-				return v, err
-			}
-		}
 		return s.cfg.Client.HGet(ctx, s.keys.recordsOf(h), field).Result()
 	})
 	if errors.Is(err, redis.Nil) {
@@ -346,20 +330,6 @@ func (s *RedisStore) fetchMany(hs []Hash) (failed []Hash, first error) {
 		}
 		for i, h := range page {
 			v, err := cmds[i].Result()
-			if errors.Is(err, redis.Nil) && s.legacy.Load() {
-				rec, ok, err := s.fetch(h)
-				if err != nil {
-					fail(h, err)
-					continue
-				}
-				s.neg.Remove(h)
-				if ok {
-					s.put(rec)
-				} else {
-					s.idx.del(h)
-				}
-				continue
-			}
 			switch {
 			case errors.Is(err, redis.Nil):
 				s.neg.Remove(h)
@@ -470,17 +440,9 @@ func (s *RedisStore) fullPass(poll <-chan time.Time) error {
 	ctx := s.ctx
 	pctx, cancel := context.WithTimeout(ctx, s.pageTimeout())
 	last, err := s.cfg.Client.XRevRangeN(pctx, s.keys.log, "+", "-", 1).Result()
-	// Which layouts the store holds: one round trip.
-	var exists [3]*redis.IntCmd // the old records' hash, the old consumers' hash, the marker
-	var epoch *redis.StringCmd
+	var epoch string
 	if err == nil {
-		_, err = s.cfg.Client.Pipelined(pctx, func(p redis.Pipeliner) error {
-			for i, k := range []string{s.keys.legacyRecords, s.keys.legacyConsumers, s.keys.layout} {
-				exists[i] = p.Exists(pctx, k)
-			}
-			epoch = p.Get(pctx, s.keys.epoch)
-			return nil
-		})
+		epoch, err = s.cfg.Client.Get(pctx, s.keys.epoch).Result()
 		if errors.Is(err, redis.Nil) {
 			err = nil
 		}
@@ -489,7 +451,7 @@ func (s *RedisStore) fullPass(poll <-chan time.Time) error {
 		// Before any write of this pass: a Redis that came back empty
 		// and refuses writes (out of memory, read-only) is still found
 		// to have lost its data.
-		err = s.checkEpoch(pctx, epoch.Val())
+		err = s.checkEpoch(pctx, epoch)
 	}
 	if err == nil && len(last) == 0 {
 		// An empty log has no entry to hold the position: start one.
@@ -505,21 +467,7 @@ func (s *RedisStore) fullPass(poll <-chan time.Time) error {
 		return fmt.Errorf("keystore: %w", err)
 	}
 	from := last[0].ID
-	legacy, oldCons, marked := exists[0].Val() > 0, exists[1].Val() > 0, exists[2].Val() > 0
-	if legacy {
-		s.legacy.Store(true)
-	}
-	// Until the marker is set, an admin may write the one hash of
-	// consumers at any moment, even where it held none at the start.
-	legacyCons := oldCons || !marked
-	if legacyCons {
-		s.legacyCons.Store(true)
-	}
-	if oldCons && !marked && !s.warnedLayout {
-		s.warnedLayout = true
-		s.log.Warn("keystore: this store keeps its consumers in the previous layout's one hash (one Redis Cluster slot); once every replica runs this build, run `keygate keys migrate` to spread them over 256 buckets")
-	}
-	cons, err := s.readConsumers(ctx, legacyCons)
+	cons, err := s.readConsumers(ctx)
 	if err != nil {
 		return err
 	}
@@ -531,12 +479,9 @@ func (s *RedisStore) fullPass(poll <-chan time.Time) error {
 		s.reserve(ctx)
 	}
 	gen := s.gen.Add(1)
-	buckets := make(chan string, redisBuckets+1)
+	buckets := make(chan string, redisBuckets)
 	for _, b := range s.keys.records {
 		buckets <- b
-	}
-	if legacy {
-		buckets <- s.keys.legacyRecords
 	}
 	close(buckets)
 	const workers = 8 // pages are round-trip bound: keep several in flight
@@ -589,12 +534,6 @@ func (s *RedisStore) fullPass(poll <-chan time.Time) error {
 	removed := s.idx.sweep(gen)
 	clear(s.pending) // the pass read them
 	s.cursor = from
-	if !legacy {
-		s.legacy.Store(false)
-	}
-	if !legacyCons {
-		s.legacyCons.Store(false)
-	}
 	n := s.idx.len()
 	first := !s.loaded.Swap(true)
 	s.neg.Purge()
