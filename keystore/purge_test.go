@@ -19,7 +19,7 @@ import (
 
 // purger is what both admins offer for purges.
 type purger interface {
-	keystore.Admin
+	adminStore
 	Purge(ctx context.Context, q keystore.PurgeQuery, each func([]keystore.Record) error) (more bool, err error)
 }
 

@@ -16,7 +16,7 @@ import (
 )
 
 // issueMany issues n keys through admin and returns them.
-func issueMany(t *testing.T, admin keystore.Admin, n int) []string {
+func issueMany(t *testing.T, admin adminStore, n int) []string {
 	t.Helper()
 	keys := make([]string, n)
 	for i := range keys {
