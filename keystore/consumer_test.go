@@ -49,7 +49,7 @@ func TestConsumersOnEveryBackend(t *testing.T) {
 		"file": func(t *testing.T) (adminStore, func() lookupStore) {
 			path := filepath.Join(t.TempDir(), "keys.yaml")
 			return &keystore.FileAdmin{Path: path}, func() lookupStore {
-				s, err := keystore.OpenFile(keystore.FileConfig{Path: path, PollInterval: 100 * time.Millisecond, Limits: limits})
+				s, err := keystore.OpenFile(keystore.FileConfig{Path: path, Limits: limits})
 				if err != nil {
 					t.Fatal(err)
 				}

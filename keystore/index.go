@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sys/cpu"
+
 	"github.com/keygate/keygate/policy"
 )
 
@@ -45,7 +47,10 @@ type index struct {
 type indexShard struct {
 	mu sync.RWMutex
 	m  map[Hash]*entry
-	_  [40]byte // keep shards' locks on separate cache lines
+	// Every lookup's RLock writes mu: a shard's mu and the next shard's
+	// are a pad apart, so lookups on neighbouring shards do not share a
+	// cache line.
+	_ cpu.CacheLinePad
 }
 
 // entry is the compact form of a Record: what the request path reads.

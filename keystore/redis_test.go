@@ -277,7 +277,7 @@ func TestLookupAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fstore, err := keystore.OpenFile(keystore.FileConfig{Path: path, NoWatch: true})
+	fstore, err := keystore.OpenFile(keystore.FileConfig{Path: path})
 	if err != nil {
 		t.Fatal(err)
 	}
