@@ -86,8 +86,7 @@ func (a *APIKeys) Authenticate(r *http.Request) (Verdict, error) {
 		return Refuse(ReasonMalformed, msgInvalid), nil
 	}
 	h := keystore.HashKey(key)
-	var rec keystore.Record
-	ok, err := a.lookup(r.Context(), h, &rec)
+	rec, ok, err := a.store.Lookup(r.Context(), h)
 	if err != nil {
 		return Verdict{}, err
 	}
@@ -119,30 +118,4 @@ func (a *APIKeys) Authenticate(r *http.Request) (Verdict, error) {
 		p.Products = productsRegistry
 	}
 	return Verdict{OK: true, Principal: p}, nil
-}
-
-// lookup fills *rec with the record of h, if there is one. The key
-// stores fill it in place (LookupInto): the record (328 bytes) is then
-// copied once, not in every frame between the store's index and
-// Authenticate, so a request's goroutine needs less stack (over HTTP/2
-// each request has a new one, which grew its stack, copying it, in this
-// lookup). They are called on their own types: through an interface,
-// rec would escape to the heap, an allocation a request.
-func (a *APIKeys) lookup(ctx context.Context, h keystore.Hash, rec *keystore.Record) (bool, error) {
-	switch s := a.store.(type) {
-	case *keystore.FileStore:
-		return s.LookupInto(ctx, h, rec)
-	case *keystore.RedisStore:
-		return s.LookupInto(ctx, h, rec)
-	}
-	return lookupCopy(ctx, a.store, h, rec)
-}
-
-// lookupCopy is lookup through any other KeyLookup.
-func lookupCopy(ctx context.Context, s KeyLookup, h keystore.Hash, rec *keystore.Record) (bool, error) {
-	r, ok, err := s.Lookup(ctx, h)
-	if ok {
-		*rec = r
-	}
-	return ok, err
 }

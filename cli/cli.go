@@ -41,7 +41,6 @@ Usage:
   keygate keys revoke --config FILE ID
   keygate keys rotate --config FILE ID [--grace DURATION]
   keygate keys import --config FILE --from KEYS.yaml   (into the redis keystore)
-  keygate keys migrate --config FILE   (redis: spread the consumers over buckets, once every replica runs this build)
   keygate keys purge --config FILE --older-than 90d [--dry-run]
                      delete the keys revoked or expired more than that long ago (ids on stdout)
   keygate consumers create --config FILE --name TEXT [--meta K=V]... [--context UUID]...

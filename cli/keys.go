@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -18,9 +17,6 @@ import (
 	"github.com/keygate/keygate/keyops"
 	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/redisconn"
-	"github.com/keygate/keygate/server"
-	"github.com/keygate/keygate/tokenissuer"
-	usagestore "github.com/keygate/keygate/usage"
 
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
@@ -48,7 +44,7 @@ func openAdmin(cfg config.Config) (keyops.Store, func(), error) {
 
 func keys(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return usageError{"keys: want issue, list, show, update, usage, revoke, rotate, purge, import or migrate"}
+		return usageError{"keys: want issue, list, show, update, usage, revoke, rotate, purge or import"}
 	}
 	sub, args := args[0], args[1:]
 	fs := flag.NewFlagSet("keys "+sub, flag.ContinueOnError)
@@ -80,8 +76,6 @@ func keys(args []string, stdout, stderr io.Writer) error {
 		return keysImport(fs, args, stdout, stderr)
 	case "purge":
 		return keysPurge(fs, args, stdout, stderr)
-	case "migrate":
-		return keysMigrate(fs, args, stdout)
 	case "update", "show":
 		return keysManage(sub, fs, args, stdout, stderr)
 	case "check-format":
@@ -315,56 +309,6 @@ func openRedisAdmin(cfg config.Config) (*keystore.RedisAdmin, *audit.Log, func()
 		return nil, nil, nil, err
 	}
 	return ra, log, func() { _ = log.Close(); done() }, nil
-}
-
-// keysMigrate moves the Redis keystore's consumers from the previous
-// layout's one hash into their 256 buckets (RedisAdmin.MoveConsumers),
-// the keys' last uses from the previous layout's two sorted sets into
-// theirs (usage.RedisStore.MoveLastUses) and the token endpoint's key
-// references from its one hash into theirs (tokenissuer.RedisStore.
-// MoveRefs): the second step of an upgrade,
-// once every replica runs this build.
-func keysMigrate(fs *flag.FlagSet, args []string, stdout io.Writer) error {
-	cfgPath := fs.Lookup("config").Value
-	if err := fs.Parse(interleave(args)); err != nil {
-		return err
-	}
-	if fs.NArg() != 0 {
-		return usageError{"keys migrate: unexpected arguments"}
-	}
-	cfg, err := loadConfig(cfgPath.String())
-	if err != nil {
-		return err
-	}
-	if cfg.Keystore.Backend != "redis" {
-		return usageError{"keys migrate: keystore.backend must be redis in --config; the file keystore has no layout to move"}
-	}
-	ra, log, done, err := openRedisAdmin(cfg)
-	if err != nil {
-		return err
-	}
-	defer done()
-	ctx := context.Background()
-	moved, err := ra.MoveConsumers(ctx)
-	lasts, refs := 0, 0
-	if us, ok := server.UsageStore(cfg, ra.Client).(*usagestore.RedisStore); ok && err == nil {
-		lasts, err = us.MoveLastUses(ctx)
-	}
-	if ts, ok := server.TokenKeyStore(cfg, ra.Client).(*tokenissuer.RedisStore); ok && err == nil {
-		refs, err = ts.MoveRefs(ctx)
-	}
-	aerr := log.Audit(ctx, keyops.Event{Time: time.Now().UTC(), Actor: Actor(), Action: "keystore.migrate",
-		Changes: map[string]string{"consumers_moved": strconv.Itoa(moved), "last_uses_moved": strconv.Itoa(lasts), "token_refs_moved": strconv.Itoa(refs)}, Err: err})
-	if err != nil {
-		return fmt.Errorf("keys migrate: moved %d consumers, %d last uses and %d token references before the error: %w", moved, lasts, refs, err)
-	}
-	if aerr != nil {
-		return fmt.Errorf("keys migrate was made but not audited: %w", aerr)
-	}
-	fmt.Fprintf(stdout, "moved %d consumers into their buckets; every write now goes there\n", moved)
-	fmt.Fprintf(stdout, "moved %d last uses of keys into their sorted sets\n", lasts)
-	fmt.Fprintf(stdout, "moved %d token references of keys into their buckets\n", refs)
-	return nil
 }
 
 // importBatch is how many records `keys import` writes per pipelined

@@ -14,12 +14,6 @@ import (
 // ok is false when it cannot tell (the index is still loading).
 type ConsumerKeys func(consumer string) (hs []keystore.Hash, ok bool)
 
-// hashGetter is a Store that reads records by hash, a page at a time
-// (keystore.RedisAdmin).
-type hashGetter interface {
-	GetHashes(ctx context.Context, hs []keystore.Hash) ([]keystore.Record, error)
-}
-
 // recentWindow is how long the Service remembers the keys and consumers
 // it made, for its lists: far longer than a replica's index takes to
 // see a change (milliseconds; bench-churn's p99 is about 30 ms under
@@ -91,17 +85,16 @@ func (s *Service) addKey(r keystore.Record) {
 }
 
 // consumerRecords returns the records of consumer's keys by their hashes
-// when the Service has a ConsumerKeys and its Store reads by hash; ok is
-// false otherwise, and the caller reads the whole store.
+// when the Service has a ConsumerKeys that can tell; ok is false
+// otherwise, and the caller reads the whole store.
 func (s *Service) consumerRecords(ctx context.Context, consumer string) (recs []keystore.Record, ok bool, err error) {
-	g, isGetter := s.store.(hashGetter)
-	if consumer == "" || s.findConsumerKeys == nil || !isGetter {
+	if consumer == "" || s.findConsumerKeys == nil {
 		return nil, false, nil
 	}
 	hs, ok := s.findConsumerKeys(consumer)
 	if !ok {
 		return nil, false, nil
 	}
-	recs, err = g.GetHashes(ctx, s.recent.join(hs, consumer, nil, nil, s.now()))
+	recs, err = s.store.GetHashes(ctx, s.recent.join(hs, consumer, nil, nil, s.now()))
 	return recs, true, err
 }

@@ -11,12 +11,6 @@ import (
 // ok is false when it cannot tell (the copy is still loading).
 type ConsumersPage func(after *keystore.Position, limit int) (page []keystore.Position, ok bool)
 
-// consumerGetter is a Store that reads consumers by id, a page at a time
-// (keystore.RedisAdmin).
-type consumerGetter interface {
-	GetConsumers(ctx context.Context, ids []string) ([]keystore.Consumer, error)
-}
-
 // ConsumerPage is one page of the consumer list.
 type ConsumerPage struct {
 	// Consumers are in list order: by creation second, then id.
@@ -34,8 +28,7 @@ func consumerPosition(c keystore.Consumer) keystore.Position { return keystore.C
 // when nil), at most limit of them, in list order: by creation second,
 // then id.
 //
-// With Config.ConsumersPage and a Store that reads consumers by id, it
-// asks the replica's copy for the page and reads those consumers alone
+// With Config.ConsumersPage, it asks the replica's copy for the page and reads those consumers alone
 // (and the ones this Service created in the last few seconds, which the
 // copy may not hold yet). Otherwise, or while the copy is loading, it
 // reads every consumer and keeps the page.
@@ -43,10 +36,9 @@ func (s *Service) ListConsumersPage(ctx context.Context, after *keystore.Positio
 	if limit <= 0 {
 		return ConsumerPage{}, invalid("limit: must be positive, got %d", limit)
 	}
-	g, isGetter := s.store.(consumerGetter)
 	var found []keystore.Position
 	ok := false
-	if s.findConsumersPage != nil && isGetter {
+	if s.findConsumersPage != nil {
 		found, ok = s.findConsumersPage(after, limit+1)
 	}
 	if !ok {
@@ -67,7 +59,7 @@ func (s *Service) ListConsumersPage(ctx context.Context, after *keystore.Positio
 	for _, p := range found {
 		ids = append(ids, p.ID)
 	}
-	cons, err := g.GetConsumers(ctx, s.recentConsumers.join(ids, "", after, bound, s.now()))
+	cons, err := s.store.GetConsumers(ctx, s.recentConsumers.join(ids, "", after, bound, s.now()))
 	if err != nil {
 		return ConsumerPage{}, err
 	}

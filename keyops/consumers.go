@@ -109,14 +109,13 @@ func (s *Service) GetConsumer(ctx context.Context, id string) (keystore.Consumer
 type ConsumersWhere func(match func(*keystore.Consumer) bool) (ids []string, ok bool)
 
 // ConsumersWhere returns the consumers match accepts. With
-// Config.ConsumersWhere and a Store that reads consumers by id, match
-// picks them in the replica's copy, which holds only some of their
+// Config.ConsumersWhere, match picks them in the replica's copy, which holds only some of their
 // fields (see keystore.RedisStore.ConsumersWhere), and those alone are
 // read and matched again; otherwise every consumer is read.
 func (s *Service) ConsumersWhere(ctx context.Context, match func(*keystore.Consumer) bool) ([]keystore.Consumer, error) {
-	if g, ok := s.store.(consumerGetter); ok && s.findConsumers != nil {
+	if s.findConsumers != nil {
 		if ids, ok := s.findConsumers(match); ok {
-			cons, err := g.GetConsumers(ctx, ids)
+			cons, err := s.store.GetConsumers(ctx, ids)
 			if err != nil {
 				return nil, err
 			}

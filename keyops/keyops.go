@@ -22,9 +22,49 @@ import (
 	"github.com/keygate/keygate/policy"
 )
 
-// Store is what keyops needs from a keystore backend: its admin
-// (keystore.FileAdmin or keystore.RedisAdmin).
-type Store = keystore.Admin
+// Store is what keyops needs from a keystore backend's admin:
+// keystore.FileAdmin and keystore.RedisAdmin. Each method is one atomic
+// change, or one consistent read. The reads by id, hash and filter and
+// the count are what spare a large Redis keystore a read of every
+// record; the file keystore serves them by a read of the file.
+type Store interface {
+	Issue(ctx context.Context, req keystore.IssueRequest) (string, keystore.Record, error)
+	Revoke(ctx context.Context, id string) (keystore.Record, error)
+	Rotate(ctx context.Context, id string, grace time.Duration) (string, keystore.Record, error)
+	UpdateKey(ctx context.Context, id string, f func(keystore.Record) (keystore.Record, error)) (keystore.Record, error)
+	Purge(ctx context.Context, q keystore.PurgeQuery, each func([]keystore.Record) error) (more bool, err error)
+
+	// List returns every record, oldest first.
+	List(ctx context.Context) ([]keystore.Record, error)
+	// ListMatching returns the records keep accepts, oldest first,
+	// holding only those it keeps.
+	ListMatching(ctx context.Context, keep func(keystore.Record) bool) ([]keystore.Record, error)
+	// Get returns the record of the key with id, or an error wrapping
+	// keystore.ErrNotFound.
+	Get(ctx context.Context, id string) (keystore.Record, error)
+	// GetHashes returns the records of the keys whose hashes are hs,
+	// oldest first, leaving out a hash with no record.
+	GetHashes(ctx context.Context, hs []keystore.Hash) ([]keystore.Record, error)
+	// Count returns how many key records the store holds.
+	Count(ctx context.Context) (int, error)
+
+	CreateConsumer(ctx context.Context, c keystore.Consumer) error
+	UpdateConsumer(ctx context.Context, id string, f func(keystore.Consumer) (keystore.Consumer, error)) (keystore.Consumer, error)
+	DeleteConsumer(ctx context.Context, id string) (keystore.Consumer, error)
+	// ListConsumers returns every consumer, oldest first.
+	ListConsumers(ctx context.Context) ([]keystore.Consumer, error)
+	// GetConsumer returns the consumer with id, or an error wrapping
+	// keystore.ErrConsumerNotFound.
+	GetConsumer(ctx context.Context, id string) (keystore.Consumer, error)
+	// GetConsumers returns the consumers with ids that the store holds,
+	// in the order of ids.
+	GetConsumers(ctx context.Context, ids []string) ([]keystore.Consumer, error)
+}
+
+var (
+	_ Store = (*keystore.FileAdmin)(nil)
+	_ Store = (*keystore.RedisAdmin)(nil)
+)
 
 // Actor is who makes a change and from where, for the audit log.
 type Actor struct {
@@ -86,23 +126,21 @@ type Config struct {
 	Auditor Auditor
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
-	// Usage reads per-key usage; nil means KeyUsage fails with ErrNoUsage.
-	// A SeriesReader (both usage stores) also serves KeyUsageSeries and
-	// ConsumerUsageSeries; otherwise they fail with ErrNoUsage.
+	// Usage reads per-key usage; nil means KeyUsage, the series and the
+	// migration report fail with ErrNoUsage.
 	Usage UsageReader
 	// Quota reads a bucket's quota use (Redis rate limiter); nil means
 	// quotas are per replica.
 	Quota QuotaReader
-	// ConsumerKeys, with a Store that reads records by hash (the Redis
-	// keystore's), finds a consumer's keys for the lists by consumer
+	// ConsumerKeys (a Redis keystore replica's index) finds a consumer's keys for the lists by consumer
 	// (the portal's pages, consumer show and usage) instead of reading
 	// every record; nil reads every record.
 	ConsumerKeys ConsumerKeys
-	// KeysPage, with a Store that reads records by hash, finds a page of
+	// KeysPage (a replica's index) finds a page of
 	// the key list (ListKeysPage: the admin API's GET /v1/keys) instead
 	// of reading every record; nil reads every record.
 	KeysPage KeysPage
-	// ConsumersPage, with a Store that reads consumers by id, finds a page
+	// ConsumersPage (a replica's copy of the consumers) finds a page
 	// of the consumer list (ListConsumersPage: the admin API's GET
 	// /v1/consumers) instead of reading every consumer; nil reads every
 	// consumer.

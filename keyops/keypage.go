@@ -27,8 +27,7 @@ type KeyPage struct {
 // first when nil), at most limit of them, in list order: by creation
 // second, then id.
 //
-// With Config.KeysPage and a Store that reads records by hash, it asks
-// the index for the page and reads those records alone (and the keys
+// With Config.KeysPage, it asks the index for the page and reads those records alone (and the keys
 // this Service issued in the last few seconds, which the index may not
 // hold yet), each checked against f again. Otherwise, or while the index
 // is loading, it reads every record (ListKeys) and keeps the page.
@@ -37,10 +36,9 @@ func (s *Service) ListKeysPage(ctx context.Context, f KeyFilter, after *keystore
 		return KeyPage{}, invalid("limit: must be positive, got %d", limit)
 	}
 	now := s.now()
-	g, isGetter := s.store.(hashGetter)
 	var found []keystore.PageEntry
 	ok := false
-	if s.findPage != nil && isGetter {
+	if s.findPage != nil {
 		found, ok = s.findPage(keystore.PageQuery{Consumer: f.Consumer, Product: f.Product, Env: f.Env, Status: f.Status,
 			Now: now, After: after, Limit: limit + 1})
 	}
@@ -61,7 +59,7 @@ func (s *Service) ListKeysPage(ctx context.Context, f KeyFilter, after *keystore
 	for _, e := range found {
 		hs = append(hs, e.Hash)
 	}
-	recs, err := g.GetHashes(ctx, s.recent.join(hs, f.Consumer, after, bound, now))
+	recs, err := s.store.GetHashes(ctx, s.recent.join(hs, f.Consumer, after, bound, now))
 	if err != nil {
 		return KeyPage{}, err
 	}

@@ -88,12 +88,8 @@ type KeyFilter struct {
 func (s *Service) ListKeys(ctx context.Context, f KeyFilter) ([]keystore.Record, error) {
 	recs, ok, err := s.consumerRecords(ctx, f.Consumer)
 	now := s.now()
-	switch m, filters := s.store.(matchLister); {
-	case ok:
-	case filters:
-		recs, err = m.ListMatching(ctx, func(r keystore.Record) bool { return f.match(r, now) })
-	default:
-		recs, err = s.store.List(ctx)
+	if !ok {
+		recs, err = s.store.ListMatching(ctx, func(r keystore.Record) bool { return f.match(r, now) })
 	}
 	if err != nil {
 		return nil, err
@@ -107,13 +103,6 @@ func (s *Service) ListKeys(ctx context.Context, f KeyFilter) ([]keystore.Record,
 	return out, nil
 }
 
-// matchLister is a Store that filters records as it reads them
-// (keystore.RedisAdmin), so that a list holds its matches, not the key
-// set.
-type matchLister interface {
-	ListMatching(ctx context.Context, keep func(keystore.Record) bool) ([]keystore.Record, error)
-}
-
 // match reports whether f selects r at now.
 func (f KeyFilter) match(r keystore.Record, now time.Time) bool {
 	return (f.Consumer == "" || r.Consumer == f.Consumer) && (f.Product == "" || r.Product == f.Product) &&
@@ -121,31 +110,11 @@ func (f KeyFilter) match(r keystore.Record, now time.Time) bool {
 }
 
 // GetKey returns the record of the key with id, or keystore.ErrNotFound.
+// The admin API answers every issue, revocation and rotation with the
+// key's detail: the Redis keystore reads that one record, not the key set.
 func (s *Service) GetKey(ctx context.Context, id string) (keystore.Record, error) {
-	if g, ok := s.store.(keyGetter); ok {
-		return g.Get(ctx, id)
-	}
-	recs, err := s.store.List(ctx)
-	if err != nil {
-		return keystore.Record{}, err
-	}
-	for _, r := range recs {
-		if r.ID == id {
-			return r, nil
-		}
-	}
-	return keystore.Record{}, fmt.Errorf("%q: %w", id, keystore.ErrNotFound)
+	return s.store.Get(ctx, id)
 }
-
-// keyGetter is a store that reads one key's record by id without reading
-// every record (keystore.RedisAdmin). The admin API answers every issue,
-// revocation and rotation with the key's detail: through List, that cost
-// a read of the whole key set per change.
-type keyGetter interface {
-	Get(ctx context.Context, id string) (keystore.Record, error)
-}
-
-var _ keyGetter = (*keystore.RedisAdmin)(nil)
 
 // KeyDetail is a key as `keys show` prints it: its record (never the key
 // or its hash) and its effective limit, explained.

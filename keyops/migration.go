@@ -10,17 +10,6 @@ import (
 	"github.com/keygate/keygate/usage"
 )
 
-// MethodReader is a UsageReader that also reads each key's requests by
-// how they authenticated; usage.RedisStore and usage.FileStore fit.
-type MethodReader interface {
-	Methods(ctx context.Context, ids []string, since time.Duration, now time.Time) (map[string]usage.MethodCounts, error)
-}
-
-var (
-	_ MethodReader = (*usage.RedisStore)(nil)
-	_ MethodReader = (*usage.FileStore)(nil)
-)
-
 // MigrationKey is one key in the migration report.
 type MigrationKey struct {
 	ID     string          `json:"id"`
@@ -73,12 +62,6 @@ type MigrationQuery struct {
 // store; docs/guides/oauth.md): past this, ask per consumer.
 const MaxReportKeys = 100_000
 
-// keyCounter is a Store that counts its keys without reading them
-// (keystore.RedisAdmin).
-type keyCounter interface {
-	Count(ctx context.Context) (int, error)
-}
-
 // Migration reports, for each consumer and each of its keys (revoked and
 // expired ones too), the requests by method over the last q.Since (whole
 // days, at most 30), the last direct use of each key, and who has moved.
@@ -89,8 +72,7 @@ type keyCounter interface {
 // is refused past q.MaxKeys.
 func (s *Service) Migration(ctx context.Context, q MigrationQuery) (Migration, error) {
 	since := q.Since
-	mr, ok := s.usage.(MethodReader)
-	if !ok {
+	if s.usage == nil {
 		return Migration{}, ErrNoUsage
 	}
 	if since <= 0 || since > usage.MaxMethodWindow {
@@ -105,7 +87,7 @@ func (s *Service) Migration(ctx context.Context, q MigrationQuery) (Migration, e
 	for i, r := range recs {
 		ids[i] = r.ID
 	}
-	counts, err := mr.Methods(ctx, ids, since, now)
+	counts, err := s.usage.Methods(ctx, ids, since, now)
 	if err != nil {
 		return Migration{}, err
 	}
@@ -155,8 +137,8 @@ func (s *Service) migrationKeys(ctx context.Context, q MigrationQuery) ([]keysto
 		recs, err := s.ListKeys(ctx, KeyFilter{Consumer: q.Consumer})
 		return recs, []keystore.Consumer{con}, err
 	}
-	if c, ok := s.store.(keyCounter); ok && q.MaxKeys > 0 {
-		n, err := c.Count(ctx)
+	if q.MaxKeys > 0 {
+		n, err := s.store.Count(ctx)
 		if err == nil {
 			err = reportBound(n, q.MaxKeys)
 		}

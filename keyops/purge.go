@@ -2,7 +2,6 @@ package keyops
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -20,18 +19,6 @@ type PurgeRequest struct {
 	Limit int
 	// DryRun finds the keys and deletes nothing.
 	DryRun bool
-}
-
-// purger is a Store that deletes ended keys (both keystore admins).
-type purger interface {
-	Purge(ctx context.Context, q keystore.PurgeQuery, each func([]keystore.Record) error) (more bool, err error)
-}
-
-// usageForgetter is a usage store that can drop keys' last uses
-// (usage.RedisStore), which would otherwise be kept for every key id ever
-// used.
-type usageForgetter interface {
-	Forget(ctx context.Context, ids []string) error
 }
 
 // PurgeKeys deletes the records of the keys that ended before
@@ -55,13 +42,9 @@ func (s *Service) PurgeKeys(ctx context.Context, a Actor, req PurgeRequest, each
 	if req.Limit < 0 {
 		return false, invalid("limit: must not be negative, got %d", req.Limit)
 	}
-	p, ok := s.store.(purger)
-	if !ok {
-		return false, errors.New("keyops: this keystore cannot purge keys")
-	}
 	now := s.now()
 	q := keystore.PurgeQuery{Before: now.Add(-req.OlderThan), Now: now, Limit: req.Limit, DryRun: req.DryRun}
-	return p.Purge(ctx, q, func(recs []keystore.Record) error {
+	return s.store.Purge(ctx, q, func(recs []keystore.Record) error {
 		if req.DryRun {
 			return each(recs)
 		}
@@ -76,8 +59,8 @@ func (s *Service) PurgeKeys(ctx context.Context, a Actor, req PurgeRequest, each
 		if err := s.auditAll(ctx, events); err != nil {
 			return err
 		}
-		if f, ok := s.usage.(usageForgetter); ok {
-			if err := f.Forget(ctx, ids); err != nil {
+		if s.usage != nil {
+			if err := s.usage.Forget(ctx, ids); err != nil {
 				return fmt.Errorf("keyops: %d keys purged, but their last uses were kept: %w", len(ids), err)
 			}
 		}

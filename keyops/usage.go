@@ -10,26 +10,26 @@ import (
 	"github.com/keygate/keygate/usage"
 )
 
-// UsageReader reads what the replicas flushed: usage.RedisStore and
-// usage.FileStore fit.
+// UsageReader is what keyops needs from the usage store the replicas
+// flush to: usage.RedisStore and usage.FileStore.
 type UsageReader interface {
 	Read(ctx context.Context, ids []string, since time.Duration, now time.Time) (usage.Counts, map[string]time.Time, error)
+	// Series reads the counts hour by hour (for charts).
+	Series(ctx context.Context, ids []string, since time.Duration, now time.Time) ([]usage.Hour, error)
 	// LastUsed returns the last use of each of ids that has one, reading
 	// only those ids.
 	LastUsed(ctx context.Context, ids []string) (map[string]time.Time, error)
-}
-
-// SeriesReader is a UsageReader that also reads the counts hour by hour
-// (for charts); usage.RedisStore and usage.FileStore fit.
-type SeriesReader interface {
-	UsageReader
-	Series(ctx context.Context, ids []string, since time.Duration, now time.Time) ([]usage.Hour, error)
+	// Methods reads each key's requests by how they authenticated.
+	Methods(ctx context.Context, ids []string, since time.Duration, now time.Time) (map[string]usage.MethodCounts, error)
+	// Forget drops the last uses of keys that were purged, where the
+	// store keeps them apart from counts that expire (usage.RedisStore).
+	Forget(ctx context.Context, ids []string) error
 }
 
 // The usage stores fit.
 var (
-	_ SeriesReader = (*usage.RedisStore)(nil)
-	_ SeriesReader = (*usage.FileStore)(nil)
+	_ UsageReader = (*usage.RedisStore)(nil)
+	_ UsageReader = (*usage.FileStore)(nil)
 )
 
 // QuotaReader returns how much of a limiter bucket's quota is used and
@@ -66,8 +66,7 @@ type QuotaStatus struct {
 	Note string `json:"note,omitempty"`
 }
 
-// ErrNoUsage means the Service was built without a UsageReader (or,
-// for the series, without a SeriesReader).
+// ErrNoUsage means the Service was built without a UsageReader.
 var ErrNoUsage = errors.New("keyops: usage is not available")
 
 // KeyUsage returns key id's usage over the last since (at most 7 days;
@@ -168,15 +167,14 @@ func usageSince(since time.Duration) (time.Duration, error) {
 }
 
 func (s *Service) readSeries(ctx context.Context, ids []string, since time.Duration) ([]usage.Hour, error) {
-	sr, ok := s.usage.(SeriesReader)
-	if !ok {
+	if s.usage == nil {
 		return nil, ErrNoUsage
 	}
 	since, err := usageSince(since)
 	if err != nil {
 		return nil, err
 	}
-	return sr.Series(ctx, ids, since, s.now())
+	return s.usage.Series(ctx, ids, since, s.now())
 }
 
 func (s *Service) readUsage(ctx context.Context, id string, ids []string, since time.Duration) (Usage, error) {

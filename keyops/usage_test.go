@@ -85,12 +85,9 @@ func TestUsageOfKeysAndConsumers(t *testing.T) {
 	}
 }
 
-// readOnly is a UsageReader without Series.
-type readOnly struct{ keyops.UsageReader }
-
 // TestUsageSeries: a key's series is its own counts hour by hour; a
 // consumer's sums its keys, the revoked one included; the period defaults
-// to 24 hours and is at most 7 days; without a SeriesReader the series
+// to 24 hours and is at most 7 days; without a UsageReader the series
 // are not available.
 func TestUsageSeries(t *testing.T) {
 	t.Parallel()
@@ -194,18 +191,15 @@ func TestUsageSeries(t *testing.T) {
 	if _, err := s.ConsumerUsageSeries(ctx, "con_nope", 0); !errors.Is(err, keystore.ErrConsumerNotFound) {
 		t.Errorf("unknown consumer: %v, want ErrConsumerNotFound", err)
 	}
-	for name, ur := range map[string]keyops.UsageReader{"no usage reader": nil, "a reader without series": readOnly{store}} {
-		cfg := cfg
-		cfg.Usage = ur
-		s, err := keyops.New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.KeyUsageSeries(ctx, ids[0], 0); !errors.Is(err, keyops.ErrNoUsage) {
-			t.Errorf("%s: key series: %v, want ErrNoUsage", name, err)
-		}
-		if _, err := s.ConsumerUsageSeries(ctx, con.ID, 0); !errors.Is(err, keyops.ErrNoUsage) {
-			t.Errorf("%s: consumer series: %v, want ErrNoUsage", name, err)
-		}
+	cfg.Usage = nil
+	none, err := keyops.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := none.KeyUsageSeries(ctx, ids[0], 0); !errors.Is(err, keyops.ErrNoUsage) {
+		t.Errorf("no usage reader: key series: %v, want ErrNoUsage", err)
+	}
+	if _, err := none.ConsumerUsageSeries(ctx, con.ID, 0); !errors.Is(err, keyops.ErrNoUsage) {
+		t.Errorf("no usage reader: consumer series: %v, want ErrNoUsage", err)
 	}
 }

@@ -77,7 +77,7 @@ func TestAdminTokenStores(t *testing.T) {
 	}{
 		{"file", &keystore.FileAdmin{Path: path}, &keystore.FileAdmin{Path: path}, func(t *testing.T) {
 			// A gateway's FileStore still loads the file.
-			s, err := keystore.OpenFile(keystore.FileConfig{Path: path, NoWatch: true})
+			s, err := keystore.OpenFile(keystore.FileConfig{Path: path})
 			if err != nil {
 				t.Fatalf("OpenFile of a keystore with admin tokens: %v", err)
 			}

@@ -45,11 +45,11 @@ func testLimits(t *testing.T) *policy.Resolver {
 func TestConsumersOnEveryBackend(t *testing.T) {
 	t.Parallel()
 	limits := testLimits(t)
-	backends := map[string]func(t *testing.T) (keystore.Admin, func() lookupStore){
-		"file": func(t *testing.T) (keystore.Admin, func() lookupStore) {
+	backends := map[string]func(t *testing.T) (adminStore, func() lookupStore){
+		"file": func(t *testing.T) (adminStore, func() lookupStore) {
 			path := filepath.Join(t.TempDir(), "keys.yaml")
 			return &keystore.FileAdmin{Path: path}, func() lookupStore {
-				s, err := keystore.OpenFile(keystore.FileConfig{Path: path, PollInterval: 100 * time.Millisecond, Limits: limits})
+				s, err := keystore.OpenFile(keystore.FileConfig{Path: path, Limits: limits})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -57,14 +57,14 @@ func TestConsumersOnEveryBackend(t *testing.T) {
 				return s
 			}
 		},
-		"redis": func(t *testing.T) (keystore.Admin, func() lookupStore) {
+		"redis": func(t *testing.T) (adminStore, func() lookupStore) {
 			rs := redistest.Start(t)
 			return &keystore.RedisAdmin{Client: redisClient(t, rs.Addr)}, func() lookupStore { return openSubscribed(t, rs.Addr, limits) }
 		},
 		// The admin checks a consumer's keys (to narrow its contexts, to
 		// delete it) by the hashes a replica's index finds, as the
 		// server wires it.
-		"redis-index": func(t *testing.T) (keystore.Admin, func() lookupStore) {
+		"redis-index": func(t *testing.T) (adminStore, func() lookupStore) {
 			rs := redistest.Start(t)
 			admin := &keystore.RedisAdmin{Client: redisClient(t, rs.Addr)}
 			return admin, func() lookupStore {

@@ -25,12 +25,6 @@ type FileConfig struct {
 	// Path is the keystore file. It need not exist yet: an absent file is
 	// an empty keystore, picked up once it is created.
 	Path string
-	// PollInterval is how often the file is stat'ed, as a fallback for
-	// filesystems that deliver no change events. Zero means 1s.
-	PollInterval time.Duration
-	// NoWatch turns off change events (fsnotify) and relies on the poll
-	// alone.
-	NoWatch bool
 	// Logger receives reload messages; nil means none.
 	Logger *zap.Logger
 	// OnReload, if set, is called after every load attempt, including the
@@ -43,9 +37,10 @@ type FileConfig struct {
 	Limits *policy.Resolver
 }
 
-// DefaultPollInterval is the poll interval when FileConfig.PollInterval is
-// zero.
-const DefaultPollInterval = time.Second
+// filePoll is how often the file is stat'ed, as a fallback for
+// filesystems that deliver no change events (and for a directory that
+// does not exist yet, which cannot be watched).
+const filePoll = time.Second
 
 // Validate checks the config. FileConfig is not a section of keygate's
 // configuration file (its keystore.file option sets Path), so messages
@@ -53,9 +48,6 @@ const DefaultPollInterval = time.Second
 func (c FileConfig) Validate() error {
 	if c.Path == "" {
 		return errors.New("keystore: FileConfig.Path: required")
-	}
-	if c.PollInterval < 0 {
-		return fmt.Errorf("keystore: FileConfig.PollInterval: must not be negative, got %s", c.PollInterval)
 	}
 	return nil
 }
@@ -72,7 +64,6 @@ func (c FileConfig) Validate() error {
 // usable.
 type FileStore struct {
 	path     string
-	poll     time.Duration
 	log      *zap.Logger
 	onReload func(int, error)
 	limits   limitResolver
@@ -93,13 +84,9 @@ func OpenFile(cfg FileConfig) (*FileStore, error) {
 	}
 	s := &FileStore{
 		path:     filepath.Clean(cfg.Path),
-		poll:     cfg.PollInterval,
 		log:      cfg.Logger,
 		onReload: cfg.OnReload,
 		limits:   limitResolver{cfg.Limits},
-	}
-	if s.poll == 0 {
-		s.poll = DefaultPollInterval
 	}
 	if s.log == nil {
 		s.log = zap.NewNop()
@@ -112,8 +99,7 @@ func OpenFile(cfg FileConfig) (*FileStore, error) {
 	s.watch = filewatch.Start(filewatch.Config{
 		Baseline: []filewatch.Stat{base},
 		Paths:    []string{s.path},
-		Poll:     s.poll,
-		NoEvents: cfg.NoWatch,
+		Poll:     filePoll,
 		OnChange: func() { _ = s.reload() },
 		OnError: func(err error) {
 			s.log.Warn("keystore: file watch error; polling continues", zap.String("path", s.path), zap.Error(err))
@@ -300,20 +286,13 @@ func (s *FileStore) scan(f *os.File, x *index) (*index, map[string]Consumer, err
 // CreatedAt, RevokedAt and ReplacedBy are left zero (FileAdmin reads
 // them). It never returns an error; the error is there for stores
 // that can fail.
-func (s *FileStore) Lookup(ctx context.Context, h Hash) (Record, bool, error) {
-	var r Record
-	ok, err := s.LookupInto(ctx, h, &r)
-	return r, ok, err
-}
-
-// LookupInto is Lookup into *r, which it leaves as it was when no record
-// has the hash: the request path's lookup, which copies the record once.
-func (s *FileStore) LookupInto(_ context.Context, h Hash, r *Record) (bool, error) {
+func (s *FileStore) Lookup(_ context.Context, h Hash) (Record, bool, error) {
 	x := s.snap.Load()
 	if x == nil {
-		return false, nil
+		return Record{}, false, nil
 	}
-	return x.getInto(h, r), nil
+	r, ok := x.get(h)
+	return r, ok, nil
 }
 
 // Len returns the number of records being served.

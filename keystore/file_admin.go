@@ -195,3 +195,51 @@ func (a *FileAdmin) Rotate(ctx context.Context, id string, grace time.Duration) 
 	}
 	return key, rec, nil
 }
+
+// ListMatching returns the records keep accepts, in the order they were
+// issued: a read of the file, as List.
+func (a *FileAdmin) ListMatching(ctx context.Context, keep func(Record) bool) ([]Record, error) {
+	recs, err := a.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := recs[:0]
+	for _, r := range recs {
+		if keep(r) {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+// Get returns the record of the key with id, or an error wrapping
+// ErrNotFound: a read of the file.
+func (a *FileAdmin) Get(ctx context.Context, id string) (Record, error) {
+	recs, err := a.List(ctx)
+	if err != nil {
+		return Record{}, err
+	}
+	for _, r := range recs {
+		if r.ID == id {
+			return r, nil
+		}
+	}
+	return Record{}, fmt.Errorf("%q: %w", id, ErrNotFound)
+}
+
+// GetHashes returns the records of the keys whose hashes are hs, in the
+// order they were issued; a hash with no record is left out. It reads
+// the file.
+func (a *FileAdmin) GetHashes(ctx context.Context, hs []Hash) ([]Record, error) {
+	want := make(map[Hash]bool, len(hs))
+	for _, h := range hs {
+		want[h] = true
+	}
+	return a.ListMatching(ctx, func(r Record) bool { return want[r.Hash] })
+}
+
+// Count returns how many key records the file holds.
+func (a *FileAdmin) Count(ctx context.Context) (int, error) {
+	recs, err := a.List(ctx)
+	return len(recs), err
+}

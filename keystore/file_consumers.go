@@ -67,6 +67,26 @@ func (a *FileAdmin) GetConsumer(ctx context.Context, id string) (Consumer, error
 	return Consumer{}, fmt.Errorf("%q: %w", id, ErrConsumerNotFound)
 }
 
+// GetConsumers returns the consumers with ids that the file holds, in
+// the order of ids, leaving out those it does not: a read of the file.
+func (a *FileAdmin) GetConsumers(ctx context.Context, ids []string) ([]Consumer, error) {
+	cons, err := a.ListConsumers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	byID := make(map[string]int, len(cons))
+	for i, c := range cons {
+		byID[c.ID] = i
+	}
+	out := make([]Consumer, 0, len(ids))
+	for _, id := range ids {
+		if i, ok := byID[id]; ok {
+			out = append(out, cons[i])
+		}
+	}
+	return out, nil
+}
+
 // UpdateConsumer applies f to the consumer with id and stores the result,
 // with UpdatedAt now. Narrowing its contexts is refused while an active
 // key of the consumer is bound to a context left out (ErrConsumerInUse).

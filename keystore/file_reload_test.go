@@ -83,7 +83,7 @@ func TestFileReloadUnderLookups(t *testing.T) {
 	if err := os.WriteFile(path, marshalRecords(t, f.a), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s, reloads := openStore(t, FileConfig{Path: path, PollInterval: 20 * time.Millisecond})
+	s, reloads := openStore(t, FileConfig{Path: path})
 	<-reloads
 
 	var stop atomic.Bool
@@ -184,7 +184,7 @@ func TestFileReloadReplacesEverything(t *testing.T) {
 	if err := os.WriteFile(path, marshalRecords(t, a), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s, reloads := openStore(t, FileConfig{Path: path, PollInterval: 20 * time.Millisecond})
+	s, reloads := openStore(t, FileConfig{Path: path})
 	<-reloads
 	if err := writeFileAtomic(path, marshalRecords(t, b)); err != nil {
 		t.Fatal(err)

@@ -74,8 +74,7 @@ func TestFileStoreAbsentFileThenIssued(t *testing.T) {
 		cfg  FileConfig
 	}{
 		{"watched directory", func(d string) string { return filepath.Join(d, "keys.yaml") }, FileConfig{}},
-		{"directory created later", func(d string) string { return filepath.Join(d, "etc", "keygate", "keys.yaml") }, FileConfig{PollInterval: 100 * time.Millisecond}},
-		{"poll only", func(d string) string { return filepath.Join(d, "keys.yaml") }, FileConfig{NoWatch: true, PollInterval: 100 * time.Millisecond}},
+		{"directory created later", func(d string) string { return filepath.Join(d, "etc", "keygate", "keys.yaml") }, FileConfig{}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -97,7 +96,8 @@ func TestFileStoreAbsentFileThenIssued(t *testing.T) {
 			if _, ok := found(s, bump(key, KeyLen-1)); ok {
 				t.Fatal("found a different key")
 			}
-			eventually(t, "issued key found", func() bool { _, ok := found(s, key); return ok })
+			// A directory created later is seen by the poll (filePoll).
+			testkit.Eventually(t, 5*time.Second, "issued key found", func() error { _, ok := found(s, key); return testkit.True(ok, "not yet") })
 			got, _ := found(s, key)
 			if got.ID != rec.ID || got.Context != ctxA || got.StateAt(time.Now()) != Active || s.Len() != 1 {
 				t.Errorf("Lookup = %+v, Len %d", got, s.Len())
@@ -410,7 +410,6 @@ func TestOpenFileErrors(t *testing.T) {
 		wantErr string
 	}{
 		{"no path", FileConfig{}, "keystore: FileConfig.Path: required"},
-		{"negative poll", FileConfig{Path: "x", PollInterval: -1}, "keystore: FileConfig.PollInterval"},
 		{"corrupt file", FileConfig{Path: write("bad.yaml", "{{{")}, "bad.yaml"},
 		{"duplicate id", FileConfig{Path: write("dup.yaml", dupFile(t))}, "keys[1]: duplicate id key_0000000000000001"},
 		{"missing version", FileConfig{Path: write("nover.yaml", "keys: []\n")}, "version: must be 1"},

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sys/cpu"
+
 	"github.com/keygate/keygate/policy"
 )
 
@@ -45,7 +47,10 @@ type index struct {
 type indexShard struct {
 	mu sync.RWMutex
 	m  map[Hash]*entry
-	_  [40]byte // keep shards' locks on separate cache lines
+	// Every lookup's RLock writes mu: a shard's mu and the next shard's
+	// are a pad apart, so lookups on neighbouring shards do not share a
+	// cache line.
+	_ cpu.CacheLinePad
 }
 
 // entry is the compact form of a Record: what the request path reads.
@@ -162,17 +167,8 @@ func (x *index) compact(r Record, gen uint32) *entry {
 
 // record expands e; it allocates nothing.
 func (x *index) record(h Hash, e *entry) Record {
-	var r Record
-	x.fill(&r, h, e)
-	return r
-}
-
-// fill sets *r to e's record, field by field: the request path's lookup
-// (getInto) copies a record once, into its caller's, not once in each
-// of the frames it passes through.
-func (x *index) fill(r *Record, h Hash, e *entry) {
 	strs := x.strs.load()
-	*r = Record{}
+	var r Record
 	r.ID, r.Name, r.Hash = e.id, e.name, h
 	r.Product, r.Env, r.Status = products[e.product], envs[e.env], statuses[e.status]
 	r.Context, r.Consumer, r.Plan = strs[e.context], strs[e.consumer], strs[e.plan]
@@ -183,27 +179,21 @@ func (x *index) fill(r *Record, h Hash, e *entry) {
 	if e.expires != 0 {
 		r.ExpiresAt = time.Unix(0, e.expires).UTC()
 	}
+	return r
 }
 
 // get returns the record of h. The record carries what the request path
-// reads: CreatedAt, RevokedAt and ReplacedBy are left zero.
+// reads: CreatedAt, RevokedAt and ReplacedBy are left zero. It allocates
+// nothing.
 func (x *index) get(h Hash) (Record, bool) {
-	var r Record
-	ok := x.getInto(h, &r)
-	return r, ok
-}
-
-// getInto sets *r to the record of h, as get returns it, if there is
-// one; it allocates nothing.
-func (x *index) getInto(h Hash, r *Record) bool {
 	s := x.shard(h)
 	s.mu.RLock()
 	e, ok := s.m[h]
 	s.mu.RUnlock()
-	if ok {
-		x.fill(r, h, e)
+	if !ok {
+		return Record{}, false
 	}
-	return ok
+	return x.record(h, e), true
 }
 
 // put stores r under its hash, marked as seen by pass gen, and returns

@@ -56,13 +56,6 @@ func TestIndexKeepsWhatTheRequestPathReads(t *testing.T) {
 			if got.StateAt(time.Now()) != r.StateAt(time.Now()) {
 				t.Errorf("state %s, want %s", got.StateAt(time.Now()), r.StateAt(time.Now()))
 			}
-			// getInto fills a record that held another, every field of it.
-			into := randomRecord(t, 1000+i)
-			into.RevokedAt, into.ReplacedBy, into.Override = exp, "key_0000000000000001", ov
-			into.Permissions, into.AllowedCIDRs, into.ExpiresAt = []string{"x"}, []string{"10.0.0.0/8"}, exp
-			if !x.getInto(r.Hash, &into) || !reflect.DeepEqual(into, want) {
-				t.Errorf("getInto = %+v\nwant %+v", into, want)
-			}
 		})
 	}
 	r := randomRecord(t, 99)

@@ -58,9 +58,6 @@ return 0`)
 // error from each stops the purge. more is true when q.Limit stopped it
 // before the last key it selects.
 func (a *RedisAdmin) Purge(ctx context.Context, q PurgeQuery, each func([]Record) error) (more bool, err error) {
-	if err := a.migrate(ctx); err != nil {
-		return false, err
-	}
 	k := a.keys()
 	var pending []purgeCandidate
 	selected := 0

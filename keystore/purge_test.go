@@ -19,7 +19,7 @@ import (
 
 // purger is what both admins offer for purges.
 type purger interface {
-	keystore.Admin
+	adminStore
 	Purge(ctx context.Context, q keystore.PurgeQuery, each func([]keystore.Record) error) (more bool, err error)
 }
 
@@ -54,7 +54,7 @@ func TestPurgeOnEveryBackend(t *testing.T) {
 			if _, _, err := admin.Issue(context.Background(), keystore.IssueRequest{Product: keystore.Registry, Env: keystore.Test}); err != nil {
 				t.Fatal(err) // the file exists before the store opens it
 			}
-			s, err := keystore.OpenFile(keystore.FileConfig{Path: path, PollInterval: 50 * time.Millisecond, Limits: limits})
+			s, err := keystore.OpenFile(keystore.FileConfig{Path: path, Limits: limits})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -113,7 +113,6 @@ type RedisStore struct {
 	breaker *redisconn.Breaker[string]
 	synced  atomic.Bool   // subscribed since the last error
 	loaded  atomic.Bool   // a full pass has completed
-	legacy  atomic.Bool   // the previous layout's hash existed at the last pass
 	gen     atomic.Uint32 // the current full pass
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -121,13 +120,6 @@ type RedisStore struct {
 	wake    chan struct{} // catch up with the log now
 	full    chan struct{} // re-read everything
 	pubsub  atomic.Pointer[redis.PubSub]
-
-	// legacyCons is legacy for the previous layout's hash of consumers:
-	// it may hold some (see redis_layout.go).
-	legacyCons atomic.Bool
-	// warnedLayout is set once the replica has logged that the consumers
-	// have not moved. Owned by syncLoop.
-	warnedLayout bool
 
 	// cursor is the id of the last log entry applied; "" before the
 	// first pass, "0-0" when the log was empty. Owned by syncLoop.
@@ -213,27 +205,19 @@ func OpenRedis(cfg RedisConfig) (*RedisStore, error) {
 // path reads; CreatedAt, RevokedAt and ReplacedBy are left zero (the
 // admin side reads them from Redis).
 func (s *RedisStore) Lookup(ctx context.Context, h Hash) (Record, bool, error) {
-	var r Record
-	ok, err := s.LookupInto(ctx, h, &r)
-	return r, ok, err
-}
-
-// LookupInto is Lookup into *r, which it leaves as it was when no record
-// has the hash: the request path's lookup, which copies the record once.
-func (s *RedisStore) LookupInto(ctx context.Context, h Hash, r *Record) (bool, error) {
 	if s.cfg.FailClosed && s.dataLoss.Load() != nil {
-		return false, fmt.Errorf("%w: Redis lost keystore data (keystore.on_data_loss: fail_closed)", ErrUnavailable)
+		return Record{}, false, fmt.Errorf("%w: Redis lost keystore data (keystore.on_data_loss: fail_closed)", ErrUnavailable)
 	}
-	if s.idx.getInto(h, r) {
-		return true, nil
+	if r, ok := s.idx.get(h); ok {
+		return r, true, nil
 	}
-	return s.lookupMiss(ctx, h, r)
+	return s.lookupMiss(ctx, h)
 }
 
 // lookupMiss looks up, in Redis, a hash the index does not hold.
-func (s *RedisStore) lookupMiss(ctx context.Context, h Hash, r *Record) (bool, error) {
+func (s *RedisStore) lookupMiss(ctx context.Context, h Hash) (Record, bool, error) {
 	if s.neg.Contains(h) {
-		return false, nil
+		return Record{}, false, nil
 	}
 	v, err, _ := s.sf.Do(h.String(), func() (any, error) {
 		rec, ok, err := s.fetch(h)
@@ -247,15 +231,14 @@ func (s *RedisStore) lookupMiss(ctx context.Context, h Hash, r *Record) (bool, e
 		return s.put(rec), nil
 	})
 	if err != nil {
-		return false, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return Record{}, false, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	if v == nil {
-		return false, nil
+		return Record{}, false, nil
 	}
 	// The record as the index serves it, so that this lookup gets what
 	// the next one, which the index answers, will.
-	s.idx.fill(r, h, v.(*entry))
-	return true, nil
+	return s.idx.record(h, v.(*entry)), true, nil
 }
 
 // put resolves rec's limits and stores it in the index, marked as seen
@@ -267,7 +250,7 @@ func (s *RedisStore) put(rec Record) *entry {
 		// The first pass has not read the consumers yet: read this one.
 		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.Timeout)
 		var err error
-		c, err = getConsumer(ctx, s.cfg.Client, s.keys, rec.Consumer, true)
+		c, err = getConsumer(ctx, s.cfg.Client, s.keys, rec.Consumer)
 		cancel()
 		ok = err == nil
 	}
@@ -285,14 +268,6 @@ func (s *RedisStore) fetch(h Hash) (Record, bool, error) {
 	v, err := s.breaker.Do(s.ctx, func(ctx context.Context) (string, error) {
 		ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 		defer cancel()
-		if s.legacy.Load() {
-			// Moved records are written to their bucket before they
-			// leave the old hash: read the old hash first.
-			v, err := s.cfg.Client.HGet(ctx, s.keys.legacyRecords, field).Result()
-			if !errors.Is(err, redis.Nil) {
-				return v, err
-			}
-		}
 		return s.cfg.Client.HGet(ctx, s.keys.recordsOf(h), field).Result()
 	})
 	if errors.Is(err, redis.Nil) {
@@ -355,20 +330,6 @@ func (s *RedisStore) fetchMany(hs []Hash) (failed []Hash, first error) {
 		}
 		for i, h := range page {
 			v, err := cmds[i].Result()
-			if errors.Is(err, redis.Nil) && s.legacy.Load() {
-				rec, ok, err := s.fetch(h)
-				if err != nil {
-					fail(h, err)
-					continue
-				}
-				s.neg.Remove(h)
-				if ok {
-					s.put(rec)
-				} else {
-					s.idx.del(h)
-				}
-				continue
-			}
 			switch {
 			case errors.Is(err, redis.Nil):
 				s.neg.Remove(h)
@@ -479,17 +440,9 @@ func (s *RedisStore) fullPass(poll <-chan time.Time) error {
 	ctx := s.ctx
 	pctx, cancel := context.WithTimeout(ctx, s.pageTimeout())
 	last, err := s.cfg.Client.XRevRangeN(pctx, s.keys.log, "+", "-", 1).Result()
-	// Which layouts the store holds: one round trip.
-	var exists [3]*redis.IntCmd // the old records' hash, the old consumers' hash, the marker
-	var epoch *redis.StringCmd
+	var epoch string
 	if err == nil {
-		_, err = s.cfg.Client.Pipelined(pctx, func(p redis.Pipeliner) error {
-			for i, k := range []string{s.keys.legacyRecords, s.keys.legacyConsumers, s.keys.layout} {
-				exists[i] = p.Exists(pctx, k)
-			}
-			epoch = p.Get(pctx, s.keys.epoch)
-			return nil
-		})
+		epoch, err = s.cfg.Client.Get(pctx, s.keys.epoch).Result()
 		if errors.Is(err, redis.Nil) {
 			err = nil
 		}
@@ -498,7 +451,7 @@ func (s *RedisStore) fullPass(poll <-chan time.Time) error {
 		// Before any write of this pass: a Redis that came back empty
 		// and refuses writes (out of memory, read-only) is still found
 		// to have lost its data.
-		err = s.checkEpoch(pctx, epoch.Val())
+		err = s.checkEpoch(pctx, epoch)
 	}
 	if err == nil && len(last) == 0 {
 		// An empty log has no entry to hold the position: start one.
@@ -514,21 +467,7 @@ func (s *RedisStore) fullPass(poll <-chan time.Time) error {
 		return fmt.Errorf("keystore: %w", err)
 	}
 	from := last[0].ID
-	legacy, oldCons, marked := exists[0].Val() > 0, exists[1].Val() > 0, exists[2].Val() > 0
-	if legacy {
-		s.legacy.Store(true)
-	}
-	// Until the marker is set, an admin may write the one hash of
-	// consumers at any moment, even where it held none at the start.
-	legacyCons := oldCons || !marked
-	if legacyCons {
-		s.legacyCons.Store(true)
-	}
-	if oldCons && !marked && !s.warnedLayout {
-		s.warnedLayout = true
-		s.log.Warn("keystore: this store keeps its consumers in the previous layout's one hash (one Redis Cluster slot); once every replica runs this build, run `keygate keys migrate` to spread them over 256 buckets")
-	}
-	cons, err := s.readConsumers(ctx, legacyCons)
+	cons, err := s.readConsumers(ctx)
 	if err != nil {
 		return err
 	}
@@ -540,12 +479,9 @@ func (s *RedisStore) fullPass(poll <-chan time.Time) error {
 		s.reserve(ctx)
 	}
 	gen := s.gen.Add(1)
-	buckets := make(chan string, redisBuckets+1)
+	buckets := make(chan string, redisBuckets)
 	for _, b := range s.keys.records {
 		buckets <- b
-	}
-	if legacy {
-		buckets <- s.keys.legacyRecords
 	}
 	close(buckets)
 	const workers = 8 // pages are round-trip bound: keep several in flight
@@ -598,12 +534,6 @@ func (s *RedisStore) fullPass(poll <-chan time.Time) error {
 	removed := s.idx.sweep(gen)
 	clear(s.pending) // the pass read them
 	s.cursor = from
-	if !legacy {
-		s.legacy.Store(false)
-	}
-	if !legacyCons {
-		s.legacyCons.Store(false)
-	}
 	n := s.idx.len()
 	first := !s.loaded.Swap(true)
 	s.neg.Purge()

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -62,9 +61,6 @@ type RedisAdmin struct {
 
 	keysOnce      sync.Once
 	keysV         *redisKeys
-	migrated      atomic.Bool
-	bucketed      atomic.Bool // the consumers' layout marker was seen (see inConsumerLayout)
-	legacyGone    atomic.Bool // ... and the previous layout's one hash of consumers was gone
 	decodedTokens tokenDecodings
 }
 
@@ -133,77 +129,61 @@ func (a *RedisAdmin) ListMatching(ctx context.Context, keep func(Record) bool) (
 
 // Get returns the record of the key with id, or an error wrapping
 // ErrNotFound: two HGETs (the id index, then the record's bucket), never a
-// read of the key set. A store that predates the buckets, or one being
-// moved into them, is read in the old hash as well.
+// read of the key set.
 func (a *RedisAdmin) Get(ctx context.Context, id string) (Record, error) {
 	k := a.keys()
-	for _, ids := range []string{k.idsOf(id), k.legacyIDs} {
-		hs, err := a.Client.HGet(ctx, ids, id).Result()
-		if errors.Is(err, redis.Nil) {
-			continue
-		}
-		if err != nil {
-			return Record{}, fmt.Errorf("keystore: %w", err)
-		}
-		h, err := ParseHash(hs)
-		if err != nil {
-			return Record{}, fmt.Errorf("keystore: id index of %s: %w", id, err)
-		}
-		// A record being moved is written to its bucket before it
-		// leaves the old hash: look in both.
-		for _, key := range []string{k.recordsOf(h), k.legacyRecords} {
-			v, err := a.Client.HGet(ctx, key, hs).Result()
-			if errors.Is(err, redis.Nil) {
-				continue
-			}
-			if err != nil {
-				return Record{}, fmt.Errorf("keystore: %w", err)
-			}
-			return decodeRecord(hs, v)
-		}
+	hs, err := a.Client.HGet(ctx, k.idsOf(id), id).Result()
+	if errors.Is(err, redis.Nil) {
+		return Record{}, fmt.Errorf("%q: %w", id, ErrNotFound)
 	}
-	return Record{}, fmt.Errorf("%q: %w", id, ErrNotFound)
+	if err != nil {
+		return Record{}, fmt.Errorf("keystore: %w", err)
+	}
+	h, err := ParseHash(hs)
+	if err != nil {
+		return Record{}, fmt.Errorf("keystore: id index of %s: %w", id, err)
+	}
+	v, err := a.Client.HGet(ctx, k.recordsOf(h), hs).Result()
+	if errors.Is(err, redis.Nil) {
+		return Record{}, fmt.Errorf("%q: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return Record{}, fmt.Errorf("keystore: %w", err)
+	}
+	return decodeRecord(hs, v)
 }
 
 // GetHashes returns the records of the keys whose hashes are hs, oldest
 // first; a hash with no record is left out. It reads a page of records at
 // a time (one pipeline of HGETs, each from the record's bucket), never the
-// key set: a consumer's keys, out of a million. A store that predates the
-// buckets is read in the old hash as well.
+// key set: a consumer's keys, out of a million.
 func (a *RedisAdmin) GetHashes(ctx context.Context, hs []Hash) ([]Record, error) {
 	k := a.keys()
 	out := make([]Record, 0, len(hs))
 	for page := range slices.Chunk(hs, a.pageSize()) {
-		for _, key := range []func(Hash) string{k.recordsOf, func(Hash) string { return k.legacyRecords }} {
-			cmds := make([]*redis.StringCmd, len(page))
-			_, err := a.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
-				for i, h := range page {
-					cmds[i] = p.HGet(ctx, key(h), h.String())
-				}
-				return nil
-			})
-			if err != nil && !errors.Is(err, redis.Nil) {
+		cmds := make([]*redis.StringCmd, len(page))
+		_, err := a.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, h := range page {
+				cmds[i] = p.HGet(ctx, k.recordsOf(h), h.String())
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return nil, fmt.Errorf("keystore: %w", err)
+		}
+		for i, c := range cmds {
+			v, err := c.Result()
+			if errors.Is(err, redis.Nil) {
+				continue
+			}
+			if err != nil {
 				return nil, fmt.Errorf("keystore: %w", err)
 			}
-			var missing []Hash
-			for i, c := range cmds {
-				v, err := c.Result()
-				if errors.Is(err, redis.Nil) {
-					missing = append(missing, page[i])
-					continue
-				}
-				if err != nil {
-					return nil, fmt.Errorf("keystore: %w", err)
-				}
-				r, err := decodeRecord(page[i].String(), v)
-				if err != nil {
-					return nil, err
-				}
-				out = append(out, r)
+			r, err := decodeRecord(page[i].String(), v)
+			if err != nil {
+				return nil, err
 			}
-			if page = missing; len(page) == 0 {
-				break
-			}
+			out = append(out, r)
 		}
 	}
 	oldestFirst(out, func(r *Record) time.Time { return r.CreatedAt }, func(r *Record) string { return r.ID })
@@ -234,13 +214,12 @@ func (a *RedisAdmin) Rotate(ctx context.Context, id string, grace time.Duration)
 }
 
 // Count returns how many key records Redis holds: an HLEN of each
-// bucket (and of the previous layout's hash), in one pipeline, without
-// reading a record.
+// bucket, in one pipeline, without reading a record.
 func (a *RedisAdmin) Count(ctx context.Context) (int, error) {
 	k := a.keys()
 	var lens []*redis.IntCmd
 	_, err := a.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, key := range append(k.records[:], k.legacyRecords) {
+		for _, key := range k.records {
 			lens = append(lens, p.HLen(ctx, key))
 		}
 		return nil
@@ -280,9 +259,6 @@ func (a *RedisAdmin) Import(ctx context.Context, recs []Record) (added, skipped 
 // after the last batch. Each record must be valid (ValidateRecord); ids
 // and hashes must be unique within the batch.
 func (a *RedisAdmin) ImportBatch(ctx context.Context, recs []Record) (added, skipped int, err error) {
-	if err := a.migrate(ctx); err != nil {
-		return 0, 0, err
-	}
 	k := a.keys()
 	vals := make([]string, len(recs))
 	for i, r := range recs {
@@ -358,9 +334,6 @@ const maxChangeTries = 20
 // costs two round trips where WATCH, MULTI and EXEC on the bucket took
 // three.
 func (a *RedisAdmin) change(ctx context.Context, id string, f func(Record) ([]Record, error)) error {
-	if err := a.migrate(ctx); err != nil {
-		return err
-	}
 	k := a.keys()
 	hs, err := a.Client.HGet(ctx, k.idsOf(id), id).Result()
 	if errors.Is(err, redis.Nil) {
@@ -518,151 +491,6 @@ func (a *RedisAdmin) announceItems(ctx context.Context, what, items string, touc
 		return fmt.Errorf("keystore: change stored but not announced (replicas pick it up at their next full resync): %w", err)
 	}
 	return a.ack(ctx, what, append([]string{k.log}, touched...)...)
-}
-
-// migrate moves the records of the previous layout (one hash) into the
-// buckets, a page at a time, and then announces "re-read everything".
-// Each record is copied with HSETNX, so that a copy never overwrites a
-// record that another admin already moved and changed, and then deleted
-// from the old hash. Replicas read both layouts meanwhile. A store that
-// holds nothing yet is then marked as keeping its consumers in buckets
-// (see redis_layout.go; a store that holds anything keeps its consumers'
-// layout until MoveConsumers). It runs once per RedisAdmin, before its
-// first write.
-func (a *RedisAdmin) migrate(ctx context.Context) error {
-	if a.migrated.Load() {
-		return nil
-	}
-	k := a.keys()
-	n, err := a.Client.Exists(ctx, k.legacyRecords, k.legacyIDs).Result()
-	if err != nil {
-		return fmt.Errorf("keystore: %w", err)
-	}
-	if n > 0 {
-		err := a.moveHash(ctx, k.legacyRecords, func(p redis.Pipeliner, field, v string) error {
-			r, err := decodeRecord(field, v)
-			if err != nil {
-				return fmt.Errorf("keystore: moving to the bucketed layout: %w", err)
-			}
-			p.HSetNX(ctx, k.recordsOf(r.Hash), field, v)
-			p.HSetNX(ctx, k.idsOf(r.ID), r.ID, field)
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		if err := a.Client.Del(ctx, k.legacyIDs).Err(); err != nil {
-			return fmt.Errorf("keystore: %w", err)
-		}
-		if err := a.AnnounceAll(ctx); err != nil {
-			return err
-		}
-	}
-	if err := a.markNewStore(ctx); err != nil {
-		return err
-	}
-	a.migrated.Store(true)
-	return nil
-}
-
-// markNewStore sets the consumers' layout marker on a store that holds
-// no record and no consumer (one round trip: the marker, the one hash of
-// consumers and the record buckets' lengths): no replica of a build
-// that reads the one hash alone can have anything to lose there.
-func (a *RedisAdmin) markNewStore(ctx context.Context) error {
-	k := a.keys()
-	var marked, old *redis.IntCmd
-	lens := make([]*redis.IntCmd, redisBuckets)
-	_, err := a.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		marked = p.Exists(ctx, k.layout)
-		old = p.Exists(ctx, k.legacyConsumers)
-		for i, b := range k.records {
-			lens[i] = p.HLen(ctx, b)
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("keystore: %w", err)
-	}
-	if marked.Val() > 0 {
-		a.bucketed.Store(true)
-		return nil
-	}
-	if old.Val() > 0 {
-		return nil
-	}
-	for _, l := range lens {
-		if l.Val() > 0 {
-			return nil
-		}
-	}
-	if err := a.Client.SetNX(ctx, k.layout, layoutBuckets, 0).Err(); err != nil {
-		return fmt.Errorf("keystore: %w", err)
-	}
-	a.bucketed.Store(true)
-	return nil
-}
-
-// layoutBuckets is the value of the consumers' layout marker.
-const layoutBuckets = "consumers:buckets"
-
-// legacyConsumersLeft reports whether the previous layout's one hash of
-// consumers may still hold some: until the layout marker is set and that
-// hash is gone, after which nothing writes it again (one round trip, until
-// then). The admin's reads look there first while it may (see
-// readConsumer).
-func (a *RedisAdmin) legacyConsumersLeft(ctx context.Context) bool {
-	if a.legacyGone.Load() {
-		return false
-	}
-	k := a.keys()
-	var marked, old *redis.IntCmd
-	_, err := a.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		marked, old = p.Exists(ctx, k.layout), p.Exists(ctx, k.legacyConsumers)
-		return nil
-	})
-	if err != nil || marked.Val() == 0 || old.Val() > 0 {
-		return true
-	}
-	a.legacyGone.Store(true)
-	return false
-}
-
-// MoveConsumers moves the consumers of the previous layout's one hash
-// into their buckets (see redis_layout.go), and reports how many it
-// moved. It first sets the layout marker, so that no admin writes the
-// one hash any more (a write under way fails its transaction and goes to
-// the bucket), then moves them a page at a time (HSETNX, then HDEL) and
-// announces "re-read everything". Run it once no replica of a build that
-// reads the one hash alone is left: such a replica loses every consumer.
-// Running it again moves nothing.
-func (a *RedisAdmin) MoveConsumers(ctx context.Context) (int, error) {
-	if err := a.migrate(ctx); err != nil {
-		return 0, err
-	}
-	k := a.keys()
-	if err := a.Client.Set(ctx, k.layout, layoutBuckets, 0).Err(); err != nil {
-		return 0, fmt.Errorf("keystore: %w", err)
-	}
-	a.bucketed.Store(true)
-	moved := 0
-	err := a.moveHash(ctx, k.legacyConsumers, func(p redis.Pipeliner, id, v string) error {
-		if _, err := decodeConsumer(id, v); err != nil {
-			return fmt.Errorf("keystore: moving to the bucketed layout: %w", err)
-		}
-		p.HSetNX(ctx, k.consumersOf(id), id, v)
-		moved++
-		return nil
-	})
-	if err != nil {
-		return moved, err
-	}
-	return moved, a.AnnounceAll(ctx)
-}
-
-// moveHash is MoveHash with the admin's client and page size.
-func (a *RedisAdmin) moveHash(ctx context.Context, key string, put func(p redis.Pipeliner, field, v string) error) error {
-	return MoveHash(ctx, a.Client, key, a.scanCount(), put)
 }
 
 // MoveHash moves every field of the hash key out of it, a page (HSCAN

@@ -1,7 +1,6 @@
 package keystore
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -72,7 +71,7 @@ func (s *RedisStore) applyConsumer(id string) error {
 	v, err := s.breaker.Do(s.ctx, func(ctx context.Context) (string, error) {
 		ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 		defer cancel()
-		return readConsumer(ctx, s.cfg.Client, s.keys, id, s.legacyCons.Load())
+		return s.cfg.Client.HGet(ctx, s.keys.consumersOf(id), id).Result()
 	})
 	var con *Consumer
 	switch {
@@ -91,47 +90,14 @@ func (s *RedisStore) applyConsumer(id string) error {
 	return nil
 }
 
-// readConsumer reads the stored form of the consumer with id from its
-// bucket, or redis.Nil. With legacy set (the previous layout's hash may
-// still hold consumers), it reads that hash first: a consumer being
-// moved is copied into its bucket before it leaves the old hash, so
-// the two reads in this order cannot both miss it.
-func readConsumer(ctx context.Context, c redis.Cmdable, k *redisKeys, id string, legacy bool) (string, error) {
-	if legacy {
-		v, err := c.HGet(ctx, k.legacyConsumers, id).Result()
-		if !errors.Is(err, redis.Nil) {
-			return v, err
-		}
-	}
-	return c.HGet(ctx, k.consumersOf(id), id).Result()
-}
-
-// readConsumers reads every consumer for a full pass: the previous
-// layout's hash first while it exists (see readConsumer), then the
-// buckets, several at once. Each hash is read with one HSCAN cursor, a
-// page after another, and each page is decoded by the goroutine that
-// asked for it while the others wait for theirs; each consumer is kept
-// in the copy's compact form (consumerSet) at once. A consumer read in
-// both layouts (moved during the pass) is read the same in both, and
-// the bucket's copy, later in the answer, is the one kept.
-func (s *RedisStore) readConsumers(ctx context.Context, legacy bool) ([]numberedConsumer, error) {
-	var old []numberedConsumer
-	if legacy {
-		var err error
-		if old, err = s.scanConsumers(ctx, []string{s.keys.legacyConsumers}); err != nil {
-			return nil, err
-		}
-	}
-	cons, err := s.scanConsumers(ctx, s.keys.consumers[:])
-	if err != nil {
-		return nil, err
-	}
-	return append(old, cons...), nil
-}
-
-// scanConsumers reads and decodes every consumer of the hashes keys,
-// with up to 8 hashes read at once (the pages are round-trip bound).
-func (s *RedisStore) scanConsumers(ctx context.Context, keys []string) ([]numberedConsumer, error) {
+// readConsumers reads every consumer for a full pass, from their
+// buckets, up to 8 at once (the pages are round-trip bound). Each bucket
+// is read with one HSCAN cursor, a page after another, and each page is
+// decoded by the goroutine that asked for it while the others wait for
+// theirs; each consumer is kept in the copy's compact form
+// (consumerSet) at once.
+func (s *RedisStore) readConsumers(ctx context.Context) ([]numberedConsumer, error) {
+	keys := s.keys.consumers[:]
 	workers := min(8, len(keys))
 	todo := make(chan string, len(keys))
 	for _, k := range keys {
@@ -197,73 +163,31 @@ func sameLimits(a, b *Consumer) bool {
 	return reflect.DeepEqual(Subject(Record{}, a), Subject(Record{}, b))
 }
 
-// writeConsumers runs write, which queues writes of consumers, each into
-// the hash where gives for its id: their buckets, in one pipeline, once
-// the consumers have moved; before, the previous layout's one hash (see
-// inConsumerLayout).
-func (a *RedisAdmin) writeConsumers(ctx context.Context, write func(p redis.Pipeliner, where func(id string) string)) error {
-	k := a.keys()
-	return a.inConsumerLayout(ctx, func() error {
-		_, err := a.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
-			write(p, k.consumersOf)
-			return nil
-		})
-		return err
-	}, func(tx *redis.Tx) error {
-		_, err := tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			write(p, func(string) string { return k.legacyConsumers })
-			return nil
-		})
-		return err
+// writeConsumers runs write, which queues writes of consumers into
+// their buckets, in one pipeline.
+func (a *RedisAdmin) writeConsumers(ctx context.Context, write func(p redis.Pipeliner)) error {
+	_, err := a.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		write(p)
+		return nil
 	})
+	return err
 }
 
-// consumerHash runs f in an optimistic transaction on the hash that holds
-// the consumer with id, its bucket or the previous layout's one hash (see
-// inConsumerLayout). f gets the hash's key.
+// consumerHash runs f in an optimistic transaction on the bucket that
+// holds the consumer with id; f gets the bucket's key. A transaction
+// that another admin's change made fail is tried again, up to
+// maxChangeTries times.
 func (a *RedisAdmin) consumerHash(ctx context.Context, id string, f func(tx *redis.Tx, key string) error) error {
-	k := a.keys()
-	bucket := k.consumersOf(id)
-	return a.inConsumerLayout(ctx, func() error {
-		return a.Client.Watch(ctx, func(tx *redis.Tx) error { return f(tx, bucket) }, bucket)
-	}, func(tx *redis.Tx) error { return f(tx, k.legacyConsumers) })
-}
-
-// inConsumerLayout runs bucketed once the consumers have moved to their
-// buckets; before (see redis_layout.go), it runs legacy in an optimistic
-// transaction on the previous layout's one hash that also watches the
-// layout marker, so that a write under way when the consumers move fails
-// and is made again, by bucketed. A transaction that another admin's
-// change made fail is tried again too, up to maxChangeTries times. The
-// caller has run migrate, which saw the marker if it was there then; the
-// transaction sees it if it came since.
-func (a *RedisAdmin) inConsumerLayout(ctx context.Context, bucketed func() error, legacy func(tx *redis.Tx) error) error {
-	k := a.keys()
+	bucket := a.keys().consumersOf(id)
 	var err error
-	for attempt := 0; attempt < maxChangeTries; attempt++ {
-		if a.bucketed.Load() {
-			err = bucketed()
-		} else {
-			err = a.Client.Watch(ctx, func(tx *redis.Tx) error {
-				if n, err := tx.Exists(ctx, k.layout).Result(); err != nil || n > 0 {
-					return cmp.Or(err, errConsumersMoved)
-				}
-				return legacy(tx)
-			}, k.legacyConsumers, k.layout)
-			if errors.Is(err, errConsumersMoved) {
-				a.bucketed.Store(true) // nothing removes the marker
-			}
-		}
-		if !errors.Is(err, redis.TxFailedErr) && !errors.Is(err, errConsumersMoved) {
+	for range maxChangeTries {
+		err = a.Client.Watch(ctx, func(tx *redis.Tx) error { return f(tx, bucket) }, bucket)
+		if !errors.Is(err, redis.TxFailedErr) {
 			return err
 		}
 	}
 	return err
 }
-
-// errConsumersMoved aborts a transaction on the previous layout's one
-// hash of consumers: the consumers have moved meanwhile (MoveConsumers).
-var errConsumersMoved = errors.New("keystore: the consumers moved to their buckets")
 
 // writeKey stores a new key record whose id must be unused; a key of a
 // consumer needs the consumer to exist and to allow the key's context.
@@ -272,11 +196,8 @@ var errConsumersMoved = errors.New("keystore: the consumers moved to their bucke
 // very moment a key is issued to it leaves a key whose consumer counts as
 // none (its limits fall back to the key's own).
 func (a *RedisAdmin) writeKey(ctx context.Context, rec Record) error {
-	if err := a.migrate(ctx); err != nil {
-		return err
-	}
 	if rec.Consumer != "" {
-		c, err := getConsumer(ctx, a.Client, a.keys(), rec.Consumer, a.legacyConsumersLeft(ctx))
+		c, err := getConsumer(ctx, a.Client, a.keys(), rec.Consumer)
 		if err != nil {
 			return err
 		}
@@ -316,10 +237,10 @@ var errWithdrawn = errors.New("withdrawn")
 // returned Record) is revoked, or must be.
 func IssueFailedAfterStore(err error) bool { return errors.Is(err, errWithdrawn) }
 
-// getConsumer reads the consumer with id (see readConsumer), or
+// getConsumer reads the consumer with id from its bucket, or
 // ErrConsumerNotFound.
-func getConsumer(ctx context.Context, c redis.Cmdable, k *redisKeys, id string, legacy bool) (Consumer, error) {
-	v, err := readConsumer(ctx, c, k, id, legacy)
+func getConsumer(ctx context.Context, c redis.Cmdable, k *redisKeys, id string) (Consumer, error) {
+	v, err := c.HGet(ctx, k.consumersOf(id), id).Result()
 	if errors.Is(err, redis.Nil) {
 		return Consumer{}, fmt.Errorf("consumer %q: %w", id, ErrConsumerNotFound)
 	}
@@ -354,11 +275,9 @@ func (a *RedisAdmin) CreateConsumer(ctx context.Context, c Consumer) error {
 	if err != nil {
 		return err
 	}
-	if err := a.migrate(ctx); err != nil {
-		return err
-	}
+	bucket := a.keys().consumersOf(c.ID)
 	var set *redis.BoolCmd
-	if err := a.writeConsumers(ctx, func(p redis.Pipeliner, where func(string) string) { set = p.HSetNX(ctx, where(c.ID), c.ID, v) }); err != nil {
+	if err := a.writeConsumers(ctx, func(p redis.Pipeliner) { set = p.HSetNX(ctx, bucket, c.ID, v) }); err != nil {
 		return fmt.Errorf("keystore: %w", err)
 	}
 	if !set.Val() {
@@ -371,14 +290,10 @@ func (a *RedisAdmin) CreateConsumer(ctx context.Context, c Consumer) error {
 func (a *RedisAdmin) ListConsumers(ctx context.Context) ([]Consumer, error) {
 	k := a.keys()
 	var cons []Consumer
+	// HSCAN may return a field twice (the hash grew during the scan):
+	// each consumer is listed once.
 	seen := make(map[string]bool)
-	// The previous layout's hash first (see readConsumer); a consumer
-	// moved meanwhile is listed once.
-	hashes := k.consumers[:]
-	if a.legacyConsumersLeft(ctx) {
-		hashes = append([]string{k.legacyConsumers}, hashes...)
-	}
-	for _, key := range hashes {
+	for _, key := range k.consumers {
 		err := scanHash(ctx, a.Client, key, a.scanCount(), func(kv []string) error {
 			for i := 0; i+1 < len(kv); i += 2 {
 				if seen[kv[i]] {
@@ -402,20 +317,16 @@ func (a *RedisAdmin) ListConsumers(ctx context.Context) ([]Consumer, error) {
 }
 
 // GetConsumer returns the consumer with id, or ErrConsumerNotFound.
-// Like every read of the admin's, it looks in the previous layout's one
-// hash first while that may hold consumers (legacyConsumersLeft).
 func (a *RedisAdmin) GetConsumer(ctx context.Context, id string) (Consumer, error) {
-	return getConsumer(ctx, a.Client, a.keys(), id, a.legacyConsumersLeft(ctx))
+	return getConsumer(ctx, a.Client, a.keys(), id)
 }
 
 // GetConsumers returns the consumers with ids that Redis holds, in the
 // order of ids, leaving out those it does not (deleted meanwhile): for
 // each PageSize of ids, one pipelined round trip of an HMGET per bucket
-// they fall in, and one of the previous layout's one hash while that may
-// hold consumers, which wins (see readConsumer).
+// they fall in.
 func (a *RedisAdmin) GetConsumers(ctx context.Context, ids []string) ([]Consumer, error) {
 	k := a.keys()
-	legacy := a.legacyConsumersLeft(ctx)
 	out := make([]Consumer, 0, len(ids))
 	for page := range slices.Chunk(ids, a.pageSize()) {
 		byBucket := make(map[string][]int) // bucket -> positions in page
@@ -424,12 +335,8 @@ func (a *RedisAdmin) GetConsumers(ctx context.Context, ids []string) ([]Consumer
 			byBucket[b] = append(byBucket[b], i)
 		}
 		vals := make([]any, len(page))
-		var old *redis.SliceCmd
 		cmds := make(map[string]*redis.SliceCmd, len(byBucket))
 		_, err := a.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
-			if legacy {
-				old = p.HMGet(ctx, k.legacyConsumers, page...)
-			}
 			for b, at := range byBucket {
 				fields := make([]string, len(at))
 				for j, i := range at {
@@ -445,13 +352,6 @@ func (a *RedisAdmin) GetConsumers(ctx context.Context, ids []string) ([]Consumer
 		for b, at := range byBucket {
 			for j, v := range cmds[b].Val() {
 				vals[at[j]] = v
-			}
-		}
-		if old != nil {
-			for i, v := range old.Val() {
-				if v != nil {
-					vals[i] = v
-				}
 			}
 		}
 		for i, v := range vals {
@@ -502,15 +402,10 @@ func (a *RedisAdmin) DeleteConsumer(ctx context.Context, id string) (Consumer, e
 }
 
 // changeConsumer reads the consumer with id in a watched transaction on
-// the hash that holds it (consumerHash) and passes it to change, which
-// returns the consumer to report and the write that stores the change
-// into a hash; the write runs in the transaction, and the consumer is
-// then announced. A consumer that MoveConsumers, under way, has not
-// moved yet is moved first.
+// its bucket (consumerHash) and passes it to change, which returns the
+// consumer to report and the write that stores the change into a hash;
+// the write runs in the transaction, and the consumer is then announced.
 func (a *RedisAdmin) changeConsumer(ctx context.Context, id string, change func(*redis.Tx, *redisKeys, Consumer) (Consumer, func(redis.Pipeliner, string), error)) (Consumer, error) {
-	if err := a.migrate(ctx); err != nil {
-		return Consumer{}, err
-	}
 	k := a.keys()
 	var out Consumer
 	f := func(tx *redis.Tx, key string) error {
@@ -536,40 +431,10 @@ func (a *RedisAdmin) changeConsumer(ctx context.Context, id string, change func(
 		out = c
 		return err
 	}
-	err := a.consumerHash(ctx, id, f)
-	if errors.Is(err, ErrConsumerNotFound) && a.bucketed.Load() {
-		var moved bool
-		if moved, err = a.moveConsumer(ctx, id); err == nil && moved {
-			err = a.consumerHash(ctx, id, f)
-		} else if err == nil {
-			err = fmt.Errorf("consumer %q: %w", id, ErrConsumerNotFound)
-		}
-	}
-	if err != nil {
+	if err := a.consumerHash(ctx, id, f); err != nil {
 		return Consumer{}, err
 	}
 	return out, a.announceConsumer(ctx, id)
-}
-
-// moveConsumer moves the consumer with id from the previous layout's one
-// hash into its bucket, as MoveConsumers does, and reports whether the
-// one hash held it.
-func (a *RedisAdmin) moveConsumer(ctx context.Context, id string) (bool, error) {
-	k := a.keys()
-	v, err := a.Client.HGet(ctx, k.legacyConsumers, id).Result()
-	if errors.Is(err, redis.Nil) {
-		return false, nil
-	}
-	if err == nil {
-		err = a.Client.HSetNX(ctx, k.consumersOf(id), id, v).Err()
-	}
-	if err == nil {
-		err = a.Client.HDel(ctx, k.legacyConsumers, id).Err()
-	}
-	if err != nil {
-		return false, fmt.Errorf("keystore: %w", err)
-	}
-	return true, nil
 }
 
 // checkConsumerKeys is CheckConsumerKeys over the consumer's key records:
@@ -602,7 +467,7 @@ func (a *RedisAdmin) consumerKeys(id string) ([]Hash, bool) {
 
 func (a *RedisAdmin) announceConsumer(ctx context.Context, id string) error {
 	k := a.keys()
-	return a.announceItems(ctx, "consumer", consumerChange+id, k.consumersOf(id), k.legacyConsumers)
+	return a.announceItems(ctx, "consumer", consumerChange+id, k.consumersOf(id))
 }
 
 // ImportConsumers stores consumers (from a file keystore) that Redis does
@@ -614,9 +479,7 @@ func (a *RedisAdmin) ImportConsumers(ctx context.Context, cons []Consumer) (adde
 	if err := ValidateConsumers(cons); err != nil {
 		return 0, 0, err
 	}
-	if err := a.migrate(ctx); err != nil {
-		return 0, 0, err
-	}
+	k := a.keys()
 	for start := 0; start < len(cons); start += a.pageSize() {
 		batch := cons[start:min(start+a.pageSize(), len(cons))]
 		vals := make([]string, len(batch))
@@ -626,9 +489,9 @@ func (a *RedisAdmin) ImportConsumers(ctx context.Context, cons []Consumer) (adde
 			}
 		}
 		set := make([]*redis.BoolCmd, len(batch))
-		if err := a.writeConsumers(ctx, func(p redis.Pipeliner, where func(id string) string) {
+		if err := a.writeConsumers(ctx, func(p redis.Pipeliner) {
 			for i, c := range batch {
-				set[i] = p.HSetNX(ctx, where(c.ID), c.ID, vals[i])
+				set[i] = p.HSetNX(ctx, k.consumersOf(c.ID), c.ID, vals[i])
 			}
 		}); err != nil {
 			return added, skipped, fmt.Errorf("keystore: import consumers: %w", err)

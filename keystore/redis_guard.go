@@ -363,9 +363,6 @@ func (s *RedisStore) repair(e string) error {
 	if err != nil {
 		return fmt.Errorf("keystore: repair: %w", err)
 	}
-	if err := s.cfg.Client.SetNX(ctx, s.keys.layout, layoutBuckets, 0).Err(); err != nil {
-		return fmt.Errorf("keystore: repair: %w", err)
-	}
 	s.epoch = e
 	s.log.Warn("keystore: wrote back to Redis what this replica held", zap.Int("keys", n), zap.Int("consumers", nc),
 		zap.Int("admin_tokens", nt), zap.Duration("took", time.Since(started)))

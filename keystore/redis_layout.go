@@ -32,30 +32,8 @@ const redisBuckets = 256
 // with the changed hashes and "con:<consumer id>" items
 // (comma-separated), or "*" for "re-read everything". A replica catches
 // up from the log; the message only wakes it.
-//
-// The layouts before this one kept every record in one hash
-// (<prefix>keystore:{ks}:records, ids in <prefix>keystore:{ks}:ids), and
-// every consumer in one hash (<prefix>keystore:{ks}:consumers): one
-// Cluster slot, 160 MB at a million consumers. A store written that way
-// still loads: replicas read those hashes too.
-//
-// The first write of a RedisAdmin moves the records into the buckets
-// (see RedisAdmin.migrate). The consumers move in two steps, so that a
-// replica of the previous build, which reads the one hash alone, never
-// loses a consumer during a rolling upgrade (its keys would lose the
-// consumer's plan, permissions and address rules there):
-//
-//   - until <prefix>keystore:{ks}:layout exists, admins write consumers
-//     to the one hash, and replicas read it besides the buckets;
-//   - `keygate keys migrate` (RedisAdmin.MoveConsumers), once every
-//     replica runs this build, sets that marker and moves them.
-//
-// A store that holds nothing yet gets the marker at its first write.
 type redisKeys struct {
 	channel, log string
-	// legacyRecords, legacyIDs and legacyConsumers are the previous
-	// layouts' hashes; layout marks the consumers as moved to buckets.
-	legacyRecords, legacyIDs, legacyConsumers, layout string
 	// adminTokens and adminTokenIDs are the admin token hashes (see
 	// admintoken_stores.go).
 	adminTokens, adminTokenIDs string
@@ -76,15 +54,11 @@ func newRedisKeys(prefix string) *redisKeys {
 	}
 	base := prefix + "keystore:"
 	k := &redisKeys{
-		channel:         base + "changes",
-		log:             base + "{ks}:log",
-		legacyRecords:   base + "{ks}:records",
-		legacyIDs:       base + "{ks}:ids",
-		legacyConsumers: base + "{ks}:consumers",
-		layout:          base + "{ks}:layout",
-		adminTokens:     base + "{ks}:admin_tokens",
-		adminTokenIDs:   base + "{ks}:admin_token_ids",
-		epoch:           base + "{ks}:epoch",
+		channel:       base + "changes",
+		log:           base + "{ks}:log",
+		adminTokens:   base + "{ks}:admin_tokens",
+		adminTokenIDs: base + "{ks}:admin_token_ids",
+		epoch:         base + "{ks}:epoch",
 	}
 	for b := range redisBuckets {
 		tag := fmt.Sprintf("{ks:%02x}:", b)

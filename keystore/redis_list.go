@@ -25,9 +25,9 @@ func hashAll[T any](ctx context.Context, c redis.Cmdable, key string, page int, 
 	return out, err
 }
 
-// allRecords reads and decodes every key record: every bucket, and the
-// previous layout's hash while it exists. A record seen twice (moved
-// while the scan ran) is kept once.
+// allRecords reads and decodes every key record, every bucket. A record
+// seen twice (HSCAN may return a field twice, when the hash grew while
+// the scan ran) is kept once.
 func allRecords(ctx context.Context, c redis.Cmdable, k *redisKeys, page int) ([]Record, error) {
 	return matchingRecords(ctx, c, k, page, func(Record) bool { return true })
 }
@@ -38,7 +38,7 @@ func allRecords(ctx context.Context, c redis.Cmdable, k *redisKeys, page int) ([
 func matchingRecords(ctx context.Context, c redis.Cmdable, k *redisKeys, page int, keep func(Record) bool) ([]Record, error) {
 	var out []Record
 	seen := make(map[Hash]bool)
-	for _, key := range append(k.records[:], k.legacyRecords) {
+	for _, key := range k.records {
 		err := scanHash(ctx, c, key, page, func(kv []string) error {
 			for i := 0; i+1 < len(kv); i += 2 {
 				r, err := decodeRecord(kv[i], kv[i+1])

@@ -2,7 +2,6 @@ package keystore_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -17,7 +16,7 @@ import (
 )
 
 // issueMany issues n keys through admin and returns them.
-func issueMany(t *testing.T, admin keystore.Admin, n int) []string {
+func issueMany(t *testing.T, admin adminStore, n int) []string {
 	t.Helper()
 	keys := make([]string, n)
 	for i := range keys {
@@ -163,59 +162,6 @@ func TestRedisLostMessageCostsTheChange(t *testing.T) {
 	}
 }
 
-// TestRedisPreviousLayoutLoadsAndMoves: a store written by the one-hash
-// layout loads as it is; the first admin write moves every record into
-// the buckets, and the store keeps serving every key, with the change.
-func TestRedisPreviousLayoutLoadsAndMoves(t *testing.T) {
-	t.Parallel()
-	rs := redistest.Start(t)
-	c := redisClient(t, rs.Addr)
-	ctx := context.Background()
-	var keys []string
-	var ids []string
-	for i := 0; i < 7; i++ {
-		key, rec, err := keystore.NewRecord(keystore.IssueRequest{Product: keystore.Extraction, Env: keystore.Live, Context: ctxUUID}, time.Now())
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := json.Marshal(struct {
-			keystore.Record
-			Hash keystore.Hash `json:"hash"`
-		}{rec, rec.Hash})
-		c.HSet(ctx, "keygate:keystore:{ks}:records", rec.Hash.String(), string(b))
-		c.HSet(ctx, "keygate:keystore:{ks}:ids", rec.ID, rec.Hash.String())
-		keys, ids = append(keys, key), append(ids, rec.ID)
-	}
-	s := openPaged(t, redisClient(t, rs.Addr), 3)
-	testkit.Eventually(t, 2*time.Second, "ready", func() error { return testkit.True(s.Ready(), "not ready") })
-	if s.Len() != len(keys) {
-		t.Fatalf("loaded %d keys of the previous layout, want %d", s.Len(), len(keys))
-	}
-	admin := &keystore.RedisAdmin{Client: c, PageSize: 2}
-	if _, err := admin.Revoke(ctx, ids[0]); err != nil {
-		t.Fatal(err)
-	}
-	if n, _ := c.Exists(ctx, "keygate:keystore:{ks}:records", "keygate:keystore:{ks}:ids").Result(); n != 0 {
-		t.Errorf("previous layout's hashes still there after the first write (%d)", n)
-	}
-	recs, err := admin.List(ctx)
-	if err != nil || len(recs) != len(keys) {
-		t.Fatalf("list after the move: %d, %v", len(recs), err)
-	}
-	testkit.Eventually(t, 2*time.Second, "revocation after the move", func() error { return testkit.Equal(state(t, s, keys[0]), keystore.Revoked) })
-	for _, k := range keys[1:] {
-		if state(t, s, k) != keystore.Active {
-			t.Error("a moved key is not active")
-		}
-	}
-	// A fresh replica loads the new layout.
-	s2 := openPaged(t, redisClient(t, rs.Addr), 3)
-	testkit.Eventually(t, 2*time.Second, "fresh replica ready", func() error { return testkit.True(s2.Ready(), "not ready") })
-	if s2.Len() != len(keys) {
-		t.Errorf("fresh replica loaded %d keys, want %d", s2.Len(), len(keys))
-	}
-}
-
 // hscans is how many HSCANs the server has served.
 func hscans(t *testing.T, c redis.UniversalClient) int {
 	t.Helper()
@@ -236,111 +182,80 @@ func hscans(t *testing.T, c redis.UniversalClient) int {
 // TestRedisGetReadsOneKey: the admin reads one key by id, as List has it,
 // without scanning the key set (the admin API shows a key after every
 // issue and revocation: a scan there made each change cost the whole
-// key set), on the bucketed layout and on the previous one-hash layout.
+// key set).
 func TestRedisGetReadsOneKey(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	for _, tc := range []struct {
-		name   string
-		legacy bool
-	}{{"buckets", false}, {"previous layout", true}} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			rs := redistest.Start(t)
-			c := redisClient(t, rs.Addr)
-			admin := &keystore.RedisAdmin{Client: c}
-			var ids []string
-			for i := 0; i < 20; i++ {
-				if tc.legacy {
-					_, rec, err := keystore.NewRecord(keystore.IssueRequest{Product: keystore.Extraction, Env: keystore.Live, Context: ctxUUID}, time.Now())
-					if err != nil {
-						t.Fatal(err)
-					}
-					b, _ := json.Marshal(struct {
-						keystore.Record
-						Hash keystore.Hash `json:"hash"`
-					}{rec, rec.Hash})
-					c.HSet(ctx, "keygate:keystore:{ks}:records", rec.Hash.String(), string(b))
-					c.HSet(ctx, "keygate:keystore:{ks}:ids", rec.ID, rec.Hash.String())
-					ids = append(ids, rec.ID)
-					continue
-				}
-				_, rec, err := admin.Issue(ctx, keystore.IssueRequest{Product: keystore.Extraction, Env: keystore.Live, Context: ctxUUID, Name: fmt.Sprint("k", i)})
-				if err != nil {
-					t.Fatal(err)
-				}
-				ids = append(ids, rec.ID)
-			}
-			if !tc.legacy {
-				if _, err := admin.Revoke(ctx, ids[3]); err != nil {
-					t.Fatal(err)
-				}
-			}
-			all, err := admin.List(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			before := hscans(t, c)
-			for _, want := range all {
-				got, err := admin.Get(ctx, want.ID)
-				if err != nil {
-					t.Fatalf("Get(%s): %v", want.ID, err)
-				}
-				if fmt.Sprint(got) != fmt.Sprint(want) {
-					t.Errorf("Get(%s) = %+v, List has %+v", want.ID, got, want)
-				}
-			}
-			if _, err := admin.Get(ctx, "key_0000000000000000"); !errors.Is(err, keystore.ErrNotFound) {
-				t.Errorf("Get of an unknown id: %v, want ErrNotFound", err)
-			}
-			// GetHashes (a consumer's keys by hash, in pages of 10 here)
-			// reads the same records, in List's order, and leaves out a
-			// hash with no record.
-			hs := []keystore.Hash{keystore.HashKey("svc_live_unknown")}
-			for i := len(all) - 1; i >= 0; i-- {
-				hs = append(hs, all[i].Hash)
-			}
-			paged := &keystore.RedisAdmin{Client: c, PageSize: 10}
-			got, err := paged.GetHashes(ctx, hs)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if fmt.Sprint(got) != fmt.Sprint(all) {
-				t.Errorf("GetHashes = %+v, List has %+v", got, all)
-			}
-			if n := hscans(t, c) - before; n != 0 {
-				t.Errorf("Get and GetHashes of %d keys ran %d HSCANs", len(all), n)
-			}
-		})
+	rs := redistest.Start(t)
+	c := redisClient(t, rs.Addr)
+	admin := &keystore.RedisAdmin{Client: c}
+	var ids []string
+	for i := 0; i < 20; i++ {
+		_, rec, err := admin.Issue(ctx, keystore.IssueRequest{Product: keystore.Extraction, Env: keystore.Live, Context: ctxUUID, Name: fmt.Sprint("k", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, rec.ID)
+	}
+	if _, err := admin.Revoke(ctx, ids[3]); err != nil {
+		t.Fatal(err)
+	}
+	all, err := admin.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := hscans(t, c)
+	for _, want := range all {
+		got, err := admin.Get(ctx, want.ID)
+		if err != nil {
+			t.Fatalf("Get(%s): %v", want.ID, err)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("Get(%s) = %+v, List has %+v", want.ID, got, want)
+		}
+	}
+	if _, err := admin.Get(ctx, "key_0000000000000000"); !errors.Is(err, keystore.ErrNotFound) {
+		t.Errorf("Get of an unknown id: %v, want ErrNotFound", err)
+	}
+	// GetHashes (a consumer's keys by hash, in pages of 10 here)
+	// reads the same records, in List's order, and leaves out a
+	// hash with no record.
+	hs := []keystore.Hash{keystore.HashKey("svc_live_unknown")}
+	for i := len(all) - 1; i >= 0; i-- {
+		hs = append(hs, all[i].Hash)
+	}
+	paged := &keystore.RedisAdmin{Client: c, PageSize: 10}
+	got, err := paged.GetHashes(ctx, hs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(all) {
+		t.Errorf("GetHashes = %+v, List has %+v", got, all)
+	}
+	if n := hscans(t, c) - before; n != 0 {
+		t.Errorf("Get and GetHashes of %d keys ran %d HSCANs", len(all), n)
 	}
 }
 
 // TestRedisListMatchingKeepsWhatListHas: a filtered list (a consumer's
 // keys where no replica's index can find them: `keygate keys list
 // --consumer`, a replica still loading) lists exactly the records of List
-// that the filter keeps, in List's order, also while records are being
-// moved from the previous layout (a record in both hashes is listed
-// once), while it holds only those it keeps (BenchmarkRedisListMatching).
+// that the filter keeps, in List's order, while it holds only those it
+// keeps (BenchmarkRedisListMatching).
 func TestRedisListMatchingKeepsWhatListHas(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	rs := redistest.Start(t)
 	c := redisClient(t, rs.Addr)
 	admin := &keystore.RedisAdmin{Client: c, PageSize: 3}
-	var moved keystore.Record
+	var last keystore.Record
 	for i := range 30 {
 		_, rec, err := admin.Issue(ctx, keystore.IssueRequest{Product: keystore.Extraction, Env: keystore.Live, Context: ctxUUID, Name: fmt.Sprint("k", i%4)})
 		if err != nil {
 			t.Fatal(err)
 		}
-		moved = rec
+		last = rec
 	}
-	// The last one, also in the previous layout's hash: a move under way.
-	b, _ := json.Marshal(struct {
-		keystore.Record
-		Hash keystore.Hash `json:"hash"`
-	}{moved, moved.Hash})
-	c.HSet(ctx, "keygate:keystore:{ks}:records", moved.Hash.String(), string(b))
 	all, err := admin.List(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -349,7 +264,7 @@ func TestRedisListMatchingKeepsWhatListHas(t *testing.T) {
 		t.Fatalf("List has %d records, want 30", len(all))
 	}
 	for _, name := range []string{"k0", "k3", "k9"} {
-		keep := func(r keystore.Record) bool { return r.Name == name || r.ID == moved.ID }
+		keep := func(r keystore.Record) bool { return r.Name == name || r.ID == last.ID }
 		got, err := admin.ListMatching(ctx, keep)
 		if err != nil {
 			t.Fatal(err)

@@ -34,12 +34,12 @@ type fixture struct {
 // extraction key.
 func newFixture(t testing.TB, alg string) *fixture {
 	t.Helper()
-	return newFixtureWith(t, alg, nil, true)
+	return newFixtureWith(t, alg, nil)
 }
 
 // newFixtureWith is newFixture with the issuer's clock (nil: time.Now) and
-// a keystore that reloads its file when it changes (watch false: never).
-func newFixtureWith(t testing.TB, alg string, clock func() time.Time, noWatch bool) *fixture {
+// a keystore that reloads its file when it changes.
+func newFixtureWith(t testing.TB, alg string, clock func() time.Time) *fixture {
 	t.Helper()
 	dir := t.TempDir()
 	admin := &keystore.FileAdmin{Path: filepath.Join(dir, "keys.yaml")}
@@ -47,7 +47,7 @@ func newFixtureWith(t testing.TB, alg string, clock func() time.Time, noWatch bo
 	if err != nil {
 		t.Fatal(err)
 	}
-	ks, err := keystore.OpenFile(keystore.FileConfig{Path: admin.Path, NoWatch: noWatch})
+	ks, err := keystore.OpenFile(keystore.FileConfig{Path: admin.Path})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +211,7 @@ func TestPreviousKeyWithdrawnAfterItsTokensExpire(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	admin := &keystore.FileAdmin{Path: filepath.Join(dir, "keys.yaml")}
-	ks, err := keystore.OpenFile(keystore.FileConfig{Path: admin.Path, NoWatch: true})
+	ks, err := keystore.OpenFile(keystore.FileConfig{Path: admin.Path})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -56,7 +56,7 @@ func TestAcceptedTokenIsCheckedAgainOnEveryUse(t *testing.T) {
 			t.Parallel()
 			var clock atomic.Int64
 			clock.Store(time.Now().UnixNano())
-			f := newFixtureWith(t, "ES256", func() time.Time { return time.Unix(0, clock.Load()) }, false)
+			f := newFixtureWith(t, "ES256", func() time.Time { return time.Unix(0, clock.Load()) })
 			tok := f.token(t)
 			ctx := context.Background()
 			for range 3 {

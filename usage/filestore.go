@@ -546,6 +546,13 @@ func (s *FileStore) LastUsed(_ context.Context, ids []string) (map[string]time.T
 	return out, nil
 }
 
+// Forget keeps the last uses of ids (keys that were purged): the file is
+// written by the gateway process that flushes to it alone, and the store
+// that a purge reads through (the CLI's, the admin API's) must not write
+// it. A purged key's counts expire on their own; its last use is one
+// line of the file.
+func (s *FileStore) Forget(context.Context, []string) error { return nil }
+
 // Methods reads the counts by method (see FileStore.view).
 func (s *FileStore) Methods(_ context.Context, ids []string, since time.Duration, now time.Time) (map[string]MethodCounts, error) {
 	ds := days(min(since, MaxMethodWindow), now)

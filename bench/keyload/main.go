@@ -208,7 +208,7 @@ func loadFile(path string, revoke, replace float64, prof string, limits bool) er
 	base := rss()
 	start, c0 := time.Now(), cpu()
 	reloaded := make(chan int, 4)
-	s, err := keystore.OpenFile(keystore.FileConfig{Path: path, PollInterval: 100 * time.Millisecond, NoWatch: true, Limits: res,
+	s, err := keystore.OpenFile(keystore.FileConfig{Path: path, Limits: res,
 		OnReload: func(n int, err error) {
 			if err != nil {
 				fmt.Fprintln(os.Stderr, "keyload: reload:", err)
