@@ -228,7 +228,7 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 	}
 	g.proxy = &httputil.ReverseProxy{
 		Rewrite:        g.rewrite,
-		Transport:      upstreamTransport{tracer: deps.Tracer},
+		Transport:      upstreamTransport{tracer: deps.Tracer, upstreams: []*upstream{g.extraction, g.registry}},
 		ModifyResponse: g.modifyResponse,
 		ErrorHandler:   g.proxyError,
 		BufferPool:     bufferPool{},

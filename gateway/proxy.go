@@ -70,7 +70,17 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 // upstreamTransport sends each request with the transport of the upstream
 // rewrite chose.
 // With a tracer, the round trip is the upstream span.
-type upstreamTransport struct{ tracer oteltrace.Tracer }
+type upstreamTransport struct {
+	tracer    oteltrace.Tracer
+	upstreams []*upstream // every upstream, for CloseIdleConnections
+}
+
+// CloseIdleConnections closes the kept connections of every upstream.
+func (t upstreamTransport) CloseIdleConnections() {
+	for _, u := range t.upstreams {
+		u.transport.CloseIdleConnections()
+	}
+}
 
 func (t upstreamTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	st := req.Context().Value(stateKey{}).(*state)

@@ -283,6 +283,7 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (s *Server, err erro
 	if err != nil {
 		return nil, err
 	}
+	s.closers = append(s.closers, gw.Close)
 
 	errLog := log.New(httpErrorLog{s.log.Named("http")}, "", 0)
 	s.errLog = errLog
