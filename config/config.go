@@ -202,8 +202,8 @@ func Default() Config {
 		},
 		TLS: tlsconf.DefaultConfig(),
 		Upstreams: UpstreamsConfig{
-			Extraction: UpstreamConfig{Targets: []string{"http://127.0.0.1:9001"}, Timeout: 60 * time.Second, DialTimeout: 2 * time.Second, MaxIdleConnsPerHost: gateway.DefaultMaxIdleConnsPerHost},
-			Registry:   UpstreamConfig{Targets: []string{"http://127.0.0.1:9002"}, Timeout: 60 * time.Second, DialTimeout: 2 * time.Second, MaxIdleConnsPerHost: gateway.DefaultMaxIdleConnsPerHost},
+			Extraction: UpstreamConfig{Targets: []string{"http://127.0.0.1:9001"}, Timeout: 60 * time.Second, DialTimeout: 2 * time.Second, MaxIdleConnsPerHost: gateway.DefaultMaxIdleConnsPerHost, IdleTimeout: gateway.DefaultIdleTimeout},
+			Registry:   UpstreamConfig{Targets: []string{"http://127.0.0.1:9002"}, Timeout: 60 * time.Second, DialTimeout: 2 * time.Second, MaxIdleConnsPerHost: gateway.DefaultMaxIdleConnsPerHost, IdleTimeout: gateway.DefaultIdleTimeout},
 		},
 		Keystore:  KeystoreConfig{Backend: "file", File: "./data/keys.yaml", ResyncInterval: 10 * time.Minute, WaitReplicas: 1, WaitTimeout: time.Second, OnDataLoss: OnDataLossServe},
 		Redis:     redisconn.DefaultConfig(),

@@ -27,6 +27,9 @@ type UpstreamConfig struct {
 	// MaxIdleConnsPerHost is the keep-alive pool per target. Default
 	// gateway.DefaultMaxIdleConnsPerHost.
 	MaxIdleConnsPerHost int `yaml:"max_idle_conns_per_host"`
+	// IdleTimeout is how long a kept connection may stay idle before
+	// keygate closes it. Default gateway.DefaultIdleTimeout.
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
 }
 
 // DeprecationConfig is auth.api_keys.deprecation: the announced end of API
@@ -60,7 +63,7 @@ func (c UpstreamConfig) validate(path string) error {
 			return fmt.Errorf("%s.targets[%d]: %w", path, i, err)
 		}
 	}
-	if c.Timeout < 0 || c.DialTimeout < 0 || c.MaxIdleConnsPerHost < 0 {
+	if c.Timeout < 0 || c.DialTimeout < 0 || c.MaxIdleConnsPerHost < 0 || c.IdleTimeout < 0 {
 		return fmt.Errorf("%s: timeouts and pool sizes must not be negative", path)
 	}
 	return nil

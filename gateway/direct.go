@@ -37,7 +37,7 @@ import (
 // request on a reused connection is retried on a new one only where
 // http.Transport would retry it.
 type directTransport struct {
-	next          http.RoundTripper
+	next          idleCloser
 	dial          func(ctx context.Context, network, addr string) (net.Conn, error)
 	maxIdle       int
 	idleTimeout   time.Duration
@@ -45,9 +45,18 @@ type directTransport struct {
 	writeBufSize  int
 	readBufSize   int
 
-	mu     sync.Mutex
-	idle   map[string][]*directConn
+	mu   sync.Mutex
+	idle map[string][]*directConn
+	// closed is set by Close: a connection whose request ends is closed
+	// rather than pooled.
 	closed bool
+}
+
+// idleCloser is a RoundTripper that keeps connections, such as
+// http.Transport.
+type idleCloser interface {
+	http.RoundTripper
+	CloseIdleConnections()
 }
 
 // maxResponseHeaderBytes is http.Transport's default bound on a
@@ -130,19 +139,36 @@ func (t *directTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // CloseIdleConnections closes every pooled connection, of both paths.
+// Connections in use are pooled again when their requests end.
 func (t *directTransport) CloseIdleConnections() {
+	t.closeIdle(false)
+}
+
+// Close closes every pooled connection, of both paths, and every
+// connection in use once its request ends: nothing is pooled after
+// Close. A request sent after Close is still served, on a connection of
+// its own.
+func (t *directTransport) Close() {
+	t.closeIdle(true)
+}
+
+func (t *directTransport) closeIdle(final bool) {
 	t.mu.Lock()
 	idle := t.idle
 	t.idle = nil
+	if final {
+		t.closed = true
+	}
 	t.mu.Unlock()
 	for _, list := range idle {
 		for _, pc := range list {
+			pc.idleTimer.Stop()
 			_ = pc.c.Close()
 		}
 	}
-	if ci, ok := t.next.(interface{ CloseIdleConnections() }); ok {
-		ci.CloseIdleConnections()
-	}
+	// http.Transport's CloseIdleConnections also closes the connections
+	// in use as they become idle, until it is next asked for one.
+	t.next.CloseIdleConnections()
 }
 
 func closeReqBody(req *http.Request) {
@@ -164,6 +190,8 @@ func (t *directTransport) get(ctx context.Context, host string) (*directConn, er
 		pc := list[n-1]
 		list[n-1] = nil
 		t.idle[host] = list[:n-1]
+		// A timer that fires meanwhile finds pc no longer pooled.
+		pc.idleTimer.Stop()
 		t.mu.Unlock()
 		if time.Since(pc.idleAt) < t.idleTimeout && pc.open() {
 			pc.reused = true
@@ -192,8 +220,10 @@ func (t *directTransport) newConn(host string, c net.Conn) *directConn {
 	return pc
 }
 
-// put pools pc, or closes it when the pool is full or pc holds bytes no
-// request asked for.
+// put pools pc, or closes it when the pool is full, the transport is
+// closed, or pc holds bytes no request asked for. A pooled connection is
+// closed once it has been idle for the idle timeout, as http.Transport's
+// idle timer closes its own.
 func (t *directTransport) put(pc *directConn) {
 	if pc.br.Buffered() > 0 {
 		_ = pc.c.Close()
@@ -209,24 +239,38 @@ func (t *directTransport) put(pc *directConn) {
 	if t.idle == nil {
 		t.idle = map[string][]*directConn{}
 	}
-	list := append(t.idle[pc.host], pc)
-	// The pool is a stack: the connections idle longest are at its
-	// bottom. Those past the idle timeout are closed here, as
-	// http.Transport's idle timer would close them.
-	var old []*directConn
-	for len(old) < len(list)-1 && pc.idleAt.Sub(list[len(old)].idleAt) >= t.idleTimeout {
-		old = append(old, list[len(old)])
+	t.idle[pc.host] = append(t.idle[pc.host], pc)
+	if pc.idleTimer == nil {
+		pc.idleTimer = time.AfterFunc(t.idleTimeout, pc.idleExpired)
+	} else {
+		pc.idleTimer.Reset(t.idleTimeout)
 	}
-	if len(old) > 0 {
-		n := copy(list, list[len(old):])
-		clear(list[n:])
-		list = list[:n]
-	}
-	t.idle[pc.host] = list
 	t.mu.Unlock()
-	for _, c := range old {
-		_ = c.c.Close()
+}
+
+// idleExpired is pc's idle timer: pc, still pooled and idle for the idle
+// timeout, is taken from the pool and closed.
+func (pc *directConn) idleExpired() {
+	t := pc.t
+	t.mu.Lock()
+	list := t.idle[pc.host]
+	// The pool is a stack: the connections idle longest are at its
+	// bottom.
+	i := 0
+	for i < len(list) && list[i] != pc {
+		i++
 	}
+	// pc is read only while pooled: a get took it, or it was pooled
+	// again since this timer was armed (it is re-armed then).
+	if i == len(list) || time.Since(pc.idleAt) < t.idleTimeout {
+		t.mu.Unlock()
+		return
+	}
+	n := copy(list[i:], list[i+1:])
+	list[i+n] = nil
+	t.idle[pc.host] = list[:i+n]
+	t.mu.Unlock()
+	_ = pc.c.Close()
 }
 
 // directConn is one upstream connection, used by one request at a time.
@@ -238,7 +282,11 @@ type directConn struct {
 	br     *bufio.Reader
 	bw     *directWriter
 	idleAt time.Time
-	reused bool
+	// idleTimer closes the connection once pooled for the idle timeout
+	// (idleExpired); armed by put, stopped by get, under the transport's
+	// mutex.
+	idleTimer *time.Timer
+	reused    bool
 	// For open's peek, made once per connection.
 	raw     syscall.RawConn
 	peekFn  func(fd uintptr) bool

@@ -27,6 +27,7 @@ type rawUpstream struct {
 	mu     sync.Mutex
 	raw    [][]byte // every request's bytes, in order
 	conns  int
+	gone   int // connections the gateway side closed or the answer ended
 	answer func(req *http.Request, c net.Conn) (keep bool)
 }
 
@@ -65,7 +66,12 @@ func newRawUpstream(t *testing.T, answer func(req *http.Request, c net.Conn) boo
 }
 
 func (u *rawUpstream) serve(c net.Conn) {
-	defer c.Close()
+	defer func() {
+		c.Close()
+		u.mu.Lock()
+		u.gone++
+		u.mu.Unlock()
+	}()
 	rc := &recordingConn{Conn: c}
 	br := bufio.NewReader(rc)
 	for {
@@ -98,6 +104,13 @@ func (u *rawUpstream) connCount() int {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return u.conns
+}
+
+// openConns is how many accepted connections are still open.
+func (u *rawUpstream) openConns() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.conns - u.gone
 }
 
 // transports returns http.Transport as the gateway configures it and the
@@ -427,11 +440,11 @@ func TestDirectTransportEarlyAnswerToAStalledUpload(t *testing.T) {
 	t.Logf("answered after %s", time.Since(start))
 }
 
-// TestDirectTransportClosesConnectionsIdleTooLong: a connection idle past
-// the idle timeout is closed when another goes back to the pool, rather
-// than held open until the upstream drops it.
+// TestDirectTransportClosesConnectionsIdleTooLong: pooled connections
+// idle past the idle timeout are closed by their idle timers, with no
+// later request touching the pool; a connection taken from the pool
+// before its timer fires stays open, and the next request dials anew.
 func TestDirectTransportClosesConnectionsIdleTooLong(t *testing.T) {
-	closed := make(chan struct{}, 4)
 	up := newRawUpstream(t, func(req *http.Request, c net.Conn) bool {
 		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 		return true
@@ -439,30 +452,43 @@ func TestDirectTransportClosesConnectionsIdleTooLong(t *testing.T) {
 	_, direct := transports(0)
 	defer direct.CloseIdleConnections()
 	direct.idleTimeout = 200 * time.Millisecond
-	url := "http://" + up.ln.Addr().String() + "/sync"
+	host := up.ln.Addr().String()
+	url := "http://" + host + "/sync"
 	// Two connections at once, so that two are pooled.
-	c1, _ := direct.get(context.Background(), up.ln.Addr().String())
-	c2, _ := direct.get(context.Background(), up.ln.Addr().String())
-	direct.put(c1)
-	time.Sleep(300 * time.Millisecond)
-	go func() {
-		var b [1]byte
-		_ = c1.c.SetReadDeadline(time.Now().Add(5 * time.Second))
-		if _, err := c1.c.Read(b[:]); err != nil {
-			closed <- struct{}{}
-		}
-	}()
-	direct.put(c2)
-	select {
-	case <-closed:
-	case <-time.After(3 * time.Second):
-		t.Fatal("the connection idle past the timeout is still open")
+	c1, err1 := direct.get(context.Background(), host)
+	c2, err2 := direct.get(context.Background(), host)
+	if err1 != nil || err2 != nil {
+		t.Fatal(err1, err2)
 	}
-	if n := len(direct.idle[up.ln.Addr().String()]); n != 1 {
-		t.Fatalf("%d pooled connections, want 1", n)
+	direct.put(c1)
+	direct.put(c2)
+	start := time.Now()
+	waitFor(t, "both idle connections closed at the upstream", func() bool { return up.openConns() == 0 })
+	t.Logf("closed %s after they were pooled (idle timeout 200ms)", time.Since(start).Round(time.Millisecond))
+	direct.mu.Lock()
+	n := len(direct.idle[host])
+	direct.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d pooled connections, want 0", n)
 	}
 	if o := roundTrip(direct, memRequest(t, "GET", url, nil, nil)); o.err || o.status != 200 {
 		t.Fatalf("%+v", o)
+	}
+	if got := up.connCount(); got != 3 {
+		t.Fatalf("upstream accepted %d connections, want 3", got)
+	}
+}
+
+// waitFor is a hang check: it polls cond until it holds, failing the test
+// after a deadline far past any expected wait.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not after 20s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -504,7 +530,7 @@ func TestUpstreamPoolKeepsAWaveOfRequests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	direct := u.transport.(*retryTransport).next.(*directTransport)
+	direct := u.direct
 	defer direct.CloseIdleConnections()
 	wave := func() {
 		t.Helper()

@@ -174,6 +174,13 @@ type tracedTransport struct {
 	next   http.RoundTripper
 }
 
+// CloseIdleConnections passes through to the upstream's transport.
+func (t tracedTransport) CloseIdleConnections() {
+	if c, ok := t.next.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
 func (t tracedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if !oteltrace.SpanFromContext(req.Context()).IsRecording() {
 		return t.next.RoundTrip(req)

@@ -25,6 +25,9 @@ type UpstreamConfig struct {
 	// MaxIdleConnsPerHost is the keep-alive pool per target. Default
 	// DefaultMaxIdleConnsPerHost.
 	MaxIdleConnsPerHost int
+	// IdleTimeout is how long a kept connection may stay idle before
+	// keygate closes it. Default 90s, http.DefaultTransport's.
+	IdleTimeout time.Duration
 }
 
 // UpstreamsConfig names the two backends of the spec.
@@ -44,6 +47,9 @@ func (c UpstreamConfig) withDefaults() UpstreamConfig {
 	if c.MaxIdleConnsPerHost == 0 {
 		c.MaxIdleConnsPerHost = DefaultMaxIdleConnsPerHost
 	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = DefaultIdleTimeout
+	}
 	return c
 }
 
@@ -56,8 +62,12 @@ func (c UpstreamConfig) withDefaults() UpstreamConfig {
 // in flight, dialed on 8% of keygate's CPU with a pool of 64). An idle
 // connection keeps its buffers (88 KiB on the direct path), so a pool
 // that a burst filled holds up to 44 MiB per target until its
-// connections have been idle for idleConnTimeout.
+// connections have been idle for the idle timeout.
 const DefaultMaxIdleConnsPerHost = 512
+
+// DefaultIdleTimeout is how long a kept upstream connection may stay idle
+// by default: http.DefaultTransport's IdleConnTimeout.
+const DefaultIdleTimeout = 90 * time.Second
 
 // Validate checks one upstream; path is its YAML path for messages.
 func (c UpstreamConfig) Validate(path string) error {
@@ -69,7 +79,7 @@ func (c UpstreamConfig) Validate(path string) error {
 			return fmt.Errorf("%s.targets[%d]: %w", path, i, err)
 		}
 	}
-	if c.Timeout < 0 || c.DialTimeout < 0 || c.MaxIdleConnsPerHost < 0 {
+	if c.Timeout < 0 || c.DialTimeout < 0 || c.MaxIdleConnsPerHost < 0 || c.IdleTimeout < 0 {
 		return fmt.Errorf("%s: timeouts and pool sizes must not be negative", path)
 	}
 	return nil
@@ -106,8 +116,12 @@ type upstream struct {
 	name      string
 	targets   []*target
 	next      atomic.Uint64
-	transport http.RoundTripper
+	transport *retryTransport
+	direct    *directTransport // transport's, for close
 	latency   atomic.Pointer[upstreamObserver]
+	// closed is set by close: requests sent after it leave no
+	// connection behind.
+	closed atomic.Bool
 }
 
 type target struct {
@@ -140,7 +154,7 @@ func newUpstream(name string, c UpstreamConfig) (*upstream, error) {
 		ForceAttemptHTTP2:     anyTLS(u.targets),
 		MaxIdleConns:          c.MaxIdleConnsPerHost * len(u.targets),
 		MaxIdleConnsPerHost:   c.MaxIdleConnsPerHost,
-		IdleConnTimeout:       idleConnTimeout,
+		IdleConnTimeout:       c.IdleTimeout,
 		TLSHandshakeTimeout:   5 * time.Second,
 		ResponseHeaderTimeout: c.Timeout,
 		// The client's own Accept-Encoding goes upstream as it came; the
@@ -154,16 +168,24 @@ func newUpstream(name string, c UpstreamConfig) (*upstream, error) {
 		WriteBufferSize: transportWriteBufferSize,
 		ReadBufferSize:  transportBufferSize,
 	}
-	u.transport = &retryTransport{up: u, next: &directTransport{
+	u.direct = &directTransport{
 		next:          std,
 		dial:          dialer.DialContext,
 		maxIdle:       c.MaxIdleConnsPerHost,
-		idleTimeout:   idleConnTimeout,
+		idleTimeout:   c.IdleTimeout,
 		headerTimeout: c.Timeout,
 		writeBufSize:  transportWriteBufferSize,
 		readBufSize:   transportBufferSize,
-	}}
+	}
+	u.transport = &retryTransport{up: u, next: u.direct}
 	return u, nil
+}
+
+// close closes the upstream's kept connections, and those in use once
+// their requests end (see directTransport.Close).
+func (u *upstream) close() {
+	u.closed.Store(true)
+	u.direct.Close()
 }
 
 // transportBufferSize is the upstream connections' read buffer;
@@ -172,7 +194,6 @@ func newUpstream(name string, c UpstreamConfig) (*upstream, error) {
 const (
 	transportBufferSize      = 64 << 10
 	transportWriteBufferSize = tinyBodyMax + 8<<10
-	idleConnTimeout          = 90 * time.Second
 )
 
 func anyTLS(ts []*target) bool {
@@ -204,10 +225,19 @@ func (u *upstream) pick() *target {
 // ones. Any other failure is final: the body may be partly sent.
 type retryTransport struct {
 	up   *upstream
-	next http.RoundTripper
+	next idleCloser
 }
 
+// CloseIdleConnections closes the kept connections of every target.
+func (rt *retryTransport) CloseIdleConnections() { rt.next.CloseIdleConnections() }
+
 func (rt *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if rt.up.closed.Load() && !req.Close {
+		// After close: a connection of its own, closed after it.
+		closing := *req
+		closing.Close = true
+		req = &closing
+	}
 	orig := req.Body
 	tried := 0
 	for {

@@ -19,6 +19,7 @@ func gatewayUpstream(c config.UpstreamConfig) gateway.UpstreamConfig {
 		Timeout:             c.Timeout,
 		DialTimeout:         c.DialTimeout,
 		MaxIdleConnsPerHost: c.MaxIdleConnsPerHost,
+		IdleTimeout:         c.IdleTimeout,
 	}
 }
 

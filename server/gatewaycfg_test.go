@@ -13,7 +13,7 @@ import (
 // the same name, so a field added to one side and not the other fails
 // here rather than being dropped silently.
 func TestGatewayConfigMapsEveryField(t *testing.T) {
-	up := config.UpstreamConfig{Targets: []string{"http://127.0.0.1:1"}, Timeout: 3 * time.Second, DialTimeout: 4 * time.Second, MaxIdleConnsPerHost: 5}
+	up := config.UpstreamConfig{Targets: []string{"http://127.0.0.1:1"}, Timeout: 3 * time.Second, DialTimeout: 4 * time.Second, MaxIdleConnsPerHost: 5, IdleTimeout: 6 * time.Second}
 	dep := config.DeprecationConfig{Date: time.Unix(1, 0), Sunset: time.Unix(2, 0), Link: "https://example.test/migrate"}
 	for _, tc := range []struct {
 		name     string

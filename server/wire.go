@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log"
 	"net"
 	"net/http"
@@ -363,16 +362,9 @@ func (s *Server) openGateway(ctx context.Context, w *wiring) error {
 	if err != nil {
 		return err
 	}
-	// The gateway's pooled upstream connections, once it can release
-	// them (gateway.Gateway.Close, which the upstream transport's rewrite
-	// brings; then this becomes s.onClose(gw.Close)). Closed after the
-	// API listener has drained, so no request still uses one.
-	switch c := any(gw).(type) {
-	case io.Closer:
-		s.onClose(c.Close)
-	case interface{ Close() }:
-		s.onClose(func() error { c.Close(); return nil })
-	}
+	// The gateway's pooled upstream connections: closed after the API
+	// listener has drained, so no request still uses one.
+	s.onClose(gw.Close)
 	w.gateway = gw
 	return nil
 }
