@@ -573,9 +573,10 @@ func (b *directBody) release(whole bool) {
 }
 
 // directWriter buffers what Request.Write writes, and sends it with the
-// body in one system call: an in-memory body (a *bytes.Reader) is handed
-// over whole by its WriteTo and leaves with the buffered request line and
-// headers in one writev, never copied. http.Transport's bufio.Writer instead fills its
+// body in one system call: an in-memory body (a *bytes.Reader, or the
+// gateway's pooled reader, which is one) is handed over whole by its
+// WriteTo and leaves with the buffered request line and headers in one
+// writev, never copied. http.Transport's bufio.Writer instead fills its
 // buffer, flushes, and copies the rest in 32 KiB pieces through a buffer
 // it allocates per request.
 type directWriter struct {

@@ -380,9 +380,10 @@ func BenchmarkUpstreamTransport(b *testing.B) {
 				b.ReportAllocs()
 				b.SetBytes(int64(size))
 				for b.Loop() {
+					sb := &smallBuf{b: body}
 					req, _ := http.NewRequest(http.MethodPost, url, nil)
 					req.ContentLength = int64(size)
-					memBody(req, body)
+					memBody(req, sb)
 					resp, err := rt.rt.RoundTrip(req)
 					if err != nil {
 						b.Fatal(err)

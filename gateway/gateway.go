@@ -227,8 +227,9 @@ type state struct {
 	spilled    bool
 	errMessage string
 	idle       idleBody
-	small      []byte   // the whole /sync body, when readSmall read it (else nil)
-	rec        recorder // the response as ServeHTTP wraps it
+	small      *smallBuf // the whole /sync body, when readSmall read it
+	tiny       smallBuf  // small's memory when the body is tiny
+	rec        recorder  // the response as ServeHTTP wraps it
 
 	// path is the request path operations are matched on: the decoded
 	// path an upstream reads (normalisePath); fwdPath is the escaped path
@@ -403,16 +404,16 @@ func (g *Gateway) serve(w *recorder, r *http.Request, st *state) refusal {
 			return refusal{kind: refContext}
 		}
 		sp.end("ok", nil)
-		buf, ok, err := g.readSmall(body, r.ContentLength)
+		buf, ok, err := g.readSmall(body, r.ContentLength, &st.tiny)
 		if ok {
-			defer g.smallHeld.Add(-r.ContentLength)
+			defer g.releaseSmall(buf)
 		}
 		switch {
 		case err != nil:
 			return g.bodyLimits.refusal(r, st, err)
 		case ok:
 			st.small = buf
-			st.bytesIn.Store(int64(len(buf)))
+			st.bytesIn.Store(int64(len(buf.b)))
 		default:
 			r.Body = &watchedBody{rc: body, st: st}
 		}

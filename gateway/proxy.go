@@ -160,7 +160,7 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	if st.small != nil {
 		// The body read whole by readSmall: a fresh in-memory reader for
 		// each attempt (GetBody serves retries), so the transport writes
-		// headers and a small body together.
+		// headers and a tiny body in one write.
 		memBody(pr.Out, st.small)
 	}
 	st.upStart = time.Now()

@@ -51,7 +51,7 @@ func TestRoundTripLeavesTheRequestAlone(t *testing.T) {
 		}
 		req.ContentLength = 5
 		if c.small {
-			memBody(req, []byte("hello"))
+			memBody(req, &smallBuf{b: []byte("hello")})
 			body = req.Body
 		}
 		getBody := req.GetBody

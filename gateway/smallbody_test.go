@@ -11,7 +11,8 @@ import (
 // TestSmallAndStreamedBodiesAnswerAlike sends each body twice: with its
 // length (a small body, checked whole before it is sent) and chunked (no
 // length, so streamed as it is checked). Both paths must give the same
-// status, and forward the same bytes on success.
+// status, and forward the same bytes on success. A tiny file gives a body
+// held in memory of its own, a 20 KiB one a body held in a pooled buffer.
 func TestSmallAndStreamedBodiesAnswerAlike(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{})
