@@ -208,7 +208,9 @@ func runWith(cfg config.Config, stderr, access io.Writer, mod func(*server.Deps)
 	if err := setMemoryLimit(ctx, log); err != nil {
 		return err
 	}
-	warnRemovedMemoryEnv(log)
+	if err := setGCFloor(ctx, log); err != nil {
+		return err
+	}
 	deps := server.Deps{Logger: log, Getenv: os.Getenv, Version: Version}
 	if mod != nil {
 		mod(&deps)

@@ -75,22 +75,6 @@ func setMemoryLimit(ctx context.Context, log *zap.Logger) error {
 	return nil
 }
 
-// removedGCFloorEnv set a floor under the collector's heap in an earlier
-// build, which reset GOGC after every collection. keygate no longer tunes
-// GOGC: it is the operator's, as the Go GC guide has it
-// (docs/explanation/memory-sizing.md). A deployment that still sets the
-// variable starts as before, with a warning, so that a rollout does not
-// stop on a setting that no longer does anything.
-const removedGCFloorEnv = "KEYGATE_GC_FLOOR_MIB"
-
-// warnRemovedMemoryEnv logs a warning when removedGCFloorEnv is set.
-func warnRemovedMemoryEnv(log *zap.Logger) {
-	if v := os.Getenv(removedGCFloorEnv); v != "" {
-		log.Warn(removedGCFloorEnv+" is no longer read: keygate leaves GOGC to the runtime; set GOGC to collect less often",
-			zap.String(removedGCFloorEnv, v))
-	}
-}
-
 // goMemLimit is the Go runtime's limit for a cgroup limit: ratio of it
 // (as automemlimit's ApplyRatio), or none when the cgroup has none.
 func goMemLimit(cgroup uint64, ratio float64) int64 {

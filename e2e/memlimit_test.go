@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -97,8 +98,9 @@ func ownLimit(t *testing.T) float64 {
 	return 0
 }
 
-// TestMemoryEnvBad: an AUTOMEMLIMIT that is no share of the limit stops
-// keygate at start with a message that says what it wants.
+// TestMemoryEnvBad: an AUTOMEMLIMIT that is no share of the limit, or a
+// KEYGATE_GC_FLOOR_MIB that is no size in MiB, stops keygate at start
+// with a message that says what it wants.
 func TestMemoryEnvBad(t *testing.T) {
 	t.Parallel()
 	g := startGateway(t, gwOpts{skipStart: true})
@@ -108,12 +110,13 @@ func TestMemoryEnvBad(t *testing.T) {
 		want   string
 	}{
 		{"AUTOMEMLIMIT", []string{"2", "0", "-0.5", "ninety", "NaN"}, "want a share"},
+		{"KEYGATE_GC_FLOOR_MIB", []string{"-1", "64MiB", "1e3", "4194305", " 64"}, "want the collector's heap floor in whole MiB"},
 	} {
 		for _, v := range tc.values {
 			// A keygate that started anyway would serve until killed.
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			cmd := exec.CommandContext(ctx, binary, "serve", "--config", g.cfgPath)
-			cmd.Env = append(os.Environ(), tc.name+"="+v)
+			cmd.Env = append(os.Environ(), "GOGC=", tc.name+"="+v)
 			out, err := cmd.CombinedOutput()
 			cancel()
 			var exit *exec.ExitError
@@ -210,22 +213,25 @@ func newMemCgroup(limit int64) (dir, file string, err error) {
 	return dir, file, nil
 }
 
-// TestGOGC: keygate leaves GOGC to the runtime (docs/explanation/
-// memory-sizing.md): 100 unless the operator sets it, on /metrics as
-// go_gc_gogc_percent. KEYGATE_GC_FLOOR_MIB, read by an earlier build, no
-// longer changes it: keygate starts, with a warning in its log.
-func TestGOGC(t *testing.T) {
+// TestGCHeapFloor: keygate raises the Go collector's minimum heap to 64
+// MiB (KEYGATE_GC_FLOOR_MIB), so that a replica with little live heap
+// does not collect several times a second under load. With one key its
+// GOGC, on /metrics as go_gc_gogc_percent, rises above 100 once it has
+// collected; 0 turns the floor off, an operator's GOGC wins, and the
+// start-up log says which.
+func TestGCHeapFloor(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name string
 		env  []string
-		want float64
-		log  string // a line of the start-up log holds this ("": none)
+		gogc func(float64) bool
+		want string
+		log  string
 	}{
-		{"the runtime's default", nil, 100, ""},
-		{"the operator's GOGC", []string{"GOGC=400"}, 400, ""},
-		{"KEYGATE_GC_FLOOR_MIB is ignored with a warning", []string{"KEYGATE_GC_FLOOR_MIB=64"}, 100,
-			`"msg":"KEYGATE_GC_FLOOR_MIB is no longer read`},
+		{"the default floor", nil, func(p float64) bool { return p > 100 }, "above 100", `"msg":"gc heap floor","floor_mib":64`},
+		{"a larger floor", []string{"KEYGATE_GC_FLOOR_MIB=256"}, func(p float64) bool { return p > 1000 }, "above 1000", `"floor_mib":256`},
+		{"KEYGATE_GC_FLOOR_MIB=0", []string{"KEYGATE_GC_FLOOR_MIB=0"}, func(p float64) bool { return p == 100 }, "100", `"msg":"gc heap floor off","from":"KEYGATE_GC_FLOOR_MIB=0"`},
+		{"GOGC wins", []string{"GOGC=50"}, func(p float64) bool { return p == 50 }, "50", `"msg":"gc heap floor off","from":"GOGC","GOGC":"50"`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -233,15 +239,34 @@ func TestGOGC(t *testing.T) {
 			// The test's own environment may set either: "" is unset.
 			env := append([]string{"GOGC=", "KEYGATE_GC_FLOOR_MIB="}, tc.env...)
 			g := startGateway(t, gwOpts{env: env})
-			if got := g.metric("go_gc_gogc_percent"); got != tc.want {
-				t.Errorf("go_gc_gogc_percent = %.0f, want %.0f", got, tc.want)
+			key := g.issue("--product", "extraction", "--env", "live", "--context", ctxA)
+			eventually(t, 10*time.Second, func() string { // the key file is reloaded
+				if s, _, _ := g.post(key, ctxA, []byte("%PDF-1.4")); s != 200 {
+					return fmt.Sprint(s)
+				}
+				return ""
+			})
+			file := bytes.Repeat([]byte("%PDF-1.4 "), 1<<10)
+			collected := g.metric("go_gc_duration_seconds_count")
+			// GOGC is set after a collection: send uploads until one ran.
+			testkit.Eventually(t, 60*time.Second, "a collection", func() error {
+				for range 50 {
+					if s, b, _ := g.post(key, ctxA, file); s != 200 {
+						t.Fatalf("POST /sync: %d %s", s, b)
+					}
+				}
+				if g.metric("go_gc_duration_seconds_count") == collected {
+					return errors.New("no collection yet")
+				}
+				return nil
+			})
+			got := g.metric("go_gc_gogc_percent")
+			t.Logf("go_gc_gogc_percent = %.0f", got)
+			if !tc.gogc(got) {
+				t.Errorf("go_gc_gogc_percent = %.0f, want %s", got, tc.want)
 			}
-			logs := g.logs.String()
-			if tc.log != "" && !strings.Contains(logs, tc.log) {
-				t.Errorf("no start-up log line with %s:\n%s", tc.log, tail(logs, 2000))
-			}
-			if tc.log == "" && strings.Contains(logs, "KEYGATE_GC_FLOOR_MIB") {
-				t.Errorf("a warning about KEYGATE_GC_FLOOR_MIB, which is unset:\n%s", tail(logs, 2000))
+			if !strings.Contains(g.logs.String(), tc.log) {
+				t.Errorf("no start-up log line with %s:\n%s", tc.log, tail(g.logs.String(), 2000))
 			}
 		})
 	}
