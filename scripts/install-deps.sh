@@ -37,11 +37,18 @@ gobin() {
 }
 
 # go_present NAME MODULE@VERSION: whether Go's bin directory has NAME of
-# that version (`NAME version` prints it).
+# that version (`NAME version` prints a line "Version: VERSION"). The
+# output is read whole, not piped to grep -q: under pipefail the program's
+# SIGPIPE, when grep stops reading at the match, would count as absent.
 go_present() {
-  local bin
+  local bin out key value
   bin="$(gobin)/$1"
-  [ -x "$bin" ] && "$bin" version 2>/dev/null | grep -qF -- "${2##*@}"
+  [ -x "$bin" ] || return 1
+  out="$("$bin" version 2>/dev/null)" || return 1
+  while read -r key value; do
+    [ "$key" = "Version:" ] && [ "$value" = "${2##*@}" ] && return 0
+  done <<<"$out"
+  return 1
 }
 
 # go_build NAME MODULE@VERSION: builds MODULE's ./cmd/NAME at VERSION into
