@@ -43,6 +43,8 @@ var dynamic = map[string][]string{
 	"bench/peers/run.go: args[0]":       nil,
 	"bench/churn/run.go: args[0]":       nil,
 	"deploy/observability_test.go: bin": {"promtool"},
+	// traefikVersion runs the traefik traefikBin found (`traefik version`).
+	"bench/peers/traefik.go: exe": {"traefik"},
 	// benchproc.LookPath itself: its callers' names are counted.
 	"bench/internal/benchproc/benchproc.go: n": nil,
 	// The differential tests' parser servers (the specs table).
@@ -91,7 +93,7 @@ func TestDepsListFailsWithoutAnEntry(t *testing.T) {
 			all[p] = true
 		}
 	}
-	for _, must := range []string{"wrk", "h2load", "nginx", "haproxy", "caddy", "redis-server", "promtool", "podman", "node", "python3", "chromium"} {
+	for _, must := range []string{"wrk", "h2load", "nginx", "haproxy", "caddy", "redis-server", "traefik", "promtool", "podman", "node", "python3", "chromium"} {
 		if !all[must] {
 			t.Errorf("the scan did not find %s, which the tree looks up", must)
 		}
@@ -181,6 +183,7 @@ func TestReadDeps(t *testing.T) {
 		err        string
 	}{
 		{"entries and comments", "# c\n\nwrk apt:wrk\nbusboy npm:differential/parsers/busboy file:x\ngo prerequisite\n", []string{"busboy", "go", "wrk"}, ""},
+		{"a Go module", "traefik go:github.com/traefik/traefik/v3@v3.6.12\n", []string{"traefik"}, ""},
 		{"no source", "wrk\n", nil, "line 1: wrk has no source"},
 		{"unknown source", "wrk brew:wrk\n", nil, `line 1: wrk: unknown source "brew:wrk"`},
 		{"unknown check", "wrk apt:wrk exists:/x\n", nil, `line 1: wrk: unknown check "exists:/x"`},
@@ -270,7 +273,7 @@ func parseDeps(r io.Reader) (map[string]bool, error) {
 		if len(f) < 2 {
 			return nil, fmt.Errorf("line %d: %s has no source", n, f[0])
 		}
-		if s := f[1]; s != "prerequisite" && !strings.HasPrefix(s, "apt:") && !strings.HasPrefix(s, "npm:") {
+		if s := f[1]; s != "prerequisite" && !strings.HasPrefix(s, "apt:") && !strings.HasPrefix(s, "npm:") && !strings.HasPrefix(s, "go:") {
 			return nil, fmt.Errorf("line %d: %s: unknown source %q", n, f[0], s)
 		}
 		for _, c := range f[2:] {

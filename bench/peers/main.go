@@ -1,6 +1,6 @@
 // Command peers is `make bench-peers`: it measures keygate against a plain
-// upstream served directly, a bare httputil.ReverseProxy, nginx, HAProxy
-// and Caddy, all on loopback with the same multipart /sync request, and
+// upstream served directly, a bare httputil.ReverseProxy, nginx, HAProxy,
+// Caddy and Traefik (with its Redis rate limiter), all on loopback with the same multipart /sync request, and
 // prints a Markdown table of ratios. `make profile` runs it with -profile
 // to write a CPU profile of keygate under load.
 //
@@ -53,7 +53,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.Duration, "duration", 5*time.Second, "length of each closed-loop and open-loop run")
 	fs.DurationVar(&o.Warmup, "warmup", time.Second, "a closed-loop run, not measured, that each target gets after every start before its measured loads (0: none)")
 	fs.BoolVar(&o.Smoke, "smoke", os.Getenv("BENCH_SMOKE") == "1", "one short rep with tiny sizes, skipping peers that are not installed (proves the bench works; measures nothing)")
-	fs.StringVar(&o.Targets, "targets", "", "comma-separated targets (default all): direct,bare,bare-redis (the bare proxy with one redis_rate decision a request, keyed by x-api-key, in a redis-server of its own: bareredis.go),nginx,nginx-lua (nginx checking the key in Lua: configs/nginx-lua.tmpl),haproxy,caddy,caddy-log,keygate,keygate-redis,keygate-redis-lease,keygate-bearer (a bearer token of the key, from keygate's token endpoint),keygate-base,keygate-base-redis,keygate-base-bearer; with -keys also keygate-keys,keygate-redis-keys,nginx-lua-keys")
+	fs.StringVar(&o.Targets, "targets", "", "comma-separated targets (default all): direct,bare,bare-redis (the bare proxy with one redis_rate decision a request, keyed by x-api-key, in a redis-server of its own: bareredis.go),traefik-redis (Traefik v3 with its Redis-backed rateLimit middleware, keyed by x-api-key, in a redis-server of its own: traefik.go),nginx,nginx-lua (nginx checking the key in Lua: configs/nginx-lua.tmpl),haproxy,caddy,caddy-log,keygate,keygate-redis,keygate-redis-lease,keygate-bearer (a bearer token of the key, from keygate's token endpoint),keygate-base,keygate-base-redis,keygate-base-bearer; with -keys also keygate-keys,keygate-redis-keys,nginx-lua-keys")
 	fs.StringVar(&o.Profile, "profile", "", "only profile keygate (local limiter) under wrk load and write the CPU profile to this file")
 	fs.BoolVar(&o.ProfileRedis, "profile-redis", false, "with -profile: keygate with the Redis limiter")
 	fs.BoolVar(&o.ProfileH2, "profile-h2", false, "with -profile -tls: load keygate with h2load over HTTP/2 instead of wrk")

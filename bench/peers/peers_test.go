@@ -32,11 +32,11 @@ func TestSmoke(t *testing.T) {
 		t.Skip("starts processes and builds keygate")
 	}
 	out, errb := runLogged(t, Options{Smoke: true, Refusals: true, SideBySide: true}, 5*time.Minute)
-	needTools(t, "wrk", "nginx", "nginx-lua", "haproxy", "caddy")
-	wants := []string{"| direct |", "| bare |", "| bare-redis |", "| keygate |", "| keygate-redis |", "| keygate-bearer |", "| keygate-base |", "Open loop", "Large uploads", "Side by side:",
+	needTools(t, "wrk", "nginx", "nginx-lua", "haproxy", "caddy", "traefik")
+	wants := []string{"| direct |", "| bare |", "| bare-redis |", "| traefik-redis |", "| keygate |", "| keygate-redis |", "| keygate-bearer |", "| keygate-base |", "Open loop", "Large uploads", "Side by side:",
 		"| nginx |", "| nginx-lua |", "| haproxy |", "| caddy |",
 		"Refusals: `wrk -t2 -c32`", "| keygate-redis | keygate-base-redis | 256 B | **", "| keygate-bearer | keygate-base-bearer | 256 B | **",
-		"| keygate | bare | 256 B | **", "| keygate-redis | bare | 256 B | **", "| keygate-redis | bare-redis | 256 B | **", "| bare-redis | bare | 256 B | **"}
+		"| keygate | bare | 256 B | **", "| keygate-redis | bare | 256 B | **", "| keygate-redis | bare-redis | 256 B | **", "| bare-redis | bare | 256 B | **", "| keygate-redis | traefik-redis | 256 B | **"}
 	for _, want := range wants {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q", want)
@@ -199,8 +199,11 @@ func needTools(t *testing.T, names ...string) {
 	t.Helper()
 	for _, n := range names {
 		ok := benchproc.LookPath(n) != ""
-		if n == "nginx-lua" {
+		switch n {
+		case "nginx-lua":
 			ok = luaInstalled()
+		case "traefik":
+			ok = traefikBin() != ""
 		}
 		if !ok {
 			t.Fatalf("%s is not installed: run `make deps` (scripts/deps.txt lists it)", n)

@@ -168,7 +168,7 @@ func printTables(w io.Writer, o Options, r *results) {
 		anyRedis = anyRedis || r.withRedis[name]
 	}
 	if anyRedis {
-		fmt.Fprint(w, "\nThe Redis-limiter targets' redis-server (keygate's, and bare-redis's: the bare proxy with one redis_rate decision a request) shares the two cores: its own CPU µs/req in the same runs, beside the target's.\n\n")
+		fmt.Fprint(w, "\nThe Redis-limiter targets' redis-server (keygate's; bare-redis's: the bare proxy with one redis_rate decision a request; traefik-redis's: Traefik's rateLimit middleware with its Redis store) shares the two cores: its own CPU µs/req in the same runs, beside the target's.\n\n")
 		sizedHead(w, sz, func(s int) []string { return []string{sizeName(s) + " target", "redis-server", "both"} })
 		for _, name := range r.order {
 			if !r.withRedis[name] {

@@ -607,6 +607,12 @@ func (b *bench) startAll() error {
 		}
 		b.targets[len(b.targets)-1].redis = redisProc
 	}
+	// Traefik with its Redis rate limiter (traefik.go).
+	if b.want("traefik-redis") {
+		if err := b.startTraefik(add, upAddr); err != nil {
+			return err
+		}
+	}
 	peer := func(name, bin, conf, tmpl string, args func(conf string) []string) func(string) ([]string, error) {
 		return func(addr string) ([]string, error) {
 			exe, missing := benchproc.LookPath(bin), bin

@@ -34,7 +34,9 @@ import (
 // Caddy (issue 21's bounds, in the same seconds); when bare-redis is,
 // keygate's Redis limiter against the bare proxy with redis_rate (the
 // floor of an exact shared limit in Redis), and with bare too, that floor
-// against the bare proxy (what the limit alone costs it); and with -keys, keygate
+// against the bare proxy (what the limit alone costs it); when traefik-redis
+// is, keygate's Redis limiter against Traefik's (a Go proxy's exact
+// shared limit in Redis, traefik.go); and with -keys, keygate
 // with N keys against keygate with one, for each limiter (the load spread
 // over the N keys against the same load on one key, in the same seconds).
 var sidePairs = [][2]string{
@@ -45,6 +47,7 @@ var sidePairs = [][2]string{
 	{"keygate-redis", "bare"},
 	{"keygate-redis", "bare-redis"},
 	{"bare-redis", "bare"},
+	{"keygate-redis", "traefik-redis"},
 	{"keygate", "caddy"},
 	{"keygate-keys", "keygate"},
 	{"keygate-redis-keys", "keygate-redis"},

@@ -20,7 +20,7 @@ import (
 )
 
 // TestSmokeTLS runs the bench in TLS smoke mode: every installed target
-// (direct, bare, bare-redis, nginx, nginx-lua, HAProxy, Caddy, keygate with either limiter) must
+// (direct, bare, bare-redis, traefik-redis, nginx, nginx-lua, HAProxy, Caddy, keygate with either limiter) must
 // answer the bench request with 200 over TLS 1.3 on both HTTP/1.1 and
 // HTTP/2 and refuse TLS 1.2 (the readiness check, TestTLSReady), then
 // carry wrk's and h2load's load without an error.
@@ -28,11 +28,11 @@ func TestSmokeTLS(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes and builds keygate")
 	}
-	needTools(t, "wrk", "h2load", "nginx", "nginx-lua", "haproxy", "caddy")
+	needTools(t, "wrk", "h2load", "nginx", "nginx-lua", "haproxy", "caddy", "traefik")
 	roles := buildRoles(t)
 	out, errb := runLogged(t, Options{Smoke: true, TLS: true, RoleBin: roles}, 5*time.Minute)
 	wants := []string{"TLS 1.3", "ECDSA P-256", "HTTP/1.1 over TLS 1.3, closed loop: `wrk", "HTTP/2 over TLS 1.3, closed loop: `h2load -c32 -m10",
-		"| direct |", "| bare |", "| bare-redis |", "| keygate |", "| keygate-redis |", "Open loop over TLS 1.3",
+		"| direct |", "| bare |", "| bare-redis |", "| traefik-redis |", "| keygate |", "| keygate-redis |", "Open loop over TLS 1.3",
 		"| nginx |", "| nginx-lua |", "| haproxy |", "| caddy |"}
 	for _, want := range wants {
 		if !strings.Contains(out, want) {
