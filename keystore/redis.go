@@ -15,7 +15,6 @@ import (
 
 	"github.com/keygate/keygate/redisconn"
 
-	"github.com/hashicorp/golang-lru/v2/expirable"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"golang.org/x/sync/singleflight"
@@ -108,7 +107,7 @@ type RedisStore struct {
 	cons    *consumerSet
 	consMu  sync.Mutex // serializes writers of cons
 	limits  limitResolver
-	neg     *expirable.LRU[Hash, struct{}]
+	neg     *negCache
 	sf      singleflight.Group
 	breaker *redisconn.Breaker[string]
 	synced  atomic.Bool   // subscribed since the last error
@@ -177,7 +176,7 @@ func OpenRedis(cfg RedisConfig) (*RedisStore, error) {
 	if s.log == nil {
 		s.log = zap.NewNop()
 	}
-	s.neg = expirable.NewLRU[Hash, struct{}](10_000, nil, cfg.NegativeTTL)
+	s.neg = newNegCache(negCacheSize, cfg.NegativeTTL, nil)
 	s.breaker = redisconn.NewBreaker[string](redisconn.BreakerConfig{
 		Name:     "keystore-redis",
 		Failures: cfg.BreakerFailures,
@@ -225,7 +224,7 @@ func (s *RedisStore) lookupMiss(ctx context.Context, h Hash) (Record, bool, erro
 			return nil, err
 		}
 		if !ok {
-			s.neg.Add(h, struct{}{})
+			s.neg.Add(h)
 			return nil, nil
 		}
 		return s.put(rec), nil
@@ -785,7 +784,9 @@ func (s *RedisStore) Degraded() bool {
 // Len is the number of cached records.
 func (s *RedisStore) Len() int { return s.idx.len() }
 
-// Close stops the background work.
+// Close stops the background work and waits for it to end: the store
+// holds no goroutine after it (its cache of unknown keys runs none).
+// The Redis client is the caller's to close.
 func (s *RedisStore) Close() error {
 	s.cancel()
 	if ps := s.pubsub.Load(); ps != nil {

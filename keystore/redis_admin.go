@@ -493,32 +493,6 @@ func (a *RedisAdmin) announceItems(ctx context.Context, what, items string, touc
 	return a.ack(ctx, what, append([]string{k.log}, touched...)...)
 }
 
-// MoveHash moves every field of the hash key out of it, a page (HSCAN
-// COUNT count) at a time: put queues each field's copy on one pipeline,
-// which runs before the page's fields are deleted from key. A copy that
-// does not overwrite (HSETNX) makes a move that is cut and run again, or
-// run by two at once, lose nothing.
-func MoveHash(ctx context.Context, c redis.UniversalClient, key string, count int, put func(p redis.Pipeliner, field, v string) error) error {
-	return scanHash(ctx, c, key, count, func(kv []string) error {
-		_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i := 0; i+1 < len(kv); i += 2 {
-				if err := put(p, kv[i], kv[i+1]); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		fields := make([]string, 0, len(kv)/2)
-		for i := 0; i < len(kv); i += 2 {
-			fields = append(fields, kv[i])
-		}
-		return c.HDel(ctx, key, fields...).Err()
-	})
-}
-
 // scanHash pages through the hash key with HSCAN COUNT count, calling f
 // with each page's fields and values (field, value, field, …).
 func scanHash(ctx context.Context, c redis.Cmdable, key string, count int, f func(kv []string) error) error {

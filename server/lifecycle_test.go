@@ -279,30 +279,13 @@ func goroutines() map[string]string {
 	return out
 }
 
-// knownLeaks are goroutines that outlive their component for a reason
-// outside the server, each named by a frame of its stack.
-var knownLeaks = []string{
-	// The Redis keystore's cache of unknown keys is a golang-lru
-	// expirable.LRU, whose expiry goroutine never ends (the library says
-	// so at NewLRU; it has no Close). One per RedisStore.
-	"github.com/hashicorp/golang-lru/v2/expirable.NewLRU",
-}
-
-// leftover are the stacks of the goroutines that were not in base, but
-// for knownLeaks.
+// leftover are the stacks of the goroutines that were not in base.
 func leftover(base map[string]string) []string {
 	var out []string
-next:
 	for id, stack := range goroutines() {
-		if _, ok := base[id]; ok {
-			continue
+		if _, ok := base[id]; !ok {
+			out = append(out, stack)
 		}
-		for _, known := range knownLeaks {
-			if strings.Contains(stack, known) {
-				continue next
-			}
-		}
-		out = append(out, stack)
 	}
 	return out
 }

@@ -58,15 +58,40 @@ func (a auditReader) ReadAudit(ctx context.Context, q adminapi.AuditQuery) (admi
 	return adminapi.AuditPage{Items: evs, NextCursor: next}, nil
 }
 
+// adminStore is the keystore backend's admin as the management surfaces
+// use it: the keys and consumers (keyops) and the admin tokens. Both
+// backends' admins are one.
+type adminStore interface {
+	keyops.Store
+	admintoken.Store
+}
+
+var (
+	_ adminStore = (*keystore.FileAdmin)(nil)
+	_ adminStore = (*keystore.RedisAdmin)(nil)
+)
+
+// storeIndex is what the key-management service reads from this
+// replica's copy of the keystore rather than from the store: a
+// consumer's keys, and a page of the key list, come from its index and
+// then their records alone, not from a read of every record (seconds and
+// a gigabyte at a million keys, per portal page, admin list page or
+// consumer change); a page of the consumer list, and a portal sign-in's
+// consumer, likewise from its copy of the consumers. The Redis keystore
+// fills it when it is opened; with the file keystore it stays empty and
+// keyops reads the file.
+type storeIndex struct {
+	consumerKeys   keyops.ConsumerKeys
+	keysPage       keyops.KeysPage
+	consumersPage  keyops.ConsumersPage
+	consumersWhere keyops.ConsumersWhere
+}
+
 // adminTokenDeps fills the admin token store from the keystore
 // backend's admin when deps leaves it out.
-func (s *Server) adminTokenDeps(deps *Deps, store keyops.Store) error {
+func (s *Server) adminTokenDeps(deps *Deps, store admintoken.Lookup) error {
 	if deps.AdminTokens == nil {
-		lookup, ok := store.(admintoken.Lookup)
-		if !ok {
-			return errors.New("admin_api: the keystore backend keeps no admin tokens")
-		}
-		a, err := admintoken.NewAuthenticator(admintoken.AuthConfig{Store: lookup})
+		a, err := admintoken.NewAuthenticator(admintoken.AuthConfig{Store: store})
 		if err != nil {
 			return err
 		}
@@ -97,26 +122,13 @@ func (s *Server) auditDeps(deps *Deps) error {
 // openOps builds, once, the key-management service that the admin API
 // and the portal share, over the keystore backend's admin, with the audit
 // log.
-func (s *Server) openOps(deps *Deps) (*keyops.Service, keyops.Store, error) {
-	var store keyops.Store
-	// A consumer's keys, and a page of the key list, come from this
-	// replica's index and then their records alone, not from a read of
-	// every record (seconds and a gigabyte at a million keys, per portal
-	// page, admin list page or consumer change); a page of the consumer
-	// list, and a portal sign-in's consumer, likewise from its copy of
-	// the consumers.
-	var consumerKeys keyops.ConsumerKeys
-	var keysPage keyops.KeysPage
-	var consumersPage keyops.ConsumersPage
-	var consumersWhere keyops.ConsumersWhere
-	if rs, ok := s.store.(*keystore.RedisStore); ok {
-		consumerKeys, keysPage, consumersPage, consumersWhere = rs.ConsumerKeys, rs.KeysPage, rs.ConsumersPage, rs.ConsumersWhere
-	}
+func (s *Server) openOps(deps *Deps) (*keyops.Service, adminStore, error) {
+	var store adminStore
 	switch s.cfg.Keystore.Backend {
 	case "file":
 		store = &keystore.FileAdmin{Path: s.cfg.Keystore.File}
 	case "redis":
-		ra := &keystore.RedisAdmin{Client: s.redis, Prefix: s.cfg.Redis.KeyPrefix, ConsumerKeys: consumerKeys,
+		ra := &keystore.RedisAdmin{Client: s.redis, Prefix: s.cfg.Redis.KeyPrefix, ConsumerKeys: s.index.consumerKeys,
 			WaitReplicas: s.cfg.Keystore.WaitReplicas, WaitTimeout: s.cfg.Keystore.WaitTimeout, Logger: s.log.Named("keystore")}
 		if s.ksEvents != nil {
 			ra.OnWaitTimeout = s.ksEvents.waitTimeout
@@ -134,8 +146,7 @@ func (s *Server) openOps(deps *Deps) (*keyops.Service, keyops.Store, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	ur, _ := UsageStore(s.cfg, s.redis).(keyops.UsageReader)
-	s.ops, err = keyops.New(keyops.Config{Store: store, Limits: limits, Auditor: deps.Auditor, Usage: ur, Quota: QuotaReader(s.cfg, s.redis), ConsumerKeys: consumerKeys, KeysPage: keysPage, ConsumersPage: consumersPage, ConsumersWhere: consumersWhere})
+	s.ops, err = keyops.New(keyops.Config{Store: store, Limits: limits, Auditor: deps.Auditor, Usage: UsageStore(s.cfg, s.redis), Quota: QuotaReader(s.cfg, s.redis), ConsumerKeys: s.index.consumerKeys, KeysPage: s.index.keysPage, ConsumersPage: s.index.consumersPage, ConsumersWhere: s.index.consumersWhere})
 	return s.ops, store, err
 }
 

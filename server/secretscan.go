@@ -32,14 +32,12 @@ func (s *Server) secretScanEndpoints(ctx context.Context, deps *Deps, getenv fun
 		Keys: keys, Lookup: s.store, Reporter: ops, Policy: sc.Policy.Map(), QuarantineGrace: sc.QuarantineGrace,
 		Logger: s.log, Registerer: s.registry, MaxBodyBytes: sc.MaxBodyBytes, MaxMatches: sc.MaxMatches, ReplayWindow: sc.ReplayWindow,
 	}
-	if ts, ok := store.(admintoken.Store); ok {
-		// Leaked admin tokens are revoked whatever the policy.
-		svc, err := admintoken.New(admintoken.Config{Store: ts, Auditor: deps.Auditor})
-		if err != nil {
-			return nil, err
-		}
-		cfg.AdminTokens, cfg.RevokeAdminToken = ts, svc
+	// Leaked admin tokens are revoked whatever the policy.
+	svc, err := admintoken.New(admintoken.Config{Store: store, Auditor: deps.Auditor})
+	if err != nil {
+		return nil, err
 	}
+	cfg.AdminTokens, cfg.RevokeAdminToken = store, svc
 	if sc.Webhook.URL != "" {
 		wh, err := secretscan.NewWebhook(secretscan.WebhookConfig{URL: sc.Webhook.URL, Secret: []byte(getenv(sc.Webhook.SecretEnv)),
 			Attempts: sc.Webhook.Attempts, Backoff: sc.Webhook.Backoff, Logger: s.log})

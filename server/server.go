@@ -86,10 +86,13 @@ type Server struct {
 	obs      *observer
 	redis    redis.UniversalClient
 	store    readyStore
-	limiter  gateway.Limiter
-	tls      *tlsconf.Manager
-	oauth    *oauth2.Authenticator
-	issuer   *tokenissuer.Issuer // nil unless auth.token_endpoint.enabled
+	// index is what keyops reads from the Redis keystore's copy; empty
+	// with the file keystore.
+	index   storeIndex
+	limiter gateway.Limiter
+	tls     *tlsconf.Manager
+	oauth   *oauth2.Authenticator
+	issuer  *tokenissuer.Issuer // nil unless auth.token_endpoint.enabled
 	// closers is the cleanup list: what New's steps built and must
 	// release, in the order built (see onClose).
 	closers []func() error
@@ -128,6 +131,9 @@ type Server struct {
 type readyStore interface {
 	auth.KeyLookup
 	Ready() bool
+	// Len is the number of key records it serves
+	// (keygate_keystore_keys).
+	Len() int
 	Close() error
 }
 

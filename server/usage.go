@@ -15,11 +15,23 @@ import (
 	"github.com/keygate/keygate/usage"
 )
 
+// UsageBackend is a usage store as keygate uses it: the flusher writes
+// its counts, keyops reads them.
+type UsageBackend interface {
+	usage.Store
+	keyops.UsageReader
+}
+
+var (
+	_ UsageBackend = (*usage.RedisStore)(nil)
+	_ UsageBackend = (*usage.FileStore)(nil)
+)
+
 // UsageStore is where a configuration keeps per-key usage: Redis (under
 // redis.key_prefix) when the keystore or the rate limiter is on Redis, so
 // that every replica's counts meet; else the file keystore's companion
 // file KEYS_FILE.usage.json. client is the Redis client of the first case.
-func UsageStore(cfg config.Config, client redis.UniversalClient) usage.Store {
+func UsageStore(cfg config.Config, client redis.UniversalClient) UsageBackend {
 	if cfg.Keystore.Backend == "redis" || cfg.RateLimit.Backend == "redis" {
 		return &usage.RedisStore{Client: client, Prefix: cfg.Redis.KeyPrefix,
 			LastUseStep: cfg.Usage.LastUsedResolution, LastUseKeys: cfg.Usage.MaxKeys}
@@ -68,7 +80,7 @@ func (u usageAPI) Migration(ctx context.Context, since time.Duration, consumer s
 // openUsage starts counting usage and flushing it every
 // usage.flush_interval; the flusher's last flush runs on Shutdown, after
 // the listeners drained and before Redis is closed.
-func (s *Server) openUsage() *usage.Counters {
+func (s *Server) openUsage(ctx context.Context) (*usage.Counters, error) {
 	counters := usage.NewCounters(s.cfg.Usage.MaxKeys)
 	flushes := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "keygate_usage_flushes_total",
@@ -80,7 +92,7 @@ func (s *Server) openUsage() *usage.Counters {
 		Name: "keygate_usage_dropped_total",
 		Help: "Requests not counted in per-key usage because usage.max_keys keys were already tracked in the flush interval.",
 	}, func() float64 { return float64(counters.Dropped()) }))
-	f := &usage.Flusher{
+	f, err := usage.NewFlusher(ctx, usage.FlusherConfig{
 		Counters: counters,
 		Store:    UsageStore(s.cfg, s.redis),
 		Interval: s.cfg.Usage.FlushInterval,
@@ -92,8 +104,10 @@ func (s *Server) openUsage() *usage.Counters {
 			}
 			flushes.WithLabelValues("ok").Inc()
 		},
+	})
+	if err != nil {
+		return nil, err
 	}
-	f.Start()
 	s.onClose(f.Close)
-	return counters
+	return counters, nil
 }

@@ -177,12 +177,11 @@ func (s *Server) openStore(context.Context, *wiring) error {
 			return 0
 		}))
 		s.store = rs
+		s.index = storeIndex{consumerKeys: rs.ConsumerKeys, keysPage: rs.KeysPage, consumersPage: rs.ConsumersPage, consumersWhere: rs.ConsumersWhere}
 	default:
 		return fmt.Errorf("keystore.backend: %q is not available", s.cfg.Keystore.Backend)
 	}
-	if l, ok := s.store.(interface{ Len() int }); ok {
-		registerKeyCount(s.registry, l)
-	}
+	registerKeyCount(s.registry, s.store)
 	s.onClose(s.store.Close)
 	return nil
 }
@@ -339,6 +338,10 @@ func (s *Server) openGateway(ctx context.Context, w *wiring) error {
 	if err != nil {
 		return err
 	}
+	counters, err := s.openUsage(ctx)
+	if err != nil {
+		return err
+	}
 	gw, err := gateway.New(gateway.Config{
 		Upstreams:        gatewayUpstreams(cfg.Upstreams),
 		MaxBodyBytes:     cfg.Server.MaxBodyBytes,
@@ -357,7 +360,7 @@ func (s *Server) openGateway(ctx context.Context, w *wiring) error {
 		RateLimitHeaders: cfg.RateLimit.Headers,
 	}, gateway.Deps{
 		Auth: w.authn, Limiter: s.limiter, Logger: s.log.Named("access"),
-		Metrics: s.metrics, Failures: w.failures, Usage: s.openUsage(), Tracer: w.tracer.Tracer(),
+		Metrics: s.metrics, Failures: w.failures, Usage: counters, Tracer: w.tracer.Tracer(),
 	})
 	if err != nil {
 		return err

@@ -13,7 +13,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/keygate/keygate/internal/atomicfile"
-	"github.com/keygate/keygate/keystore"
 )
 
 // Store keeps the issuer's state where the keystore keeps its keys, so
@@ -152,15 +151,11 @@ func (s *FileStore) GetRef(_ context.Context, id string) (string, bool, error) {
 //
 // The references are spread over refBuckets hashes, each its own
 // Cluster hash tag, so that a fleet's million keys with tokens do not
-// sit in one hash on one Cluster slot. keygate before kept them in one
-// hash, <prefix>tokenissuer:key-refs: a reference is never changed, so
-// a read that misses its bucket looks there too (a replica of that
-// build, during a rolling upgrade, writes there), and MoveRefs
-// (`keygate keys migrate`) moves them.
+// sit in one hash on one Cluster slot.
 type RedisStore struct {
-	c          redis.UniversalClient
-	keys, refs string // refs: the previous layout's one hash
-	buckets    [refBuckets]string
+	c       redis.UniversalClient
+	keys    string
+	buckets [refBuckets]string
 }
 
 // refBuckets is how many hashes the key references are spread over.
@@ -171,7 +166,7 @@ func NewRedisStore(c redis.UniversalClient, prefix string) *RedisStore {
 	if prefix == "" {
 		prefix = "keygate:"
 	}
-	s := &RedisStore{c: c, keys: prefix + "tokenissuer:signing-keys", refs: prefix + "tokenissuer:key-refs"}
+	s := &RedisStore{c: c, keys: prefix + "tokenissuer:signing-keys"}
 	for b := range s.buckets {
 		s.buckets[b] = fmt.Sprintf("%stokenissuer:{kr:%02x}:key-refs", prefix, b)
 	}
@@ -254,13 +249,9 @@ func (s *RedisStore) PutRef(ctx context.Context, id, hash string) error {
 	return nil
 }
 
-// GetRef implements Store: the reference's bucket, else the previous
-// layout's one hash.
+// GetRef implements Store.
 func (s *RedisStore) GetRef(ctx context.Context, id string) (string, bool, error) {
 	h, err := s.c.HGet(ctx, s.refsOf(id), id).Result()
-	if errors.Is(err, redis.Nil) {
-		h, err = s.c.HGet(ctx, s.refs, id).Result()
-	}
 	if errors.Is(err, redis.Nil) {
 		return "", false, nil
 	}
@@ -269,23 +260,3 @@ func (s *RedisStore) GetRef(ctx context.Context, id string) (string, bool, error
 	}
 	return h, true, nil
 }
-
-// MoveRefs moves the references of the previous layout's one hash into
-// their buckets (keystore.MoveHash: HSETNX into the buckets, then HDEL
-// of each page), and reports how many it moved. Running it again moves
-// nothing.
-func (s *RedisStore) MoveRefs(ctx context.Context) (int, error) {
-	moved := 0
-	err := keystore.MoveHash(ctx, s.c, s.refs, moveRefsPage, func(p redis.Pipeliner, id, hash string) error {
-		p.HSetNX(ctx, s.refsOf(id), id, hash)
-		moved++
-		return nil
-	})
-	if err != nil {
-		return moved, fmt.Errorf("tokenissuer: %w", err)
-	}
-	return moved, nil
-}
-
-// moveRefsPage is the COUNT of MoveRefs' HSCANs.
-const moveRefsPage = 1000

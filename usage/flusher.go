@@ -9,66 +9,84 @@ import (
 	"go.uber.org/zap"
 )
 
-// Flusher drains Counters into a Store every Interval, in its own
-// goroutine, and once more on Close. A failed flush is logged and its
-// counts are lost (the store is not retried with old deltas, so that a
-// Redis outage cannot grow memory).
-type Flusher struct {
+// FlusherConfig configures a Flusher.
+type FlusherConfig struct {
+	// Counters are drained at each flush. Required.
 	Counters *Counters
-	Store    Store
+	// Store receives each flush. Required.
+	Store Store
+	// Interval is how often the counts are flushed. Default 1s.
 	Interval time.Duration
-	Logger   *zap.Logger
+	// Logger receives failed flushes; nil means none.
+	Logger *zap.Logger
 	// OnFlush, when set, is called after each flush that sent something,
 	// with its outcome (for keygate_usage_flushes_total).
 	OnFlush func(err error)
+}
 
+// Flusher drains Counters into a Store every Interval, in its own
+// goroutine, and once more on Close. A failed flush is logged and its
+// counts are lost (the store is not retried with old deltas, so that a
+// Redis outage cannot grow memory). Build it with NewFlusher; its methods
+// are safe for concurrent use.
+type Flusher struct {
+	cfg  FlusherConfig
+	base context.Context // the values of NewFlusher's ctx, never its end
 	stop chan struct{}
-	done sync.WaitGroup
+	done chan struct{}
 	once sync.Once
 }
 
-// Start runs the flush loop.
-func (f *Flusher) Start() {
-	if f.Interval <= 0 {
-		f.Interval = time.Second
+// NewFlusher starts flushing cfg.Counters into cfg.Store every
+// cfg.Interval until Close. The flushes carry ctx's values but not its
+// cancellation: the last one runs in Close, after the caller's context
+// may have ended.
+func NewFlusher(ctx context.Context, cfg FlusherConfig) (*Flusher, error) {
+	if cfg.Counters == nil || cfg.Store == nil {
+		return nil, errors.New("usage: a Flusher needs Counters and a Store")
 	}
-	if f.Logger == nil {
-		f.Logger = zap.NewNop()
+	if cfg.Interval <= 0 {
+		cfg.Interval = time.Second
 	}
-	f.stop = make(chan struct{})
-	f.done.Add(1)
-	go func() {
-		defer f.done.Done()
-		t := time.NewTicker(f.Interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-t.C:
-				f.Flush()
-			case <-f.stop:
-				return
-			}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	f := &Flusher{cfg: cfg, base: context.WithoutCancel(ctx), stop: make(chan struct{}), done: make(chan struct{})}
+	go f.loop()
+	return f, nil
+}
+
+func (f *Flusher) loop() {
+	defer close(f.done)
+	t := time.NewTicker(f.cfg.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			f.Flush()
+		case <-f.stop:
+			return
 		}
-	}()
+	}
 }
 
 // Flush drains and writes once; a drain with nothing in it writes nothing.
 func (f *Flusher) Flush() {
-	ds := f.Counters.Drain()
+	ds := f.cfg.Counters.Drain()
 	if len(ds) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(f.base, 5*time.Second)
 	defer cancel()
-	err := f.Store.Flush(ctx, ds, time.Now())
+	err := f.cfg.Store.Flush(ctx, ds, time.Now())
 	switch {
 	case errors.Is(err, errKept):
-		f.Logger.Warn("usage flush not written; its counts are kept for the next", zap.Int("keys", len(ds)), zap.Error(err))
+		f.cfg.Logger.Warn("usage flush not written; its counts are kept for the next", zap.Int("keys", len(ds)), zap.Error(err))
 	case err != nil:
-		f.Logger.Warn("usage flush failed; its counts are lost", zap.Int("keys", len(ds)), zap.Error(err))
+		f.cfg.Logger.Warn("usage flush failed; its counts are lost", zap.Int("keys", len(ds)), zap.Error(err))
 	}
-	if f.OnFlush != nil {
-		f.OnFlush(err)
+	if f.cfg.OnFlush != nil {
+		f.cfg.OnFlush(err)
 	}
 }
 
@@ -79,18 +97,17 @@ type Syncer interface {
 }
 
 // Close stops the loop, flushes what is left, and syncs a Syncer store.
+// A second Close does nothing.
 func (f *Flusher) Close() error {
 	f.once.Do(func() {
-		if f.stop != nil {
-			close(f.stop)
-			f.done.Wait()
-		}
+		close(f.stop)
+		<-f.done
 		f.Flush()
-		if s, ok := f.Store.(Syncer); ok {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if s, ok := f.cfg.Store.(Syncer); ok {
+			ctx, cancel := context.WithTimeout(f.base, 5*time.Second)
 			defer cancel()
-			if err := s.Sync(ctx); err != nil && f.Logger != nil {
-				f.Logger.Warn("usage sync failed; counts since the last write are lost", zap.Error(err))
+			if err := s.Sync(ctx); err != nil {
+				f.cfg.Logger.Warn("usage sync failed; counts since the last write are lost", zap.Error(err))
 			}
 		}
 	})

@@ -278,7 +278,11 @@ func TestFileStoreAppendFailure(t *testing.T) {
 			s.journal.Close() // its writes now fail, as on a full disk
 			core, logs := observer.New(zap.WarnLevel)
 			counters := NewCounters(0)
-			f := &Flusher{Counters: counters, Store: s, Interval: time.Hour, Logger: zap.New(core)}
+			f, err := NewFlusher(context.Background(), FlusherConfig{Counters: counters, Store: s, Interval: time.Hour, Logger: zap.New(core)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = f.Close() })
 			counters.Record("key_a", ByAPIKey, Admitted, 10, time.Now())
 			counters.Record("key_a", ByAPIKey, Admitted, 10, time.Now())
 			f.Flush()

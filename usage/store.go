@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -83,11 +82,8 @@ type RedisStore struct {
 
 	lastOnce sync.Once
 	last     *lastUses
-	// legacyGone is set once the previous layout's sorted sets of last
-	// uses are found gone (see lastsets.go).
-	legacyGone atomic.Bool
-	setsOnce   sync.Once
-	sets       [2][lastBuckets]string // lastSetsOf
+	setsOnce sync.Once
+	sets     [2][lastBuckets]string // lastSetsOf
 }
 
 func (s *RedisStore) bucket(id, h string) string { return s.Prefix + "usage:{" + id + "}:" + h }
@@ -302,7 +298,6 @@ func (s *RedisStore) hashesOf(ctx context.Context, ids []string, n int, key func
 	if n == 0 && last == "" {
 		return nil
 	}
-	legacy := last != "" && s.legacyLastLeft(ctx)
 	per := max(1, min(LastUsedPage, readBatch/max(n, 1)))
 	for batch := range slices.Chunk(ids, per) {
 		gets := make([]*redis.MapStringStringCmd, 0, len(batch)*n)
@@ -314,7 +309,7 @@ func (s *RedisStore) hashesOf(ctx context.Context, ids []string, n int, key func
 				}
 			}
 			if last != "" {
-				scores = s.zmscore(ctx, p, last, batch, legacy)
+				scores = s.zmscore(ctx, p, last, batch)
 			}
 			return nil
 		})
@@ -359,13 +354,12 @@ const lastUsedPipeline = 16
 // it built it).
 func (s *RedisStore) LastUsed(ctx context.Context, ids []string) (map[string]time.Time, error) {
 	out := make(map[string]time.Time, len(ids))
-	legacy := s.legacyLastLeft(ctx)
 	for batch := range slices.Chunk(ids, LastUsedPage*lastUsedPipeline) {
 		var pages [][]string
 		var scores []func() []float64
 		_, err := s.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for page := range slices.Chunk(batch, LastUsedPage) {
-				pages, scores = append(pages, page), append(scores, s.zmscore(ctx, p, lastAny, page, legacy))
+				pages, scores = append(pages, page), append(scores, s.zmscore(ctx, p, lastAny, page))
 			}
 			return nil
 		})
@@ -395,12 +389,10 @@ func parse(m map[string]string) Counts {
 
 // Forget drops the last uses of ids (keys that were purged): ZREM of
 // LastUsedPage ids at a time (one per sorted set they fall in),
-// lastUsedPipeline to a round trip, from the sorted sets of both names
-// (and the previous layout's while they exist), which otherwise keep a
-// member for every key id ever used.
+// lastUsedPipeline to a round trip, from the sorted sets of both names,
+// which otherwise keep a member for every key id ever used.
 // Their hourly and daily counts expire on their own.
 func (s *RedisStore) Forget(ctx context.Context, ids []string) error {
-	legacy := s.legacyLastLeft(ctx)
 	for batch := range slices.Chunk(ids, LastUsedPage*lastUsedPipeline) {
 		_, err := s.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for page := range slices.Chunk(batch, LastUsedPage) {
@@ -411,13 +403,6 @@ func (s *RedisStore) Forget(ctx context.Context, ids []string) error {
 							members[j] = page[i]
 						}
 						p.ZRem(ctx, k, members...)
-					}
-					if legacy {
-						members := make([]any, len(page))
-						for i, id := range page {
-							members[i] = id
-						}
-						p.ZRem(ctx, s.legacyLastSet(name), members...)
 					}
 				}
 			}

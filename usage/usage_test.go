@@ -545,21 +545,49 @@ func TestFlusherFlushesOnClose(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "u.json")
 	c := usage.NewCounters(0)
 	flushes := 0
-	f := &usage.Flusher{Counters: c, Store: &usage.FileStore{Path: path}, Interval: time.Hour, OnFlush: func(err error) {
+	f, err := usage.NewFlusher(context.Background(), usage.FlusherConfig{Counters: c, Store: &usage.FileStore{Path: path}, Interval: time.Hour, OnFlush: func(err error) {
 		if err != nil {
 			t.Error(err)
 		}
 		flushes++
-	}}
-	f.Start()
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	c.Record("k", usage.ByAPIKey, usage.Admitted, 0, time.Now())
 	_ = f.Close()
 	if flushes != 1 {
 		t.Fatalf("flushes = %d, want 1 (on Close)", flushes)
 	}
+	c.Record("k", usage.ByAPIKey, usage.Admitted, 0, time.Now())
+	if err := f.Close(); err != nil || flushes != 1 {
+		t.Fatalf("a second Close: %v, flushes = %d; want nothing more", err, flushes)
+	}
 	got, _, _ := (&usage.FileStore{Path: path}).Read(context.Background(), []string{"k"}, time.Hour, time.Now())
 	if got.Admitted != 1 {
 		t.Fatalf("read %+v", got)
+	}
+}
+
+// TestNewFlusherNeedsCountersAndAStore: a Flusher without either is an
+// error, not a loop that panics at its first tick.
+func TestNewFlusherNeedsCountersAndAStore(t *testing.T) {
+	t.Parallel()
+	store := &usage.FileStore{Path: filepath.Join(t.TempDir(), "u.json")}
+	for _, tc := range []struct {
+		name string
+		cfg  usage.FlusherConfig
+	}{
+		{"no counters", usage.FlusherConfig{Store: store}},
+		{"no store", usage.FlusherConfig{Counters: usage.NewCounters(0)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if f, err := usage.NewFlusher(context.Background(), tc.cfg); err == nil {
+				_ = f.Close()
+				t.Fatal("NewFlusher succeeded")
+			}
+		})
 	}
 }
 
