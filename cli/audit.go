@@ -17,17 +17,26 @@ import (
 	"github.com/keygate/keygate/audit"
 	"github.com/keygate/keygate/config"
 	"github.com/keygate/keygate/keyops"
-	"github.com/keygate/keygate/keystore"
 )
 
 // openAudit opens the audit log of cfg (audit.file, and the Redis stream
 // with the Redis keystore, through the admin's client).
 func openAudit(cfg config.Config, store any) (*audit.Log, error) {
-	var client redis.UniversalClient
-	if ra, ok := store.(*keystore.RedisAdmin); ok {
-		client = ra.Client
+	return audit.Open(cfg.AuditConfig(redisOf(store)))
+}
+
+// redisBacked is a keystore admin that keeps its records in Redis: the
+// audit stream and the token endpoint's signing keys share its client.
+type redisBacked interface {
+	RedisClient() redis.UniversalClient
+}
+
+// redisOf is the Redis client of a Redis-backed admin, else nil.
+func redisOf(store any) redis.UniversalClient {
+	if rb, ok := store.(redisBacked); ok {
+		return rb.RedisClient()
 	}
-	return audit.Open(cfg.AuditConfig(client))
+	return nil
 }
 
 // auditImport records a `keys import` (made, partly made or failed) in

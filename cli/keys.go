@@ -29,17 +29,23 @@ func openAdmin(cfg config.Config) (keyops.Store, func(), error) {
 	case "file":
 		return &keystore.FileAdmin{Path: cfg.Keystore.File}, func() {}, nil
 	case "redis":
-		rc := cfg.Redis
-		// The CLI is not on the request path: allow Redis a moment longer.
-		rc.ReadTimeout, rc.WriteTimeout, rc.DialTimeout = 2*time.Second, 2*time.Second, 2*time.Second
-		client, err := redisconn.New(rc, os.Getenv)
-		if err != nil {
-			return nil, nil, fieldpath.Within("redis", err)
-		}
-		a := &keystore.RedisAdmin{Client: client, Prefix: cfg.Redis.KeyPrefix, WaitReplicas: cfg.Keystore.WaitReplicas, WaitTimeout: cfg.Keystore.WaitTimeout}
-		return a, func() { _ = client.Close() }, nil
+		return newRedisAdmin(cfg)
 	}
 	return nil, nil, fmt.Errorf("keystore.backend: %q is not available", cfg.Keystore.Backend)
+}
+
+// newRedisAdmin opens the Redis keystore's admin of cfg, and a function
+// that closes its client.
+func newRedisAdmin(cfg config.Config) (*keystore.RedisAdmin, func(), error) {
+	rc := cfg.Redis
+	// The CLI is not on the request path: allow Redis a moment longer.
+	rc.ReadTimeout, rc.WriteTimeout, rc.DialTimeout = 2*time.Second, 2*time.Second, 2*time.Second
+	client, err := redisconn.New(rc, os.Getenv)
+	if err != nil {
+		return nil, nil, fieldpath.Within("redis", err)
+	}
+	a := &keystore.RedisAdmin{Client: client, Prefix: cfg.Redis.KeyPrefix, WaitReplicas: cfg.Keystore.WaitReplicas, WaitTimeout: cfg.Keystore.WaitTimeout}
+	return a, func() { _ = client.Close() }, nil
 }
 
 func keys(args []string, stdout, stderr io.Writer) error {
@@ -298,11 +304,10 @@ func keysImport(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error
 // keystore.backend is redis) and its audit log, and a function that
 // closes both.
 func openRedisAdmin(cfg config.Config) (*keystore.RedisAdmin, *audit.Log, func(), error) {
-	admin, done, err := openAdmin(cfg)
+	ra, done, err := newRedisAdmin(cfg)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	ra := admin.(*keystore.RedisAdmin)
 	log, err := openAudit(cfg, ra)
 	if err != nil {
 		done()

@@ -8,9 +8,6 @@ import (
 	"io"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
-	"github.com/keygate/keygate/keystore"
 	"github.com/keygate/keygate/server"
 	"github.com/keygate/keygate/tokenissuer"
 )
@@ -39,11 +36,7 @@ func tokenKeys(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer done()
-	var client redis.UniversalClient
-	if ra, ok := admin.(*keystore.RedisAdmin); ok {
-		client = ra.Client
-	}
-	store := server.TokenKeyStore(cfg, client)
+	store := server.TokenKeyStore(cfg, redisOf(admin))
 	ctx := context.Background()
 	switch sub {
 	case "rotate":

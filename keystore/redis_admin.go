@@ -64,6 +64,10 @@ type RedisAdmin struct {
 	decodedTokens tokenDecodings
 }
 
+// RedisClient is the client the admin writes with, for what shares its
+// Redis (the audit stream, the token endpoint's signing keys).
+func (a *RedisAdmin) RedisClient() redis.UniversalClient { return a.Client }
+
 func (a *RedisAdmin) now() time.Time {
 	if a.Now != nil {
 		return a.Now()
