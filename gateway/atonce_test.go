@@ -163,7 +163,7 @@ func TestLimitRefusalIsAnsweredAtOnce(t *testing.T) {
 		e := newEnv(t, envOpts{concurrent: 1, extractionH: up})
 		up.Hold(e.LiveID)
 		wait := testkit.InFlight(t, 1, func() int { return e.sync(e.LiveKey, ctxA).Status })
-		testkit.Eventually(t, 10*time.Second, "a request at the upstream", func() error {
+		testkit.Eventually(t, testkit.HangCheck, "a request at the upstream", func() error {
 			return testkit.True(up.Held() >= 1, "%d at the upstream", up.Held())
 		})
 		for _, n := range []int{1000, 100000, 200000} {

@@ -73,7 +73,7 @@ func TestClientGoneDuringLimiterIs499(t *testing.T) {
 			t.Fatalf("%s: the request with a frozen Redis ended with %v, want the client's own deadline", rq.name, err)
 		}
 	}
-	testkit.Eventually(t, 10*time.Second, "two access lines with 499", func() error {
+	testkit.Eventually(t, testkit.HangCheck, "two access lines with 499", func() error {
 		n := 0
 		for _, l := range logs.FilterMessage("request").All() {
 			if l.ContextMap()["status"] == int64(499) {
@@ -119,7 +119,7 @@ func TestClientGoneDuringKeyLookupIs499(t *testing.T) {
 	if _, err := e.Client.Do(req); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("the request with a frozen Redis ended with %v, want the client's own deadline", err)
 	}
-	testkit.Eventually(t, 10*time.Second, "an access line with 499", func() error {
+	testkit.Eventually(t, testkit.HangCheck, "an access line with 499", func() error {
 		for _, l := range logs.FilterMessage("request").All() {
 			if f := l.ContextMap(); f["status"] == int64(499) {
 				return testkit.True(f["reason"] == "client_gone", "reason %v", f["reason"])

@@ -209,7 +209,7 @@ func TestConcurrencyCap(t *testing.T) {
 	up.Hold(e.LiveID)
 
 	wait := testkit.InFlight(t, 2, func() int { return e.sync(e.LiveKey, ctxA).Status })
-	testkit.Eventually(t, 10*time.Second, "two requests at the upstream", func() error {
+	testkit.Eventually(t, testkit.HangCheck, "two requests at the upstream", func() error {
 		return testkit.True(up.Held() >= 2, "%d at the upstream", up.Held())
 	})
 	before := up.Hits()

@@ -55,11 +55,12 @@ func waitOpen(t *testing.T, r *ratelimit.Resilient, lim policy.Limit, check func
 	}
 }
 
-// waitRedis calls Allow until a decision comes from Redis again, within 5 s.
+// waitRedis calls Allow until a decision comes from Redis again (a hang
+// check bounds the wait).
 func waitRedis(t *testing.T, r *ratelimit.Resilient, lim policy.Limit) {
 	t.Helper()
 	before := r.Stats().RedisDecisions
-	testkit.Eventually(t, 5*time.Second, "Redis decisions to resume", func() error {
+	testkit.Eventually(t, testkit.HangCheck, "Redis decisions to resume", func() error {
 		if r.Stats().RedisDecisions != before && !r.Degraded() {
 			return nil
 		}
@@ -122,7 +123,7 @@ func TestRedisKilledFailOpenDecidesLocallyAtLimitPerReplica(t *testing.T) {
 
 	// Let a few probes fail (open → half-open → open each back-off), as
 	// a Redis that stays down makes them, before it comes back.
-	testkit.Eventually(t, 10*time.Second, "probes to fail", func() error {
+	testkit.Eventually(t, testkit.HangCheck, "probes to fail", func() error {
 		if n := r.Stats().BreakerStateChanges; n < 5 {
 			_, _ = allow(t, r, "key_during", lim)
 			return fmt.Errorf("%d breaker changes", n)

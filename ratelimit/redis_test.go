@@ -144,7 +144,7 @@ func TestRedisRefillsOverTime(t *testing.T) {
 			break
 		}
 	}
-	testkit.Eventually(t, 5*time.Second, "a token back at 20/s", func() error {
+	testkit.Eventually(t, testkit.HangCheck, "a token back at 20/s", func() error {
 		d, err := allow(t, r, "key_refill", lim)
 		if err != nil {
 			t.Fatal(err)

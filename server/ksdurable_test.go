@@ -32,14 +32,14 @@ func TestRedisKeystoreKeyCountAndDataLoss(t *testing.T) {
 	}})
 	h.secret(good)
 	h.secret(revoked)
-	testkit.Eventually(t, 10*time.Second, "loaded", func() error {
+	testkit.Eventually(t, testkit.HangCheck, "loaded", func() error {
 		return testkit.True(h.metric("keygate_keystore_keys") == 2, "keys %v", h.metric("keygate_keystore_keys"))
 	})
 
 	// A key issued after the load arrives through the change log.
 	later, _ := issue()
 	h.secret(later)
-	testkit.Eventually(t, 10*time.Second, "the count follows the change log", func() error {
+	testkit.Eventually(t, testkit.HangCheck, "the count follows the change log", func() error {
 		return testkit.True(h.metric("keygate_keystore_keys") == 3, "keys %v", h.metric("keygate_keystore_keys"))
 	})
 	for _, k := range []string{good, later} {
