@@ -63,7 +63,7 @@ func testRedisLostData(t *testing.T, held bool) {
 	}
 
 	h := newHarness(t, setup{mod: func(c *config.Config) {
-		c.Redis.Addrs = []string{rs.Addr}
+		useRedis(c, rs.Addr)
 		c.Keystore.Backend = "redis"
 		c.AdminAPI.Enabled, c.AdminAPI.Listen = true, "127.0.0.1:0"
 	}})

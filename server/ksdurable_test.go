@@ -27,7 +27,7 @@ func TestRedisKeystoreKeyCountAndDataLoss(t *testing.T) {
 	issue := redisIssuer(t, admin)
 	good, revoked, rrec := goodAndRevoked(t, admin)
 	h := newHarness(t, setup{mod: func(c *config.Config) {
-		c.Redis.Addrs = []string{rs.Addr}
+		useRedis(c, rs.Addr)
 		c.Keystore.Backend = "redis"
 	}})
 	h.secret(good)

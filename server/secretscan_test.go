@@ -100,7 +100,7 @@ func scanReplicas(t *testing.T, more ...func(*config.Config)) (a, b *harness, ad
 	rs = redistest.Start(t)
 	admin = &keystore.RedisAdmin{Client: rs.Client(t), Prefix: "ss:"}
 	mod := withTokenEndpoint(func(c *config.Config) {
-		c.Redis.Addrs = []string{rs.Addr}
+		useRedis(c, rs.Addr)
 		c.Redis.KeyPrefix = "ss:"
 		c.Keystore.Backend = "redis"
 		c.RateLimit.Limits = map[string]policy.Limit{"live": {Rate: 1000, Per: time.Second, Burst: 1000}, "test": {Rate: 1000, Per: time.Second, Burst: 1000}}
@@ -211,8 +211,8 @@ func TestLeakedKeyRevokedOnEveryReplica(t *testing.T) {
 		if n.KeyID != rec.ID || n.URL != where || n.Action != "revoke" {
 			t.Errorf("notice %+v", n)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the webhook received no notice")
+	case <-time.After(testkit.HangCheck):
+		t.Fatal("the webhook received no notice (hang check)")
 	}
 	// A replay to the other replica: answered, but that replica has not
 	// seen the body, so it acts; the key is revoked already: no action.

@@ -560,11 +560,10 @@ func twoReplicas(t *testing.T, limit policy.Limit) (a, b *harness, admin *keysto
 		t.Fatal(err)
 	}
 	mod := withTokenEndpoint(func(c *config.Config) {
-		c.Redis.Addrs = []string{rs.Addr}
+		useRedis(c, rs.Addr)
 		c.Redis.KeyPrefix = "tk:"
 		c.Keystore.Backend = "redis"
 		c.RateLimit.Backend = "redis"
-		c.RateLimit.RedisTimeout = 2 * time.Second
 		c.RateLimit.Limits = map[string]policy.Limit{"live": limit, "test": limit}
 	})
 	a = newHarness(t, setup{mod: mod})
