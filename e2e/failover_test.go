@@ -218,7 +218,7 @@ func steadyKeys(t *testing.T, gs []*gateway, a *adminAPI, n int) []string {
 		keys = append(keys, m["key"].(string))
 	}
 	for _, k := range keys {
-		everyReplica(t, gs, 5*time.Second, "steady key accepted", func(g *gateway) string {
+		everyReplica(t, gs, testkit.HangCheck, "steady key accepted", func(g *gateway) string {
 			if s, b := g.send(k); s != http.StatusOK {
 				return fmt.Sprintf("%d %s", s, b)
 			}

@@ -96,17 +96,16 @@ func TestPermissionsOnRealBinary(t *testing.T) {
 		c := g.dialFrom(t, "")
 		start := time.Now()
 		fmt.Fprintf(c, "POST /registry/x HTTP/1.1\r\nHost: x\r\nX-Api-Key: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", ro, n)
-		_ = c.SetReadDeadline(start.Add(5 * time.Second))
+		// The body is never sent: an answer that waited for it would
+		// not come before this deadline, the hang check.
+		_ = c.SetReadDeadline(start.Add(testkit.HangCheck))
 		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 		if err != nil {
-			t.Fatalf("Content-Length %d: no answer: %v", n, err)
+			t.Fatalf("Content-Length %d: no answer without the body (hang check): %v", n, err)
 		}
 		b, _ := io.ReadAll(resp.Body)
 		took := time.Since(start)
 		specError(t, resp.StatusCode, resp.Header, b, 403, msgNoPermission)
-		if took > time.Second {
-			t.Errorf("Content-Length %d: answered after %s, want within 1 s", n, took)
-		}
 		t.Logf("Content-Length %d: 403 after %s", n, took.Round(time.Microsecond))
 	}
 	if n := hits.Load() - before; n != 0 {

@@ -53,8 +53,8 @@ func (u *recordingUpstream) expectAborted(t *testing.T) {
 		if err == nil {
 			t.Error("the upstream read a complete body")
 		}
-	case <-time.After(5 * time.Second):
-		t.Error("the upstream request was not aborted")
+	case <-time.After(testkit.HangCheck):
+		t.Error("the upstream request was not aborted (hang check)")
 	}
 }
 

@@ -322,8 +322,8 @@ func TestLeakedKeyQuarantineAndNotify(t *testing.T) {
 		select {
 		case n := <-notices:
 			got[n.KeyID] = n.Action
-		case <-time.After(10 * time.Second):
-			t.Fatal("a notice is missing")
+		case <-time.After(testkit.HangCheck):
+			t.Fatal("a notice is missing (hang check)")
 		}
 	}
 	if got[testRec.ID] != "quarantine" || got[liveRec.ID] != "notify" {
@@ -371,8 +371,8 @@ func TestLeakReplayedToAnotherReplica(t *testing.T) {
 	}
 	select {
 	case <-notices:
-	case <-time.After(10 * time.Second):
-		t.Fatal("no notice")
+	case <-time.After(testkit.HangCheck):
+		t.Fatal("no notice (hang check)")
 	}
 	select {
 	case n := <-notices:
