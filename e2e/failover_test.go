@@ -341,13 +341,11 @@ func TestClusterPrimaryKilled(t *testing.T) {
 			t.Errorf("revocation during the failover: %d %v, want 503", s, m)
 		}
 	}
-	served := revoked.Sub(ok)
-	t.Logf("keygate served from the new primary %s after cluster_state:ok", served.Round(time.Millisecond))
-	if served > 5*time.Second {
-		t.Errorf("keygate served from the new primary %s after cluster_state:ok, want within 5s", served)
-	}
+	// The loop's 30 s deadline above is the hang check; how soon is
+	// logged, not asserted.
+	t.Logf("keygate served from the new primary %s after cluster_state:ok", revoked.Sub(ok).Round(time.Millisecond))
 	start := time.Now()
-	everyReplica(t, gs, time.Second, "revocation after the failover", func(g *gateway) string {
+	everyReplica(t, gs, testkit.HangCheck, "revocation after the failover", func(g *gateway) string {
 		if s, b := g.send(victim.key); s != http.StatusUnauthorized {
 			return fmt.Sprintf("%d %s", s, b)
 		}
