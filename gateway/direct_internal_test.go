@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/keygate/keygate/internal/testsupport/testkit"
 	"io"
 	"net"
 	"net/http"
@@ -307,7 +308,11 @@ func TestDirectTransportClientGone(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want context.Canceled", err)
 	}
-	if d := time.Since(start); d > 2*time.Second {
+	// A round trip that ignored the cancel would wait for an answer
+	// that never comes; the bound is a hang check, the figure logged.
+	d := time.Since(start)
+	t.Logf("returned %s after the start, the cancel at 100ms", d.Round(time.Millisecond))
+	if d > testkit.HangCheck {
 		t.Fatalf("returned after %s", d)
 	}
 	if n := len(direct.idle); n != 0 {
@@ -447,7 +452,7 @@ func TestDirectTransportClosesConnectionsIdleTooLong(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	go func() {
 		var b [1]byte
-		_ = c1.c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_ = c1.c.SetReadDeadline(time.Now().Add(2 * testkit.HangCheck))
 		if _, err := c1.c.Read(b[:]); err != nil {
 			closed <- struct{}{}
 		}
@@ -455,8 +460,8 @@ func TestDirectTransportClosesConnectionsIdleTooLong(t *testing.T) {
 	direct.put(c2)
 	select {
 	case <-closed:
-	case <-time.After(3 * time.Second):
-		t.Fatal("the connection idle past the timeout is still open")
+	case <-time.After(testkit.HangCheck):
+		t.Fatal("the connection idle past the timeout is still open (hang check)")
 	}
 	if n := len(direct.idle[up.ln.Addr().String()]); n != 1 {
 		t.Fatalf("%d pooled connections, want 1", n)
