@@ -119,13 +119,13 @@ func TestRedisStoreRepairsAStoreThatLostData(t *testing.T) {
 	if _, err := srv.Do("FLUSHALL"); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(testkit.HangCheck)
 	for ev.lossCount() == 0 || s.DataLoss() != "" {
 		if msg := served(); msg != "" {
 			t.Fatalf("while Redis lost its data: %s", msg)
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no repair within 15s: losses %v, data loss %q", ev.losses, s.DataLoss())
+			t.Fatalf("no repair within %v (hang check): losses %v, data loss %q", testkit.HangCheck, ev.losses, s.DataLoss())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -344,7 +344,7 @@ func TestRedisStoreRefusesAReReadThatDropsMostKeys(t *testing.T) {
 			break
 		}
 	}
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(testkit.HangCheck)
 	for {
 		for _, k := range keys {
 			if _, ok, err := s.Lookup(ctx, keystore.HashKey(k)); !ok || err != nil {
@@ -355,7 +355,7 @@ func TestRedisStoreRefusesAReReadThatDropsMostKeys(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("not repaired within 15s: losses %v", ev.losses)
+			t.Fatalf("not repaired within %v (hang check): losses %v", testkit.HangCheck, ev.losses)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
