@@ -75,7 +75,7 @@ func keyLifecycle(t *testing.T, g *gateway, a *adminAPI) {
 		t.Fatalf("issue: %d %v %v", status, issued, h)
 	}
 	key, id := issued["key"].(string), issued["id"].(string)
-	eventually(t, 5*time.Second, func() string {
+	eventually(t, testkit.HangCheck, func() string {
 		if s, b, _ := g.post(key, ctxA, []byte("%PDF-1.4 e2e")); s != http.StatusOK {
 			return fmt.Sprintf("/sync with the issued key: %d %s", s, b)
 		}
@@ -87,7 +87,7 @@ func keyLifecycle(t *testing.T, g *gateway, a *adminAPI) {
 	if a.usage {
 		// GET /v1/keys/{id}/usage reads what the gateway flushed (once a
 		// second): one admitted request at least, one context refusal.
-		eventually(t, 5*time.Second, func() string {
+		eventually(t, testkit.HangCheck, func() string {
 			status, u, _ := a.call("GET", "/v1/keys/"+id+"/usage?since=1h", "")
 			if status != http.StatusOK {
 				return fmt.Sprintf("usage: %d %v", status, u)
@@ -101,7 +101,7 @@ func keyLifecycle(t *testing.T, g *gateway, a *adminAPI) {
 	if status, rec, _ := a.call("POST", "/v1/keys/"+id+"/revoke", ""); status != http.StatusOK || rec["status"] != "revoked" {
 		t.Fatalf("revoke: %d %v", status, rec)
 	}
-	eventually(t, 5*time.Second, func() string {
+	eventually(t, testkit.HangCheck, func() string {
 		if s, b, _ := g.post(key, ctxA, []byte("%PDF-1.4 e2e")); s != http.StatusUnauthorized {
 			return fmt.Sprintf("/sync with the revoked key: %d %s", s, b)
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"github.com/keygate/keygate/internal/testsupport/testkit"
 	"os"
 	"path/filepath"
 	"strings"
@@ -62,7 +63,7 @@ func TestAuditLogOfCLIChanges(t *testing.T) {
 	k1 := cli("keys", "issue", "--product", "extraction", "--env", "live", "--context", ctxA, "--consumer", con)
 	id1 := issuedID()
 	changes = append(changes, "key.issue "+id1)
-	eventually(t, 3*time.Second, func() string {
+	eventually(t, testkit.HangCheck, func() string {
 		if s, _, _ := g.post(k1, ctxA, []byte("%PDF-1.4 audit")); s != 200 {
 			return fmt.Sprintf("new key: %d", s)
 		}
@@ -82,7 +83,7 @@ func TestAuditLogOfCLIChanges(t *testing.T) {
 		t.Fatalf("admin-tokens list --json: %s", out)
 	}
 	changes = append(changes, "admin_token.create "+toks[0].ID)
-	eventually(t, 3*time.Second, func() string {
+	eventually(t, testkit.HangCheck, func() string {
 		if s, _, _ := g.post(k2, ctxA, []byte("%PDF-1.4 audit")); s != 200 {
 			return fmt.Sprintf("rotated key: %d", s)
 		}

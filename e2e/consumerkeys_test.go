@@ -86,7 +86,7 @@ func TestConsumerKeysAcrossReplicas(t *testing.T) {
 		t.Errorf("replica 1 lists %v for A right after issuing, want %v", got, w)
 	}
 	// The other replica: once the change log reached it.
-	eventually(t, 5*time.Second, func() string {
+	eventually(t, testkit.HangCheck, func() string {
 		if got, w := list(a2, conA), want(k1+"/active", k2+"/active"); !slices.Equal(got, w) {
 			return fmt.Sprintf("replica 2 lists %v for A, want %v", got, w)
 		}
@@ -96,7 +96,7 @@ func TestConsumerKeysAcrossReplicas(t *testing.T) {
 	if got, w := list(a2, conA), want(k1+"/active", k2+"/active", k3+"/active"); !slices.Equal(got, w) {
 		t.Errorf("replica 2 lists %v for A right after issuing, want %v", got, w)
 	}
-	eventually(t, 5*time.Second, func() string {
+	eventually(t, testkit.HangCheck, func() string {
 		if got, w := list(a1, conA), want(k1+"/active", k2+"/active", k3+"/active"); !slices.Equal(got, w) {
 			return fmt.Sprintf("replica 1 lists %v for A, want %v", got, w)
 		}
@@ -179,7 +179,7 @@ func TestConsumerKeysAcrossReplicas(t *testing.T) {
 	if got, pages := walk(a2, "/v1/consumers", ""); !slices.Equal(slices.Sorted(slices.Values(got)), cons) || pages != 2 {
 		t.Errorf("GET /v1/consumers?limit=2 on replica 2, which made the third: %v in %d pages; want %v in 2", got, pages, cons)
 	}
-	testkit.Eventually(t, 5*time.Second, "both replicas list the three consumers alike", func() error {
+	testkit.Eventually(t, testkit.HangCheck, "both replicas list the three consumers alike", func() error {
 		got1, pages1 := walk(a1, "/v1/consumers", "")
 		got2, pages2 := walk(a2, "/v1/consumers", "")
 		if !slices.Equal(got1, got2) || !slices.Equal(slices.Sorted(slices.Values(got1)), cons) || pages1 != 2 || pages2 != 2 {

@@ -99,7 +99,7 @@ func TestMakeRunDemo(t *testing.T) {
 	if !strings.Contains(adminCurl, "Authorization: Bearer kga_") || !strings.Contains(adminCurl, "http://127.0.0.1:9091/v1/consumers") {
 		t.Fatalf("the admin API curl line: %s", adminCurl)
 	}
-	eventually(t, 15*time.Second, func() string {
+	eventually(t, testkit.HangCheck, func() string {
 		out, _ := exec.Command("bash", "-c", adminCurl+" -w ' %{http_code}'").Output()
 		if s := string(out); !strings.HasPrefix(s, `{"items":[`) || !strings.HasSuffix(s, " 200") || !strings.Contains(s, "Demo customer") {
 			return "the printed admin API curl line got " + s
@@ -114,7 +114,7 @@ func TestMakeRunDemo(t *testing.T) {
 	want := []string{"200", "403"}
 	for i, line := range curls[:2] {
 		var code string
-		eventually(t, 15*time.Second, func() string {
+		eventually(t, testkit.HangCheck, func() string {
 			c := exec.Command("bash", "-c", line+" -s -o /dev/null -w '%{http_code}'")
 			c.Dir = dir // where the newcomer stands: next to README.md
 			out, _ := c.Output()
@@ -140,7 +140,7 @@ func TestMakeRunDemo(t *testing.T) {
 	if exchange == "" || tokenSync == "" || !strings.Contains(exchange, "-u 'key_") || !strings.Contains(exchange, ":svc_live_") {
 		t.Fatalf("the banner has no token exchange and /sync lines:\n%s", banner.String())
 	}
-	eventually(t, 15*time.Second, func() string {
+	eventually(t, testkit.HangCheck, func() string {
 		c := exec.Command("bash", "-c", exchange+"; "+tokenSync+" -s -o /dev/null -w '%{http_code}'")
 		c.Dir = dir
 		out, _ := c.Output()
@@ -155,7 +155,7 @@ func TestMakeRunDemo(t *testing.T) {
 	}
 	key := demoPortalKey(t, dir, portalURL)
 	var code string
-	eventually(t, 15*time.Second, func() string {
+	eventually(t, testkit.HangCheck, func() string {
 		c := exec.Command("bash", "-c", "KEY='"+key+"'; "+curls[2]+" -s -o /dev/null -w '%{http_code}'")
 		c.Dir = dir
 		out, _ := c.Output()
@@ -167,7 +167,7 @@ func TestMakeRunDemo(t *testing.T) {
 
 	// No request line in the terminal; all of them in data/access.log
 	// (flushed within a second).
-	eventually(t, 5*time.Second, func() string {
+	eventually(t, testkit.HangCheck, func() string {
 		data, _ := os.ReadFile(filepath.Join(dir, "data", "access.log"))
 		log := string(data)
 		for _, want := range []string{`"logger":"access"`, `"status":403`, `"logger":"admin_api"`, `"logger":"portal"`} {

@@ -218,7 +218,7 @@ func steadyKeys(t *testing.T, gs []*gateway, a *adminAPI, n int) []string {
 		keys = append(keys, m["key"].(string))
 	}
 	for _, k := range keys {
-		everyReplica(t, gs, 5*time.Second, "steady key accepted", func(g *gateway) string {
+		everyReplica(t, gs, testkit.HangCheck, "steady key accepted", func(g *gateway) string {
 			if s, b := g.send(k); s != http.StatusOK {
 				return fmt.Sprintf("%d %s", s, b)
 			}
@@ -272,11 +272,10 @@ func TestSentinelFailoverWithReplicationLag(t *testing.T) {
 	switched := st.WaitSwitch(t, 30*time.Second)
 	t.Logf("Sentinel switched %s after the kill", switched.Sub(killed).Round(time.Millisecond))
 
+	// waitNormal's deadline is the hang check; how soon is logged, not
+	// asserted.
 	normal := waitNormal(t, gs, apis, keys, 30*time.Second)
 	t.Logf("service normal %s after Sentinel's switch", normal.Sub(switched).Round(time.Millisecond))
-	if d := normal.Sub(switched); d > 5*time.Second {
-		t.Errorf("service normal %s after Sentinel's switch, want within 5s", d)
-	}
 	time.Sleep(time.Second) // churn on the new primary
 	c.Stop()
 	l.Stop()
@@ -341,13 +340,11 @@ func TestClusterPrimaryKilled(t *testing.T) {
 			t.Errorf("revocation during the failover: %d %v, want 503", s, m)
 		}
 	}
-	served := revoked.Sub(ok)
-	t.Logf("keygate served from the new primary %s after cluster_state:ok", served.Round(time.Millisecond))
-	if served > 5*time.Second {
-		t.Errorf("keygate served from the new primary %s after cluster_state:ok, want within 5s", served)
-	}
+	// The loop's 30 s deadline above is the hang check; how soon is
+	// logged, not asserted.
+	t.Logf("keygate served from the new primary %s after cluster_state:ok", revoked.Sub(ok).Round(time.Millisecond))
 	start := time.Now()
-	everyReplica(t, gs, time.Second, "revocation after the failover", func(g *gateway) string {
+	everyReplica(t, gs, testkit.HangCheck, "revocation after the failover", func(g *gateway) string {
 		if s, b := g.send(victim.key); s != http.StatusUnauthorized {
 			return fmt.Sprintf("%d %s", s, b)
 		}

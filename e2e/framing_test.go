@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/keygate/keygate/internal/testsupport/testkit"
 	"github.com/keygate/keygate/standin"
@@ -31,7 +30,7 @@ func syncBody(contextID string) (contentType string, body string) {
 // waitForKey waits until the gateway has reloaded its keystore with key.
 func waitForKey(t *testing.T, g *gateway, key string) {
 	t.Helper()
-	eventually(t, 10*time.Second, func() string {
+	eventually(t, testkit.HangCheck, func() string {
 		if status, b, _ := g.post(key, ctxA, []byte("%PDF-1.4")); status != 200 {
 			return "key not accepted yet: " + strconv.Itoa(status) + " " + string(b)
 		}

@@ -161,7 +161,7 @@ func TestLimitsSlowBody(t *testing.T) {
 	up := &slowUpstream{active: map[net.Conn]bool{}}
 	g := startGateway(t, gwOpts{upstream: up, upstreamConnState: up.connState, serverYAML: "  body_idle_timeout: 500ms\n"})
 	key := g.issue("--product", "extraction", "--env", "live", "--context", ctxA)
-	eventually(t, 2*time.Second, func() string {
+	eventually(t, testkit.HangCheck, func() string {
 		if s, _, _ := g.post(key, ctxA, []byte("%PDF-1.4 warm")); s != 200 {
 			return fmt.Sprintf("key not served yet: %d", s)
 		}
@@ -244,7 +244,7 @@ func TestLimitsSlowBody(t *testing.T) {
 			c.body, _ = io.ReadAll(resp.Body)
 			resp.Body.Close()
 			// The gateway closes the connection after a 408.
-			_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+			_ = conn.SetReadDeadline(time.Now().Add(testkit.HangCheck))
 			if _, err := conn.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
 				c.err = fmt.Errorf("connection not closed after the 408: %w", err)
 			}
@@ -258,15 +258,18 @@ func TestLimitsSlowBody(t *testing.T) {
 				t.Fatal(c.err)
 			}
 			specError(t, c.status, c.hdr, c.body, http.StatusRequestTimeout, "no request body data")
-			if c.elapsedLast < 400*time.Millisecond || c.elapsedLast > 3*time.Second {
-				t.Errorf("408 came %s after the last byte; want about 500ms", c.elapsedLast)
+			// Never well before the idle timeout; the upper bound is a hang
+			// check (the figure is logged).
+			t.Logf("408 came %s after the last byte, with a 500ms idle timeout", c.elapsedLast.Round(time.Millisecond))
+			if c.elapsedLast < 400*time.Millisecond || c.elapsedLast > testkit.HangCheck {
+				t.Errorf("408 came %s after the last byte; want after the 500ms idle timeout, within the hang check of %s", c.elapsedLast, testkit.HangCheck)
 			}
 		})
 		if c.reachesUp {
 			engaged++
 		}
 	}
-	eventually(t, 5*time.Second, func() string {
+	eventually(t, testkit.HangCheck, func() string {
 		if a := up.aborted.Load(); a != int64(engaged) {
 			return fmt.Sprintf("upstream saw %d aborted requests, want %d", a, engaged)
 		}
@@ -318,7 +321,7 @@ func TestLimitsConcurrencyCap(t *testing.T) {
 	}
 
 	wait := testkit.InFlight(t, 3, func() int { s, _ := g.send(key); return s })
-	eventually(t, 10*time.Second, func() string {
+	eventually(t, testkit.HangCheck, func() string {
 		if n := up.Held(); n < 3 {
 			return fmt.Sprintf("%d of 3 requests in flight", n)
 		}
@@ -369,7 +372,7 @@ func TestLimitsBruteForce(t *testing.T) {
 	// Wait for the key from the second address, so that no 401 of the
 	// wait counts against the flooding one.
 	second := clientFrom(t, "127.0.0.2")
-	eventually(t, 2*time.Second, func() string {
+	eventually(t, testkit.HangCheck, func() string {
 		if s, _, _ := g.syncWith(second, key); s != 200 {
 			return fmt.Sprintf("key not served yet: %d", s)
 		}
@@ -495,7 +498,7 @@ func TestLimitsBruteForceBehindTrustedProxy(t *testing.T) {
 	proxy := clientFrom(t, "127.0.0.1")     // trusted
 	untrusted := clientFrom(t, "127.0.0.2") // not a proxy
 	const attacker, victim = "203.0.113.5", "203.0.113.6"
-	eventually(t, 2*time.Second, func() string {
+	eventually(t, testkit.HangCheck, func() string {
 		if s, _, _ := g.syncWith(proxy, key, "X-Forwarded-For", victim); s != 200 {
 			return fmt.Sprintf("key not served yet: %d", s)
 		}
@@ -570,7 +573,7 @@ func TestLimitsBruteForceSharedAcrossReplicas(t *testing.T) {
 	// not know it yet would count against 127.0.0.1.
 	waiter := clientFrom(t, "127.0.0.2")
 	for _, g := range gs {
-		eventually(t, 2*time.Second, func() string {
+		eventually(t, testkit.HangCheck, func() string {
 			req, _ := http.NewRequest("GET", g.API+"/sync", nil)
 			req.Header.Set("X-Api-Key", key)
 			resp, err := waiter.Do(req)
@@ -663,7 +666,7 @@ func TestLimitsKeystoreFileVanishes(t *testing.T) {
 		}
 		return ""
 	}
-	eventually(t, 2*time.Second, serves)
+	eventually(t, testkit.HangCheck, serves)
 	good, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -697,7 +700,7 @@ func TestLimitsKeystoreFileVanishes(t *testing.T) {
 				}
 				return "the failed reload is not logged at error:\n" + g.logs.String()[logLen:]
 			}
-			eventually(t, 3*time.Second, func() string {
+			eventually(t, testkit.HangCheck, func() string {
 				if n := g.metric("keygate_keystore_reloads_total", "result", "error"); n <= errorsBefore {
 					return "no failed reload counted"
 				}
@@ -718,7 +721,7 @@ func TestLimitsKeystoreFileVanishes(t *testing.T) {
 			if err := os.Rename(tmp, path); err != nil {
 				t.Fatal(err)
 			}
-			eventually(t, 3*time.Second, func() string {
+			eventually(t, testkit.HangCheck, func() string {
 				if g.metric("keygate_keystore_reloads_total", "result", "ok") <= okBefore {
 					return "good file not reloaded"
 				}
@@ -728,7 +731,7 @@ func TestLimitsKeystoreFileVanishes(t *testing.T) {
 	}
 	// And the keystore still changes normally afterwards.
 	k3 := g.issue("--product", "extraction", "--env", "live", "--context", ctxA)
-	eventually(t, 2*time.Second, func() string {
+	eventually(t, testkit.HangCheck, func() string {
 		if s, _, _ := g.post(k3, ctxA, []byte("%PDF-1.4 ks")); s != 200 {
 			return fmt.Sprintf("a key issued after the failures got %d", s)
 		}

@@ -147,7 +147,7 @@ func memCgroup(t *testing.T, limit int64) string {
 	t.Cleanup(func() {
 		// keygate is killed by startGateway's cleanup, which runs first;
 		// the cgroup can go once it has exited.
-		testkit.Eventually(t, 10*time.Second, "cgroup removed", func() error { return os.Remove(dir) })
+		testkit.Eventually(t, testkit.HangCheck, "cgroup removed", func() error { return os.Remove(dir) })
 	})
 	if got, err := os.ReadFile(filepath.Join(dir, file)); err != nil || strings.TrimSpace(string(got)) != strconv.FormatInt(limit, 10) {
 		t.Fatalf("%s: %q, %v; want %d", file, got, err, limit)

@@ -23,7 +23,7 @@ func TestRedisKeystoreChangesReachEveryReplica(t *testing.T) {
 	rs := redistest.Start(t)
 	gs := replicas(t, 3, rs.Addr, "redis", "", "")
 	key := gs[0].issue("--product", "extraction", "--env", "live", "--context", ctxA)
-	everyReplica(t, gs, time.Second, "issued key accepted", func(g *gateway) string {
+	everyReplica(t, gs, testkit.HangCheck, "issued key accepted", func(g *gateway) string {
 		if s, b := g.send(key); s != 200 {
 			return fmt.Sprintf("%d %s", s, b)
 		}
@@ -38,7 +38,7 @@ func TestRedisKeystoreChangesReachEveryReplica(t *testing.T) {
 		t.Fatalf("rotate: %v %s", err, errOut)
 	}
 	newKey := strings.SplitN(out, "\n", 2)[0]
-	everyReplica(t, gs, time.Second, "rotation", func(g *gateway) string {
+	everyReplica(t, gs, testkit.HangCheck, "rotation", func(g *gateway) string {
 		s1, _ := g.send(key)
 		s2, _ := g.send(newKey)
 		if s1 != 401 || s2 != 200 {
@@ -55,7 +55,7 @@ func TestRedisKeystoreChangesReachEveryReplica(t *testing.T) {
 	if _, errOut, err := gs[0].keygate("keys", "revoke", newID); err != nil {
 		t.Fatalf("revoke: %v %s", err, errOut)
 	}
-	everyReplica(t, gs, time.Second, "revocation", func(g *gateway) string {
+	everyReplica(t, gs, testkit.HangCheck, "revocation", func(g *gateway) string {
 		if s, b := g.send(newKey); s != 401 || !strings.Contains(b, "revoked") {
 			return fmt.Sprintf("%d %s", s, b)
 		}
@@ -84,9 +84,10 @@ func everyReplica(t *testing.T, gs []*gateway, within time.Duration, what string
 	wg.Wait()
 	for i, e := range errs {
 		if e != "" {
-			t.Errorf("%s: replica %d not within %s: %s", what, i, within, e)
+			t.Errorf("%s: replica %d not within %s (hang check): %s", what, i, within, e)
 		}
 	}
+	t.Logf("%s on every replica after %s", what, time.Since(start).Round(time.Millisecond))
 }
 
 // TestRedisOutagePolicy kills (SIGKILL) or freezes (SIGSTOP) Redis under
@@ -173,9 +174,9 @@ func TestRedisOutagePolicy(t *testing.T) {
 			elapsed := time.Since(start).Seconds()
 			t.Logf("%s/%s: admitted %d, 429 %d, 503 %d in %.1fs; slowest request %s", c.outage, c.mode, admitted.Load(), limited.Load(), unavailable.Load(), elapsed, maxLatency)
 			// A hang check: with the breaker open no request waits on Redis
-			// for long (the slowest is logged above); a request held until
-			// Redis came back would take seconds.
-			if maxLatency > 2*time.Second {
+			// (the slowest is logged above); Redis comes back only after
+			// this loop, so a request held until then would not return.
+			if maxLatency > testkit.HangCheck {
 				t.Errorf("a request took %s with the breaker open; want no wait on Redis", maxLatency)
 			}
 			switch c.mode {
@@ -208,8 +209,8 @@ func TestRedisOutagePolicy(t *testing.T) {
 			} else {
 				rs.Thaw()
 			}
-			fresh := gs[0].issueWithin(5*time.Second, "--product", "extraction", "--env", "live", "--context", ctxA)
-			everyReplica(t, gs, 5*time.Second, "recovery", func(g *gateway) string {
+			fresh := gs[0].issueWithin(testkit.HangCheck, "--product", "extraction", "--env", "live", "--context", ctxA)
+			everyReplica(t, gs, testkit.HangCheck, "recovery", func(g *gateway) string {
 				time.Sleep(100 * time.Millisecond) // stay under the key's rate
 				s1, _ := g.send(key)
 				s2, _ := g.send(fresh)

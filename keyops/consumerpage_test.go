@@ -75,7 +75,7 @@ func TestListConsumersPageReadsItsPageOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	tick(time.Minute) // past what the service remembers
-	testkit.Eventually(t, 5*time.Second, "the copy holds every consumer", func() error {
+	testkit.Eventually(t, testkit.HangCheck, "the copy holds every consumer", func() error {
 		ps, _ := store.ConsumersPage(nil, 1000)
 		return testkit.Equal(len(ps), 34)
 	})
@@ -191,7 +191,7 @@ func TestConsumersWhereReadsWhatTheCopyFinds(t *testing.T) {
 		}
 		ids = append(ids, c.ID)
 	}
-	testkit.Eventually(t, 5*time.Second, "the copy holds every consumer", func() error {
+	testkit.Eventually(t, testkit.HangCheck, "the copy holds every consumer", func() error {
 		got, _ := store.ConsumersWhere(func(*keystore.Consumer) bool { return true })
 		return testkit.Equal(len(got), 30)
 	})

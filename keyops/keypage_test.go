@@ -93,7 +93,7 @@ func TestListKeysPageReadsItsPageOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	tick(2 * time.Hour) // past the keys' hour: expired, and past what the service remembers
-	testkit.Eventually(t, 5*time.Second, "the index holds every key and revocation", func() error {
+	testkit.Eventually(t, testkit.HangCheck, "the index holds every key and revocation", func() error {
 		es, _ := store.KeysPage(keystore.PageQuery{Status: keystore.Revoked, Now: now(), Limit: 1000})
 		return testkit.Equal([2]int{store.Len(), len(es)}, [2]int{46, 5})
 	})
@@ -165,7 +165,7 @@ func TestListKeysPageReadsItsPageOnly(t *testing.T) {
 	// five (four and the one that says a next page follows), not the key
 	// this service has just issued.
 	stale.Store(false)
-	testkit.Eventually(t, 5*time.Second, "the replica's index has read the new record", func() error {
+	testkit.Eventually(t, testkit.HangCheck, "the replica's index has read the new record", func() error {
 		return testkit.Equal(store.Len(), 47)
 	})
 	hgets := func() int { return rs.Calls(t)["hget"] }

@@ -40,7 +40,7 @@ func testLimits(t *testing.T) *policy.Resolver {
 
 // TestConsumersOnEveryBackend: consumers are created, checked when keys
 // are issued, updated and deleted through either backend, and every
-// change reaches two running stores (two replicas) within a second, with
+// change reaches two running stores (two replicas), with
 // the keys' effective limits re-resolved.
 func TestConsumersOnEveryBackend(t *testing.T) {
 	t.Parallel()
@@ -112,7 +112,7 @@ func TestConsumersOnEveryBackend(t *testing.T) {
 			waitAll := func(what string, cond func(e *policy.Effective) bool) {
 				t.Helper()
 				for _, s := range stores {
-					testkit.Eventually(t, time.Second, what, func() error { e := limit(s); return testkit.True(e != nil && cond(e), "limit now %+v", e) })
+					testkit.Eventually(t, testkit.HangCheck, what, func() error { e := limit(s); return testkit.True(e != nil && cond(e), "limit now %+v", e) })
 				}
 			}
 			waitAll("the consumer's scope-consumer plan", func(e *policy.Effective) bool {
@@ -194,7 +194,7 @@ func openSubscribed(t *testing.T, addr string, limits *policy.Resolver) *keystor
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
-	testkit.Eventually(t, 5*time.Second, "store loaded and subscribed", func() error {
+	testkit.Eventually(t, testkit.HangCheck, "store loaded and subscribed", func() error {
 		return testkit.True(s.Ready() && !s.Degraded(), "ready %v, degraded %v", s.Ready(), s.Degraded())
 	})
 	return s
@@ -309,12 +309,12 @@ func TestRedisConsumerMissedMessageIsResynced(t *testing.T) {
 		}
 		return r.Limits.Limit.Rate
 	}
-	testkit.Eventually(t, time.Second, "env default", func() error { return testkit.Equal(rate(), 50) })
+	testkit.Eventually(t, testkit.HangCheck, "env default", func() error { return testkit.Equal(rate(), 50) })
 	// Put the consumer on a plan behind the admin's back: no message.
 	con.Plan = "pro"
 	b, _ := json.Marshal(con)
 	c.HSet(ctx, consumerBucket(con.ID), con.ID, string(b))
-	testkit.Eventually(t, 2*time.Second, "the consumer's plan after a resync", func() error { return testkit.Equal(rate(), 200) })
+	testkit.Eventually(t, testkit.HangCheck, "the consumer's plan after a resync", func() error { return testkit.Equal(rate(), 200) })
 }
 
 // TestRedisFullPassReadsEveryConsumer: a replica's full pass reads every
@@ -346,7 +346,7 @@ func TestRedisFullPassReadsEveryConsumer(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
-	testkit.Eventually(t, 10*time.Second, "the replica's first pass", func() error { return testkit.True(s.Ready(), "not ready") })
+	testkit.Eventually(t, testkit.HangCheck, "the replica's first pass", func() error { return testkit.True(s.Ready(), "not ready") })
 	plans := map[string]string{}
 	got, ok := s.ConsumersWhere(func(c *keystore.Consumer) bool { plans[c.ID] = c.Plan; return true })
 	if !ok || len(got) != len(cons) || len(plans) != len(cons) {

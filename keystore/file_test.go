@@ -19,8 +19,9 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 )
 
-// within is how soon a running FileStore must see a change to its file.
-const within = time.Second
+// within bounds the wait for a running FileStore to see a change to its
+// file: a hang check.
+const within = testkit.HangCheck
 
 // eventually polls cond until it holds or the deadline passes.
 func eventually(t *testing.T, what string, cond func() bool) {
@@ -97,7 +98,7 @@ func TestFileStoreAbsentFileThenIssued(t *testing.T) {
 				t.Fatal("found a different key")
 			}
 			// A directory created later is seen by the poll (filePoll).
-			testkit.Eventually(t, 5*time.Second, "issued key found", func() error { _, ok := found(s, key); return testkit.True(ok, "not yet") })
+			testkit.Eventually(t, testkit.HangCheck, "issued key found", func() error { _, ok := found(s, key); return testkit.True(ok, "not yet") })
 			got, _ := found(s, key)
 			if got.ID != rec.ID || got.Context != ctxA || got.StateAt(time.Now()) != Active || s.Len() != 1 {
 				t.Errorf("Lookup = %+v, Len %d", got, s.Len())

@@ -23,7 +23,7 @@ func startReplicated(t *testing.T) (primary, replica *redistest.Server) {
 	t.Helper()
 	primary = redistest.Start(t)
 	replica = redistest.Start(t, "--replicaof", "127.0.0.1", strconv.Itoa(primary.Port))
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(testkit.HangCheck)
 	for {
 		p, _ := primary.Do("INFO", "replication")
 		r, _ := replica.Do("INFO", "replication")
@@ -31,7 +31,7 @@ func startReplicated(t *testing.T) (primary, replica *redistest.Server) {
 			return primary, replica
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("replica not in sync within 10s:\n%s\n%s", p, r)
+			t.Fatalf("replica not in sync within %v (hang check):\n%s\n%s", testkit.HangCheck, p, r)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -97,7 +97,7 @@ func TestRedisStoreRepairsAStoreThatLostData(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
-	testkit.Eventually(t, 10*time.Second, "first load", func() error { return testkit.True(s.Ready(), "not ready") })
+	testkit.Eventually(t, testkit.HangCheck, "first load", func() error { return testkit.True(s.Ready(), "not ready") })
 
 	// served checks every key as a request would see it.
 	served := func() string {
@@ -119,13 +119,13 @@ func TestRedisStoreRepairsAStoreThatLostData(t *testing.T) {
 	if _, err := srv.Do("FLUSHALL"); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(testkit.HangCheck)
 	for ev.lossCount() == 0 || s.DataLoss() != "" {
 		if msg := served(); msg != "" {
 			t.Fatalf("while Redis lost its data: %s", msg)
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no repair within 15s: losses %v, data loss %q", ev.losses, s.DataLoss())
+			t.Fatalf("no repair within %v (hang check): losses %v, data loss %q", testkit.HangCheck, ev.losses, s.DataLoss())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -159,7 +159,7 @@ func TestRedisStoreRepairsAStoreThatLostData(t *testing.T) {
 		t.Errorf("admin token after the repair: %v %v", ok, err)
 	}
 	fresh := openRedisStore(t, redisClient(t, srv.Addr))
-	testkit.Eventually(t, 10*time.Second, "a new replica loads the repaired store", func() error {
+	testkit.Eventually(t, testkit.HangCheck, "a new replica loads the repaired store", func() error {
 		return testkit.True(fresh.Ready() && fresh.Len() == len(keys), "has %d", fresh.Len())
 	})
 }
@@ -192,11 +192,11 @@ func TestRedisStoreFailClosedOnDataLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
-	testkit.Eventually(t, 10*time.Second, "first load", func() error { return testkit.True(s.Ready(), "not ready") })
+	testkit.Eventually(t, testkit.HangCheck, "first load", func() error { return testkit.True(s.Ready(), "not ready") })
 	if _, err := srv.Do("FLUSHALL"); err != nil {
 		t.Fatal(err)
 	}
-	testkit.Eventually(t, 10*time.Second, "data loss found", func() error { return testkit.True(s.DataLoss() != "", "not yet") })
+	testkit.Eventually(t, testkit.HangCheck, "data loss found", func() error { return testkit.True(s.DataLoss() != "", "not yet") })
 	_, ok, err := s.Lookup(ctx, keystore.HashKey(key))
 	if ok || !errors.Is(err, keystore.ErrUnavailable) {
 		t.Errorf("lookup while degraded, fail closed: ok %v err %v; want ErrUnavailable", ok, err)
@@ -206,7 +206,7 @@ func TestRedisStoreFailClosedOnDataLoss(t *testing.T) {
 	}
 	hold.Unlock()
 	released = true
-	testkit.Eventually(t, 10*time.Second, "repaired", func() error { return testkit.True(s.DataLoss() == "", "still %q", s.DataLoss()) })
+	testkit.Eventually(t, testkit.HangCheck, "repaired", func() error { return testkit.True(s.DataLoss() == "", "still %q", s.DataLoss()) })
 	if _, ok, err := s.Lookup(ctx, keystore.HashKey(key)); !ok || err != nil {
 		t.Errorf("after the repair: %v %v", ok, err)
 	}
@@ -245,7 +245,7 @@ func TestRedisStoreKeepsRevocationsAcrossALaggingFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
-	testkit.Eventually(t, 10*time.Second, "first load", func() error { return testkit.True(s.Ready(), "not ready") })
+	testkit.Eventually(t, testkit.HangCheck, "first load", func() error { return testkit.True(s.Ready(), "not ready") })
 
 	// Cut the replica off, then revoke on the primary alone.
 	if _, err := replica.Do("REPLICAOF", "NO", "ONE"); err != nil {
@@ -262,13 +262,13 @@ func TestRedisStoreKeepsRevocationsAcrossALaggingFailover(t *testing.T) {
 		}
 		return nil
 	}
-	testkit.Eventually(t, 10*time.Second, "the revocation reaches the store", refused)
+	testkit.Eventually(t, testkit.HangCheck, "the revocation reaches the store", refused)
 
 	// Failover to the lagging replica.
 	addr.Store(replica.Addr)
 	primary.Kill()
 	onNew := &keystore.RedisAdmin{Client: redisClient(t, replica.Addr)}
-	testkit.Eventually(t, 15*time.Second, "the revocation written back to the new primary", func() error {
+	testkit.Eventually(t, testkit.HangCheck, "the revocation written back to the new primary", func() error {
 		if err := refused(); err != nil {
 			t.Fatalf("the revoked key was reinstated: %v", err)
 		}
@@ -327,7 +327,7 @@ func TestRedisStoreRefusesAReReadThatDropsMostKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
-	testkit.Eventually(t, 10*time.Second, "first load", func() error { return testkit.True(s.Ready(), "not ready") })
+	testkit.Eventually(t, testkit.HangCheck, "first load", func() error { return testkit.True(s.Ready(), "not ready") })
 	// Delete every record bucket, leaving the epoch and the log.
 	var cursor uint64
 	for {
@@ -344,7 +344,7 @@ func TestRedisStoreRefusesAReReadThatDropsMostKeys(t *testing.T) {
 			break
 		}
 	}
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(testkit.HangCheck)
 	for {
 		for _, k := range keys {
 			if _, ok, err := s.Lookup(ctx, keystore.HashKey(k)); !ok || err != nil {
@@ -355,7 +355,7 @@ func TestRedisStoreRefusesAReReadThatDropsMostKeys(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("not repaired within 15s: losses %v", ev.losses)
+			t.Fatalf("not repaired within %v (hang check): losses %v", testkit.HangCheck, ev.losses)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

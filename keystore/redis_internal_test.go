@@ -59,7 +59,7 @@ func TestRedisServesWhileLoading(t *testing.T) {
 	}
 	close(hold)
 	released = true
-	testkit.Eventually(t, 2*time.Second, "ready after the load", func() error { return testkit.True(s.Ready(), "not ready") })
+	testkit.Eventually(t, testkit.HangCheck, "ready after the load", func() error { return testkit.True(s.Ready(), "not ready") })
 	if hs, ok := s.ConsumerKeys("con_0123456789abcdef"); !ok || len(hs) != 0 {
 		t.Fatalf("ConsumerKeys of a consumer with no key after the load = %v, %v; want none, true", hs, ok)
 	}

@@ -70,7 +70,7 @@ func TestRedisLoadsInPagesOnEveryLayout(t *testing.T) {
 				}
 			}
 			s := openPaged(t, redisClient(t, addrs...), 2)
-			testkit.Eventually(t, 5*time.Second, "ready", func() error { return testkit.True(s.Ready(), "not ready") })
+			testkit.Eventually(t, testkit.HangCheck, "ready", func() error { return testkit.True(s.Ready(), "not ready") })
 			if s.Len() != len(keys) {
 				t.Errorf("loaded %d keys, want %d", s.Len(), len(keys))
 			}
@@ -101,7 +101,7 @@ func TestRedisLoadsInPagesOnEveryLayout(t *testing.T) {
 			if _, err := admin.Revoke(context.Background(), recs[0].ID); err != nil {
 				t.Fatal(err)
 			}
-			testkit.Eventually(t, time.Second, "revocation", func() error {
+			testkit.Eventually(t, testkit.HangCheck, "revocation", func() error {
 				n := 0
 				for _, k := range keys {
 					if state(t, s, k) == keystore.Revoked {
@@ -123,7 +123,7 @@ func TestRedisLostMessageCostsTheChange(t *testing.T) {
 	rs := redistest.Start(t)
 	c := redisClient(t, rs.Addr)
 	s := openPaged(t, c, 2)
-	testkit.Eventually(t, 5*time.Second, "ready", func() error { return testkit.True(s.Ready(), "not ready") })
+	testkit.Eventually(t, testkit.HangCheck, "ready", func() error { return testkit.True(s.Ready(), "not ready") })
 	ctx := context.Background()
 	// Issue on another prefix, copy the record over and log it by hand,
 	// with no message.
@@ -143,7 +143,7 @@ func TestRedisLostMessageCostsTheChange(t *testing.T) {
 	}
 	key, rec := copyOver()
 	c.XAdd(ctx, &redis.XAddArgs{Stream: "keygate:keystore:{ks}:log", Values: []string{"c", rec.Hash.String()}})
-	testkit.Eventually(t, time.Second, "logged change without a message", func() error { return testkit.Equal(s.Len(), 1) })
+	testkit.Eventually(t, testkit.HangCheck, "logged change without a message", func() error { return testkit.Equal(s.Len(), 1) })
 	if state(t, s, key) != keystore.Active {
 		t.Error("key not active")
 	}
@@ -154,7 +154,7 @@ func TestRedisLostMessageCostsTheChange(t *testing.T) {
 	unlogged, _ := copyOver()
 	admin := &keystore.RedisAdmin{Client: c}
 	logged := issueMany(t, admin, 1)[0]
-	testkit.Eventually(t, 2*time.Second, "full re-read after the gap", func() error { return testkit.Equal(s.Len(), 3) })
+	testkit.Eventually(t, testkit.HangCheck, "full re-read after the gap", func() error { return testkit.Equal(s.Len(), 3) })
 	for _, k := range []string{unlogged, logged} {
 		if state(t, s, k) != keystore.Active {
 			t.Error("key not active after the re-read")

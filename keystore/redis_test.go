@@ -73,7 +73,7 @@ func state(t *testing.T, s *keystore.RedisStore, key string) keystore.Status {
 }
 
 // TestRedisChangesReachEveryReplica: issue, revoke and rotate through the
-// admin reach three stores (three replicas, three clients) within a second.
+// admin reach three stores (three replicas, three clients).
 func TestRedisChangesReachEveryReplica(t *testing.T) {
 	t.Parallel()
 	rs := redistest.Start(t)
@@ -83,7 +83,7 @@ func TestRedisChangesReachEveryReplica(t *testing.T) {
 		stores = append(stores, openRedisStore(t, redisClient(t, rs.Addr)))
 	}
 	for _, s := range stores {
-		testkit.Eventually(t, 5*time.Second, "store loaded and subscribed", func() error {
+		testkit.Eventually(t, testkit.HangCheck, "store loaded and subscribed", func() error {
 			return testkit.True(s.Ready() && !s.Degraded(), "ready %v, degraded %v", s.Ready(), s.Degraded())
 		})
 	}
@@ -93,14 +93,14 @@ func TestRedisChangesReachEveryReplica(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, s := range stores {
-		testkit.Eventually(t, time.Second, "issued key on replica "+string(rune('0'+i)), func() error { return testkit.Equal(state(t, s, key), keystore.Active) })
+		testkit.Eventually(t, testkit.HangCheck, "issued key on replica "+string(rune('0'+i)), func() error { return testkit.Equal(state(t, s, key), keystore.Active) })
 	}
 	newKey, _, err := admin.Rotate(ctx, rec.ID, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, s := range stores {
-		testkit.Eventually(t, time.Second, "rotation", func() error {
+		testkit.Eventually(t, testkit.HangCheck, "rotation", func() error {
 			old, next := state(t, s, key), state(t, s, newKey)
 			return testkit.True(old == keystore.Revoked && next == keystore.Active, "old key %s, new key %s", old, next)
 		})
@@ -117,7 +117,7 @@ func TestRedisChangesReachEveryReplica(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, s := range stores {
-		testkit.Eventually(t, time.Second, "revocation", func() error { return testkit.Equal(state(t, s, newKey), keystore.Revoked) })
+		testkit.Eventually(t, testkit.HangCheck, "revocation", func() error { return testkit.Equal(state(t, s, newKey), keystore.Revoked) })
 	}
 	if _, err := admin.Revoke(ctx, "key_0000000000000000"); !errors.Is(err, keystore.ErrNotFound) {
 		t.Errorf("revoke unknown id: %v", err)
@@ -131,7 +131,7 @@ func TestRedisMissedMessageIsResynced(t *testing.T) {
 	rs := redistest.Start(t)
 	c := redisClient(t, rs.Addr)
 	s := openRedisStore(t, c)
-	testkit.Eventually(t, 5*time.Second, "ready", func() error { return testkit.True(s.Ready(), "not ready") })
+	testkit.Eventually(t, testkit.HangCheck, "ready", func() error { return testkit.True(s.Ready(), "not ready") })
 	// Write through a second admin on another prefix, then copy the record
 	// over by hand, so no message is published for it.
 	other := &keystore.RedisAdmin{Client: c, Prefix: "other:"}
@@ -144,7 +144,7 @@ func TestRedisMissedMessageIsResynced(t *testing.T) {
 	c.HSet(context.Background(), "keygate:"+bucket, rec.Hash.String(), v)
 	// A lookup before the resync may already find it (a miss asks Redis);
 	// what matters is that the copy holds it without any lookup.
-	testkit.Eventually(t, 2*time.Second, "resync", func() error { return testkit.Equal(s.Len(), 1) })
+	testkit.Eventually(t, testkit.HangCheck, "resync", func() error { return testkit.Equal(s.Len(), 1) })
 	if state(t, s, key) != keystore.Active {
 		t.Error("resynced key not active")
 	}
@@ -165,7 +165,7 @@ func TestRedisOutage(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			testkit.Eventually(t, time.Second, "issued", func() error { return testkit.Equal(state(t, s, key), keystore.Active) })
+			testkit.Eventually(t, testkit.HangCheck, "issued", func() error { return testkit.Equal(state(t, s, key), keystore.Active) })
 			if mode == "kill" {
 				rs.Kill()
 			} else {
@@ -187,21 +187,21 @@ func TestRedisOutage(t *testing.T) {
 					if !errors.Is(err, keystore.ErrUnavailable) {
 						t.Fatalf("unknown key during outage: %v, want ErrUnavailable", err)
 					}
-				case <-time.After(2 * time.Second):
-					t.Fatal("lookup hung during the outage")
+				case <-time.After(testkit.HangCheck):
+					t.Fatal("lookup hung during the outage (hang check)")
 				}
 				if state(t, s, key) != keystore.Active {
 					t.Fatal("cached key stopped working during the outage")
 				}
 				unknown, _ = keystore.Generate(keystore.Live)
 			}
-			testkit.Eventually(t, 2*time.Second, "degraded", func() error { return testkit.True(s.Degraded(), "not degraded") })
+			testkit.Eventually(t, testkit.HangCheck, "degraded", func() error { return testkit.True(s.Degraded(), "not degraded") })
 			if mode == "kill" {
 				rs.Restart()
 			} else {
 				rs.Thaw()
 			}
-			testkit.Eventually(t, 5*time.Second, "recovered", func() error {
+			testkit.Eventually(t, testkit.HangCheck, "recovered", func() error {
 				_, ok, err := s.Lookup(context.Background(), keystore.HashKey(unknown))
 				return testkit.True(err == nil && !ok && !s.Degraded(), "lookup: found %v, err %v, degraded %v", ok, err, s.Degraded())
 			})
@@ -216,18 +216,18 @@ func TestRedisCluster(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
 	admin := &keystore.RedisAdmin{Client: redisClient(t, cl.Addrs...)}
 	s := openRedisStore(t, redisClient(t, cl.Addrs...))
-	testkit.Eventually(t, 2*time.Second, "ready", func() error {
+	testkit.Eventually(t, testkit.HangCheck, "ready", func() error {
 		return testkit.True(s.Ready() && !s.Degraded(), "ready %v, degraded %v", s.Ready(), s.Degraded())
 	})
 	key, rec, err := admin.Issue(context.Background(), keystore.IssueRequest{Product: keystore.Extraction, Env: keystore.Test, Context: ctxUUID})
 	if err != nil {
 		t.Fatal(err)
 	}
-	testkit.Eventually(t, time.Second, "issued on cluster", func() error { return testkit.Equal(state(t, s, key), keystore.Active) })
+	testkit.Eventually(t, testkit.HangCheck, "issued on cluster", func() error { return testkit.Equal(state(t, s, key), keystore.Active) })
 	if _, err := admin.Revoke(context.Background(), rec.ID); err != nil {
 		t.Fatal(err)
 	}
-	testkit.Eventually(t, time.Second, "revoked on cluster", func() error { return testkit.Equal(state(t, s, key), keystore.Revoked) })
+	testkit.Eventually(t, testkit.HangCheck, "revoked on cluster", func() error { return testkit.Equal(state(t, s, key), keystore.Revoked) })
 }
 
 // TestRedisImport moves a file keystore's records into Redis once.
@@ -248,7 +248,7 @@ func TestRedisImport(t *testing.T) {
 		t.Fatalf("second import: %d %d %v", added, skipped, err)
 	}
 	s := openRedisStore(t, redisClient(t, rs.Addr))
-	testkit.Eventually(t, time.Second, "imported key", func() error { return testkit.Equal(state(t, s, key), keystore.Active) })
+	testkit.Eventually(t, testkit.HangCheck, "imported key", func() error { return testkit.Equal(state(t, s, key), keystore.Active) })
 }
 
 // TestLookupAgain: each store's Lookup answers the same record twice,
@@ -265,7 +265,7 @@ func TestLookupAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	rstore := openRedisStore(t, redisClient(t, rs.Addr))
-	testkit.Eventually(t, 5*time.Second, "store loaded", func() error { return testkit.True(rstore.Ready(), "not ready") })
+	testkit.Eventually(t, testkit.HangCheck, "store loaded", func() error { return testkit.True(rstore.Ready(), "not ready") })
 	// Issued behind the store's back (no announcement read yet, or
 	// none at all): a miss that Redis answers.
 	missed, _, err := (&keystore.RedisAdmin{Client: redisClient(t, rs.Addr)}).Issue(ctx, req)

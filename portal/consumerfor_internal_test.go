@@ -4,7 +4,6 @@ import (
 	"context"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"go.uber.org/zap"
 
@@ -60,7 +59,7 @@ func TestConsumerFor(t *testing.T) {
 			create("Twin 1", map[string]string{"oidc_email": "ops@twins.example"})
 			create("Twin 2", map[string]string{"oidc_email": "ops@twins.example"})
 			if b.where != nil {
-				testkit.Eventually(t, 5*time.Second, "the replica's copy holds the consumers", func() error {
+				testkit.Eventually(t, testkit.HangCheck, "the replica's copy holds the consumers", func() error {
 					cons, _ := b.where(func(*keystore.Consumer) bool { return true })
 					return testkit.Equal(len(cons), 4)
 				})

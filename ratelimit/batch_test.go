@@ -2,6 +2,7 @@ package ratelimit_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -9,8 +10,10 @@ import (
 	"time"
 
 	"github.com/keygate/keygate/internal/testsupport/redistest"
+	"github.com/keygate/keygate/internal/testsupport/testkit"
 	"github.com/keygate/keygate/policy"
 	"github.com/keygate/keygate/ratelimit"
+	"github.com/redis/go-redis/v9"
 )
 
 // TestRedisConcurrentDecisionsAreExact: decisions made at the same moment
@@ -186,7 +189,10 @@ func newPureRedis(t *testing.T) (*redistest.Server, *ratelimit.Redis) {
 func TestRedisDropsDecisionsOfCallersThatLeft(t *testing.T) {
 	t.Parallel()
 	s := redistest.Start(t)
-	r, err := ratelimit.NewRedis(ratelimit.RedisConfig{Client: s.Client(t), Timeout: 10 * time.Second})
+	client := s.Client(t)
+	sent := &sentHook{id: "key_inflight", sent: make(chan struct{})}
+	client.AddHook(sent)
+	r, err := ratelimit.NewRedis(ratelimit.RedisConfig{Client: client, Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +207,13 @@ func TestRedisDropsDecisionsOfCallersThatLeft(t *testing.T) {
 		_, err := r.Allow(context.Background(), "key_inflight", lim)
 		inflight <- err
 	}()
-	time.Sleep(200 * time.Millisecond) // key_inflight's call is out
+	// key_inflight's call is out (its command reached the client), so
+	// that key_gave_up queues behind it: an order, not a sleep.
+	select {
+	case <-sent.sent:
+	case <-time.After(testkit.HangCheck):
+		t.Fatal("key_inflight's call was not sent (hang check)")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	if _, err := r.Allow(ctx, "key_gave_up", lim); err == nil {
@@ -264,4 +276,36 @@ func TestRedisCombinedDecisionsOfOneIDUnderTwoLimits(t *testing.T) {
 			roomyIn.Load(), roomyOut.Load(), tightIn.Load())
 	}
 	t.Logf("tight limit admitted %d; %d script calls for 200 decisions", tightIn.Load(), commandCalls(t, s, "evalsha")+commandCalls(t, s, "eval"))
+}
+
+// sentHook closes sent when the first command or pipeline naming id (in
+// a key) goes out through the client.
+type sentHook struct {
+	id   string
+	once sync.Once
+	sent chan struct{}
+}
+
+func (h *sentHook) see(cmds []redis.Cmder) {
+	for _, c := range cmds {
+		if strings.Contains(fmt.Sprint(c.Args()...), h.id) {
+			h.once.Do(func() { close(h.sent) })
+		}
+	}
+}
+
+func (h *sentHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *sentHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.see([]redis.Cmder{cmd})
+		return next(ctx, cmd)
+	}
+}
+
+func (h *sentHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.see(cmds)
+		return next(ctx, cmds)
+	}
 }

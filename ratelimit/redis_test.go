@@ -55,8 +55,8 @@ func newRedisTimeout(t testing.TB, addrs []string, timeout time.Duration, cfg ra
 	return res
 }
 
-// allow calls Allow and fails the test if it does not return within 2 s
-// (a hang check, not a speed assertion).
+// allow calls Allow and fails the test if it does not return within
+// testkit.HangCheck (a hang check, not a speed assertion).
 func allow(t *testing.T, l allower, id string, lim policy.Limit) (ratelimit.Decision, error) {
 	t.Helper()
 	type result struct {
@@ -71,8 +71,8 @@ func allow(t *testing.T, l allower, id string, lim policy.Limit) (ratelimit.Deci
 	select {
 	case r := <-ch:
 		return r.d, r.err
-	case <-time.After(2 * time.Second):
-		t.Fatalf("Allow(%s) did not return within 2s", id)
+	case <-time.After(testkit.HangCheck):
+		t.Fatalf("Allow(%s) did not return within %v (hang check)", id, testkit.HangCheck)
 		return ratelimit.Decision{}, nil
 	}
 }
@@ -144,7 +144,7 @@ func TestRedisRefillsOverTime(t *testing.T) {
 			break
 		}
 	}
-	testkit.Eventually(t, 5*time.Second, "a token back at 20/s", func() error {
+	testkit.Eventually(t, testkit.HangCheck, "a token back at 20/s", func() error {
 		d, err := allow(t, r, "key_refill", lim)
 		if err != nil {
 			t.Fatal(err)

@@ -63,7 +63,7 @@ func testRedisLostData(t *testing.T, held bool) {
 	}
 
 	h := newHarness(t, setup{mod: func(c *config.Config) {
-		c.Redis.Addrs = []string{rs.Addr}
+		useRedis(c, rs.Addr)
 		c.Keystore.Backend = "redis"
 		c.AdminAPI.Enabled, c.AdminAPI.Listen = true, "127.0.0.1:0"
 	}})
@@ -116,7 +116,7 @@ func testRedisLostData(t *testing.T, held bool) {
 			t.Fatalf("a valid key %s: %d %s", when, r.Status, r.Body)
 		}
 	}
-	testkit.Eventually(t, 10*time.Second, "loaded", func() error {
+	testkit.Eventually(t, testkit.HangCheck, "loaded", func() error {
 		return testkit.True(h.metric("keygate_keystore_keys") == 2, "keys %v", h.metric("keygate_keystore_keys"))
 	})
 	checkKeys("before")
@@ -181,7 +181,7 @@ func testRedisLostData(t *testing.T, held bool) {
 	})
 	checkKeys("after the repair")
 	checkRevoked("after the repair")
-	testkit.Eventually(t, 10*time.Second, "the admin token works again", func() error {
+	testkit.Eventually(t, testkit.HangCheck, "the admin token works again", func() error {
 		return testkit.Equal(listKeys(), http.StatusOK)
 	})
 	if n, err := admin.Count(ctx); err != nil || n != 2 {

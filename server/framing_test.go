@@ -2,8 +2,10 @@ package server_test
 
 import (
 	"crypto/tls"
+	"errors"
 	"io"
 	"net"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -137,7 +139,7 @@ func TestFramingListenerKeepsTLSState(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	_ = c.SetDeadline(time.Now().Add(testkit.HangCheck))
 	_, _ = io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
 	b, _ := io.ReadAll(c)
 	if !strings.HasPrefix(string(b), "HTTP/1.0 400 Bad Request") {
@@ -168,19 +170,28 @@ func TestStalledHandshakeDoesNotBlockAccept(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, setup{})
 	addr := strings.TrimPrefix(h.API, "https://")
+	var stalled []net.Conn
 	for range 3 {
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer c.Close() // silent: no ClientHello
+		stalled = append(stalled, c)
 	}
 	start := time.Now()
 	r := h.get(h.API, "/registry/schemas", keyCred(h.RegistryKey))
 	if r.Status != 200 {
 		t.Fatalf("status %d", r.Status)
 	}
-	if d := time.Since(start); d > 3*time.Second {
-		t.Errorf("request took %s behind stalled handshakes", d)
+	t.Logf("answered after %s behind stalled handshakes", time.Since(start).Round(time.Millisecond))
+	// Answered while the stalled handshakes still stand: a request that
+	// waited behind them would be answered only once the server had given
+	// up on them and closed them. Ordering, not a time bound.
+	for _, c := range stalled {
+		_ = c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+		if _, err := c.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Errorf("a stalled handshake had ended (%v) by the time the request was answered: the request waited behind it", err)
+		}
 	}
 }

@@ -27,19 +27,19 @@ func TestRedisKeystoreKeyCountAndDataLoss(t *testing.T) {
 	issue := redisIssuer(t, admin)
 	good, revoked, rrec := goodAndRevoked(t, admin)
 	h := newHarness(t, setup{mod: func(c *config.Config) {
-		c.Redis.Addrs = []string{rs.Addr}
+		useRedis(c, rs.Addr)
 		c.Keystore.Backend = "redis"
 	}})
 	h.secret(good)
 	h.secret(revoked)
-	testkit.Eventually(t, 10*time.Second, "loaded", func() error {
+	testkit.Eventually(t, testkit.HangCheck, "loaded", func() error {
 		return testkit.True(h.metric("keygate_keystore_keys") == 2, "keys %v", h.metric("keygate_keystore_keys"))
 	})
 
 	// A key issued after the load arrives through the change log.
 	later, _ := issue()
 	h.secret(later)
-	testkit.Eventually(t, 10*time.Second, "the count follows the change log", func() error {
+	testkit.Eventually(t, testkit.HangCheck, "the count follows the change log", func() error {
 		return testkit.True(h.metric("keygate_keystore_keys") == 3, "keys %v", h.metric("keygate_keystore_keys"))
 	})
 	for _, k := range []string{good, later} {

@@ -56,7 +56,7 @@ func TestMigrationReportAfterMixedTraffic(t *testing.T) {
 		t.Fatal(err)
 	}
 	var m keyops.Migration
-	testkit.Eventually(t, 10*time.Second, "the usage flushed", func() error {
+	testkit.Eventually(t, testkit.HangCheck, "the usage flushed", func() error {
 		var out, errb bytes.Buffer
 		if code := cli.Main([]string{"migration", "--config", cfg, "--json", "--since", "7d"}, nil, &out, &errb); code != 0 {
 			t.Fatalf("keygate migration: %d %s", code, errb.String())
@@ -121,7 +121,7 @@ func TestMigrationReportAfterMixedTraffic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	testkit.Eventually(t, 10*time.Second, "the gateway knows the consumer's key", func() error {
+	testkit.Eventually(t, testkit.HangCheck, "the gateway knows the consumer's key", func() error {
 		if r := h.sync(keyCred(boltKey), ctxA); r.Status != 200 {
 			return errStatus(r.Status)
 		}
@@ -134,7 +134,7 @@ func TestMigrationReportAfterMixedTraffic(t *testing.T) {
 		}
 	}
 	var one keyops.Migration
-	testkit.Eventually(t, 10*time.Second, "the consumer's usage flushed", func() error {
+	testkit.Eventually(t, testkit.HangCheck, "the consumer's usage flushed", func() error {
 		r := get("/v1/migration?since=168h&consumer=" + con.ID)
 		one = keyops.Migration{}
 		if err := json.Unmarshal(r.Body, &one); r.Status != 200 || err != nil {

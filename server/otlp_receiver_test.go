@@ -144,7 +144,7 @@ func (r *otlpReceiver) header(name string) string {
 func (r *otlpReceiver) waitFor(t *testing.T, done func([]span) bool) []span {
 	t.Helper()
 	var ss []span
-	testkit.Eventually(t, 15*time.Second, "spans at the receiver", func() error {
+	testkit.Eventually(t, testkit.HangCheck, "spans at the receiver", func() error {
 		ss = r.spans()
 		return testkit.True(done(ss), "%d spans so far", len(ss))
 	})

@@ -92,13 +92,13 @@ func TestPortal(t *testing.T) {
 		t.Fatalf("the page after create: %d, key shown: %t", st, key != "")
 	}
 	h.secret(key)
-	testkit.Eventually(t, 5*time.Second, "the portal's key works on /sync", func() error { return testkit.Equal(h.sync(keyCred(key), ctxA).Status, http.StatusOK) })
+	testkit.Eventually(t, testkit.HangCheck, "the portal's key works on /sync", func() error { return testkit.Equal(h.sync(keyCred(key), ctxA).Status, http.StatusOK) })
 	recs, _ := h.Keys.List(context.Background())
 	id := recs[len(recs)-1].ID
 	if st, _ := post("/keys/"+id+"/revoke", url.Values{"csrf": {csrf[1]}, "confirm": {id}}); st != http.StatusSeeOther {
 		t.Fatalf("revoke: %d", st)
 	}
-	testkit.Eventually(t, 5*time.Second, "the revoked key is refused", func() error { return testkit.Equal(h.sync(keyCred(key), ctxA).Status, http.StatusUnauthorized) })
+	testkit.Eventually(t, testkit.HangCheck, "the revoked key is refused", func() error { return testkit.Equal(h.sync(keyCred(key), ctxA).Status, http.StatusUnauthorized) })
 }
 
 // TestPortalSessionThroughTheAdminAPI: the operator's dashboard asks the

@@ -27,7 +27,7 @@ func TestReadyzListsDegradedComponentsInOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := newHarness(t, setup{mod: func(c *config.Config) {
-		c.Redis.Addrs = []string{rs.Addr}
+		useRedis(c, rs.Addr)
 		c.Keystore.Backend = "redis"
 		c.RateLimit.Backend = "redis"
 		c.RateLimit.BreakerFailures = 1

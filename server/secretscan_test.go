@@ -100,7 +100,7 @@ func scanReplicas(t *testing.T, more ...func(*config.Config)) (a, b *harness, ad
 	rs = redistest.Start(t)
 	admin = &keystore.RedisAdmin{Client: rs.Client(t), Prefix: "ss:"}
 	mod := withTokenEndpoint(func(c *config.Config) {
-		c.Redis.Addrs = []string{rs.Addr}
+		useRedis(c, rs.Addr)
 		c.Redis.KeyPrefix = "ss:"
 		c.Keystore.Backend = "redis"
 		c.RateLimit.Limits = map[string]policy.Limit{"live": {Rate: 1000, Per: time.Second, Burst: 1000}, "test": {Rate: 1000, Per: time.Second, Burst: 1000}}
@@ -152,7 +152,7 @@ func TestLeakedKeyRevokedOnEveryReplica(t *testing.T) {
 	a.secret(key)
 	b.secret(key)
 	for _, h := range []*harness{a, b} {
-		testkit.Eventually(t, 5*time.Second, "the new key works", func() error {
+		testkit.Eventually(t, testkit.HangCheck, "the new key works", func() error {
 			if r := h.sync(keyCred(key), ctxA); r.Status != 200 {
 				return errStatus(r.Status)
 			}
@@ -173,7 +173,7 @@ func TestLeakedKeyRevokedOnEveryReplica(t *testing.T) {
 		t.Fatalf("feedback %s (%v)", r.Body, err)
 	}
 	for _, h := range []*harness{a, b} {
-		testkit.Eventually(t, 10*time.Second, "the leaked key and its token refused", func() error {
+		testkit.Eventually(t, testkit.HangCheck, "the leaked key and its token refused", func() error {
 			if r := h.sync(keyCred(key), ctxA); r.Status != 401 {
 				return errStatus(r.Status)
 			}
@@ -211,8 +211,8 @@ func TestLeakedKeyRevokedOnEveryReplica(t *testing.T) {
 		if n.KeyID != rec.ID || n.URL != where || n.Action != "revoke" {
 			t.Errorf("notice %+v", n)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the webhook received no notice")
+	case <-time.After(testkit.HangCheck):
+		t.Fatal("the webhook received no notice (hang check)")
 	}
 	// A replay to the other replica: answered, but that replica has not
 	// seen the body, so it acts; the key is revoked already: no action.
@@ -278,7 +278,7 @@ func TestLeakedKeyQuarantineAndNotify(t *testing.T) {
 		h.secret(liveKey)
 	}
 	for _, k := range []string{testKey, liveKey} {
-		testkit.Eventually(t, 5*time.Second, "the new key works", func() error {
+		testkit.Eventually(t, testkit.HangCheck, "the new key works", func() error {
 			if r := b.sync(keyCred(k), ctxA); r.Status != 200 {
 				return errStatus(r.Status)
 			}
@@ -294,7 +294,7 @@ func TestLeakedKeyQuarantineAndNotify(t *testing.T) {
 		t.Fatalf("alert: %d %s", r.Status, r.Body)
 	}
 	// Quarantined: still admitted on the other replica, with the warning.
-	testkit.Eventually(t, 5*time.Second, "the quarantine's warning", func() error {
+	testkit.Eventually(t, testkit.HangCheck, "the quarantine's warning", func() error {
 		r := b.sync(keyCred(testKey), ctxA)
 		if r.Status != 200 || !strings.Contains(r.Header.Get("Warning"), "found in public") || r.Header.Get("Sunset") == "" {
 			return errStatus(r.Status)
@@ -307,7 +307,7 @@ func TestLeakedKeyQuarantineAndNotify(t *testing.T) {
 	}
 	// The grace period ends: refused on both replicas.
 	for _, h := range []*harness{a, b} {
-		testkit.Eventually(t, 15*time.Second, "the quarantined key refused after its grace", func() error {
+		testkit.Eventually(t, testkit.HangCheck, "the quarantined key refused after its grace", func() error {
 			if r := h.sync(keyCred(testKey), ctxA); r.Status != 401 {
 				return errStatus(r.Status)
 			}
@@ -322,8 +322,8 @@ func TestLeakedKeyQuarantineAndNotify(t *testing.T) {
 		select {
 		case n := <-notices:
 			got[n.KeyID] = n.Action
-		case <-time.After(10 * time.Second):
-			t.Fatal("a notice is missing")
+		case <-time.After(testkit.HangCheck):
+			t.Fatal("a notice is missing (hang check)")
 		}
 	}
 	if got[testRec.ID] != "quarantine" || got[liveRec.ID] != "notify" {
@@ -371,8 +371,8 @@ func TestLeakReplayedToAnotherReplica(t *testing.T) {
 	}
 	select {
 	case <-notices:
-	case <-time.After(10 * time.Second):
-		t.Fatal("no notice")
+	case <-time.After(testkit.HangCheck):
+		t.Fatal("no notice (hang check)")
 	}
 	select {
 	case n := <-notices:

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/keygate/keygate/config"
 	"github.com/keygate/keygate/internal/testsupport/testkit"
@@ -104,7 +103,7 @@ func TestFilesModeReloadsWithoutRestart(t *testing.T) {
 	c2, k2 := ca.Leaf(t, 2002)
 	writeFileAtomic(t, keyFile, k2)
 	writeFileAtomic(t, certFile, c2)
-	testkit.Eventually(t, 15*time.Second, "the replaced certificate to be served", func() error { return testkit.Equal(serial(), 2002) })
+	testkit.Eventually(t, testkit.HangCheck, "the replaced certificate to be served", func() error { return testkit.Equal(serial(), 2002) })
 	h.Client.Transport.(*http.Transport).CloseIdleConnections()
 	if r := h.sync(keyCred(h.LiveKey), ctxA); r.Status != 200 {
 		t.Fatalf("sync after the reload: %d %s", r.Status, r.Body)

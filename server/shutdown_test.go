@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"github.com/keygate/keygate/internal/testsupport/testkit"
 	"net"
 	"strings"
 	"testing"
@@ -51,7 +52,7 @@ func TestShutdownForceClosesEveryListenerAfterTheDrainTimeout(t *testing.T) {
 		t.Errorf("Shutdown = %v, want the drain deadline exceeded", err)
 	}
 	for name, c := range conns {
-		_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		_ = c.SetReadDeadline(time.Now().Add(testkit.HangCheck))
 		_, err := c.Read(make([]byte, 1))
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {

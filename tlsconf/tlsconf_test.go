@@ -268,7 +268,7 @@ func TestFilesReloadOnChange(t *testing.T) {
 
 	certB, keyB := pair(t, "b.example")
 	write(certB, keyB)
-	testkit.Eventually(t, 15*time.Second, "the new certificate to be served", func() error { return testkit.Equal(served(), "b.example") })
+	testkit.Eventually(t, testkit.HangCheck, "the new certificate to be served", func() error { return testkit.Equal(served(), "b.example") })
 
 	// A broken pair (a key that does not match) keeps the old certificate.
 	for len(reloads) > 0 {

@@ -32,7 +32,7 @@ func TestSentinelStalledReplicationLosesWrites(t *testing.T) {
 	if _, err := st.Primary.Do("SET", "before", "1"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "the write to replicate", func() bool {
+	waitFor(t, 30*time.Second, "the write to replicate", func() bool {
 		v, err := st.Replica.Do("GET", "before")
 		return err == nil && v == "1"
 	})

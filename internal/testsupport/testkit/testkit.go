@@ -68,18 +68,27 @@ func FreeAddr(t testing.TB) string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(FreePort(t)))
 }
 
+// HangCheck is the deadline of a wait for something that takes
+// milliseconds: far beyond what it takes on a loaded machine, so that
+// reaching it means the thing hangs, not that the machine is busy.
+const HangCheck = 30 * time.Second
+
 // Eventually polls cond until it holds, failing the test if it still does
-// not after within. It is a bound on a wait, not a speed measurement.
+// not after within, and logs how long the wait took. It is a hang check,
+// not a speed measurement: within should be generous (HangCheck for
+// something that takes milliseconds).
 func Eventually(t testing.TB, within time.Duration, what string, cond func() error) {
 	t.Helper()
-	deadline := time.Now().Add(within)
+	start := time.Now()
+	deadline := start.Add(within)
 	for {
 		err := cond()
 		if err == nil {
+			t.Logf("%s after %v", what, time.Since(start).Round(time.Millisecond))
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s: last: %v", within, what, err)
+			t.Fatalf("not within %v (hang check): %s: last: %v", within, what, err)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
