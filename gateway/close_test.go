@@ -163,17 +163,10 @@ func (e *closeEnv) request(t *testing.T, method, path, key, ct string, body []by
 	return req
 }
 
-// waitUntil is a hang check: it polls cond until it holds and fails the
-// test after a deadline far past any expected wait.
+// waitUntil polls cond under testkit's hang check.
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 30s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.Eventually(t, testkit.HangCheck, what, func() error { return testkit.True(cond(), "not yet") })
 }
 
 // TestUpstreamConnectionsReleased: the upstream connections keygate keeps

@@ -3,7 +3,6 @@ package keystore_test
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -119,15 +118,7 @@ func TestRedisCloseLeavesNoGoroutine(t *testing.T) {
 // storeGoroutines are the stacks of the goroutines, other than tests',
 // running code of the keystore package or of golang-lru.
 func storeGoroutines() []string {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
+	buf := testkit.Stacks()
 	var out []string
 	for _, g := range strings.Split(string(buf), "\n\n") {
 		if strings.Contains(g, "testing.tRunner") {

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -262,15 +261,7 @@ func redisClients(t *testing.T, rs *redistest.Server) []string {
 // goroutines are the stacks of every goroutine, by their header line
 // ("goroutine 7 [running]:" without its state).
 func goroutines() map[string]string {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
+	buf := testkit.Stacks()
 	out := map[string]string{}
 	for _, g := range strings.Split(string(buf), "\n\n") {
 		head, _, _ := strings.Cut(g, " [")
