@@ -70,8 +70,11 @@ func TestGCFloorCollectsLess(t *testing.T) {
 	stop()
 	<-done
 	t.Logf("collections for 256 MiB of garbage: %d without the floor, %d with it", without, with)
-	if with*4 > without {
-		t.Errorf("%d collections with the floor, %d without: want a quarter or fewer", with, without)
+	// Alone it is a few against a hundred; half leaves room for a floor
+	// an earlier test of the package started, which may set GOGC once
+	// more before its context ends.
+	if with*2 > without {
+		t.Errorf("%d collections with the floor, %d without: want half or fewer", with, without)
 	}
 
 	// Live above the floor: GOGC stays 100.
