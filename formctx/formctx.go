@@ -268,6 +268,7 @@ type Body struct {
 	done        bool  // the client body ended and everything checked out
 	directReads int32 // reads that went straight into the caller's buffer (for tests)
 	err         error
+	failed      atomic.Pointer[error] // err, for Err
 }
 
 // Read reads body up to and including the first context part and returns a
@@ -465,7 +466,20 @@ func (b *Body) releaseStream() {
 
 func (b *Body) fail(err error) {
 	b.err = err
+	b.failed.Store(&err)
 	b.releaseStream()
+}
+
+// Err returns the error that ended the body: what Read returned in place
+// of io.EOF (an *Error, or the client's read error), or nil while the body
+// streams and once it ended well. Unlike Read it may be called from any
+// goroutine at any time, so a proxy whose transport gave up on the body
+// can tell a failed check from a failed upstream.
+func (b *Body) Err() error {
+	if err := b.failed.Load(); err != nil {
+		return *err
+	}
+	return nil
 }
 
 func (b *Body) read(p []byte) (int, error) {

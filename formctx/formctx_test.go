@@ -315,11 +315,11 @@ func TestUpstreamNeverGetsCompleteBadRequest(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		body []byte
-		ok   bool
+		err  error // what Err reports once the transport is done
 	}{
-		{"agreeing contexts", good, true},
-		{"conflict after a file", bad, false},
-		{"conflict in the prefix", small, false},
+		{"agreeing contexts", good, nil},
+		{"conflict after a file", bad, ErrConflictContext},
+		{"conflict in the prefix", small, ErrConflictContext},
 	} {
 		b, err := Read(bytes.NewReader(tc.body), ct, Config{MaxBytes: 4 * mib})
 		if err != nil {
@@ -332,14 +332,21 @@ func TestUpstreamNeverGetsCompleteBadRequest(t *testing.T) {
 		if resp != nil {
 			resp.Body.Close()
 		}
-		if tc.ok != (err == nil) {
+		ok := tc.err == nil
+		if ok != (err == nil) {
 			t.Errorf("%s: round trip err = %v", tc.name, err)
 		}
+		// What the proxy asks once its transport gave up: why the body
+		// failed, asked from this goroutine while the transport's own read
+		// it (-race).
+		if got := b.Err(); got != tc.err {
+			t.Errorf("%s: Err() = %v, want %v", tc.name, got, tc.err)
+		}
 		r := <-got
-		if tc.ok && (r.err != nil || r.n != len(tc.body)) {
+		if ok && (r.err != nil || r.n != len(tc.body)) {
 			t.Errorf("%s: upstream got %d of %d bytes, err %v", tc.name, r.n, len(tc.body), r.err)
 		}
-		if !tc.ok && r.err == nil {
+		if !ok && r.err == nil {
 			t.Errorf("%s: upstream read a complete %d-byte body", tc.name, r.n)
 		}
 	}

@@ -219,17 +219,16 @@ type state struct {
 	admitted   bool // by the rate limiter
 	refusal    refusalKind
 	reason     string
-	bodyErr    atomic.Pointer[error] // set by the transport's goroutine
 	upstream   *upstream
 	upStart    time.Time
 	upLatency  time.Duration
-	bytesIn    atomic.Int64 // counted by the transport's goroutine
 	spilled    bool
 	errMessage string
-	idle       idleBody
-	small      *smallBuf // the whole /sync body, when readSmall read it
-	tiny       smallBuf  // small's memory when the body is tiny
-	rec        recorder  // the response as ServeHTTP wraps it
+	body       clientBody
+	form       *formctx.Body // the /sync body as formctx streams it upstream
+	small      *smallBuf     // the whole /sync body, when readSmall read it
+	tiny       smallBuf      // small's memory when the body is tiny
+	rec        recorder      // the response as ServeHTTP wraps it
 
 	// path is the request path operations are matched on: the decoded
 	// path an upstream reads (normalisePath); fwdPath is the escaped path
@@ -384,8 +383,8 @@ func (g *Gateway) serve(w *recorder, r *http.Request, st *state) refusal {
 			return f
 		}
 	}
-	g.watchBody(w, r, st)
-	defer st.idle.stop()
+	g.watchBody(w, r, st, mode != bodyStreamContext) // formctx has a cap of its own
+	defer st.body.stop()
 	if mode == bodyStreamContext {
 		_, sp := g.stage(r.Context(), SpanContext)
 		body, err := formctx.Read(r.Body, r.Header.Get("Content-Type"), formctx.Config{
@@ -413,15 +412,9 @@ func (g *Gateway) serve(w *recorder, r *http.Request, st *state) refusal {
 			return g.bodyLimits.refusal(r, st, err)
 		case ok:
 			st.small = buf
-			st.bytesIn.Store(int64(len(buf.b)))
 		default:
-			r.Body = &watchedBody{rc: body, st: st}
+			r.Body, st.form = body, body
 		}
-	} else if r.Body != nil && r.Body != http.NoBody {
-		// The real ResponseWriter, not the recorder: over the cap,
-		// MaxBytesReader tells net/http to close the connection after the
-		// 413 rather than read on.
-		r.Body = &watchedBody{rc: http.MaxBytesReader(w.ResponseWriter, r.Body, g.cfg.MaxBodyBytes), st: st}
 	}
 	return g.proxy.forward(w, r, st)
 }
@@ -500,25 +493,30 @@ func bodyError(ctx context.Context, err error) refusal {
 	}
 }
 
-// watchedBody remembers the first read error of the body sent upstream, so
-// that a failed check found while streaming (a conflicting context further
-// on, a truncated upload, the size cap) is reported to the client as what
-// it is and not as a 502.
-type watchedBody struct {
-	rc io.ReadCloser
-	st *state
-}
-
-func (b *watchedBody) Read(p []byte) (int, error) {
-	n, err := b.rc.Read(p)
-	b.st.bytesIn.Add(int64(n))
-	if err != nil && !errors.Is(err, io.EOF) {
-		b.st.bodyErr.CompareAndSwap(nil, &err)
+// bodyErr is the first failure to read the body sent upstream: a check
+// formctx failed while the body streamed (a conflicting context further
+// on, a truncated upload, the size cap), else the client body's own read
+// error. It tells such a failure, reported to the client as what it is,
+// from a failed upstream (502). Safe to call while the transport's
+// goroutine still reads the body.
+func (st *state) bodyErr() error {
+	if st.form != nil {
+		if err := st.form.Err(); err != nil {
+			return err
+		}
 	}
-	return n, err
+	return st.body.failure()
 }
 
-func (b *watchedBody) Close() error { return b.rc.Close() }
+// bytesIn is the request body's size as the access log and the usage
+// count it: the bytes read from the client for a request forwarded
+// upstream, 0 for one refused before.
+func (st *state) bytesIn() int64 {
+	if st.upstream == nil {
+		return 0
+	}
+	return st.body.read.Load()
+}
 
 func ceilSeconds(d time.Duration, min int64) int64 {
 	s := int64((d + time.Second - 1) / time.Second)
@@ -592,7 +590,7 @@ func accessLine(fs []zap.Field, r *http.Request, w *recorder, st *state, status 
 		zap.String("path", safePath(r.URL.EscapedPath())),
 		redact.Verbatim("route", st.route.String()),
 		zap.Int("status", status),
-		zap.Int64("bytes_in", st.bytesIn.Load()),
+		zap.Int64("bytes_in", st.bytesIn()),
 		zap.Int64("bytes_out", w.bytes),
 		zap.Float64("latency_ms", millis(latency(st, start, elapsed))),
 		zap.Float64("duration_ms", millis(elapsed)),

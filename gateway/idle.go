@@ -16,7 +16,11 @@ import (
 	"github.com/keygate/keygate/framing"
 )
 
-// idleBody watches a request body for progress: it cuts a body that
+// clientBody is the one wrapper of a request body as it comes from the
+// client (below formctx on /sync, beneath nothing else elsewhere). It
+// counts the bytes read, keeps the first read error (the client gone, a
+// truncated body, the size cap of the http.MaxBytesReader beneath it),
+// and watches the body for progress: it cuts a body that
 // brings no byte for the idle timeout (a stalled body), and a body whose
 // average rate since keygate started reading it is below the minimum
 // body rate once the rate's grace period has passed (a trickled body). A
@@ -30,11 +34,12 @@ import (
 // It lives inside state (no allocation of its own), and wraps every body,
 // watched or not, so that refuse knows whether the body was read to its
 // end. The timer stops at the body's EOF and when the handler returns.
-type idleBody struct {
+type clientBody struct {
 	rc    io.ReadCloser
-	read  atomic.Int64 // bytes read so far
-	fired atomic.Int32 // cutNone, or why the body was cut
-	eof   atomic.Bool  // the body was read to its end
+	read  atomic.Int64          // bytes read so far
+	err   atomic.Pointer[error] // the first read error other than io.EOF
+	fired atomic.Int32          // cutNone, or why the body was cut
+	eof   atomic.Bool           // the body was read to its end
 
 	mu       sync.Mutex // guards the rest, and w against use after the handler
 	w        http.ResponseWriter
@@ -80,7 +85,7 @@ const idleChecks = 4
 const rateStep = 100 * time.Millisecond
 
 // watch starts watching rc; w reaches the connection's read deadline.
-func (b *idleBody) watch(w http.ResponseWriter, rc io.ReadCloser, lim *bodyLimits) {
+func (b *clientBody) watch(w http.ResponseWriter, rc io.ReadCloser, lim *bodyLimits) {
 	b.rc = rc
 	if !lim.on() {
 		return
@@ -94,7 +99,7 @@ func (b *idleBody) watch(w http.ResponseWriter, rc io.ReadCloser, lim *bodyLimit
 
 // nextLook is how long the timer waits before its next look, n bytes
 // having been read by now. b.mu is held.
-func (b *idleBody) nextLook(now time.Duration, n int64) time.Duration {
+func (b *clientBody) nextLook(now time.Duration, n int64) time.Duration {
 	next := time.Duration(-1)
 	if t := b.lim.timeout; t > 0 {
 		next = min(t/idleChecks, t-(now-b.progress))
@@ -110,7 +115,7 @@ func (b *idleBody) nextLook(now time.Duration, n int64) time.Duration {
 	return max(next, time.Millisecond)
 }
 
-func (b *idleBody) check() {
+func (b *clientBody) check() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.stopped {
@@ -132,7 +137,7 @@ func (b *idleBody) check() {
 }
 
 // cut ends the watch and fails the pending read. b.mu is held.
-func (b *idleBody) cut(why int32) {
+func (b *clientBody) cut(why int32) {
 	b.stopped = true
 	b.fired.Store(why)
 	// A deadline in the past fails the pending read at once, on HTTP/1 and
@@ -142,7 +147,7 @@ func (b *idleBody) cut(why int32) {
 
 // stop ends the watch; safe to call more than once, and on a body that was
 // never watched.
-func (b *idleBody) stop() {
+func (b *clientBody) stop() {
 	if b.timer == nil {
 		return
 	}
@@ -152,7 +157,7 @@ func (b *idleBody) stop() {
 	b.mu.Unlock()
 }
 
-func (b *idleBody) Read(p []byte) (int, error) {
+func (b *clientBody) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
 	if n > 0 {
 		b.read.Add(int64(n))
@@ -161,25 +166,38 @@ func (b *idleBody) Read(p []byte) (int, error) {
 		if err == io.EOF {
 			b.eof.Store(true)
 			b.stop() // nothing more to wait for: the upstream's answer may take long
-		} else if b.fired.Load() != cutNone {
-			err = errBodyIdle
+		} else {
+			if b.fired.Load() != cutNone {
+				err = errBodyIdle
+			}
+			first := err // a variable of this branch's: only a failed read allocates
+			b.err.CompareAndSwap(nil, &first)
 		}
 	}
 	return n, err
 }
 
-func (b *idleBody) Close() error { return b.rc.Close() }
+// failure is the first read error other than io.EOF, or nil.
+func (b *clientBody) failure() error {
+	if err := b.err.Load(); err != nil {
+		return *err
+	}
+	return nil
+}
+
+func (b *clientBody) Close() error { return b.rc.Close() }
 
 // errBodyIdle is the read error of a body that was cut.
 var errBodyIdle = errors.New("gateway: request body cut: no data within the body idle timeout, or below the minimum body rate")
 
-// watchBody puts r.Body under the idle timeout and the minimum body rate.
+// watchBody puts r.Body under the idle timeout and the minimum body rate,
+// and, capped, under the size cap (max_body_bytes) first.
 // A body whose every byte has already arrived (framing.BodyBuffered: a
 // small upload sent with its head, most of them) is wrapped without a
 // timer: its reads never wait for the client, so there is nothing to cut,
 // and the timer's start and stop were about 1% of keygate's CPU per
-// request at 256 B. The caller must defer st.idle.stop().
-func (g *Gateway) watchBody(w http.ResponseWriter, r *http.Request, st *state) {
+// request at 256 B. The caller must defer st.body.stop().
+func (g *Gateway) watchBody(w *recorder, r *http.Request, st *state, capped bool) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return
 	}
@@ -187,8 +205,15 @@ func (g *Gateway) watchBody(w http.ResponseWriter, r *http.Request, st *state) {
 	if framing.BodyBuffered(r) {
 		lim = &noBodyLimits
 	}
-	st.idle.watch(w, r.Body, lim)
-	r.Body = &st.idle
+	rc := r.Body
+	if capped {
+		// The real ResponseWriter, not the recorder: over the cap,
+		// MaxBytesReader tells net/http to close the connection after the
+		// 413 rather than read on.
+		rc = http.MaxBytesReader(w.ResponseWriter, rc, g.cfg.MaxBodyBytes)
+	}
+	st.body.watch(w, rc, lim)
+	r.Body = &st.body
 }
 
 // noBodyLimits are the limits of a body that cannot stall.
@@ -198,7 +223,7 @@ var noBodyLimits bodyLimits
 // when the body was cut (an HTTP/1 connection is then closed; on HTTP/2
 // only the stream ends), else bodyError's.
 func (l *bodyLimits) refusal(r *http.Request, st *state, err error) refusal {
-	switch st.idle.fired.Load() {
+	switch st.body.fired.Load() {
 	case cutIdle:
 		return refusal{kind: refBodyIdle, message: l.idleMsg}
 	case cutSlow:

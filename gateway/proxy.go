@@ -111,9 +111,9 @@ func (p *Proxy) forward(w *recorder, r *http.Request, st *state) refusal {
 // cap) or a body that was cut is reported as that refusal; anything else
 // is 502 or 504 (upstreamRefusal).
 func (p *Proxy) failed(r *http.Request, st *state, err error) refusal {
-	if be := st.bodyErr.Load(); be != nil || st.idle.fired.Load() != cutNone {
+	if be := st.bodyErr(); be != nil || st.body.fired.Load() != cutNone {
 		if be != nil {
-			err = *be
+			err = be
 		}
 		return p.body.refusal(r, st, err)
 	}

@@ -223,8 +223,8 @@ func (g *Gateway) refuse(w *recorder, r *http.Request, st *state, f refusal) {
 		w.status = status
 		return
 	}
-	if r.ProtoMajor == 1 && r.ContentLength != 0 && !st.idle.eof.Load() {
-		cut := st.idle.fired.Load() != cutNone
+	if r.ProtoMajor == 1 && r.ContentLength != 0 && !st.body.eof.Load() {
+		cut := st.body.fired.Load() != cutNone
 		// Once proxied, the transport may still be reading the body.
 		if cut || st.upstream != nil || !drainArrived(w, r) {
 			closeUnreadBody(w, !cut)

@@ -40,5 +40,5 @@ func (g *Gateway) recordUsage(st *state, now time.Time) {
 	if st.principal.Method != auth.MethodAPIKey {
 		m = usage.ByToken
 	}
-	g.usage.Record(st.principal.ID, m, o, st.bytesIn.Load(), now)
+	g.usage.Record(st.principal.ID, m, o, st.bytesIn(), now)
 }

@@ -1,9 +1,17 @@
 package gateway_test
 
 import (
+	"bytes"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/keygate/keygate/internal/testsupport/testkit"
 	"github.com/keygate/keygate/policy"
 	"github.com/keygate/keygate/usage"
 )
@@ -61,5 +69,64 @@ func TestUsageOutcomes(t *testing.T) {
 	}
 	if live.LastUsed.Before(before.Truncate(time.Millisecond)) || live.LastUsed.After(time.Now()) {
 		t.Errorf("last used %v, not within the test", live.LastUsed)
+	}
+}
+
+// TestBytesIn: the access line's bytes_in and the usage's bytes in are
+// the request body's size for a forwarded request, whether keygate read
+// it whole (a small upload), streamed it through the context check (a
+// large one), or passed it on (a registry call); a request refused
+// before it was forwarded counts none of its body.
+func TestBytesIn(t *testing.T) {
+	t.Parallel()
+	core, logs := observer.New(zapcore.InfoLevel)
+	c := usage.NewCounters(0)
+	e := newEnv(t, envOpts{usage: c, logger: zap.New(core), maxBody: 8 << 20})
+	smallCT, small := syncForm(t, ctxA)
+	bigCT, big := form(t, part{"contextId", ctxA}, part{"id", "1"}, part{"files", strings.Repeat("%PDF-1.7 ", 300<<10/9)})
+	lateCT, late := form(t, part{"files", strings.Repeat("%PDF-1.7 ", 300<<10/9)}, part{"contextId", ctxB})
+	for _, tc := range []struct {
+		name   string
+		key    string
+		method string
+		path   string
+		ct     string
+		body   []byte
+		status int
+		want   int64
+	}{
+		{"small upload, read whole", e.LiveKey, "POST", "/sync", smallCT, small, 200, int64(len(small))},
+		{"300 KiB upload, streamed", e.LiveKey, "POST", "/sync", bigCT, big, 200, int64(len(big))},
+		{"registry call with a body", e.RegistryKey, "POST", "/registry/schemas", "application/json", []byte(`{"name":"invoice"}`), 200, 18},
+		{"context refused after the file", e.LiveKey, "POST", "/sync", lateCT, late, 403, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c.Drain()
+			n := logs.Len()
+			r := e.do(e.request(tc.method, tc.path, tc.key, tc.ct, bytes.NewReader(tc.body)))
+			if r.Status != tc.status {
+				t.Fatalf("status %d, want %d: %.200s", r.Status, tc.status, r.Body)
+			}
+			var line map[string]any
+			testkit.Eventually(t, testkit.HangCheck, "the access line", func() error {
+				for _, l := range logs.All()[n:] {
+					if l.Message == "request" {
+						line = l.ContextMap()
+						return nil
+					}
+				}
+				return errors.New("not written yet")
+			})
+			if line["bytes_in"] != tc.want {
+				t.Errorf("access line bytes_in %v, want %d", line["bytes_in"], tc.want)
+			}
+			var counted int64
+			for _, d := range c.Drain() {
+				counted += d.BytesIn
+			}
+			if counted != tc.want {
+				t.Errorf("usage bytes in %d, want %d", counted, tc.want)
+			}
+		})
 	}
 }
