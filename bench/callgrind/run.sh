@@ -16,7 +16,7 @@
 set -u
 BIN=$1 OUT=$2 N=${N:-800} W=${W:-200}
 for p in valgrind callgrind_control h2load openssl python3; do
-  command -v $p >/dev/null || { echo "run.sh: $p is missing (apt-get install valgrind nghttp2-client openssl python3)" >&2; exit 2; }
+  command -v $p >/dev/null || { echo "run.sh: $p is missing (make deps installs it: scripts/deps.txt)" >&2; exit 2; }
 done
 root=$(cd "$(dirname "$0")/../.." && pwd)
 d=$(mktemp -d /tmp/keygate-callgrind.XXXXXX)/$OUT; mkdir -p $d/keys $d/spool

@@ -160,6 +160,9 @@ type closedResult struct {
 	// to other guests during the run (/proc/stat): a rep run slow for
 	// that says so.
 	steal float64
+	// peakRSS is the target's process tree's peak RSS during the run,
+	// KiB (its redis-server's not included).
+	peakRSS int64
 }
 
 var (
@@ -241,6 +244,7 @@ func (b *bench) wrkRunConns(ctx context.Context, t *target, script string, size 
 	}
 	secs := max(1, int(d/time.Second))
 	cmd := exec.CommandContext(ctx, wrk, fmt.Sprintf("-t%d", threads), fmt.Sprintf("-c%d", conns), fmt.Sprintf("-d%ds", secs), "--timeout", fmt.Sprintf("%ds", int(wrkTimeout(size)/time.Second)), "-s", script, b.scheme()+t.addr+"/sync")
+	resetHWM(t.root.Process.Pid)
 	before, redisBefore := benchproc.CPUTicks(t.root.Process.Pid), t.redisTicks()
 	total0, steal0 := benchproc.MachineTicks()
 	out, err := cmd.CombinedOutput()
@@ -249,7 +253,7 @@ func (b *bench) wrkRunConns(ctx context.Context, t *target, script string, size 
 	if err != nil {
 		return closedResult{}, fmt.Errorf("wrk %s: %w\n%s", t.name, err, out)
 	}
-	r := closedResult{steal: benchproc.StealShare(total0, steal0, total1, steal1)}
+	r := closedResult{steal: benchproc.StealShare(total0, steal0, total1, steal1), peakRSS: memKiB(t.root.Process.Pid, "VmHWM")}
 	if m := reRPS.FindSubmatch(out); m != nil {
 		r.rps, _ = strconv.ParseFloat(string(m[1]), 64)
 	}

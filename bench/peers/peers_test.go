@@ -262,20 +262,21 @@ func TestOnlySideBySideBaseRev(t *testing.T) {
 // without rounds the table says why there is none.
 func TestPrintSideBySide(t *testing.T) {
 	round := func(pair [2]string, cur, base, rps float64) sideRound {
-		return sideRound{pair: pair, size: 256, cur: closedResult{cpuPerReq: cur, rps: rps}, base: closedResult{cpuPerReq: base, rps: 1000}}
+		return sideRound{pair: pair, size: 256, cur: closedResult{cpuPerReq: cur, rps: rps, peakRSS: 30 << 10}, base: closedResult{cpuPerReq: base, rps: 1000, peakRSS: 20 << 10}}
 	}
 	kg, kgr := [2]string{"keygate", "keygate-base"}, [2]string{"keygate-redis", "keygate-base-redis"}
 	redis := round(kgr, 90, 100, 1000)
 	redis.cur.redisCPUPerReq, redis.base.redisCPUPerReq = 10, 20 // (90+10)/(100+20)
+	redis.cur.peakRSS = 45 << 10                                 // the largest round's
 	var out bytes.Buffer
 	printSideBySide(&out, Options{Duration: 8 * time.Second, BaseBin: "/tmp/kg-old"},
 		[]sideRound{round(kg, 99, 100, 1010), redis, round(kg, 90, 100, 1100), round(kg, 120, 100, 900), round([2]string{"keygate", "bare"}, 110, 100, 950)})
 	for _, want := range []string{
 		"under its own `wrk -t1 -c16` for 8s",
 		"keygate-base… is `/tmp/kg-old`",
-		"| keygate | keygate-base | 256 B | **0.990** (0.900–1.200) | 1.010 | 99 | 100 | 0.990, 0.900, 1.200 |",
-		"| keygate-redis | keygate-base-redis | 256 B | **0.833** (0.833–0.833) | 1.000 | 100 | 120 | 0.833 |",
-		"| keygate | bare | 256 B | **1.100** (1.100–1.100) | 0.950 | 110 | 100 | 1.100 |",
+		"| keygate | keygate-base | 256 B | **0.990** (0.900–1.200) | 1.010 | 99 | 100 | 30 | 20 | 0.990, 0.900, 1.200 |",
+		"| keygate-redis | keygate-base-redis | 256 B | **0.833** (0.833–0.833) | 1.000 | 100 | 120 | 45 | 20 | 0.833 |",
+		"| keygate | bare | 256 B | **1.100** (1.100–1.100) | 0.950 | 110 | 100 | 30 | 20 | 1.100 |",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())

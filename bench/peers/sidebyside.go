@@ -128,9 +128,9 @@ func (b *bench) sideProtos() []string {
 // (non-2xx answers, socket errors), so that a failed round says which
 // target failed and how.
 func (b *bench) logSideRound(rep int, r sideRound) {
-	b.logf("side by side %d %-13s %-7s %.1f CPU µs/req (redis-server %.1f), %.0f rps, non-2xx %d, socket errors %d; %s %.1f (%.1f), %.0f rps, non-2xx %d, socket errors %d; CPU ratio %.3f, %d errors",
-		rep+1, r.pair[0], sizeName(r.size)+protoSuffix(r.proto), r.cur.cpuPerReq, r.cur.redisCPUPerReq, r.cur.rps, r.cur.non2xx, r.cur.sockErrors,
-		r.pair[1], r.base.cpuPerReq, r.base.redisCPUPerReq, r.base.rps, r.base.non2xx, r.base.sockErrors, r.cpuRatio(), r.cur.errors+r.base.errors)
+	b.logf("side by side %d %-13s %-7s %.1f CPU µs/req (redis-server %.1f), %.0f rps, peak RSS %d MiB, non-2xx %d, socket errors %d; %s %.1f (%.1f), %.0f rps, peak RSS %d MiB, non-2xx %d, socket errors %d; CPU ratio %.3f, %d errors",
+		rep+1, r.pair[0], sizeName(r.size)+protoSuffix(r.proto), r.cur.cpuPerReq, r.cur.redisCPUPerReq, r.cur.rps, r.cur.peakRSS>>10, r.cur.non2xx, r.cur.sockErrors,
+		r.pair[1], r.base.cpuPerReq, r.base.redisCPUPerReq, r.base.rps, r.base.peakRSS>>10, r.base.non2xx, r.base.sockErrors, r.cpuRatio(), r.cur.errors+r.base.errors)
 	for i, res := range []closedResult{r.cur, r.base} {
 		if res.errors > 0 {
 			b.logf("side by side %d %s failed %d requests; the last refusal in its log: %s", rep+1, r.pair[i], res.errors, b.lastRefusal(r.pair[i]))
@@ -213,13 +213,13 @@ func printSideBySide(w io.Writer, o Options, rounds []sideRound) {
 	if o.TLS {
 		load = "over TLS 1.3, each under its own `wrk -t1 -c16` over https (HTTP/1.1) and then its own `h2load -t1 -c16 -m10` (HTTP/2)"
 	}
-	fmt.Fprintf(w, "\nSide by side: each keygate target and its base at the same time, %s for %s, on one upstream: both see the same machine in the same seconds. keygate-base… is %s; bare is the bare proxy, bare-redis the bare proxy with one redis_rate decision a request in a redis-server of its own; a target named …-keys holds -keys keys and its load spreads over all of them, against the same keygate with one key. CPU is the target's process tree, with its redis-server's for a Redis limiter (keygate's, bare-redis's); a ratio below 1 is the target spending less per request than its base.\n\n", load, o.Duration, base)
+	fmt.Fprintf(w, "\nSide by side: each keygate target and its base at the same time, %s for %s, on one upstream: both see the same machine in the same seconds. keygate-base… is %s; bare is the bare proxy, bare-redis the bare proxy with one redis_rate decision a request in a redis-server of its own; a target named …-keys holds -keys keys and its load spreads over all of them, against the same keygate with one key. CPU is the target's process tree, with its redis-server's for a Redis limiter (keygate's, bare-redis's); a ratio below 1 is the target spending less per request than its base. Peak RSS is the process tree's (redis-server's not included), the largest of any round: reset before each round, so that one size's rounds show what that size costs.\n\n", load, o.Duration, base)
 	if len(rounds) == 0 {
 		fmt.Fprintln(w, "No pair ran (wrk is not installed, or no keygate target ran with its base).")
 		return
 	}
-	fmt.Fprintln(w, "| target | base | size | CPU µs/req × base: median (rounds) | rps × base: median | CPU µs/req | base's | rounds |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| target | base | size | CPU µs/req × base: median (rounds) | rps × base: median | CPU µs/req | base's | peak RSS MiB | base's | rounds |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|")
 	type key struct {
 		pair  [2]string
 		size  int
@@ -242,10 +242,15 @@ func printSideBySide(w io.Writer, o Options, rounds []sideRound) {
 		}
 		byCPU := func(a, b sideRound) int { return cmp.Compare(a.cpuRatio(), b.cpuRatio()) }
 		lo, hi := slices.MinFunc(rs, byCPU).cpuRatio(), slices.MaxFunc(rs, byCPU).cpuRatio()
-		fmt.Fprintf(w, "| %s | %s | %s%s | **%.3f** (%.3f–%.3f) | %.3f | %.0f | %.0f | %s |\n", k.pair[0], k.pair[1], sizeName(k.size), protoSuffix(k.proto),
+		var rss, baseRSS int64
+		for _, r := range rs {
+			rss, baseRSS = max(rss, r.cur.peakRSS), max(baseRSS, r.base.peakRSS)
+		}
+		fmt.Fprintf(w, "| %s | %s | %s%s | **%.3f** (%.3f–%.3f) | %.3f | %.0f | %.0f | %.0f | %.0f | %s |\n", k.pair[0], k.pair[1], sizeName(k.size), protoSuffix(k.proto),
 			median(rs, sideRound.cpuRatio), lo, hi, median(rs, sideRound.rpsRatio),
 			median(rs, func(r sideRound) float64 { return r.cur.cpuPerReq + r.cur.redisCPUPerReq }),
 			median(rs, func(r sideRound) float64 { return r.base.cpuPerReq + r.base.redisCPUPerReq }),
+			float64(rss)/1024, float64(baseRSS)/1024,
 			strings.Join(ratios, ", "))
 	}
 }

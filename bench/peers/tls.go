@@ -325,6 +325,7 @@ func (b *bench) h2Run(ctx context.Context, t *target, bp, ctype string, threads,
 	}
 	cmd := exec.CommandContext(ctx, h2load, fmt.Sprintf("-c%d", conns), "-m10", fmt.Sprintf("-t%d", threads), "-D", strconv.Itoa(secs), "-d", bp,
 		"-H", "content-type: "+ctype, "-H", strings.ToLower(credName)+": "+credValue, "https://"+t.addr+"/sync")
+	resetHWM(t.root.Process.Pid)
 	before, redisBefore := benchproc.CPUTicks(t.root.Process.Pid), t.redisTicks()
 	total0, steal0 := benchproc.MachineTicks()
 	out, err := cmd.CombinedOutput()
@@ -340,7 +341,7 @@ func (b *bench) h2Run(ctx context.Context, t *target, bp, ctype string, threads,
 	if err != nil {
 		return closedResult{}, fmt.Errorf("h2load %s: %w\n%s", t.name, err, out)
 	}
-	r := closedResult{rps: rps, errors: errs, requests: done, steal: benchproc.StealShare(total0, steal0, total1, steal1)}
+	r := closedResult{rps: rps, errors: errs, requests: done, steal: benchproc.StealShare(total0, steal0, total1, steal1), peakRSS: memKiB(t.root.Process.Pid, "VmHWM")}
 	if done > 0 {
 		r.cpuPerReq = float64((after-before)*benchproc.TickMicros) / float64(done)
 		r.redisCPUPerReq = float64((redisAfter-redisBefore)*benchproc.TickMicros) / float64(done)
