@@ -8,6 +8,7 @@
 #   h1-256   HTTP/1.1, plain, a 256 B /sync upload
 #   h1-100k  HTTP/1.1, plain, a 100 KiB /sync upload
 #   h2-256   HTTP/2 over TLS 1.3, a 256 B /sync upload
+#   h1-100k-tls  HTTP/1.1 over TLS 1.3, a 100 KiB /sync upload
 # Compare two builds by running each (one line each on stdout); it is how
 # the speed tricks of the request path were judged beside
 # `bench/peers -keygate-base-rev` (docs/explanation/request-path.md).
@@ -42,7 +43,7 @@ for mode in plain tls; do
   HOME=$d GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file=$d/cg-$mode.%p $BIN serve --config $d/$mode.yaml > $d/kg-$mode.log 2>&1 & vpid=$!
   sch=http; [ $mode = tls ] && sch=https
   for i in $(seq 1 300); do grep -q "keygate serving" $d/kg-$mode.log && break; sleep 0.5; done; sleep 1
-  k=0; loads="h1-256 h1-100k"; [ $mode = tls ] && loads="h2-256"
+  k=0; loads="h1-256 h1-100k"; [ $mode = tls ] && loads="h2-256 h1-100k"
   for l in $loads; do
     proto=${l%%-*}; sz=${l#*-}
     args="-c4 -m1"; [ $proto = h1 ] && args="$args --h1"; [ $proto = h2 ] && args="-c4 -m10"
@@ -59,7 +60,8 @@ for mode in plain tls; do
     ir=$(grep -h '^totals:' $f | head -1 | awk '{print $2}')
     ok=$(grep -o '[0-9]* succeeded' $d/h2load-$l-meas.txt | head -1)
     st=$(grep -o '2xx: [0-9]*' $d/h2load-$l-meas.txt)
-    res="$res $l=$((ir / N)) ($ok, $st)"
+    name=$l; [ $mode = tls ] && [ $proto = h1 ] && name=$l-tls
+    res="$res $name=$((ir / N)) ($ok, $st)"
   done
   kill $vpid; wait $vpid 2>/dev/null
 done
