@@ -213,9 +213,12 @@ func TestLimitsSlowBody(t *testing.T) {
 			conn := g.dialFrom(t, "")
 			fmt.Fprintf(conn, "POST /sync HTTP/1.1\r\nHost: localhost\r\nX-Api-Key: %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n", key, ct, len(body))
 			prefix := 300 // within the file part, or just past the context part
-			_, _ = conn.Write(body[:prefix])
+			// Each byte's time is taken before it is written: the gateway
+			// cannot read it sooner, so a sender held up by a busy machine
+			// only makes the wait measured below longer, never shorter.
 			var last atomic.Int64
 			last.Store(time.Now().UnixNano())
+			_, _ = conn.Write(body[:prefix])
 			done := make(chan struct{})
 			if c.perSecond {
 				go func() {
@@ -225,10 +228,11 @@ func TestLimitsSlowBody(t *testing.T) {
 							return
 						case <-time.After(time.Second):
 						}
+						sent := time.Now().UnixNano()
 						if _, err := conn.Write(body[i : i+1]); err != nil {
 							return
 						}
-						last.Store(time.Now().UnixNano())
+						last.Store(sent)
 					}
 				}()
 			}
