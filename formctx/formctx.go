@@ -265,10 +265,9 @@ type Body struct {
 
 	bufs        *buffers
 	p           parser
-	done        bool  // the client body ended and everything checked out
-	directReads int32 // reads that went straight into the caller's buffer (for tests)
-	err         error
-	failed      atomic.Pointer[error] // err, for Err
+	done        bool                  // the client body ended and everything checked out
+	directReads int32                 // reads that went straight into the caller's buffer (for tests)
+	err         atomic.Pointer[error] // what ended the body (fail), for Read and Err
 }
 
 // Read reads body up to and including the first context part and returns a
@@ -465,8 +464,7 @@ func (b *Body) releaseStream() {
 }
 
 func (b *Body) fail(err error) {
-	b.err = err
-	b.failed.Store(&err)
+	b.err.Store(&err)
 	b.releaseStream()
 }
 
@@ -476,7 +474,7 @@ func (b *Body) fail(err error) {
 // goroutine at any time, so a proxy whose transport gave up on the body
 // can tell a failed check from a failed upstream.
 func (b *Body) Err() error {
-	if err := b.failed.Load(); err != nil {
+	if err := b.err.Load(); err != nil {
 		return *err
 	}
 	return nil
@@ -484,8 +482,8 @@ func (b *Body) Err() error {
 
 func (b *Body) read(p []byte) (int, error) {
 	for {
-		if b.err != nil {
-			return 0, b.err
+		if err := b.Err(); err != nil {
+			return 0, err
 		}
 		if len(p) == 0 {
 			return 0, nil
@@ -507,7 +505,7 @@ func (b *Body) read(p []byte) (int, error) {
 				b.replayed += int64(n)
 				if err != nil {
 					b.fail(fmt.Errorf("formctx: replaying spooled body: %w", err))
-					return n, b.err
+					return n, b.Err()
 				}
 				if b.replayed == b.spoolLen {
 					b.spool.release()
